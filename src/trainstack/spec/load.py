@@ -1,0 +1,142 @@
+"""Load stack.toml into a validated Stack; every error names file, line, field and the fix."""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from trainstack.errors import SpecError
+from trainstack.spec.matrix import expand_flavours
+from trainstack.spec.models import Stack
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def load_stack(path: str | Path) -> Stack:
+    """Read, parse and validate a stack file. Raises SpecError with a one-line message."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such stack file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read: {exc}") from None
+    return parse_stack(text, path)
+
+
+def parse_stack(text: str, path: Path) -> Stack:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: TOML syntax error: {exc}") from None
+    try:
+        stack = Stack.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_describe(exc, text, path)) from None
+    if not expand_flavours(stack):
+        line = locate(text, ("matrix", "exclude"))
+        raise SpecError(f"{path}:{line}: matrix: every cell is excluded; nothing would be built")
+    return stack
+
+
+def _describe(exc: ValidationError, text: str, path: Path) -> str:
+    """The first validation error as one line: file:line: field: message."""
+    error = exc.errors()[0]
+    loc = tuple(str(part) for part in error["loc"] if not str(part).startswith("function-"))
+    field = ".".join(loc) or "(top level)"
+    line = locate(text, loc)
+    where = f"{path}:{line}" if line else str(path)
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"{where}: {field}: unknown field{_suggest(loc)}"
+    if kind == "missing":
+        return f"{where}: {field}: required field is missing"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {field}: {message}"
+
+
+def _suggest(loc: tuple[str, ...]) -> str:
+    """'; did you mean ...?' with the closest valid field name, or the list of valid names."""
+    model: type[BaseModel] | None = Stack
+    for part in loc[:-1]:
+        model = _child_model(model, part)
+        if model is None:
+            return ""
+    if model is None:
+        return ""
+    valid = sorted(model.model_fields)
+    close = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean '{close[0]}'?"
+    return f"; valid fields: {', '.join(valid)}"
+
+
+def _child_model(model: type[BaseModel] | None, part: str) -> type[BaseModel] | None:
+    if model is None:
+        return None
+    if part.isdigit() or part not in model.model_fields:
+        # list index or dict key: stay on the item model found by the previous step
+        return model
+    annotation: Any = model.model_fields[part].annotation
+    for candidate in _walk_types(annotation):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _walk_types(annotation: Any) -> list[Any]:
+    found = [annotation]
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found.extend(_walk_types(arg))
+    return found
+
+
+def locate(text: str, loc: tuple[str, ...]) -> int | None:
+    """Best line number (1-based) in TOML ``text`` for a field location such as
+    ``("components", "flash-attn", "jobs", "divisor")``.
+
+    An exact assignment wins; then an inline table that mentions the last key; then the
+    deepest table header on the path.
+    """
+    keys = [part for part in loc if not part.isdigit()]
+    if not keys:
+        return None
+    fallback: tuple[int, int] | None = None  # (depth, line)
+    table: list[str] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("["):
+            table = [t.strip().strip('"') for t in line.strip("[]").split(".")]
+            depth = _common_prefix(table, keys)
+            if depth == len(table) and (fallback is None or depth > fallback[0]):
+                fallback = (depth, number)
+            continue
+        if "=" not in line:
+            continue
+        path = table + [k.strip().strip('"') for k in line.split("=", 1)[0].split(".")]
+        if path == keys:
+            return number
+        depth = _common_prefix(path, keys)
+        if depth == len(path) and _mentions(line, keys[-1]):
+            return number
+        if depth == len(path) and (fallback is None or depth > fallback[0]):
+            fallback = (depth, number)
+    return fallback[1] if fallback else None
+
+
+def _common_prefix(a: list[str], b: list[str]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _mentions(line: str, key: str) -> bool:
+    return f"{key} =" in line or f"{key}=" in line or f'"{key}"' in line

@@ -1,0 +1,86 @@
+"""Flavours: the cells of the stack's matrix, after excludes and includes."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from trainstack.errors import UsageError
+from trainstack.spec.models import Component, Stack
+
+
+@dataclass(frozen=True, order=True)
+class Flavour:
+    cuda: str  # "12.8" or "cpu"
+    os: str  # "ubuntu24.04"
+    python: str  # "3.12"
+    channel: str  # "release" | "nightly"
+
+    @property
+    def cuda_tag(self) -> str:
+        """'cu128' or 'cpu': the variant name PyTorch's wheel indexes use."""
+        return "cpu" if self.cuda == "cpu" else "cu" + self.cuda.replace(".", "")
+
+    @property
+    def slug(self) -> str:
+        """A name safe for files, image tags and cache keys: cu128-ubuntu2404-py312-release."""
+        os_tag = self.os.replace(".", "")
+        return f"{self.cuda_tag}-{os_tag}-py{self.python.replace('.', '')}-{self.channel}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"cuda": self.cuda, "os": self.os, "python": self.python, "channel": self.channel}
+
+
+def expand_flavours(stack: Stack) -> list[Flavour]:
+    """Every matrix cell minus the excludes, plus the includes, sorted and unique."""
+    m = stack.matrix
+    cells = {
+        Flavour(cuda, os_, py, ch)
+        for cuda, os_, py, ch in itertools.product(m.cuda, m.os, m.python, m.channel)
+    }
+    for rule in m.exclude:
+        wanted = rule.model_dump(exclude_none=True)
+        cells = {f for f in cells if any(f.as_dict()[k] != v for k, v in wanted.items())}
+    cells |= {Flavour(i.cuda, i.os, i.python, i.channel) for i in m.include}
+    return sorted(cells)
+
+
+def select_flavour(stack: Stack, name: str | None) -> list[Flavour]:
+    """All flavours, or the one whose slug is ``name`` (UsageError with the closest slug)."""
+    flavours = expand_flavours(stack)
+    if name is None:
+        return flavours
+    for flavour in flavours:
+        if name == flavour.slug:
+            return [flavour]
+    import difflib
+
+    slugs = [f.slug for f in flavours]
+    close = difflib.get_close_matches(name, slugs, n=1, cutoff=0.5)
+    hint = f"perhaps you meant '{close[0]}'?" if close else f"flavours: {', '.join(slugs)}"
+    raise UsageError(f"flavour '{name}' is not in stack '{stack.stack.name}'", hint=hint)
+
+
+def component_applies(component: Component, flavour: Flavour) -> bool:
+    """Whether ``component`` is part of ``flavour`` according to its ``when`` filter."""
+    when = component.when
+    if when is None:
+        return True
+    if when.channel is not None and when.channel != flavour.channel:
+        return False
+    if when.os is not None and flavour.os not in when.os:
+        return False
+    if when.python is not None and Version(flavour.python) not in SpecifierSet(when.python):
+        return False
+    if when.cuda is not None:
+        if flavour.cuda == "cpu":
+            return False
+        return Version(flavour.cuda) in SpecifierSet(when.cuda)
+    return True
+
+
+def components_for(stack: Stack, flavour: Flavour) -> list[Component]:
+    return [c for c in stack.components.values() if component_applies(c, flavour)]
