@@ -26,6 +26,10 @@ class LockedFlavour(BaseModel):
     cache_key: str  # "<image>-<slug>-<12 hex>"
     packages: dict[str, str]  # canonical name -> resolved version
     sources: dict[str, str] = {}  # canonical name -> "git+URL@SHA" or "file://..." for non-index sources
+    # layer/group name -> its own lock file (relative to the lock directory), each a subset
+    # consistent with lock_file: "torch" (torch, vision, audio, triton, numpy and their deps)
+    # and "toolchain" (ninja, cmake, nvcc wheels for ahead-of-time extension builds)
+    layers: dict[str, str] = {}
 
 
 class Manifest(BaseModel):
