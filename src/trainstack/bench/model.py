@@ -1,0 +1,255 @@
+"""A Llama-family decoder: pre-norm RMSNorm, rotary embeddings, GQA through SDPA, SwiGLU.
+
+The blocks are ``Transformer.layers`` (an ``nn.ModuleList`` of ``Block``); each block is
+called as ``block(x, cos, sin)`` so that activation checkpointing and torch.compile can
+wrap blocks one by one. With ``targets`` the forward returns the mean cross-entropy,
+computed in row chunks so the fp32 logits of the whole vocabulary never exist at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Rows of the (tokens, vocab) logits handled at a time by the loss.
+LOSS_CHUNK_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_dim: int
+    vocab_size: int
+    max_seq: int = 8192
+    norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+
+    def __post_init__(self) -> None:
+        if self.dim % self.n_heads:
+            raise ValueError(f"dim {self.dim} is not a multiple of n_heads {self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim {self.head_dim} must be even for rotary embeddings")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    def block_params(self) -> int:
+        """Parameters of one block: q, k, v, o projections, SwiGLU, two norms."""
+        attn = self.dim * self.dim * 2 + self.dim * self.kv_dim * 2
+        ffn = 3 * self.dim * self.ffn_dim
+        return attn + ffn + 2 * self.dim
+
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.dim
+
+    def non_embedding_params(self) -> int:
+        """All parameters except the input embedding table (the output projection counts:
+        it is a real matrix product on every token)."""
+        return self.n_layers * self.block_params() + self.dim + self.vocab_size * self.dim
+
+    def total_params(self) -> int:
+        return self.non_embedding_params() + self.embedding_params()
+
+    def to_dict(self) -> dict[str, int | float]:
+        return asdict(self)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+def rope_tables(cfg: ModelConfig, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary angles, each (max_seq, head_dim), in the half-split layout."""
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, device=device, dtype=torch.float32) / cfg.head_dim))
+    angles = torch.outer(torch.arange(cfg.max_seq, device=device, dtype=torch.float32), inv_freq)  # (S, hd/2)
+    angles = torch.cat([angles, angles], dim=-1)  # (S, hd)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x (B, H, T, hd); cos, sin (T, hd)
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return (x * cos + rotated * sin).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.n_kv_heads = cfg.n_kv_heads
+        self.head_dim = cfg.head_dim
+        self.wq = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.wk = nn.Linear(cfg.dim, cfg.kv_dim, bias=False)
+        self.wv = nn.Linear(cfg.dim, cfg.kv_dim, bias=False)
+        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape  # (B, T, C)
+        q = self.wq(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = self.wk(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        v = self.wv(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.wo(y.transpose(1, 2).reshape(b, t, -1))  # (B, T, C)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.w3 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.w2 = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))  # (B, T, C)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attention = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.feed_forward = FeedForward(cfg)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), cos, sin)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        cos, sin = rope_tables(cfg, device=self.output.weight.device)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Random init as in GPT-2/Llama: N(0, 0.02), residual outputs scaled by depth."""
+        residual_std = 0.02 / math.sqrt(2 * self.cfg.n_layers)
+        for name, param in self.named_parameters():
+            if param.dim() < 2:
+                nn.init.ones_(param)
+            elif name.endswith(("wo.weight", "w2.weight")):
+                nn.init.normal_(param, std=residual_std)
+            else:
+                nn.init.normal_(param, std=0.02)
+
+    def reset_rope(self) -> None:
+        """Recompute the rotary tables, e.g. after materialising a model built on the meta device."""
+        cos, sin = rope_tables(self.cfg, device=self.rope_cos.device)
+        self.rope_cos.copy_(cos)
+        self.rope_sin.copy_(sin)
+
+    def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = tokens.shape[1]
+        if t > self.cfg.max_seq:
+            raise ValueError(f"sequence length {t} exceeds max_seq {self.cfg.max_seq}")
+        cos, sin = self.rope_cos[:t], self.rope_sin[:t]  # (T, hd)
+        x = self.tok_embeddings(tokens)  # (B, T, C)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.norm(x)  # (B, T, C)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V) without targets; the mean cross-entropy (a scalar) with them."""
+        h = self.hidden(tokens)
+        if targets is None:
+            return self.output(h)
+        return chunked_cross_entropy(h.flatten(0, 1), self.output.weight, targets.flatten())
+
+
+def _compute_dtype(t: torch.Tensor) -> torch.dtype:
+    if torch.is_autocast_enabled(t.device.type):
+        return torch.get_autocast_dtype(t.device.type)
+    return t.dtype
+
+
+def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int = LOSS_CHUNK_ROWS) -> torch.Tensor:
+    """Mean cross-entropy of ``h @ weight.T`` against ``targets``, ``chunk`` rows at a time.
+
+    h (N, C), weight (V, C), targets (N,). The gradients are computed chunk by chunk in
+    the forward pass (the softmax is at hand there), so backward needs no logits at all.
+    """
+    dtype = _compute_dtype(h)
+    h, weight = h.to(dtype), weight.to(dtype)
+    if not (torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)):
+        with torch.autocast(h.device.type, enabled=False):
+            return _loss_only(h, weight, targets, chunk)
+    return _ChunkedLinearCrossEntropy.apply(h, weight, targets, chunk)
+
+
+def _loss_only(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
+    total = torch.zeros((), dtype=torch.float32, device=h.device)
+    for start in range(0, h.shape[0], chunk):
+        logits = (h[start : start + chunk] @ weight.t()).float()  # (n, V)
+        total += F.cross_entropy(logits, targets[start : start + chunk], reduction="sum")
+    return total / h.shape[0]
+
+
+class _ChunkedLinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:  # type: ignore[override]
+        with torch.autocast(h.device.type, enabled=False):
+            n = h.shape[0]
+            total = torch.zeros((), dtype=torch.float32, device=h.device)
+            grad_h = torch.empty_like(h)
+            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            for start in range(0, n, chunk):
+                hc, tc = h[start : start + chunk], targets[start : start + chunk]
+                logits = (hc @ weight.t()).float()  # (n, V)
+                lse = torch.logsumexp(logits, dim=-1)  # (n,)
+                total += (lse - logits.gather(1, tc[:, None]).squeeze(1)).sum()
+                # d(sum of losses)/d(logits) = softmax - one_hot, built in place of the logits
+                probs = logits.sub_(lse[:, None]).exp_()
+                probs.scatter_add_(1, tc[:, None], torch.full_like(lse[:, None], -1.0))
+                g = probs.to(h.dtype)
+                grad_h[start : start + chunk] = g @ weight
+                grad_w += g.t() @ hc
+            ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
+            ctx.n = n
+        return total / n
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor):  # type: ignore[override]
+        grad_h, grad_w = ctx.saved_tensors
+        scale = grad_loss / ctx.n
+        return grad_h * scale.to(grad_h.dtype), grad_w * scale.to(grad_w.dtype), None, None
+
+
+def from_hf_config(path: str) -> ModelConfig:
+    """A ModelConfig from a Hugging Face Llama-family config (a config.json or its folder).
+
+    Read with transformers' AutoConfig, no download. Architectures whose fields do not map
+    onto this decoder are refused with the field that is missing.
+    """
+    from trainstack.bench.hf import model_config_from_hf
+
+    return model_config_from_hf(path)

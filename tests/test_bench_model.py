@@ -1,0 +1,125 @@
+"""The decoder against a reference forward, the causal mask, the chunked loss, training."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+from trainstack.bench.model import Transformer, chunked_cross_entropy  # noqa: E402
+from trainstack.bench.presets import PRESETS, preset  # noqa: E402
+from trainstack.errors import UsageError  # noqa: E402
+
+
+@pytest.fixture
+def tiny():
+    torch.manual_seed(0)
+    return Transformer(PRESETS["tiny"])
+
+
+def _reference_forward(model: Transformer, tokens: torch.Tensor) -> torch.Tensor:
+    """The same decoder written out plainly: explicit KV repeat, explicit mask, complex RoPE."""
+    cfg = model.cfg
+    b, t = tokens.shape
+    hd = cfg.head_dim
+    freqs = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2).float() / hd))
+    rot = torch.polar(torch.ones(t, hd // 2), torch.outer(torch.arange(t).float(), freqs))  # (T, hd/2)
+
+    def rope(x):  # x (B, H, T, hd) in the half-split layout
+        xc = torch.complex(x[..., : hd // 2], x[..., hd // 2 :]) * rot
+        return torch.cat([xc.real, xc.imag], dim=-1)
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.norm_eps) * w
+
+    mask = torch.full((t, t), float("-inf")).triu(1)
+    x = model.tok_embeddings.weight[tokens]
+    for blk in model.layers:
+        a = blk.attention
+        h = rms(x, blk.attention_norm.weight)
+        q = (h @ a.wq.weight.T).view(b, t, cfg.n_heads, hd).transpose(1, 2)
+        k = (h @ a.wk.weight.T).view(b, t, cfg.n_kv_heads, hd).transpose(1, 2)
+        v = (h @ a.wv.weight.T).view(b, t, cfg.n_kv_heads, hd).transpose(1, 2)
+        rep = cfg.n_heads // cfg.n_kv_heads
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        q, k = rope(q), rope(k)
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd) + mask, dim=-1)
+        x = x + ((att @ v).transpose(1, 2).reshape(b, t, -1)) @ a.wo.weight.T
+        f = blk.feed_forward
+        h = rms(x, blk.ffn_norm.weight)
+        x = x + (F.silu(h @ f.w1.weight.T) * (h @ f.w3.weight.T)) @ f.w2.weight.T
+    return rms(x, model.norm.weight) @ model.output.weight.T
+
+
+def test_forward_matches_reference(tiny):
+    tokens = torch.randint(0, 512, (2, 48))
+    with torch.no_grad():
+        logits = tiny(tokens)
+        ref = _reference_forward(tiny, tokens)
+    assert logits.shape == (2, 48, 512)
+    torch.testing.assert_close(logits, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_future_tokens_do_not_change_past_logits(tiny):
+    tokens = torch.randint(0, 512, (1, 40))
+    changed = tokens.clone()
+    changed[0, 25:] = torch.randint(0, 512, (15,))
+    with torch.no_grad():
+        a, b = tiny(tokens), tiny(changed)
+    torch.testing.assert_close(a[:, :25], b[:, :25])
+    assert not torch.allclose(a[:, 25:], b[:, 25:])
+
+
+def test_chunked_loss_matches_full_cross_entropy(tiny):
+    tokens, targets = torch.randint(0, 512, (2, 50)), torch.randint(0, 512, (2, 50))
+    full = F.cross_entropy(tiny(tokens).flatten(0, 1), targets.flatten())
+    full.backward()
+    want = {n: p.grad.clone() for n, p in tiny.named_parameters()}
+    tiny.zero_grad()
+    # 37 does not divide 100 rows: the last chunk is short
+    loss = chunked_cross_entropy(tiny.hidden(tokens).flatten(0, 1), tiny.output.weight, targets.flatten(), chunk=37)
+    loss.backward()
+    torch.testing.assert_close(loss, full)
+    for name, param in tiny.named_parameters():
+        torch.testing.assert_close(param.grad, want[name], msg=name)
+
+
+def test_forward_with_targets_returns_the_loss(tiny):
+    tokens, targets = torch.randint(0, 512, (2, 32)), torch.randint(0, 512, (2, 32))
+    with torch.no_grad():
+        loss = tiny(tokens, targets)
+        full = F.cross_entropy(tiny(tokens).flatten(0, 1), targets.flatten())
+    torch.testing.assert_close(loss, full)
+    # random init: the loss starts near ln(vocab)
+    assert abs(loss.item() - math.log(512)) < 0.5
+
+
+def test_loss_falls_on_a_fixed_batch(tiny):
+    tokens = torch.randint(0, 512, (4, 64))
+    opt = torch.optim.AdamW(tiny.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(8):
+        loss = tiny(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 0.5, losses
+
+
+def test_parameter_count_matches_the_config():
+    for name in ("tiny", "125m"):
+        cfg = PRESETS[name]
+        with torch.device("meta"):
+            model = Transformer(cfg)
+        assert sum(p.numel() for p in model.parameters()) == cfg.total_params()
+    # Llama-3 8B has 8.03e9 parameters
+    assert round(PRESETS["8b"].total_params() / 1e9, 2) == 8.03
+
+
+def test_unknown_preset_is_a_user_error():
+    with pytest.raises(UsageError, match="accepted: tiny, 125m, 1b, 3b, 8b"):
+        preset("70b")
