@@ -1,0 +1,187 @@
+"""The Dockerfile of one flavour. Pure: text from the stack, the flavour's layers and its lock entry.
+
+Stages, least to most often changed: base -> system (packages, Python venv) -> torch -> extras;
+each source component gets a fetch stage (network, no compiler) and a compile stage that
+bind-mounts the fetched tree and leaves only a wheel; the final stage installs those wheels
+from bind mounts, so no source tree and no toolchain ends up in an image layer. The CA bundle
+arrives as the build secret "ca", never as ARG, ENV or COPY.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from trainstack.build.cpu import budget_for
+from trainstack.errors import SpecError
+from trainstack.render.layers import FlavourLayers, SourceBuild
+from trainstack.spec.models import Stack
+
+VENV = "/opt/venv"
+CA = "/run/secrets/ca"
+DEBOOTSTRAP_PREFIX = "debootstrap:"
+# Uses the CA secret when the build was given one; pip, git and curl each read their own variable.
+WITH_CA = f"if [ -f {CA} ]; then export PIP_CERT={CA} GIT_SSL_CAINFO={CA} CURL_CA_BUNDLE={CA}; fi"
+SECRET = f"--mount=type=secret,id=ca,target={CA}"
+PIP = "pip install --no-deps --require-hashes --no-cache-dir"
+
+
+@dataclass(frozen=True)
+class Base:
+    ref: str  # what FROM names
+    debootstrap_suite: str | None  # set when the base is built locally with debootstrap
+
+
+def base_for(stack: Stack, os_name: str) -> Base:
+    value = stack.build.base.get(os_name)
+    if value is None:
+        known = ", ".join(sorted(stack.build.base)) or "none"
+        raise SpecError(
+            f"build.base: no base image for os '{os_name}' (bases given for: {known})",
+            hint=f'add build.base."{os_name}" = "debootstrap:bookworm" or a registry ref',
+        )
+    if value.startswith(DEBOOTSTRAP_PREFIX):
+        suite = value.removeprefix(DEBOOTSTRAP_PREFIX)
+        return Base(f"localhost/trainstack-base:{suite}", suite)
+    return Base(value, None)
+
+
+def stage_name(component_key: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", component_key.lower()).strip("-")
+
+
+def source_file(src: SourceBuild) -> str:
+    return f"sources/{stage_name(src.component.key)}.txt"
+
+
+def labels(stack: Stack, layers: FlavourLayers) -> dict[str, str]:
+    return {
+        "org.opencontainers.image.title": stack.stack.image_ref,
+        "org.opencontainers.image.version": stack.stack.release,
+        "io.trainstack.stack": stack.stack.name,
+        "io.trainstack.release": stack.stack.release,
+        "io.trainstack.flavour": layers.flavour.slug,
+        "io.trainstack.cache-key": layers.locked.cache_key,
+        "io.trainstack.lock-sha256": layers.locked.lock_sha256,
+    }
+
+
+def render_dockerfile(stack: Stack, layers: FlavourLayers) -> str:
+    base = base_for(stack, layers.flavour.os)
+    parts = [_header(base), _system(stack, layers), _torch(), _extras()]
+    for src in layers.sources:
+        parts += [_fetch(src), _compile(src, bool(layers.toolchain.entries))]
+    parts.append(_final(stack, layers))
+    return "\n".join(parts)
+
+
+def _header(base: Base) -> str:
+    origin = (
+        f"# base: built from Debian's archive with 'debootstrap {base.debootstrap_suite}' and imported as {base.ref}\n"
+        if base.debootstrap_suite
+        else ""
+    )
+    return f"# syntax=docker/dockerfile:1.7\n{origin}FROM {base.ref} AS base\n"
+
+
+def _system(stack: Stack, layers: FlavourLayers) -> str:
+    py = layers.flavour.python
+    packages = sorted({*stack.build.system_packages, f"python{py}", f"python{py}-venv"})
+    return (
+        "FROM base AS system\n"
+        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
+        "ENV DEBIAN_FRONTEND=noninteractive\n"
+        f"RUN {SECRET} \\\n"
+        f"    {WITH_CA}; \\\n"
+        "    apt-get update \\\n"
+        f"    && apt-get install -y --no-install-recommends {' '.join(packages)} \\\n"
+        "    && rm -rf /var/lib/apt/lists/* \\\n"
+        f"    && python{py} -m venv {VENV}\n"
+        f"ENV VIRTUAL_ENV={VENV} PATH={VENV}/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1\n"
+    )
+
+
+def _install(stage: str, parent: str, lock_name: str) -> str:
+    return (
+        f"FROM {parent} AS {stage}\n"
+        f"RUN {SECRET} \\\n"
+        f"    --mount=type=bind,source={lock_name},target=/tmp/lock/{lock_name} \\\n"
+        f"    {WITH_CA}; \\\n"
+        f"    {PIP} -r /tmp/lock/{lock_name}\n"
+    )
+
+
+def _torch() -> str:
+    return _install("torch", "system", "torch.txt")
+
+
+def _extras() -> str:
+    return _install("extras", "torch", "extras.txt")
+
+
+def _fetch(src: SourceBuild) -> str:
+    name = stage_name(src.component.key)
+    comp = src.component
+    if comp.git is not None:
+        get = (
+            f"git init -q /src/{name} \\\n"
+            f"    && git -C /src/{name} fetch -q --depth 1 {shlex.quote(comp.git)} {comp.commit} \\\n"
+            f"    && git -C /src/{name} checkout -q FETCH_HEAD"
+        )
+    elif comp.path is not None:
+        raise SpecError(
+            f"components.{comp.name}.path: a local path source cannot be built in an image",
+            hint="use --backend venv, or give the component a version or a git source",
+        )
+    else:
+        get = (
+            f"pip download --no-deps --no-binary :all: --require-hashes --no-cache-dir -d /src/{name} "
+            f"-r /tmp/lock/{source_file(src)}"
+        )
+    return (
+        f"FROM system AS fetch-{name}\n"
+        f"RUN {SECRET} \\\n"
+        f"    --mount=type=bind,source={source_file(src)},target=/tmp/lock/{source_file(src)} \\\n"
+        f"    {WITH_CA}; \\\n"
+        f"    {get}\n"
+    )
+
+
+def _compile(src: SourceBuild, toolchain: bool) -> str:
+    name = stage_name(src.component.key)
+    budget = budget_for(src.component)
+    arg = f"{name.upper().replace('-', '_')}_MAX_JOBS"
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(src.component.build_env.items()))
+    tool = (
+        f"RUN {SECRET} \\\n"
+        "    --mount=type=bind,source=toolchain.txt,target=/tmp/lock/toolchain.txt \\\n"
+        f"    {WITH_CA}; \\\n"
+        f"    {PIP} -r /tmp/lock/toolchain.txt\n"
+        if toolchain
+        else ""
+    )
+    target = f"/src/{name}" if src.component.git is not None else f"/src/{name}/*"
+    return (
+        f"FROM extras AS compile-{name}\n"
+        f"# MAX_JOBS: the build passes the cgroup-aware CPU count / {budget.divisor}, capped at {budget.cap}\n"
+        f"ARG {arg}=1\n"
+        f"{tool}"
+        f"RUN --mount=type=bind,from=fetch-{name},source=/src/{name},target=/src/{name},rw \\\n"
+        "    --mount=type=cache,target=/root/.cache/ccache \\\n"
+        f"    MAX_JOBS=${arg} CCACHE_DIR=/root/.cache/ccache {env} \\\n"
+        f"    pip wheel --no-deps --no-build-isolation --no-cache-dir -w /wheels/{name} {target}\n"
+    )
+
+
+def _final(stack: Stack, layers: FlavourLayers) -> str:
+    lines = ["FROM extras AS final"]
+    for src in layers.sources:
+        name = stage_name(src.component.key)
+        lines.append(
+            f"RUN --mount=type=bind,from=compile-{name},source=/wheels/{name},target=/tmp/wheels/{name} \\\n"
+            f"    pip install --no-deps --no-cache-dir /tmp/wheels/{name}/*.whl"
+        )
+    label = " \\\n      ".join(f'{k}="{v}"' for k, v in labels(stack, layers).items())
+    lines.append(f"LABEL {label}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,47 @@
+"""What render and build start from: the stack, its current lock manifest, the selected flavours."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainstack.errors import LockError
+from trainstack.lock.manifest import Manifest, load_manifest, lock_dir, manifest_path
+from trainstack.render.layers import FlavourLayers, split_layers
+from trainstack.spec import Stack, load_stack, select_flavour
+
+
+@dataclass(frozen=True)
+class Inputs:
+    stack_path: Path
+    stack: Stack
+    manifest: Manifest
+    lock_dir: Path
+    layers: list[FlavourLayers]
+
+
+def load_inputs(stack_path: Path, flavour: str | None = None) -> Inputs:
+    """Load and validate; LockError when the lock is missing or no longer matches the stack."""
+    stack = load_stack(stack_path)
+    flavours = select_flavour(stack, flavour)
+    ensure_lock_current(stack_path)
+    manifest = load_manifest(manifest_path(stack_path))
+    directory = lock_dir(stack_path)
+    layers = []
+    for f in flavours:
+        locked = manifest.flavours.get(f.slug)
+        if locked is None:
+            raise LockError(
+                f"{manifest_path(stack_path)}: flavour {f.slug} is not in the lock",
+                hint=f"run 'trainstack lock {stack_path}'",
+            )
+        layers.append(split_layers(stack, f, locked, directory))
+    return Inputs(stack_path, stack, manifest, directory, layers)
+
+
+def ensure_lock_current(stack_path: Path) -> None:
+    """The lock package's staleness check (inputs hash against the stack), when that package has one."""
+    check = getattr(importlib.import_module("trainstack.lock"), "check_lock_current", None)
+    if check is not None:
+        check(stack_path)

@@ -1,0 +1,67 @@
+"""Split a flavour's lock into the files its image layers install, least to most often changed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainstack.errors import LockError
+from trainstack.lock.manifest import LockedFlavour
+from trainstack.render.lockfile import LockFile, parse_lock
+from trainstack.spec.matrix import Flavour, components_for
+from trainstack.spec.models import Component, Stack
+
+TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "numpy"})
+
+
+@dataclass(frozen=True)
+class SourceBuild:
+    component: Component
+    entry_text: str  # the lock line(s): "name==ver --hash ..." for an sdist, "name @ git+URL@SHA" for git
+
+
+@dataclass(frozen=True)
+class FlavourLayers:
+    flavour: Flavour
+    locked: LockedFlavour
+    full: LockFile
+    torch: LockFile  # the torch layer
+    extras: LockFile  # everything else that installs from wheels
+    toolchain: LockFile  # ninja, cmake, nvcc wheels for the compile stages
+    sources: tuple[SourceBuild, ...]  # built from source, in stack order
+
+
+def read_layer_lock(lock_dir: Path, relative: str, what: str) -> LockFile:
+    path = lock_dir / relative
+    try:
+        return parse_lock(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LockError(f"{path}: {what} lock file is missing", hint="run 'trainstack lock STACK' again") from None
+
+
+def split_layers(stack: Stack, flavour: Flavour, locked: LockedFlavour, lock_dir: Path) -> FlavourLayers:
+    full = read_layer_lock(lock_dir, locked.lock_file, f"flavour {flavour.slug}")
+    components = components_for(stack, flavour)
+    source_comps = [c for c in components if c.is_source_build]
+    source_keys = {c.key for c in source_comps}
+    if "torch" in locked.layers:
+        torch = read_layer_lock(lock_dir, locked.layers["torch"], "torch layer").without(source_keys)
+    else:
+        group = {c.key for c in components if c.group == "torch"} | TORCH_FAMILY
+        torch = full.only(group - source_keys)
+    if "toolchain" in locked.layers:
+        toolchain = read_layer_lock(lock_dir, locked.layers["toolchain"], "toolchain layer")
+    else:
+        toolchain = LockFile(full.options, ())
+    extras = full.without(torch.names() | source_keys)
+    sources = tuple(_source(c, full, locked) for c in source_comps)
+    return FlavourLayers(flavour, locked, full, torch, extras, toolchain, sources)
+
+
+def _source(component: Component, full: LockFile, locked: LockedFlavour) -> SourceBuild:
+    entry = full.get(component.key)
+    if entry is not None:
+        return SourceBuild(component, entry.text)
+    if component.key in locked.sources:
+        return SourceBuild(component, f"{component.name} @ {locked.sources[component.key]}\n")
+    return SourceBuild(component, component.requirement() + "\n")

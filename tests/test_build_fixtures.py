@@ -1,0 +1,96 @@
+"""Real locks for the render and build tests: the lock package's lock_stack when it exists, else uv directly."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import shutil
+import subprocess
+from pathlib import Path
+
+from trainstack.lock.manifest import LockedFlavour, Manifest, lock_dir, manifest_path
+from trainstack.spec import load_stack
+from trainstack.spec.matrix import components_for, expand_flavours
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "stacks"
+
+
+def copy_example(name: str, dest: Path, replace: dict[str, str] | None = None) -> Path:
+    text = (EXAMPLES / f"{name}.toml").read_text(encoding="utf-8")
+    for old, new in (replace or {}).items():
+        assert old in text, old
+        text = text.replace(old, new)
+    path = dest / f"{name}.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def make_lock(stack_path: Path, flavour: str | None = None) -> Manifest:
+    lock = importlib.import_module("trainstack.lock")
+    if hasattr(lock, "lock_stack"):
+        return lock.lock_stack(stack_path, flavour=flavour)
+    return _uv_lock(stack_path)
+
+
+def _compile(requirements: list[str], python: str, out: Path) -> str:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    src = out.with_suffix(".in")
+    src.write_text("\n".join(requirements) + "\n", encoding="utf-8")
+    subprocess.run(
+        ["uv", "pip", "compile", "-q", "--generate-hashes", "--no-header", "--python-version", python,
+         "--python-platform", "x86_64-manylinux_2_28", str(src), "-o", str(out)],
+        check=True,
+    )
+    src.unlink()
+    return out.read_text(encoding="utf-8")
+
+
+def _uv_lock(stack_path: Path) -> Manifest:
+    stack = load_stack(stack_path)
+    directory = lock_dir(stack_path)
+    shutil.rmtree(directory, ignore_errors=True)
+    flavours = {}
+    for f in expand_flavours(stack):
+        comps = components_for(stack, f)
+        full = _compile([c.requirement() for c in comps], f.python, directory / "locks" / f"{f.slug}.txt")
+        torch = [c.requirement() for c in comps if c.group == "torch"] or ["numpy"]
+        _compile(torch, f.python, directory / "locks" / f"{f.slug}.torch.txt")
+        _compile(stack.toolchain.packages + ["setuptools", "wheel"], f.python, directory / "locks" / f"{f.slug}.toolchain.txt")
+        digest = hashlib.sha256(full.encode()).hexdigest()
+        packages = {line.split("==")[0]: line.split("==")[1].split()[0] for line in full.splitlines() if "==" in line and not line.startswith(" ")}
+        flavours[f.slug] = LockedFlavour(
+            cuda=f.cuda, os=f.os, python=f.python, channel=f.channel, lock_file=f"locks/{f.slug}.txt",
+            lock_sha256=digest, index=None, cache_key=f"{stack.stack.image}-{f.slug}-{digest[:12]}",
+            packages=packages,
+            layers={"torch": f"locks/{f.slug}.torch.txt", "toolchain": f"locks/{f.slug}.toolchain.txt"},
+        )
+    manifest = Manifest(stack=stack.stack.name, release=stack.stack.release, image=stack.stack.image_ref,
+                        inputs_hash=hashlib.sha256(stack_path.read_bytes()).hexdigest(), uv_version="uv",
+                        generated_at="2026-12-02T00:00:00Z", flavours=flavours)
+    manifest_path(stack_path).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+    return manifest
+
+
+SETUP_PY = '''\
+import os
+from setuptools import setup
+
+# Records what the build saw, so tests can check build_env and MAX_JOBS reached the compile step.
+with open("{name}_buildinfo.py", "w") as fh:
+    fh.write("MAX_JOBS = %r\\nBUILD_FLAG = %r\\n" % (os.environ.get("MAX_JOBS"), os.environ.get("TS_BUILD_FLAG")))
+setup(name="{name}", version="0.1.0", py_modules=["{name}", "{name}_buildinfo"])
+'''
+
+
+def git_package(root: Path, name: str) -> tuple[str, str]:
+    """A real git repository holding a setuptools package; returns (file:// URL, commit sha)."""
+    repo = root / f"{name}-repo"
+    repo.mkdir(parents=True)
+    (repo / "setup.py").write_text(SETUP_PY.format(name=name), encoding="utf-8")
+    (repo / f"{name}.py").write_text("VALUE = 42\n", encoding="utf-8")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com", "PATH": "/usr/bin:/bin"}
+    for argv in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-q", "-m", "v0.1.0"]):
+        subprocess.run(argv, cwd=repo, check=True, env=env)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True, env=env)
+    return f"file://{repo}", sha.stdout.strip()
