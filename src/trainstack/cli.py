@@ -22,6 +22,7 @@ app = typer.Typer(
 
 # verb -> module exposing `command`, in the order a release flows through them.
 VERBS: dict[str, str] = {
+    "render": "trainstack.render.command",
     
 }
 
