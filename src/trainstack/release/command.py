@@ -1,0 +1,40 @@
+"""`trainstack release`: release notes (RELEASE.md, release.json, release.html) from two lock manifests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def command(
+    stack: Path = typer.Argument(..., help="The stack file; its lock manifest is the release being described."),
+    previous: Path = typer.Option(..., "--previous", help="stack.lock.json of the previous release of this stack."),
+    results: Path | None = typer.Option(
+        None, "--results", help="Verify and bench results: <flavour>/verify.json and *.jsonl. Default: build/ if present."
+    ),
+    previous_results: Path | None = typer.Option(
+        None, "--previous-results", help="The previous release's results, for the performance deltas."
+    ),
+    changes: Path | None = typer.Option(
+        None, "--changes", help="Changelog fragments <id>.<type>.md. Default: changes/ beside the stack file."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output directory. Default: <stack>.release/<release>/ beside the stack file."
+    ),
+) -> None:
+    """Write release notes: version updates, images, driver requirements, verification, performance and prose.
+
+    Example: trainstack release examples/stacks/cpu-minimal.toml --previous old/stack.lock.json --results build
+    """
+    from trainstack.console import out as console
+    from trainstack.release.publish import make_release
+
+    outcome = make_release(
+        stack, previous, results=results, previous_results=previous_results, out=out, changes=changes
+    )
+    for path in outcome.written:
+        console.print(f"wrote {path}", highlight=False)
+    if outcome.consumed_to is not None:
+        count = len(outcome.notes.fragments)
+        console.print(f"consumed {count} fragment(s) into {outcome.consumed_to}", highlight=False)

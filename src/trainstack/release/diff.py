@@ -1,0 +1,65 @@
+"""What changed between two lock manifests of one stack. Pure: manifests in, Updates out."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+
+from trainstack.lock.manifest import LockedFlavour, Manifest
+from trainstack.release.model import Change, ComponentVersions, Updates
+
+_GIT_SHA = re.compile(r"@([0-9a-f]{7,40})$")
+
+
+def shown_version(flavour: LockedFlavour, name: str) -> str | None:
+    """The version a reader recognises: a git source's commit shortened to 7 hex, else the version."""
+    source = flavour.sources.get(name)
+    if source and source.startswith("git+"):
+        match = _GIT_SHA.search(source)
+        if match:
+            return match.group(1)[:7]
+    return flavour.packages.get(name)
+
+
+def flavour_changes(old: LockedFlavour, new: LockedFlavour, components: Collection[str]) -> list[Change]:
+    """Every package that changed, appeared or disappeared; components first, then by name."""
+    changes = []
+    for name in sorted(set(old.packages) | set(new.packages)):
+        before, after = shown_version(old, name), shown_version(new, name)
+        if before != after:
+            changes.append(Change(name=name, old=before, new=after, component=name in components))
+    return sorted(changes, key=lambda c: (not c.component, c.name))
+
+
+def diff_manifests(old: Manifest, new: Manifest, components: Collection[str]) -> Updates:
+    """Changes common to every flavour in both manifests once, the rest per flavour."""
+    shared = [slug for slug in new.flavours if slug in old.flavours]
+    per_flavour = {slug: flavour_changes(old.flavours[slug], new.flavours[slug], components) for slug in shared}
+    common = _in_all(per_flavour.values())
+    return Updates(
+        common=common,
+        per_flavour={slug: [c for c in changes if c not in common] for slug, changes in sorted(per_flavour.items())},
+        added_flavours=sorted(set(new.flavours) - set(old.flavours)),
+        removed_flavours=sorted(set(old.flavours) - set(new.flavours)),
+    )
+
+
+def _in_all(lists: Collection[list[Change]]) -> list[Change]:
+    if not lists:
+        return []
+    first, *rest = lists
+    return [c for c in first if all(c in other for other in rest)]
+
+
+def component_versions(manifest: Manifest, components: Collection[str]) -> ComponentVersions:
+    """The version table of the declared components; flavours with identical versions share a column."""
+    names = sorted(n for n in components if any(n in f.packages for f in manifest.flavours.values()))
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for slug, flavour in sorted(manifest.flavours.items()):
+        versions = tuple(shown_version(flavour, name) or "" for name in names)
+        groups.setdefault(versions, []).append(slug)
+    columns = list(groups.items())
+    return ComponentVersions(
+        columns=[slugs for _, slugs in columns],
+        rows={name: [versions[i] for versions, _ in columns] for i, name in enumerate(names)},
+    )

@@ -1,0 +1,97 @@
+"""release.html from ReleaseNotes: one self-contained page (inline CSS, charts as inline PNG)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainstack.release.markdown import NOT_MEASURED, fmt_count, fmt_delta, fmt_number, flavour_label
+from trainstack.release.model import BenchRow, Fragment, KnownIssue, ReleaseNotes
+from trainstack.release.plots import Chart
+
+SAFE_SCHEMES = ("https://", "http://")
+
+
+@dataclass(frozen=True)
+class ProseItem:
+    html: object  # markupsafe.Markup of the fragment's Markdown
+
+
+def _markdown_html(fragments: list[Fragment]) -> list[ProseItem]:
+    from markdown_it import MarkdownIt
+    from markupsafe import Markup
+
+    # raw HTML in a fragment is shown as text, never executed
+    md = MarkdownIt("commonmark", {"html": False})
+    return [ProseItem(html=Markup(md.render(f.text))) for f in fragments]
+
+
+def _safe_issue(issue: KnownIssue) -> KnownIssue:
+    if issue.link and not issue.link.startswith(SAFE_SCHEMES):
+        return KnownIssue(title=f"{issue.title} ({issue.link})")
+    return issue
+
+
+def _mfu(value: float | None) -> str:
+    return NOT_MEASURED if value is None else f"{value * 100:.1f} %"
+
+
+def _verdict_class(verdict: str | None) -> str:
+    if verdict is None:
+        return "muted"
+    return "pass" if verdict.lower() in ("pass", "passed", "ok") else "fail"
+
+
+def _delta_class(row: BenchRow) -> str:
+    delta = row.delta_percent
+    return "" if delta is None else ("pass" if delta >= 0 else "fail")
+
+
+def render_html(notes: ReleaseNotes, charts: list[Chart]) -> str:
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    env = Environment(
+        loader=PackageLoader("trainstack.release", "templates"),
+        autoescape=select_autoescape(default=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    sections = {title: _markdown_html(items) for title, items in notes.sections().items()}
+    known = [(v.slug, _safe_issue(i)) for v in notes.verification for i in v.known_issues]
+    return env.get_template("release.html.j2").render(
+        notes=notes,
+        nav=_nav(notes, sections, bool(known)),
+        sections=_Sections(sections),
+        version_columns=[flavour_label(slugs, len(notes.flavours)) for slugs in notes.versions.columns],
+        known_issues=known,
+        charts=charts,
+        not_measured=NOT_MEASURED,
+        count=fmt_count,
+        number=fmt_number,
+        delta=fmt_delta,
+        mfu=_mfu,
+        verdict_class=_verdict_class,
+        delta_class=_delta_class,
+    )
+
+
+class _Sections(dict):
+    """Section title -> prose items; a section without fragments is an empty list."""
+
+    def __missing__(self, key: str) -> list[ProseItem]:
+        return []
+
+    def __getattr__(self, key: str) -> list[ProseItem]:
+        return self[key]
+
+
+def _nav(notes: ReleaseNotes, sections: dict[str, list[ProseItem]], known: bool) -> list[tuple[str, str]]:
+    nav = [("highlights", "Highlights")] if "Highlights" in sections else []
+    nav.append(("updates", "Updates"))
+    nav += [(t.lower(), t) for t in ("Stability", "Fixes") if t in sections]
+    nav += [("flavours", "Flavours and images"), ("drivers", "Driver requirements"),
+            ("verification", "Verification"), ("performance", "Performance")]
+    if known or "Known issues" in sections:
+        nav.append(("known-issues", "Known issues"))
+    nav.append(("quick-start", "Quick start"))
+    return nav

@@ -1,0 +1,164 @@
+"""The release notes as data: what release.json holds and both writers render. Pure data."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+SCHEMA_VERSION = 1
+
+ChangeKind = Literal["changed", "added", "removed"]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Change(Frozen):
+    """One package between two releases; versions of git sources are 7-hex commits."""
+
+    name: str
+    old: str | None = None  # None: added
+    new: str | None = None  # None: removed
+    component: bool = False  # declared in the stack (not only a dependency of one)
+
+    @property
+    def kind(self) -> ChangeKind:
+        if self.old is None:
+            return "added"
+        if self.new is None:
+            return "removed"
+        return "changed"
+
+    def text(self) -> str:
+        """'torch: 2.2.2 → 2.3.0', 'einops: added 0.8.1', 'apex: removed (a7de60e)'."""
+        if self.old is None:
+            return f"{self.name}: added {self.new}"
+        if self.new is None:
+            return f"{self.name}: removed (was {self.old})"
+        return f"{self.name}: {self.old} → {self.new}"
+
+
+class Updates(Frozen):
+    """Changes shared by every flavour once, then what only some flavours changed."""
+
+    common: list[Change] = []
+    per_flavour: dict[str, list[Change]] = {}  # slug -> changes not in ``common``
+    added_flavours: list[str] = []
+    removed_flavours: list[str] = []
+
+    @property
+    def empty(self) -> bool:
+        return not (self.common or any(self.per_flavour.values()) or self.added_flavours or self.removed_flavours)
+
+
+class FlavourImage(Frozen):
+    slug: str
+    cuda: str
+    os: str
+    python: str
+    channel: str
+    image: str  # registry/image:tag
+    cache_key: str
+
+
+class ComponentVersions(Frozen):
+    """The version table: each declared component's version ('' when absent) per column, where a
+    column is a group of flavours whose versions are all the same."""
+
+    columns: list[list[str]]  # flavour slugs of each column
+    rows: dict[str, list[str]]  # component -> one version per column
+
+
+class DriverRequirement(Frozen):
+    slug: str
+    cuda: str
+    min_driver: str | None  # None: no GPU driver needed (cpu) or not in the rules
+    note: str  # "CPU only", "CUDA 12.8", or why it is unknown
+    source: str | None = None  # where the rule comes from
+
+
+class KnownIssue(Frozen):
+    title: str
+    link: str | None = None
+
+
+class Verification(Frozen):
+    slug: str
+    measured: bool  # False: no verify result was found for this flavour
+    verdict: str | None = None
+    tests_run: int | None = None
+    tests_failed: int | None = None
+    tests_allowed: int | None = None
+    known_issues: list[KnownIssue] = []
+    source: str | None = None  # the file it was read from, relative to the results directory
+
+
+class BenchRow(Frozen):
+    slug: str
+    model: str
+    mode: str
+    tokens_per_s: float
+    previous_tokens_per_s: float | None = None  # None: not measured in the previous release
+    mfu: float | None = None
+    peak_memory_gib: float | None = None
+
+    @property
+    def delta_percent(self) -> float | None:
+        if not self.previous_tokens_per_s:
+            return None
+        return (self.tokens_per_s / self.previous_tokens_per_s - 1.0) * 100.0
+
+
+FragmentType = Literal["highlight", "stability", "fix", "perf", "known-issue"]
+
+# file-name suffix -> section title, in the order the sections appear
+SECTIONS: dict[str, str] = {
+    "highlight": "Highlights",
+    "stability": "Stability",
+    "fix": "Fixes",
+    "perf": "Performance notes",
+    "known-issue": "Known issues",
+}
+
+
+class Fragment(Frozen):
+    name: str  # file name, e.g. "123.fix.md"
+    type: FragmentType
+    text: str  # Markdown, stripped
+
+
+class QuickStart(Frozen):
+    slug: str
+    commands: list[str]
+
+
+class ReleaseNotes(Frozen):
+    schema_version: int = SCHEMA_VERSION
+    stack: str
+    release: str
+    previous_release: str
+    description: str = ""
+    image: str
+    updates: Updates
+    versions: ComponentVersions
+    flavours: list[FlavourImage]
+    drivers: list[DriverRequirement]
+    verification: list[Verification]
+    performance: list[BenchRow]  # empty: not measured
+    fragments: list[Fragment]
+    quick_start: list[QuickStart]
+
+    @property
+    def title(self) -> str:
+        return f"{self.stack} {self.release}"
+
+    def sections(self) -> dict[str, list[Fragment]]:
+        """Section title -> its fragments, only the sections that have some, in SECTIONS order."""
+        found: dict[str, list[Fragment]] = {}
+        for kind, title in SECTIONS.items():
+            items = [f for f in self.fragments if f.type == kind]
+            if items:
+                found[title] = items
+        return found

@@ -1,0 +1,136 @@
+"""Assemble ReleaseNotes from manifests, results, rules and fragments. Pure: no files, no processes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
+from trainstack.errors import UsageError
+from trainstack.lock.manifest import Manifest
+from trainstack.release.diff import component_versions, diff_manifests
+from trainstack.release.model import (
+    BenchRow,
+    DriverRequirement,
+    FlavourImage,
+    Fragment,
+    QuickStart,
+    ReleaseNotes,
+    Verification,
+)
+from trainstack.release.results import BenchResult
+
+BenchKey = tuple[str, str, str]  # (slug, model, mode)
+
+
+@dataclass(frozen=True)
+class MinDriver:
+    version: str  # "570.26"
+    source: str | None = None  # the rule's source link
+
+
+# CUDA version ("12.8") -> the rules' minimum driver, or None when the rules do not know it
+DriverLookup = Callable[[str], MinDriver | None]
+
+
+def check_same_stack(previous: Manifest, current: Manifest, previous_name: str) -> None:
+    """Refuse a previous manifest of another stack, with the reason."""
+    if previous.stack != current.stack:
+        raise UsageError(
+            f"{previous_name}: the previous manifest is of stack '{previous.stack}', not '{current.stack}'; "
+            f"notes compare two releases of one stack",
+            hint=f"pass the stack.lock.json of an earlier '{current.stack}' release",
+        )
+
+
+def image_tag(manifest: Manifest, slug: str) -> str:
+    """registry/image:<release>-<flavour slug>: one tag per flavour, never shared between flavours."""
+    return f"{manifest.image}:{manifest.release}-{slug}"
+
+
+def flavour_images(manifest: Manifest) -> list[FlavourImage]:
+    return [
+        FlavourImage(slug=slug, cuda=f.cuda, os=f.os, python=f.python, channel=f.channel,
+                     image=image_tag(manifest, slug), cache_key=f.cache_key)
+        for slug, f in sorted(manifest.flavours.items())
+    ]
+
+
+def driver_requirements(manifest: Manifest, lookup: DriverLookup) -> list[DriverRequirement]:
+    found = []
+    for slug, flavour in sorted(manifest.flavours.items()):
+        if flavour.cuda == "cpu":
+            found.append(DriverRequirement(slug=slug, cuda="cpu", min_driver=None, note="CPU only: no GPU driver needed"))
+            continue
+        rule = lookup(flavour.cuda)
+        if rule is None:
+            found.append(DriverRequirement(slug=slug, cuda=flavour.cuda, min_driver=None,
+                                           note=f"CUDA {flavour.cuda} is not in the rules: not known"))
+        else:
+            found.append(DriverRequirement(slug=slug, cuda=flavour.cuda, min_driver=rule.version,
+                                           note=f"CUDA {flavour.cuda}", source=rule.source))
+    return found
+
+
+def performance(current: Mapping[BenchKey, BenchResult], previous: Mapping[BenchKey, BenchResult]) -> list[BenchRow]:
+    """Current bench results with the previous release's figure for the same flavour, model and mode."""
+    rows = []
+    for key in sorted(current):
+        result = current[key]
+        before = previous.get(key)
+        rows.append(BenchRow(
+            slug=result.slug, model=result.model, mode=result.mode, tokens_per_s=result.tokens_per_s,
+            previous_tokens_per_s=before.tokens_per_s if before else None,
+            mfu=result.mfu, peak_memory_gib=result.peak_memory_gib,
+        ))
+    return rows
+
+
+def quick_start(images: list[FlavourImage], components: Collection[str]) -> list[QuickStart]:
+    """Pull, then run a first command in the image: torch's view of the GPU where torch is shipped."""
+    check = (
+        "python -c 'import torch; print(torch.__version__, torch.cuda.is_available())'"
+        if "torch" in components
+        else "python -c 'import sys; print(sys.version)'"
+    )
+    found = []
+    for image in images:
+        gpus = "" if image.cuda == "cpu" else " --gpus all"
+        found.append(QuickStart(slug=image.slug, commands=[
+            f"docker pull {image.image}",
+            f"docker run --rm -it{gpus} --ipc=host {image.image} {check}",
+        ]))
+    return found
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything the notes are made of, already read and validated."""
+
+    current: Manifest
+    previous: Manifest
+    components: Collection[str]  # canonical names declared in the stack
+    description: str
+    verification: list[Verification]
+    bench: Mapping[BenchKey, BenchResult]
+    previous_bench: Mapping[BenchKey, BenchResult]
+    fragments: list[Fragment]
+
+
+def make_notes(inputs: Inputs, drivers: DriverLookup) -> ReleaseNotes:
+    current = inputs.current
+    images = flavour_images(current)
+    return ReleaseNotes(
+        stack=current.stack,
+        release=current.release,
+        previous_release=inputs.previous.release,
+        description=inputs.description,
+        image=current.image,
+        updates=diff_manifests(inputs.previous, current, inputs.components),
+        versions=component_versions(current, inputs.components),
+        flavours=images,
+        drivers=driver_requirements(current, drivers),
+        verification=inputs.verification,
+        performance=performance(inputs.bench, inputs.previous_bench),
+        fragments=inputs.fragments,
+        quick_start=quick_start(images, inputs.components),
+    )

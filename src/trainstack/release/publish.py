@@ -1,0 +1,108 @@
+"""The release verb's work: read the inputs, render every output in memory, write, consume fragments.
+
+Nothing is written unless all three outputs rendered, and fragments are consumed only after
+all three were written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainstack.errors import LockError, UsageError
+from trainstack.fsutil import atomic_write_text, dump_json
+from trainstack.lock.manifest import Manifest, load_manifest, manifest_path
+from trainstack.release.drivers import rules_lookup
+from trainstack.release.fragments import check_consumable, consume_fragments, read_fragments
+from trainstack.release.html import render_html
+from trainstack.release.markdown import render_markdown
+from trainstack.release.model import ReleaseNotes
+from trainstack.release.notes import BenchKey, DriverLookup, Inputs, check_same_stack, make_notes
+from trainstack.release.plots import charts
+from trainstack.release.results import BenchResult, read_bench, read_verification
+from trainstack.spec import load_stack
+
+OUTPUTS = ("RELEASE.md", "release.json", "release.html")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    notes: ReleaseNotes
+    written: list[Path]
+    consumed_to: Path | None  # where the fragments went, None when there were none
+
+
+def default_out(stack_path: Path, release: str) -> Path:
+    """examples/stacks/cpu-minimal.toml, release 2026.12.0 -> examples/stacks/cpu-minimal.release/2026.12.0/."""
+    return stack_path.parent / f"{stack_path.stem}.release" / release
+
+
+def _results_dir(path: Path | None, option: str, default: Path | None = None) -> Path | None:
+    if path is None:
+        return default if default is not None and default.is_dir() else None
+    if not path.is_dir():
+        raise UsageError(f"{option} {path}: no such directory", hint="give the directory that holds <flavour>/verify.json")
+    return path
+
+
+def current_manifest(stack_path: Path, stack_name: str, release: str) -> Manifest:
+    path = manifest_path(stack_path)
+    manifest = load_manifest(path)
+    if manifest.stack != stack_name or manifest.release != release:
+        raise LockError(
+            f"{path}: locked for {manifest.stack} {manifest.release}, but {stack_path} is {stack_name} {release}",
+            hint=f"run 'trainstack lock {stack_path}' first",
+        )
+    return manifest
+
+
+def _of_flavours(bench: dict[BenchKey, BenchResult], manifest: Manifest) -> dict[BenchKey, BenchResult]:
+    """Results of this stack's flavours, and those that name no flavour."""
+    return {key: row for key, row in bench.items() if key[0] in manifest.flavours or not key[0]}
+
+
+def render_all(notes: ReleaseNotes) -> dict[str, str]:
+    """File name -> its text, for every output; raises before anything is written."""
+    return {
+        "RELEASE.md": render_markdown(notes),
+        "release.json": dump_json(notes.model_dump(mode="json")),
+        "release.html": render_html(notes, charts(notes.performance, notes.release, notes.previous_release)),
+    }
+
+
+def make_release(
+    stack_path: Path,
+    previous_path: Path,
+    *,
+    results: Path | None = None,
+    previous_results: Path | None = None,
+    out: Path | None = None,
+    changes: Path | None = None,
+    drivers: DriverLookup | None = None,
+) -> Outcome:
+    stack = load_stack(stack_path)
+    current = current_manifest(stack_path, stack.stack.name, stack.stack.release)
+    previous = load_manifest(previous_path)
+    check_same_stack(previous, current, str(previous_path))
+    results_dir = _results_dir(results, "--results", default=Path("build"))
+    changes_dir = changes if changes is not None else stack_path.parent / "changes"
+    fragments = read_fragments(changes_dir)
+    check_consumable(changes_dir, fragments, current.release)
+    inputs = Inputs(
+        current=current,
+        previous=previous,
+        components=[c.key for c in stack.components.values()],
+        description=stack.stack.description,
+        verification=read_verification(results_dir, current.flavours),
+        bench=_of_flavours(read_bench(results_dir), current),
+        previous_bench=read_bench(_results_dir(previous_results, "--previous-results")),
+        fragments=fragments,
+    )
+    notes = make_notes(inputs, drivers if drivers is not None else rules_lookup())
+    texts = render_all(notes)
+    target = out if out is not None else default_out(stack_path, current.release)
+    written = []
+    for name in OUTPUTS:
+        atomic_write_text(target / name, texts[name])
+        written.append(target / name)
+    return Outcome(notes=notes, written=written, consumed_to=consume_fragments(changes_dir, fragments, current.release))
