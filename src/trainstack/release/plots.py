@@ -41,10 +41,10 @@ def _chart(rows: list[BenchRow], release: str, previous: str) -> Chart:
     ax.bar_label(bars, labels=[f"{r.tokens_per_s:,.0f}" for r in rows], fontsize=8, padding=2)
     ax.set_xticks(list(xs), modes)
     ax.set_ylabel("tokens/s")
-    ax.set_title(f"{model} · {slug or 'all flavours'}", fontsize=10)
+    fig.suptitle(f"{model} · {slug or 'all flavours'}", fontsize=10, x=0.02, ha="left")
     ax.margins(y=0.15)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    fig.legend(fontsize=8, frameon=False, loc="outside upper right", ncols=2)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
     alt = f"tokens/s of {model} on {slug or 'all flavours'} by mode: " + ", ".join(

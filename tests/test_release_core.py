@@ -1,0 +1,188 @@
+"""The pure core of release notes: manifest diff, fragments, result readers, Markdown."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainstack.errors import SpecError, UsageError
+from trainstack.lock.manifest import LockedFlavour, Manifest
+from trainstack.release.diff import component_versions, diff_manifests
+from trainstack.release.fragments import parse_fragment
+from trainstack.release.markdown import render_markdown
+from trainstack.release.notes import Inputs, MinDriver, check_same_stack, make_notes, performance
+from trainstack.release.results import BenchResult, parse_bench_lines, parse_verify, read_verification
+
+APEX_OLD = "git+https://github.com/NVIDIA/apex@2386a912164b0c5cfcd8be7a2b890fbac5607c82"
+APEX_NEW = "git+https://github.com/NVIDIA/apex@a7de60e57f2e0b1c0e2d3c4e5f6a7b8c9d0e1f2a"
+R128 = "cu128-ubuntu2404-py312-release"
+N128 = "cu128-ubuntu2404-py312-nightly"
+
+
+def flavour(packages: dict[str, str], sources: dict[str, str] | None = None, *, cuda: str = "12.8",
+            channel: str = "release", slug: str = R128) -> LockedFlavour:
+    return LockedFlavour(
+        cuda=cuda, os="ubuntu24.04", python="3.12", channel=channel, lock_file=f"locks/{slug}.txt",
+        lock_sha256="0" * 64, index=None, cache_key=f"ml/torch-{slug}-0123456789ab",
+        packages=packages, sources=sources or {},
+    )
+
+
+def manifest(release: str, flavours: dict[str, LockedFlavour], stack: str = "torch-cuda") -> Manifest:
+    return Manifest(stack=stack, release=release, image="registry.example.com/ml/torch", inputs_hash=release,
+                    uv_version="0.9.0", generated_at="2026-12-01T00:00:00Z", flavours=flavours)
+
+
+def two_releases() -> tuple[Manifest, Manifest]:
+    old = manifest("2026.11.0", {
+        R128: flavour({"torch": "2.10.0", "apex": "0.1", "numpy": "2.2.6", "filelock": "3.18.0"}, {"apex": APEX_OLD}),
+        N128: flavour({"torch": "2.11.0.dev20261101", "apex": "0.1", "numpy": "2.2.6", "triton": "3.5.0"},
+                      {"apex": APEX_OLD}, channel="nightly", slug=N128),
+    })
+    new = manifest("2026.12.0", {
+        R128: flavour({"torch": "2.11.0", "apex": "0.1", "numpy": "2.3.5", "einops": "0.8.1"}, {"apex": APEX_NEW}),
+        N128: flavour({"torch": "2.12.0.dev20261201", "apex": "0.1", "numpy": "2.3.5"},
+                      {"apex": APEX_NEW}, channel="nightly", slug=N128),
+    })
+    return old, new
+
+
+COMPONENTS = ["torch", "apex", "numpy", "triton"]
+
+
+def test_common_changes_once_then_per_flavour_with_short_commits():
+    old, new = two_releases()
+    updates = diff_manifests(old, new, COMPONENTS)
+    assert [c.text() for c in updates.common] == ["apex: 2386a91 → a7de60e", "numpy: 2.2.6 → 2.3.5"]
+    assert [c.text() for c in updates.per_flavour[R128]] == [
+        "torch: 2.10.0 → 2.11.0", "einops: added 0.8.1", "filelock: removed (was 3.18.0)",
+    ]
+    assert [c.text() for c in updates.per_flavour[N128]] == [
+        "torch: 2.11.0.dev20261101 → 2.12.0.dev20261201", "triton: removed (was 3.5.0)",
+    ]
+    assert updates.added_flavours == updates.removed_flavours == []
+
+
+def test_added_and_removed_flavours_are_listed_not_diffed():
+    old, new = two_releases()
+    cu130 = "cu130-ubuntu2404-py312-release"
+    new = new.model_copy(update={"flavours": {R128: new.flavours[R128], cu130: flavour({"torch": "2.11.0"}, cuda="13.0", slug=cu130)}})
+    updates = diff_manifests(old, new, COMPONENTS)
+    assert updates.added_flavours == [cu130]
+    assert updates.removed_flavours == [N128]
+    assert list(updates.per_flavour) == [R128]
+
+
+def test_identical_manifests_have_no_updates():
+    old, _ = two_releases()
+    updates = diff_manifests(old, old, COMPONENTS)
+    assert updates.empty
+    assert "No version changes since 2026.11.0." in render_markdown(_notes(old, old))
+
+
+def test_version_table_groups_flavours_with_identical_versions():
+    _, new = two_releases()
+    table = component_versions(new, COMPONENTS)
+    assert table.columns == [[N128], [R128]]
+    assert table.rows["apex"] == ["a7de60e", "a7de60e"]
+    assert table.rows["torch"] == ["2.12.0.dev20261201", "2.11.0"]
+    assert "triton" not in table.rows  # in no flavour of this manifest
+
+
+def test_previous_manifest_of_another_stack_is_refused_with_the_reason():
+    old, new = two_releases()
+    other = old.model_copy(update={"stack": "cpu-minimal"})
+    with pytest.raises(UsageError, match="previous manifest is of stack 'cpu-minimal', not 'torch-cuda'"):
+        check_same_stack(other, new, "old/stack.lock.json")
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("12.feature.md", "x", "unknown fragment type 'feature'"),
+    ("fix.md", "x", "needs an id and a type"),
+    ("12.fix.md", " \n\n", "empty fragment"),
+])
+def test_malformed_fragment_names_the_file(name, text, message):
+    with pytest.raises(SpecError, match=message) as info:
+        parse_fragment(name, text, Path("changes") / name)
+    assert f"changes/{name}" in str(info.value)
+
+
+def test_fragment_type_comes_from_the_suffix():
+    fragment = parse_fragment("123.known-issue.md", "  flash-attn needs sm80\n", Path("changes/123.known-issue.md"))
+    assert (fragment.type, fragment.text) == ("known-issue", "flash-attn needs sm80")
+
+
+def test_verify_fields_are_read_in_each_accepted_shape():
+    where = Path("build/x/verify.json")
+    nested = parse_verify(json.dumps({"verdict": "pass", "tests": {"run": 10, "failed": 1, "allowed": 1},
+                                      "known_issues": [{"title": "t", "link": "https://e/1"}, "plain"]}), "x", where, "x")
+    assert (nested.verdict, nested.tests_run, nested.tests_failed, nested.tests_allowed) == ("pass", 10, 1, 1)
+    assert [(i.title, i.link) for i in nested.known_issues] == [("t", "https://e/1"), ("plain", None)]
+    flat = parse_verify(json.dumps({"passed": False, "tests_run": 3, "tests_failed": 2}), "x", where, "x")
+    assert (flat.verdict, flat.tests_run, flat.tests_failed, flat.tests_allowed) == ("fail", 3, 2, None)
+    suites = parse_verify(json.dumps({"status": "fail", "suites": [{"total": 4, "failures": 1}, {"total": 6, "failures": 0}]}),
+                          "x", where, "x")
+    assert (suites.tests_run, suites.tests_failed, suites.tests_allowed) == (10, 1, None)
+
+
+def test_bad_verify_json_names_the_file_and_line():
+    with pytest.raises(SpecError, match=r"build/x/verify.json:2: not valid JSON"):
+        parse_verify('{"verdict":\n', "x", Path("build/x/verify.json"), "x")
+
+
+def test_missing_results_are_not_measured(tmp_path):
+    found = read_verification(tmp_path, [R128])
+    assert [(v.slug, v.measured, v.verdict) for v in found] == [(R128, False, None)]
+    old, new = two_releases()
+    text = render_markdown(_notes(old, new))
+    assert "| cu128-ubuntu2404-py312-release | not measured |" in text
+    assert "Not measured: no bench results were given for this release." in text
+
+
+def test_bench_lines_skip_other_records_and_name_bad_lines():
+    text = "\n".join([
+        json.dumps({"kind": "config", "preset": "tiny"}),  # no mode, no throughput: not a result
+        json.dumps({"preset": "tiny", "mode": "eager", "tokens_per_s": 812.5, "mfu": 0.01}),
+        "",
+        json.dumps({"model": "tiny", "mode": "compile", "tokens_per_sec": 990.0, "flavour": "cpu-x"}),
+    ])
+    rows = parse_bench_lines(text, Path("b.jsonl"), "dflt")
+    assert [(r.slug, r.model, r.mode, r.tokens_per_s) for r in rows] == [
+        ("dflt", "tiny", "eager", 812.5), ("cpu-x", "tiny", "compile", 990.0)]
+    with pytest.raises(SpecError, match=r"b.jsonl:2: not valid JSON"):
+        parse_bench_lines('{"mode": "x"}\n{oops', Path("b.jsonl"), "")
+
+
+def test_performance_deltas_only_against_measured_previous_results():
+    current = {(R128, "1b", m): BenchResult(slug=R128, model="1b", mode=m, tokens_per_s=v)
+               for m, v in (("eager", 1100.0), ("compile", 1500.0))}
+    previous = {(R128, "1b", "eager"): BenchResult(slug=R128, model="1b", mode="eager", tokens_per_s=1000.0)}
+    rows = {r.mode: r for r in performance(current, previous)}
+    assert rows["eager"].delta_percent == pytest.approx(10.0)
+    assert rows["compile"].previous_tokens_per_s is None and rows["compile"].delta_percent is None
+    old, new = two_releases()
+    text = render_markdown(_notes(old, new, bench=current, previous_bench=previous))
+    assert "| cu128-ubuntu2404-py312-release | 1b | eager | 1,100 | 1,000 | +10.0 % |" in text
+    assert "| cu128-ubuntu2404-py312-release | 1b | compile | 1,500 | not measured | not measured |" in text
+
+
+def test_driver_requirements_come_from_the_lookup_and_cpu_needs_none():
+    old, new = two_releases()
+    cpu = "cpu-ubuntu2404-py312-release"
+    new = new.model_copy(update={"flavours": {**new.flavours, cpu: flavour({"torch": "2.11.0"}, cuda="cpu", slug=cpu)}})
+    notes = _notes(old, new, drivers={"12.8": MinDriver("570.26", "https://docs.nvidia.com/x")})
+    found = {d.slug: (d.min_driver, d.source) for d in notes.drivers}
+    assert found[R128] == ("570.26", "https://docs.nvidia.com/x")
+    assert found[cpu] == (None, None)
+    unknown = _notes(old, new, drivers={})
+    assert {d.slug: d.note for d in unknown.drivers}[R128] == "CUDA 12.8 is not in the rules: not known"
+
+
+def _notes(old, new, *, bench=None, previous_bench=None, drivers=None):
+    table = drivers or {}
+    inputs = Inputs(current=new, previous=old, components=COMPONENTS, description="", fragments=[],
+                    verification=read_verification(None, new.flavours), bench=bench or {},
+                    previous_bench=previous_bench or {})
+    return make_notes(inputs, table.get)
