@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from trainstack.release.notes import DriverLookup, MinDriver
+from trainstack.release.notes import MinDriver
 
 
-def rules_lookup() -> DriverLookup:
-    """CUDA version -> the rules' minimum driver with its source link."""
+def rules_lookup(cuda: str) -> MinDriver | None:
+    """The rules' minimum driver for CUDA ``cuda``, with its source link; None when not in the rules."""
     from trainstack.rules import min_driver  # type: ignore[import-not-found]
 
-    def lookup(cuda: str) -> MinDriver | None:
-        rule = min_driver(cuda)
-        return None if rule is None else MinDriver(version=rule.version, source=rule.source)
-
-    return lookup
+    rule = min_driver(cuda)
+    return None if rule is None else MinDriver(version=rule.version, source=rule.source)

@@ -80,11 +80,12 @@ def make_release(
     changes: Path | None = None,
     drivers: DriverLookup | None = None,
 ) -> Outcome:
+    results_dir = _results_dir(results, "--results", default=Path("build"))
+    previous_results_dir = _results_dir(previous_results, "--previous-results")
     stack = load_stack(stack_path)
     current = current_manifest(stack_path, stack.stack.name, stack.stack.release)
     previous = load_manifest(previous_path)
     check_same_stack(previous, current, str(previous_path))
-    results_dir = _results_dir(results, "--results", default=Path("build"))
     changes_dir = changes if changes is not None else stack_path.parent / "changes"
     fragments = read_fragments(changes_dir)
     check_consumable(changes_dir, fragments, current.release)
@@ -95,10 +96,10 @@ def make_release(
         description=stack.stack.description,
         verification=read_verification(results_dir, current.flavours),
         bench=_of_flavours(read_bench(results_dir), current),
-        previous_bench=read_bench(_results_dir(previous_results, "--previous-results")),
+        previous_bench=read_bench(previous_results_dir),
         fragments=fragments,
     )
-    notes = make_notes(inputs, drivers if drivers is not None else rules_lookup())
+    notes = make_notes(inputs, drivers if drivers is not None else rules_lookup)
     texts = render_all(notes)
     target = out if out is not None else default_out(stack_path, current.release)
     written = []
