@@ -24,6 +24,7 @@ app = typer.Typer(
 VERBS: dict[str, str] = {
     "render": "trainstack.render.command",
     "release": "trainstack.release.command",
+    "health": "trainstack.health.command",
     
 }
 

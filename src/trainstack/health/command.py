@@ -1,0 +1,44 @@
+"""The `health` verb: parse options, run the checks, print a table or JSON, exit with the verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from trainstack.errors import UsageError
+
+
+def command(
+    level: int = typer.Option(1, "--level", help="1: NVML and host (seconds); 2: + GEMM and copies (< 60 s a GPU); "
+                              "3: + all-reduce and sustained GEMM."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (schema: HealthReport)."),
+    expect_gpus: int | None = typer.Option(None, "--expect-gpus", help="GPUs this node must show."),
+    thresholds: Path | None = typer.Option(None, "--thresholds", help="TOML file laid over the built-in thresholds."),
+    min_driver: str | None = typer.Option(None, "--min-driver", help="Minimum driver version, e.g. 550.54.15."),
+    disk: Path = typer.Option(Path("."), "--disk", help="Where free disk is measured."),
+    duration: float = typer.Option(30.0, "--duration", help="Seconds of sustained GEMM at level 3."),
+    allreduce_gib: float = typer.Option(2.0, "--allreduce-gib", help="All-reduce message size at level 3."),
+) -> None:
+    """Check whether this node can run a training job. Exit 0 ok, 1 warn, 2 critical, 3 unknown.
+
+    Example: trainstack health --level 2 --expect-gpus 8 --json
+    """
+    from trainstack.console import out
+    from trainstack.health.render import table
+    from trainstack.health.run import HealthOptions, run_health
+
+    if level not in (1, 2, 3):
+        raise UsageError(f"--level {level}: accepted values are 1, 2, 3")
+    if expect_gpus is not None and expect_gpus < 0:
+        raise UsageError(f"--expect-gpus {expect_gpus}: accepted is a count >= 0")
+    if duration <= 0 or allreduce_gib <= 0:
+        raise UsageError("--duration and --allreduce-gib: accepted are positive numbers")
+    opts = HealthOptions(level=level, expect_gpus=expect_gpus, thresholds_file=thresholds, min_driver=min_driver,
+                         disk_path=disk, sustained_s=duration, allreduce_bytes=int(allreduce_gib * 1024**3))
+    report = run_health(opts)
+    if json_out:
+        print(report.model_dump_json(indent=2))
+    else:
+        out.print(table(report))
+    raise typer.Exit(report.exit_code)

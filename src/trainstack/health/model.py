@@ -1,0 +1,85 @@
+"""The result model of `trainstack health`: one Check per measured fact, one report per node.
+
+How statuses combine (worst wins), from best to worst:
+
+    ok < warn < unknown < critical
+
+``unknown`` ranks above ``warn``: a node whose health could not be established is
+not known to be fit for a job, which is worse than a known, tolerable defect. It
+ranks below ``critical``: a known failure is the stronger statement. The exit code
+follows the Nagios convention (0 ok, 1 warn, 2 critical, 3 unknown) for the
+combined status.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Status(str, Enum):
+    ok = "ok"
+    warn = "warn"
+    critical = "critical"
+    unknown = "unknown"
+
+    @property
+    def exit_code(self) -> int:
+        return _EXIT[self]
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+
+_EXIT = {Status.ok: 0, Status.warn: 1, Status.critical: 2, Status.unknown: 3}
+_RANK = {Status.ok: 0, Status.warn: 1, Status.unknown: 2, Status.critical: 3}
+
+
+def worst(statuses: list[Status]) -> Status:
+    """The combined status: the worst of ``statuses`` by the order in the module docstring."""
+    return max(statuses, key=lambda s: s.rank, default=Status.ok)
+
+
+class Check(BaseModel):
+    """One verdict: what was measured, against which threshold, in which unit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="check identifier, e.g. 'ecc.volatile_uncorrected'")
+    level: int = Field(ge=1, le=3)
+    status: Status
+    gpu: int | None = Field(default=None, description="GPU index; null for node-wide checks")
+    value: float | str | None = Field(default=None, description="measured value; null when not measured")
+    threshold: str | None = Field(default=None, description="the limit applied, e.g. '< 700 warn, < 550 critical'")
+    unit: str = ""
+    message: str = ""
+
+
+class HealthReport(BaseModel):
+    """What `trainstack health --json` prints."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = 1
+    level: int = Field(ge=1, le=3)
+    status: Status
+    exit_code: int = Field(ge=0, le=3)
+    gpu_model: str | None = Field(default=None, description="NVML name of GPU 0")
+    thresholds_profile: str = Field(description="which thresholds section applied")
+    seconds: float = Field(description="wall time of all checks")
+    checks: list[Check]
+
+    @classmethod
+    def build(cls, *, level: int, checks: list[Check], gpu_model: str | None, profile: str, seconds: float) -> HealthReport:
+        status = worst([c.status for c in checks])
+        return cls(
+            level=level,
+            status=status,
+            exit_code=status.exit_code,
+            gpu_model=gpu_model,
+            thresholds_profile=profile,
+            seconds=round(seconds, 3),
+            checks=checks,
+        )
