@@ -1,0 +1,1 @@
+"""ELF link check: NEEDED and dlopen'ed libraries resolved the way the dynamic loader would."""

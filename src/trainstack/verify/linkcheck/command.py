@@ -1,0 +1,42 @@
+"""`trainstack linkcheck`: the ELF link check as a verb of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from trainstack.console import out
+
+
+def command(
+    paths: list[Path] = typer.Argument(..., help="Environments, directories or ELF files to check."),
+    stack: Path | None = typer.Option(None, "--stack", help="Take banned and required links from this stack's [verify.links]."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    notes: bool = typer.Option(False, "--notes", help="Also list notes (driver libraries, optional plugins)."),
+    candidates: bool = typer.Option(False, "--candidates", help="List every dlopen candidate and where it was found."),
+    strings: bool = typer.Option(True, "--strings/--no-strings", help="Scan read-only data for dlopen candidates."),
+) -> None:
+    """Resolve the NEEDED and dlopen'ed libraries of every ELF object, the way ld.so would.
+
+    Exit 0 when nothing is broken, 1 when a link fails, 2 on bad input.
+
+    Example: trainstack linkcheck build/cu128-ubuntu2404-py312-release/venv --stack examples/stacks/torch-cuda.toml
+    """
+    from trainstack.verify.linkcheck.check import check_paths
+    from trainstack.verify.linkcheck.render import render_candidates, render_links
+
+    links = None
+    if stack is not None:
+        from trainstack.spec import load_stack
+
+        links = load_stack(stack).verify.links
+    report = check_paths(paths, links, scan_strings=strings)
+    if json_out:
+        out.print_json(report.model_dump_json())
+    else:
+        if candidates:
+            render_candidates(report, out)
+        render_links(report, out, show_notes=notes)
+    if not report.ok:
+        raise typer.Exit(1)
