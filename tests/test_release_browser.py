@@ -1,0 +1,86 @@
+"""release.html in a real headless Chromium: no console errors, version table and chart on screen."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.test_release_publish import SLUG, _release, project  # noqa: F401  (project is a fixture)
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+SIZES = {"laptop": (1366, 900), "phone": (390, 844)}
+
+# Rendering fixtures for the page (not measurements): current and previous bench lines.
+CURRENT = [
+    {"preset": "tiny", "mode": "eager", "tokens_per_s": 812.5, "mfu": 0.011, "peak_memory_gib": 1.2},
+    {"preset": "tiny", "mode": "compile", "tokens_per_s": 990.0, "mfu": 0.013, "peak_memory_gib": 1.1},
+]
+PREVIOUS = [{"preset": "tiny", "mode": "eager", "tokens_per_s": 790.0}]
+
+
+def _jsonl(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+@pytest.fixture
+def browser(tmp_path: Path):
+    for program in (CHROMIUM, CHROMEDRIVER):
+        if not Path(program).exists() and shutil.which(Path(program).name) is None:
+            pytest.fail(f"{program} is missing: apt-get install chromium chromium-driver")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver_path = CHROMEDRIVER if Path(CHROMEDRIVER).exists() else shutil.which("chromedriver")
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    yield driver
+    driver.quit()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_page_loads_cleanly_and_shows_the_version_table_and_a_chart(project, browser, tmp_path):  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    _jsonl(project / "results" / SLUG / "bench.jsonl", CURRENT)
+    _jsonl(project / "previous-results" / SLUG / "bench.jsonl", PREVIOUS)
+    (project / "changes" / "12.known-issue.md").write_text("See [the tracker](https://example.org/issues/12).\n")
+    _release(project, previous_results=project / "previous-results")
+    page = (project / "out" / "release.html").resolve()
+
+    for name, (width, height) in SIZES.items():
+        browser.set_window_size(width, height)
+        browser.get(page.as_uri())
+        errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+        assert errors == [], f"{name}: console errors {errors}"
+        table = browser.find_element(By.ID, "versions")
+        chart = browser.find_element(By.CSS_SELECTOR, "img.chart")
+        for element in (table, chart):
+            browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+            assert element.is_displayed()
+            assert element.size["width"] > 0 and element.size["height"] > 0
+        assert browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", chart) > 0
+        assert "numpy" in table.text
+        # nothing wider than the screen but the tables, which scroll inside their own box
+        overflow = browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{name}: the page is {overflow}px wider than the window"
+        # a full-page screenshot: the window as tall as the page, so table and chart are both in it
+        full = browser.execute_script("return document.documentElement.scrollHeight")
+        browser.set_window_size(width, full + 200)
+        bottoms = [browser.execute_script("const r = arguments[0].getBoundingClientRect(); return r.bottom + scrollY", e)
+                   for e in (table, chart)]
+        assert all(bottom <= full for bottom in bottoms)
+        shot = tmp_path / f"release-{name}.png"
+        assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 0
+    assert browser.find_element(By.CSS_SELECTOR, "#known-issues a").get_attribute("href") == "https://example.org/issues/12"
