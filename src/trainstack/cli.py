@@ -26,6 +26,7 @@ VERBS: dict[str, str] = {
     "linkcheck": "trainstack.verify.linkcheck.command",
     "release": "trainstack.release.command",
     "health": "trainstack.health.command",
+    "bench": "trainstack.bench.command",
     
 }
 

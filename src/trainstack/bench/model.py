@@ -9,6 +9,7 @@ computed in row chunks so the fp32 logits of the whole vocabulary never exist at
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -149,6 +150,7 @@ class Transformer(nn.Module):
         cos, sin = rope_tables(cfg, device=self.output.weight.device)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        self.loss_chunk_fn: Callable = softmax_xent_grad
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -183,7 +185,11 @@ class Transformer(nn.Module):
         h = self.hidden(tokens)
         if targets is None:
             return self.output(h)
-        return chunked_cross_entropy(h.flatten(0, 1), self.output.weight, targets.flatten())
+        return chunked_cross_entropy(h.flatten(0, 1), self.output.weight, targets.flatten(), chunk_fn=self.loss_chunk_fn)
+
+    def compile_loss(self) -> None:
+        """Fuse the per-chunk softmax and its gradient into two passes over the logits."""
+        self.loss_chunk_fn = torch.compile(softmax_xent_grad, dynamic=False)
 
 
 def _compute_dtype(t: torch.Tensor) -> torch.dtype:
@@ -192,18 +198,35 @@ def _compute_dtype(t: torch.Tensor) -> torch.dtype:
     return t.dtype
 
 
-def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int = LOSS_CHUNK_ROWS) -> torch.Tensor:
+def chunked_cross_entropy(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    chunk: int = LOSS_CHUNK_ROWS,
+    chunk_fn: Callable | None = None,
+) -> torch.Tensor:
     """Mean cross-entropy of ``h @ weight.T`` against ``targets``, ``chunk`` rows at a time.
 
     h (N, C), weight (V, C), targets (N,). The gradients are computed chunk by chunk in
     the forward pass (the softmax is at hand there), so backward needs no logits at all.
+    ``chunk_fn`` replaces ``softmax_xent_grad`` (e.g. by its torch.compile'd version).
     """
     dtype = _compute_dtype(h)
     h, weight = h.to(dtype), weight.to(dtype)
     if not (torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)):
         with torch.autocast(h.device.type, enabled=False):
             return _loss_only(h, weight, targets, chunk)
-    return _ChunkedLinearCrossEntropy.apply(h, weight, targets, chunk)
+    return _ChunkedLinearCrossEntropy.apply(h, weight, targets, chunk, chunk_fn or softmax_xent_grad)
+
+
+def softmax_xent_grad(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy of one chunk and its gradient wrt the logits (softmax - one_hot)."""
+    x = logits.float()  # (n, V)
+    lse = torch.logsumexp(x, dim=-1)  # (n,)
+    loss = (lse - x.gather(1, targets[:, None]).squeeze(1)).sum()
+    grad = x.sub_(lse[:, None]).exp_()
+    grad.scatter_add_(1, targets[:, None], torch.full_like(lse[:, None], -1.0))
+    return loss, grad.to(logits.dtype)
 
 
 def _loss_only(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -216,7 +239,7 @@ def _loss_only(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chu
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, h, weight, targets, chunk, chunk_fn):  # type: ignore[override]
         with torch.autocast(h.device.type, enabled=False):
             n = h.shape[0]
             total = torch.zeros((), dtype=torch.float32, device=h.device)
@@ -224,13 +247,8 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
             for start in range(0, n, chunk):
                 hc, tc = h[start : start + chunk], targets[start : start + chunk]
-                logits = (hc @ weight.t()).float()  # (n, V)
-                lse = torch.logsumexp(logits, dim=-1)  # (n,)
-                total += (lse - logits.gather(1, tc[:, None]).squeeze(1)).sum()
-                # d(sum of losses)/d(logits) = softmax - one_hot, built in place of the logits
-                probs = logits.sub_(lse[:, None]).exp_()
-                probs.scatter_add_(1, tc[:, None], torch.full_like(lse[:, None], -1.0))
-                g = probs.to(h.dtype)
+                loss, g = chunk_fn(hc @ weight.t(), tc)  # g (n, V)
+                total += loss
                 grad_h[start : start + chunk] = g @ weight
                 grad_w += g.t() @ hc
             ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
@@ -238,10 +256,10 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         return total / n
 
     @staticmethod
-    def backward(ctx, grad_loss: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad_loss):  # type: ignore[override]
         grad_h, grad_w = ctx.saved_tensors
         scale = grad_loss / ctx.n
-        return grad_h * scale.to(grad_h.dtype), grad_w * scale.to(grad_w.dtype), None, None
+        return grad_h * scale.to(grad_h.dtype), grad_w * scale.to(grad_w.dtype), None, None, None
 
 
 def from_hf_config(path: str) -> ModelConfig:

@@ -1,0 +1,76 @@
+"""Run a list of modes, each in a fresh worker process, and collect one row per mode.
+
+Under torchrun every rank starts its own worker for each mode; the workers of one mode
+meet on a port of their own, so no process group outlives its mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from trainstack import proc
+from trainstack.bench.device import dist_from_env
+from trainstack.bench.runner import RunSpec
+from trainstack.fsutil import atomic_write_json
+
+
+def run_ablation(
+    base: RunSpec,
+    modes: list[str],
+    *,
+    timeout_s: float | None = None,
+    on_row: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    rows = []
+    for index, mode in enumerate(modes):
+        row = run_mode(replace(base, mode=mode), index, timeout_s)
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    return rows
+
+
+def run_mode(spec: RunSpec, index: int, timeout_s: float | None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="trainstack-bench-") as tmp:
+        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        atomic_write_json(spec_path, spec.to_json())
+        argv = [sys.executable, "-m", "trainstack.bench.worker", spec_path, result_path]
+        try:
+            result = proc.run(argv, env=_worker_env(index), timeout=timeout_s, echo=dist_from_env().rank == 0)
+        except subprocess.TimeoutExpired:
+            return _failed(spec, "timeout", f"no result after {timeout_s:.0f} s")
+        if result_path.is_file():
+            return json.loads(result_path.read_text(encoding="utf-8"))
+        return _failed(spec, _status_of(result), _last_line(result.stderr) or f"worker exited {result.returncode}")
+
+
+def _worker_env(index: int) -> dict[str, str]:
+    env = {"PYTHONUNBUFFERED": "1"}
+    if "MASTER_PORT" in os.environ:
+        env["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1 + index)
+    return env
+
+
+def _status_of(result: proc.Result) -> str:
+    # SIGKILL with no result is how the kernel's OOM killer ends a process
+    if result.returncode == -9 or "out of memory" in result.stderr.lower():
+        return "oom"
+    return "error"
+
+
+def _failed(spec: RunSpec, status: str, error: str) -> dict:
+    from trainstack.bench.modes import parse_mode
+
+    return {"model": spec.model, "mode": parse_mode(spec.mode).name, "batch": spec.batch, "seq": spec.seq, "status": status, "error": error}
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""

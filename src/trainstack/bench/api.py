@@ -1,0 +1,125 @@
+"""What the bench verb does: validate options, run one mode or an ablation, print, write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainstack.bench.device import dist_from_env
+from trainstack.bench.model import ModelConfig
+from trainstack.bench.modes import parse_modes
+from trainstack.bench.presets import preset
+from trainstack.bench.report import explain, results_table, write_jsonl
+from trainstack.bench.runner import RunSpec
+from rich.console import Console
+
+from trainstack.console import err, out
+from trainstack.errors import UsageError
+
+# Statuses that are results (the mode cannot run here), not failures of the benchmark.
+EXPECTED = {"ok", "oom", "unavailable"}
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    model: str = "125m"
+    hf_config: Path | None = None
+    batch: int = 1
+    seq: int = 2048
+    steps: int = 20
+    warmup: int = 3
+    modes: str = "compile"
+    ablation: bool = False
+    out: Path | None = None
+    device: str = "auto"
+    memory_cap_gib: float | None = None
+    timeout_s: float = 1800.0
+
+
+def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig]:
+    if opts.hf_config is not None:
+        from trainstack.bench.model import from_hf_config
+
+        return opts.hf_config.stem if opts.hf_config.is_file() else opts.hf_config.name, from_hf_config(str(opts.hf_config))
+    return opts.model, preset(opts.model)
+
+
+def make_spec(opts: BenchOptions) -> RunSpec:
+    label, cfg = resolve_config(opts)
+    checks = (
+        (opts.batch >= 1, f"--batch {opts.batch}: accepted: 1 or more"),
+        (2 <= opts.seq <= cfg.max_seq, f"--seq {opts.seq}: accepted: 2 to {cfg.max_seq} (the model's max_seq)"),
+        (opts.steps >= 2, f"--steps {opts.steps}: accepted: 2 or more timed steps"),
+        (opts.warmup >= 1, f"--warmup {opts.warmup}: accepted: 1 or more (the first step compiles)"),
+        (opts.device in ("auto", "cuda", "cpu"), f"--device {opts.device}: accepted: auto, cuda, cpu"),
+        (opts.memory_cap_gib is None or opts.memory_cap_gib > 0, f"--memory-cap-gib {opts.memory_cap_gib}: accepted: a positive number"),
+    )
+    for ok, message in checks:
+        if not ok:
+            raise UsageError(message)
+    cap = int(opts.memory_cap_gib * 2**30) if opts.memory_cap_gib else None
+    return RunSpec(label, cfg, batch=opts.batch, seq=opts.seq, steps=opts.steps, warmup=opts.warmup, device=opts.device, memory_cap_bytes=cap)
+
+
+def benchmark(opts: BenchOptions) -> list[dict]:
+    """Run, print the table, write ``<out>/<label>.jsonl`` and ``.png``; returns the rows."""
+    spec = make_spec(opts)
+    modes = [m.name for m in parse_modes(opts.modes)]
+    if not opts.ablation and len(modes) > 1:
+        raise UsageError(f"--modes '{opts.modes}' lists {len(modes)} modes; accepted: one mode, or several with --ablation")
+    lead = dist_from_env().rank == 0
+    if opts.ablation:
+        from trainstack.bench.ablation import run_ablation
+
+        rows = run_ablation(spec, modes, timeout_s=opts.timeout_s, on_row=_progress if lead else None)
+    else:
+        from dataclasses import replace
+
+        from trainstack.bench.runner import run
+
+        rows = [run(replace(spec, mode=modes[0]))]
+    if lead:
+        _publish(rows, spec, opts.out)
+    return rows
+
+
+def _progress(row: dict) -> None:
+    speed = f"{row['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if row.get("status") == "ok" else row.get("error", "")
+    err.print(f"[dim]{row['mode']}: {row['status']} {speed}[/dim]", highlight=False)
+
+
+def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None) -> None:
+    title = f"trainstack bench: {spec.model}, batch {spec.batch} x seq {spec.seq}"
+    _wide().print(results_table(rows, title))
+    for line in explain(rows):
+        out.print(line, highlight=False, soft_wrap=True)
+    if out_dir is None:
+        return
+    stem = out_dir / f"bench-{spec.model}-b{spec.batch}-s{spec.seq}"
+    write_jsonl(stem.with_suffix(".jsonl"), rows)
+    out.print(f"wrote {stem.with_suffix('.jsonl')}", highlight=False)
+    if len(rows) > 1:
+        from trainstack.bench.plot import write_chart
+
+        write_chart(stem.with_suffix(".png"), rows, title)
+        out.print(f"wrote {stem.with_suffix('.png')}", highlight=False)
+
+
+def exit_code(rows: list[dict], ablation: bool) -> int:
+    """0 when the run measured what it could; 1 when a mode failed or nothing was measured."""
+    if any(r.get("status") not in EXPECTED for r in rows):
+        return 1
+    if not any(r.get("status") == "ok" for r in rows):
+        return 1
+    return 0 if ablation or rows[0]["status"] == "ok" else 1
+
+
+def compare(path_a: Path, path_b: Path) -> None:
+    from trainstack.bench.compare import compare_table
+
+    _wide().print(compare_table(path_a, path_b))
+
+
+def _wide() -> Console:
+    """stdout wide enough for the result tables, also when piped into a log."""
+    return Console(width=max(out.width, 180), highlight=False)

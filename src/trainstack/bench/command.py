@@ -1,0 +1,42 @@
+"""The bench verb: end-to-end training throughput, ablations, A/B comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def command(
+    model: str = typer.Option("125m", "--model", "-m", help="Preset: tiny, 125m, 1b, 3b, 8b."),
+    hf_config: Path | None = typer.Option(None, "--hf-config", help="A Hugging Face config.json (or its folder) instead of a preset; no download."),
+    batch: int = typer.Option(1, "--batch", "-b", help="Sequences per GPU per step."),
+    seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length."),
+    steps: int = typer.Option(20, "--steps", help="Timed steps."),
+    warmup: int = typer.Option(3, "--warmup", help="Untimed steps first (compilation happens here)."),
+    modes: str | None = typer.Option(None, "--modes", help="Mode, or comma-separated modes with --ablation: eager, compile, ac-none, ac-full, ac-every-N, ac-selective, planned, joined by '+' (compile+ac-selective)."),
+    ablation: bool = typer.Option(False, "--ablation", help="Run each mode in a fresh process; one table, JSON lines and a PNG chart."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Folder for bench-<model>-b<batch>-s<seq>.jsonl (and .png for several modes)."),
+    device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
+    memory_cap_gib: float | None = typer.Option(None, "--memory-cap-gib", help="Fail allocations beyond this many GiB per process, as on a smaller GPU."),
+    timeout_s: float = typer.Option(1800.0, "--timeout", help="Seconds one ablation mode may take."),
+    compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Two result files A and B: print an A/B table with ratios, run nothing."),
+) -> None:
+    """Measure training throughput (tokens/s, MFU, memory, step-time spread) of a Llama-family decoder.
+
+    Under torchrun the model is sharded with FSDP2 and figures are per GPU and in total.
+
+    Example: trainstack bench --model 1b --batch 4 --seq 4096 --ablation --out results
+    """
+    from trainstack.bench import api
+
+    if compare is not None:
+        api.compare(*compare)
+        return
+    from trainstack.bench.modes import DEFAULT_ABLATION
+
+    chosen = modes or (",".join(DEFAULT_ABLATION) if ablation else "compile")
+    opts = api.BenchOptions(model, hf_config, batch, seq, steps, warmup, chosen, ablation, out, device, memory_cap_gib, timeout_s)
+    code = api.exit_code(api.benchmark(opts), ablation)
+    if code:
+        raise typer.Exit(code)

@@ -1,0 +1,152 @@
+"""The edge between the benchmark and the hardware: device choice, memory caps, timers,
+the process group under torchrun, and what counts as running out of memory."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import time
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import torch
+
+# Attention backends in the order tried: cuDNN's Hopper kernels first, then FlashAttention-2.
+_SDPA_ORDER = ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def dist_from_env() -> Dist:
+    """Rank and world size as torchrun sets them; a single process otherwise."""
+    env = os.environ
+    return Dist(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
+
+
+def pick_device(requested: str, dist: Dist) -> torch.device:
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda":
+        torch.cuda.set_device(dist.local_rank)
+        return torch.device("cuda", dist.local_rank)
+    return torch.device(requested)
+
+
+def init_process_group(dist: Dist, device: torch.device) -> None:
+    if dist.enabled and not torch.distributed.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        torch.distributed.init_process_group(backend, **kwargs)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+
+
+def cap_memory(device: torch.device, cap_bytes: int | None) -> None:
+    """Make allocations beyond ``cap_bytes`` fail as a real out-of-memory would."""
+    if not cap_bytes:
+        return
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap_bytes / total), device)
+        return
+    # CPU: cap the address space at what is mapped now plus the budget
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = _mapped_bytes() + cap_bytes
+    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
+def _mapped_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("VmSize missing from /proc/self/status")
+
+
+def memory_budget(device: torch.device, cap_bytes: int | None) -> int:
+    """Bytes a mode may plan for: the cap if given, else the device's memory."""
+    if cap_bytes:
+        return cap_bytes
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, the CPU allocator's failure, also when torch.compile wraps them."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc).lower()
+    return "out of memory" in text or "can't allocate memory" in text
+
+
+def sdpa_context(device: torch.device) -> AbstractContextManager:
+    if device.type != "cuda":
+        return nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, name) for name in _SDPA_ORDER], set_priority=True)
+
+
+def sdpa_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> str:
+    """Which fused attention kernel PyTorch picks for these shapes in the current context."""
+    from torch.nn.attention import SDPBackend
+
+    index = torch._fused_sdp_choice(q, k, v, is_causal=True, enable_gqa=gqa)
+    names = {member.value: name.lower() for name, member in SDPBackend.__members__.items()}
+    return names.get(int(index), str(index))
+
+
+class StepTimer:
+    """Per-step times without host syncs: CUDA events on a GPU, the wall clock on a CPU
+    (where every op already runs to completion before the next)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.marks: list = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def step_seconds(self) -> list[float]:
+        """Seconds between consecutive marks; syncs once, at the end of the timed window."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) / 1000 for a, b in zip(self.marks, self.marks[1:])]
+        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory(device: torch.device) -> tuple[int | None, int | None]:
+    """(max allocated, max reserved) bytes by PyTorch's allocator; (None, None) on a CPU."""
+    if device.type != "cuda":
+        return None, None
+    return torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)

@@ -1,0 +1,130 @@
+"""Benchmark modes: eager, torch.compile per block, activation checkpointing, memplan.
+
+A mode string joins parts with '+': ``eager``, ``compile``, ``ac-none``, ``ac-full``,
+``ac-every-N`` (every N-th block, starting with the first), ``ac-selective`` (per op:
+matrix products and attention are saved, cheap element-wise ops recomputed) and
+``planned`` (what memplan chooses for the memory budget); e.g. ``compile+ac-selective``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from trainstack.errors import UsageError
+
+ACCEPTED = "eager, compile, ac-none, ac-full, ac-every-N, ac-selective, planned, or parts joined by '+'"
+DEFAULT_ABLATION = ("eager", "compile", "ac-full", "ac-every-2", "ac-selective", "compile+ac-selective", "planned")
+
+_AC_PART = re.compile(r"^ac-(none|full|selective|every-([1-9][0-9]*))$")
+
+
+class ModeUnavailable(Exception):
+    """The mode cannot run in this environment (its row says why)."""
+
+
+@dataclass(frozen=True)
+class Mode:
+    compile: bool = False
+    ac: str = "none"  # none | full | every | selective | planned
+    every: int = 0
+
+    @property
+    def name(self) -> str:
+        ac = {"none": "", "every": f"ac-every-{self.every}", "planned": "planned"}.get(self.ac, f"ac-{self.ac}")
+        parts = (["compile"] if self.compile else []) + ([ac] if ac else [])
+        return "+".join(parts) or "eager"
+
+
+def parse_mode(text: str) -> Mode:
+    compiled, ac, every, seen_ac = False, "none", 0, False
+    for part in text.strip().lower().split("+"):
+        match = _AC_PART.match(part)
+        if part == "eager":
+            continue
+        if part == "compile":
+            compiled = True
+            continue
+        if part != "planned" and match is None:
+            raise UsageError(f"--modes: unknown mode part '{part}' in '{text}'; accepted: {ACCEPTED}")
+        if seen_ac:
+            raise UsageError(f"--modes: '{text}' names more than one checkpointing choice; accepted: at most one ac-* or planned")
+        seen_ac = True
+        if part == "planned":
+            ac = "planned"
+        elif match.group(2):
+            ac, every = "every", int(match.group(2))
+        else:
+            ac = match.group(1)
+    if compiled and "eager" in text.lower().split("+"):
+        raise UsageError(f"--modes: '{text}' is both eager and compile; accepted: {ACCEPTED}")
+    return Mode(compile=compiled, ac=ac, every=every)
+
+
+def parse_modes(text: str) -> list[Mode]:
+    modes = [parse_mode(part) for part in text.split(",") if part.strip()]
+    if not modes:
+        raise UsageError(f"--modes: no mode given; accepted: {ACCEPTED}")
+    return modes
+
+
+def _saved_ops() -> frozenset:
+    """Ops whose outputs selective checkpointing keeps: matrix products and attention."""
+    aten = torch.ops.aten
+    names = (
+        "mm", "addmm", "bmm", "_scaled_mm",
+        "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    )  # fmt: skip
+    return frozenset(getattr(aten, n).default for n in names if hasattr(aten, n))
+
+
+def _selective_policy(saved: frozenset, ctx, op, *args, **kwargs) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def selective_context():
+    return create_selective_checkpoint_contexts(partial(_selective_policy, _saved_ops()))
+
+
+class Checkpointed(nn.Module):
+    """A block whose activations are recomputed in backward (all of them, or per a policy)."""
+
+    def __init__(self, block: nn.Module, selective: bool = False) -> None:
+        super().__init__()
+        self.block = block
+        self.selective = selective
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        if self.selective:
+            return checkpoint(self.block, *args, use_reentrant=False, context_fn=selective_context)
+        return checkpoint(self.block, *args, use_reentrant=False)
+
+
+def apply_checkpointing(model: nn.Module, mode: Mode) -> None:
+    """Wrap ``model.layers`` in place according to ``mode.ac`` (none, full, every, selective)."""
+    for i, block in enumerate(model.layers):
+        if mode.ac in ("full", "selective") or (mode.ac == "every" and i % mode.every == 0):
+            model.layers[i] = Checkpointed(block, selective=mode.ac == "selective")
+
+
+def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: int, world_size: int):
+    """Let memplan choose what to recompute for ``budget_bytes``; returns (model, plan)."""
+    try:
+        from trainstack.memplan import apply, plan_memory
+    except ImportError:
+        raise ModeUnavailable("unavailable: memplan not installed") from None
+    plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size)
+    return apply(model, plan), plan
+
+
+def apply_compile(model: nn.Module) -> None:
+    """torch.compile each block (one graph, reused by every identical block) and the loss chunks."""
+    for block in model.layers:
+        block.compile()
+    model.compile_loss()

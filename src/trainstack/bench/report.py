@@ -1,0 +1,99 @@
+"""Result rows as a rich table, JSON lines, and the lines that explain the figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from trainstack.bench.mfu import FORMULA
+from trainstack.errors import SpecError
+from trainstack.fsutil import atomic_write_text
+
+
+def fmt(value: float | None, spec: str = ",.0f", missing: str = "-") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def _speedup(row: dict, baseline: dict | None) -> str:
+    if not baseline or row.get("status") != "ok" or baseline is row:
+        return "1.00x" if baseline is row else "-"
+    return f"{row['tokens_per_s_per_gpu'] / baseline['tokens_per_s_per_gpu']:.2f}x"
+
+
+def results_table(rows: list[dict], title: str = "trainstack bench") -> Table:
+    table = Table(title=title)
+    for name, justify in (
+        ("mode", "left"), ("status", "left"), ("tok/s/GPU", "right"), ("tok/s total", "right"), ("vs eager", "right"),
+        ("MFU", "right"), ("TFLOP/s/GPU", "right"), ("step ms median [p10-p90]", "right"),
+        ("mem GiB alloc/resv", "right"), ("warm-up s", "right"), ("loss first->final", "right"),
+    ):  # fmt: skip
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    baseline = next((r for r in rows if r.get("mode") == "eager" and r.get("status") == "ok"), None)
+    for row in rows:
+        if row.get("status") != "ok":
+            table.add_row(row["mode"], f"[red]{row['status'].upper()}[/]", row.get("error") or "", *[""] * 8)
+            continue
+        mfu = "unknown" if row["mfu"] is None else f"{row['mfu']:.1%}"
+        table.add_row(
+            row["mode"], "ok", fmt(row["tokens_per_s_per_gpu"]), fmt(row["tokens_per_s_total"]), _speedup(row, baseline),
+            mfu, fmt(row["achieved_tflops_per_gpu"], ".1f"),
+            f"{row['step_ms_median']:.1f} [{row['step_ms_p10']:.1f}-{row['step_ms_p90']:.1f}]",
+            f"{fmt(row['mem_allocated_gib'], '.1f', 'n/a')}/{fmt(row['mem_reserved_gib'], '.1f', 'n/a')}",
+            f"{row['warmup_s']:.1f}", f"{row['loss_first']:.3f}->{row['loss_final']:.3f}",
+        )  # fmt: skip
+    return table
+
+
+def explain(rows: list[dict]) -> list[str]:
+    """The lines printed under the table: workload, hardware and peak, the formula."""
+    row = next((r for r in rows if "params" in r), None)
+    if row is None:
+        return []
+    peak = next((r["peak_tflops"] for r in rows if r.get("peak_tflops")), None)
+    basis = f"dense bf16 peak {peak:g} TFLOP/s per GPU" if peak else "MFU unknown: this device is not in the GPU peak table"
+    return [
+        f"model {row['model']}: {_count(row['params'])} parameters, {_count(row['non_embedding_params'])} without the input embedding; "
+        f"batch {row['batch']} x seq {row['seq']} per GPU; {row['world_size']} x {row['device_name']}; {row['precision']}; torch {row['torch']}",
+        f"MFU basis: {basis}",
+        f"{FORMULA} = {row['flops_per_token'] / 1e9:.3f} GFLOP/token",
+        f"timed steps {row['steps']} after {row['warmup_steps']} warm-up steps (warm-up s includes compilation); "
+        + ("step times from CUDA events, one sync at the end of the timed window" if row["device_type"] == "cuda" else "step times from the wall clock"),
+    ]
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
+def read_rows(path: Path) -> list[dict]:
+    """Rows from a JSON-lines file (or a JSON list); errors name the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror}); accepted: a JSON-lines file written by 'trainstack bench'") from None
+    if text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    else:
+        rows = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise SpecError(f"{path}:{number}: not a JSON object ({exc.msg}); accepted: one result object per line") from None
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict) or not {"model", "mode", "status"} <= row.keys():
+            raise SpecError(f"{path}: row {number} lacks 'model', 'mode' or 'status'; accepted: rows written by 'trainstack bench'")
+    if not rows:
+        raise SpecError(f"{path}: no result rows; accepted: a JSON-lines file written by 'trainstack bench'")
+    return rows

@@ -1,0 +1,220 @@
+"""One benchmark run: build the model in a mode, train on synthetic tokens, measure.
+
+Runs in the calling process. Under torchrun (WORLD_SIZE > 1) every block and then the
+whole model are sharded with FSDP2 (bf16 parameters for compute, fp32 master weights
+and gradient reduction); on one GPU the model keeps fp32 weights under bf16 autocast.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+import torch
+
+from trainstack.bench import device as dev
+from trainstack.bench.mfu import flops_per_token, mfu, peak_for
+from trainstack.bench.model import ModelConfig, Transformer
+from trainstack.bench.modes import Mode, ModeUnavailable, apply_checkpointing, apply_compile, apply_planned, parse_mode
+
+# Distinct synthetic batches cycled through, generated on the device once.
+_BATCHES = 4
+
+
+@dataclass
+class RunSpec:
+    model: str
+    cfg: ModelConfig
+    mode: str = "eager"
+    batch: int = 1
+    seq: int = 512
+    steps: int = 20
+    warmup: int = 3
+    device: str = "auto"
+    memory_cap_bytes: int | None = None
+    lr: float = 3e-4
+    seed: int = 0
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["cfg"] = self.cfg.to_dict()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunSpec:
+        return cls(**{**data, "cfg": ModelConfig(**data["cfg"])})
+
+
+@dataclass
+class Measured:
+    step_seconds: list[float]
+    warmup_seconds: float
+    losses: list[float]
+    mem_allocated: int | None
+    mem_reserved: int | None
+    sdpa: str = "n/a"
+    plan: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def run(spec: RunSpec) -> dict:
+    """Run ``spec`` and return its result row; an OOM or an unavailable mode becomes the row's status."""
+    dist = dev.dist_from_env()
+    device = dev.pick_device(spec.device, dist)
+    dev.init_process_group(dist, device)
+    row = _base_row(spec, device, dist)
+    try:
+        measured = measure(spec, device, dist)
+    except ModeUnavailable as exc:
+        return {**row, "status": "unavailable", "error": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - only OOMs are reported as rows; anything else propagates
+        if not dev.is_oom(exc):
+            raise
+        return {**row, "status": "oom", "error": _first_line(exc)}
+    return {**row, **summarise(spec, measured, row, dist)}
+
+
+def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
+    dev.cap_memory(device, spec.memory_cap_bytes)
+    torch.manual_seed(spec.seed + dist.rank)
+    mode = parse_mode(spec.mode)
+    model, plan = build(spec, mode, device, dist)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, fused=device.type == "cuda")
+    batches = torch.randint(0, spec.cfg.vocab_size, (_BATCHES, spec.batch, spec.seq + 1), device=device)
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and not dist.enabled else nullcontext()
+
+    def step(i: int) -> torch.Tensor:
+        tokens = batches[i % _BATCHES]
+        with amp:
+            loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    losses: list[torch.Tensor] = []
+    with dev.sdpa_context(device):
+        sdpa = _sdpa_choice(spec, device)
+        start = time.perf_counter()
+        for i in range(spec.warmup):
+            losses.append(step(i))
+        dev.synchronize(device)
+        warmup_seconds = time.perf_counter() - start
+        dev.reset_peak_memory(device)
+        timer = dev.StepTimer(device)
+        timer.mark()
+        for i in range(spec.warmup, spec.warmup + spec.steps):
+            losses.append(step(i))
+            timer.mark()
+        seconds = timer.step_seconds()
+    allocated, reserved = dev.peak_memory(device)
+    return Measured(seconds, warmup_seconds, torch.stack(losses).tolist(), allocated, reserved, sdpa, plan)
+
+
+def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None]:
+    """The model on ``device`` with checkpointing, compile and sharding applied, in that order."""
+    with device:
+        model = Transformer(spec.cfg)
+    plan = None
+    if mode.ac == "planned":
+        budget = dev.memory_budget(device, spec.memory_cap_bytes)
+        model, chosen = apply_planned(model, spec.cfg, batch=spec.batch, seq=spec.seq, budget_bytes=budget, world_size=dist.world_size)
+        plan = _first_line(chosen)
+    else:
+        apply_checkpointing(model, mode)
+    if mode.compile:
+        apply_compile(model)
+    if dist.enabled:
+        shard(model, device)
+    return model, plan
+
+
+def shard(model: Transformer, device: torch.device) -> None:
+    """FSDP2: each block is one all-gather unit; the last block stays gathered for backward."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if device.type == "cuda" else MixedPrecisionPolicy()
+    last = len(model.layers) - 1
+    for i, block in enumerate(model.layers):
+        fully_shard(block, mp_policy=policy, reshard_after_forward=i < last)
+    fully_shard(model, mp_policy=policy)
+
+
+def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
+    """Figures for the row; under torchrun step times and memory are the worst over ranks."""
+    seconds = _max_over_ranks(m.step_seconds, dist)
+    allocated, reserved = (_max_over_ranks([float(x)], dist)[0] if x is not None else None for x in (m.mem_allocated, m.mem_reserved))
+    median = statistics.median(seconds)
+    deciles = statistics.quantiles(seconds, n=10, method="inclusive") if len(seconds) > 1 else [median] * 9
+    per_gpu = spec.batch * spec.seq / median
+    peak = peak_for(row["device_name"]) if row["device_type"] == "cuda" else None
+    fraction = mfu(per_gpu, spec.cfg, spec.seq, peak)
+    final = m.losses[-1]
+    return {
+        "status": "ok" if math.isfinite(final) else "error",
+        "error": None if math.isfinite(final) else f"final loss is not finite ({final})",
+        "tokens_per_s_per_gpu": per_gpu,
+        "tokens_per_s_total": per_gpu * dist.world_size,
+        "mfu": fraction,
+        "peak_tflops": peak.bf16_tflops if peak else None,
+        "peak_source": peak.source if peak else None,
+        "achieved_tflops_per_gpu": per_gpu * row["flops_per_token"] / 1e12,
+        "step_ms_median": median * 1e3,
+        "step_ms_p10": deciles[0] * 1e3,
+        "step_ms_p90": deciles[8] * 1e3,
+        "timed_steps": len(seconds),
+        "warmup_s": m.warmup_seconds,
+        "mem_allocated_gib": allocated / 2**30 if allocated is not None else None,
+        "mem_reserved_gib": reserved / 2**30 if reserved is not None else None,
+        "loss_first": m.losses[0],
+        "loss_final": final,
+        "sdpa_backend": m.sdpa,
+        "plan": m.plan,
+    }
+
+
+def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
+    cfg = spec.cfg
+    return {
+        "model": spec.model,
+        "mode": parse_mode(spec.mode).name,
+        "batch": spec.batch,
+        "seq": spec.seq,
+        "world_size": dist.world_size,
+        "device_type": device.type,
+        "device_name": dev.device_name(device),
+        "precision": "bf16 autocast, fp32 weights" if device.type == "cuda" and not dist.enabled else ("bf16 params, fp32 master (FSDP2)" if device.type == "cuda" else "fp32"),
+        "params": cfg.total_params(),
+        "non_embedding_params": cfg.non_embedding_params(),
+        "flops_per_token": flops_per_token(cfg, spec.seq),
+        "steps": spec.steps,
+        "warmup_steps": spec.warmup,
+        "torch": torch.__version__,
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "config": cfg.to_dict(),
+    }
+
+
+def _sdpa_choice(spec: RunSpec, device: torch.device) -> str:
+    cfg = spec.cfg
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    q = torch.empty(spec.batch, cfg.n_heads, spec.seq, cfg.head_dim, device=device, dtype=dtype, requires_grad=True)
+    kv = torch.empty(spec.batch, cfg.n_kv_heads, spec.seq, cfg.head_dim, device=device, dtype=dtype, requires_grad=True)
+    return dev.sdpa_backend(q, kv, kv, cfg.n_heads != cfg.n_kv_heads)
+
+
+def _max_over_ranks(values: list[float], dist: dev.Dist) -> list[float]:
+    if not dist.enabled:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device="cuda" if torch.cuda.is_available() and torch.distributed.get_backend() == "nccl" else "cpu")
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return t.tolist()
+
+
+def _first_line(obj: object) -> str:
+    text = str(obj).strip()
+    return text.splitlines()[0][:300] if text else type(obj).__name__

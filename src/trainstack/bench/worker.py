@@ -1,0 +1,32 @@
+"""One mode in a fresh process: ``python -m trainstack.bench.worker SPEC.json RESULT.json``.
+
+The ablation starts one of these per mode so that compile caches, allocator state and
+a previous mode's OOM never leak into the next measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from trainstack.fsutil import atomic_write_json
+
+
+def main(argv: list[str]) -> int:
+    spec_path, result_path = (Path(a) for a in argv)
+    import torch.distributed
+
+    from trainstack.bench.device import dist_from_env
+    from trainstack.bench.runner import RunSpec, run
+
+    row = run(RunSpec.from_json(json.loads(spec_path.read_text(encoding="utf-8"))))
+    if dist_from_env().rank == 0:
+        atomic_write_json(result_path, row)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
