@@ -70,3 +70,9 @@ class VerifyError(TrainstackError):
     """Verification could not run (not: the gate failed; that is exit 1)."""
 
     exit_code = 8
+
+
+class BudgetError(TrainstackError):
+    """No plan fits the memory budget: says by how much, and what would fit."""
+
+    exit_code = 9
