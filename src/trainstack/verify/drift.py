@@ -1,0 +1,37 @@
+"""Lock versus installed: missing, different version, extra. Pure."""
+
+from __future__ import annotations
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from trainstack.verify.report_model import Drift, VersionChange
+
+# seeded into every venv by its creator, never part of a stack's lock
+TOOLING = frozenset({"pip", "setuptools", "wheel"})
+
+
+def same_version(locked: str, installed: str) -> bool:
+    """Equal versions; a local label ("+cu128") on one side only does not count as a change."""
+    try:
+        a, b = Version(locked), Version(installed)
+    except InvalidVersion:
+        return locked == installed
+    if a == b:
+        return True
+    return (a.local is None or b.local is None) and a.public == b.public
+
+
+def compute_drift(locked: dict[str, str], installed: dict[str, str], label: str) -> Drift:
+    lock = {canonicalize_name(k): v for k, v in locked.items()}
+    have = {canonicalize_name(k): v for k, v in installed.items()}
+    return Drift(
+        lock=label,
+        missing=sorted(set(lock) - set(have)),
+        different=[
+            VersionChange(name=name, locked=lock[name], installed=have[name])
+            for name in sorted(set(lock) & set(have))
+            if not same_version(lock[name], have[name])
+        ],
+        extra=sorted(set(have) - set(lock) - TOOLING),
+    )

@@ -1,0 +1,59 @@
+"""Where a stack's flavour lives on disk: its built venv, build.json, lock packages, verify.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainstack.errors import UsageError
+from trainstack.lock.manifest import load_manifest, manifest_path
+from trainstack.spec import Flavour, Stack, load_stack, select_flavour
+from trainstack.spec.matrix import components_for
+
+
+@dataclass(frozen=True)
+class BuiltFlavour:
+    stack_path: Path
+    stack: Stack
+    flavour: Flavour
+    build_dir: Path  # BUILD_DIR/<slug>
+
+    @property
+    def python(self) -> Path:
+        return self.build_dir / "venv" / "bin" / "python"
+
+    @property
+    def record(self) -> Path:
+        return self.build_dir / "build.json"
+
+    @property
+    def verify_json(self) -> Path:
+        return self.build_dir / "verify.json"
+
+    def components(self) -> list[str]:
+        return [c.key for c in components_for(self.stack, self.flavour)]
+
+    def locked(self) -> tuple[str, dict[str, str]] | None:
+        """(label, packages) of this flavour in the stack's lock manifest, if it was locked."""
+        path = manifest_path(self.stack_path)
+        if not path.is_file():
+            return None
+        manifest = load_manifest(path)
+        entry = manifest.flavours.get(self.flavour.slug)
+        return (f"{path} [{self.flavour.slug}]", entry.packages) if entry else None
+
+
+def built_flavour(stack_path: Path, flavour: str | None, build_dir: Path) -> BuiltFlavour:
+    stack = load_stack(stack_path)
+    flavours = select_flavour(stack, flavour)
+    if len(flavours) != 1:
+        slugs = ", ".join(f.slug for f in flavours)
+        raise UsageError(f"{stack_path}: stack has {len(flavours)} flavours; choose one with --flavour", hint=slugs)
+    chosen = flavours[0]
+    where = build_dir / chosen.slug
+    if not (where / "venv" / "bin" / "python").exists():
+        raise UsageError(
+            f"{where / 'venv'}: flavour {chosen.slug} is not built",
+            hint=f"run 'trainstack build {stack_path} --flavour {chosen.slug}' first",
+        )
+    return BuiltFlavour(stack_path, stack, chosen, where)

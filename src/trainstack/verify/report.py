@@ -1,0 +1,166 @@
+"""Collect the environment report: the probe's facts from inside the target, compilers,
+GPUs (NVML), lock drift and build-time facts, mapped onto the fixed schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from trainstack import proc
+from trainstack.verify.drift import compute_drift
+from trainstack.verify.gpus import read_gpus
+from trainstack.verify.probes.report_probe import ALLOC_ENV
+from trainstack.verify.report_model import (
+    NOT_FOUND,
+    BuildFact,
+    BuildFacts,
+    Compiler,
+    Drift,
+    EnvReport,
+    GpuInfo,
+    LibcInfo,
+    LibraryInfo,
+    OsInfo,
+    PythonInfo,
+    TorchInfo,
+)
+from trainstack.verify.target import Target, run_probe
+
+COMPILERS = {"cc": ("cc", "gcc", "clang"), "c++": ("c++", "g++", "clang++"), "nvcc": ("nvcc",)}
+
+
+def collect_report(
+    target: Target,
+    *,
+    locked: tuple[str, dict[str, str]] | None = None,
+    build_record: Path | None = None,
+    gpus: GpuInfo | None = None,
+) -> EnvReport:
+    """``locked``: (label, {package: version}) from the lock manifest, when there is one."""
+    raw, reason = run_probe(target, "report_probe.py", timeout=300)
+    if raw is None:
+        # importing torch can take the interpreter down; report the rest without it
+        raw, second = run_probe(target, "report_probe.py", ["--no-torch", f"torch import crashed: {reason}"])
+        if raw is None:
+            raw = {"errors": {"probe": f"{reason}; without torch: {second}"}}
+    installed = {canonicalize_name(k): v for k, v in (raw.get("packages") or {}).items()}
+    report = EnvReport(
+        target=str(target.python),
+        os=OsInfo(**_present(raw.get("os"))),
+        libc=LibcInfo(**_present(raw.get("libc"))),
+        compilers=find_compilers(target),
+        python=PythonInfo(**_present(raw.get("python"), drop=("base_prefix",))),
+        torch=_torch(raw.get("torch")),
+        cudnn=_library(raw.get("cudnn")),
+        nccl=_library(raw.get("nccl")),
+        cuda_libraries=(raw.get("nccl") or {}).get("cuda_loaded") or NOT_FOUND,
+        gpus=gpus if gpus is not None else read_gpus(),
+        allocator_env={name: (raw.get("env") or {}).get(name, "not set") for name in ALLOC_ENV},
+        packages=dict(sorted(installed.items())),
+        errors=raw.get("errors") or {},
+    )
+    if locked is not None:
+        report.drift = compute_drift(locked[1], installed, locked[0])
+    else:
+        report.drift = Drift(lock="not found: no lock manifest for this target")
+    report.build = build_facts(build_record, report)
+    return report
+
+
+def _present(section: Any, drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The probe's section without null values and keys the schema does not carry."""
+    if not isinstance(section, dict):
+        return {}
+    return {k: v for k, v in section.items() if v is not None and k not in drop}
+
+
+def _torch(raw: Any) -> TorchInfo:
+    if not isinstance(raw, dict):
+        return TorchInfo()
+    devices = [f"{d['name']} (sm_{d['capability'].replace('.', '')})" for d in raw.get("devices", [])]
+    return TorchInfo(
+        version=raw.get("version") or NOT_FOUND,
+        path=raw.get("path") or NOT_FOUND,
+        cuda=raw.get("cuda") or NOT_FOUND,
+        rocm=raw.get("hip") or NOT_FOUND,
+        arch_list=raw.get("arch_list") or NOT_FOUND,
+        cuda_available=bool(raw.get("cuda_available")),
+        devices=devices,
+    )
+
+
+def _library(raw: Any) -> LibraryInfo:
+    if not isinstance(raw, dict):
+        return LibraryInfo()
+    return LibraryInfo(
+        compiled=raw.get("compiled") or NOT_FOUND,
+        runtime=raw.get("runtime") or NOT_FOUND,
+        loaded=raw.get("loaded") or NOT_FOUND,
+    )
+
+
+def find_compilers(target: Target) -> dict[str, Compiler]:
+    """cc, c++ and nvcc as the target's PATH (its bin first) finds them, with their versions."""
+    search = target.env()["PATH"]
+    found: dict[str, Compiler] = {}
+    for role, names in COMPILERS.items():
+        path = next((p for p in (shutil.which(n, path=search) for n in names) if p), None)
+        if path is None and role == "nvcc" and os.environ.get("CUDA_HOME"):
+            candidate = Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"
+            path = str(candidate) if candidate.exists() else None
+        found[role] = Compiler(path=path, version=_version_of(path)) if path else Compiler()
+    return found
+
+
+def _version_of(path: str) -> str:
+    result = proc.run([path, "--version"], echo=False, timeout=30)
+    text = result.stdout + result.stderr
+    release = re.search(r"release (\d+\.\d+)", text)  # nvcc: "Cuda compilation tools, release 13.0, V13.0.88"
+    if release:
+        return release.group(1)
+    first = text.strip().splitlines()
+    return first[0].strip() if first else NOT_FOUND
+
+
+def build_facts(record: Path | None, report: EnvReport) -> BuildFacts:
+    """What build.json says the environment was built with, against what runs now."""
+    if record is None or not record.is_file():
+        return BuildFacts(record=f"not found: {record}" if record else NOT_FOUND)
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        return BuildFacts(record=f"{record}: unreadable ({exc})")
+    tools = data.get("tools") or {}
+    built = {
+        "torch": data.get("torch") or tools.get("torch"),
+        "cuda": data.get("cuda") or tools.get("cuda") or tools.get("nvcc"),
+        "python": data.get("python") or tools.get("python"),
+    }
+    runtime = {"torch": report.torch.version, "cuda": report.torch.cuda, "python": report.python.version}
+    facts = [_fact(name, built[name], runtime[name]) for name in built]
+    return BuildFacts(record=str(record), facts=facts)
+
+
+def _fact(name: str, built: str | None, runtime: str) -> BuildFact:
+    if not built:
+        return BuildFact(name=name, runtime=runtime)
+    built = str(built)
+    if runtime == NOT_FOUND:
+        return BuildFact(name=name, built=built, runtime=runtime, match=False)
+    from trainstack.verify.drift import same_version
+
+    match = same_version(built, runtime) or _same_prefix(built, runtime)
+    return BuildFact(name=name, built=built, runtime=runtime, match=match)
+
+
+def _same_prefix(built: str, runtime: str) -> bool:
+    """'13.0' built against, '13.0.88' reported (or the reverse): the same release."""
+    a, b = built.split("."), runtime.split(".")
+    n = min(len(a), len(b), 2)
+    return n >= 2 and a[:n] == b[:n]

@@ -1,0 +1,37 @@
+"""`trainstack report`: what an environment really contains, in a fixed schema."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+
+def command(
+    python: Path = typer.Option(Path(sys.executable), "--python", help="Interpreter of the environment to report on."),
+    stack: Path | None = typer.Option(None, "--stack", help="Report on this stack's built flavour (venv, lock, build.json)."),
+    flavour: str | None = typer.Option(None, "--flavour", help="Flavour slug, with --stack."),
+    build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Where 'trainstack build' put the flavours."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (every field always present)."),
+) -> None:
+    """Report OS, libc, compilers, Python, torch/CUDA/cuDNN/NCCL (compiled and loaded), GPUs, drift.
+
+    Example: trainstack report --python build/cpu-debian12-py311-release/venv/bin/python --json
+    """
+    from trainstack.console import out
+    from trainstack.verify.report import collect_report
+    from trainstack.verify.report_render import render_report
+    from trainstack.verify.target import open_target
+
+    locked, record = None, None
+    if stack is not None:
+        from trainstack.verify.locate import built_flavour
+
+        built = built_flavour(stack, flavour, build_dir)
+        python, locked, record = built.python, built.locked(), built.record
+    report = collect_report(open_target(python), locked=locked, build_record=record)
+    if json_out:
+        print(report.model_dump_json(indent=2))
+    else:
+        render_report(report, out)
