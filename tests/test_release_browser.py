@@ -14,12 +14,14 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 SIZES = {"laptop": (1366, 900), "phone": (390, 844)}
 
-# Rendering fixtures for the page (not measurements): current and previous bench lines.
+# Rendering fixtures for the page (not measurements), in the shape `trainstack bench --out` writes.
+SETUP = {"model": "tiny", "batch": 2, "seq": 256, "world_size": 1}
 CURRENT = [
-    {"preset": "tiny", "mode": "eager", "tokens_per_s": 812.5, "mfu": 0.011, "peak_memory_gib": 1.2},
-    {"preset": "tiny", "mode": "compile", "tokens_per_s": 990.0, "mfu": 0.013, "peak_memory_gib": 1.1},
+    {**SETUP, "mode": "eager", "status": "ok", "tokens_per_s_per_gpu": 812.5, "mfu": None, "mem_allocated_gib": None},
+    {**SETUP, "mode": "compile", "status": "ok", "tokens_per_s_per_gpu": 990.0, "mfu": None, "mem_allocated_gib": None},
+    {**SETUP, "mode": "ac-planned", "status": "unavailable", "error": "needs a GPU"},
 ]
-PREVIOUS = [{"preset": "tiny", "mode": "eager", "tokens_per_s": 790.0}]
+PREVIOUS = [{**SETUP, "mode": "eager", "status": "ok", "tokens_per_s_per_gpu": 790.0}]
 
 
 def _jsonl(path: Path, records: list[dict]) -> None:

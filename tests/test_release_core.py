@@ -147,25 +147,33 @@ def test_bench_lines_skip_other_records_and_name_bad_lines():
         json.dumps({"preset": "tiny", "mode": "eager", "tokens_per_s": 812.5, "mfu": 0.01}),
         "",
         json.dumps({"model": "tiny", "mode": "compile", "tokens_per_sec": 990.0, "flavour": "cpu-x"}),
+        # the shape `trainstack bench --out` writes
+        json.dumps({"model": "1b", "mode": "ac-full", "status": "ok", "tokens_per_s_per_gpu": 9000.0,
+                    "tokens_per_s_total": 72000.0, "batch": 4, "seq": 4096, "world_size": 8, "mem_allocated_gib": 40.5}),
+        json.dumps({"model": "1b", "mode": "eager", "status": "oom", "tokens_per_s_per_gpu": None, "batch": 4, "seq": 4096}),
     ])
     rows = parse_bench_lines(text, Path("b.jsonl"), "dflt")
-    assert [(r.slug, r.model, r.mode, r.tokens_per_s) for r in rows] == [
-        ("dflt", "tiny", "eager", 812.5), ("cpu-x", "tiny", "compile", 990.0)]
+    assert [(r.slug, r.model, r.setup, r.mode, r.status, r.tokens_per_s, r.peak_memory_gib) for r in rows] == [
+        ("dflt", "tiny", "", "eager", "ok", 812.5, None), ("cpu-x", "tiny", "", "compile", "ok", 990.0, None),
+        ("dflt", "1b", "b4 s4096 x8 GPUs", "ac-full", "ok", 9000.0, 40.5),
+        ("dflt", "1b", "b4 s4096", "eager", "oom", None, None)]
     with pytest.raises(SpecError, match=r"b.jsonl:2: not valid JSON"):
         parse_bench_lines('{"mode": "x"}\n{oops', Path("b.jsonl"), "")
 
 
 def test_performance_deltas_only_against_measured_previous_results():
-    current = {(R128, "1b", m): BenchResult(slug=R128, model="1b", mode=m, tokens_per_s=v)
+    current = {(R128, "1b", "b4", m): BenchResult(slug=R128, model="1b", setup="b4", mode=m, tokens_per_s=v)
                for m, v in (("eager", 1100.0), ("compile", 1500.0))}
-    previous = {(R128, "1b", "eager"): BenchResult(slug=R128, model="1b", mode="eager", tokens_per_s=1000.0)}
+    current[(R128, "1b", "b4", "ac-none")] = BenchResult(slug=R128, model="1b", setup="b4", mode="ac-none", status="oom")
+    previous = {(R128, "1b", "b4", "eager"): BenchResult(slug=R128, model="1b", setup="b4", mode="eager", tokens_per_s=1000.0)}
     rows = {r.mode: r for r in performance(current, previous)}
     assert rows["eager"].delta_percent == pytest.approx(10.0)
     assert rows["compile"].previous_tokens_per_s is None and rows["compile"].delta_percent is None
     old, new = two_releases()
     text = render_markdown(_notes(old, new, bench=current, previous_bench=previous))
-    assert "| cu128-ubuntu2404-py312-release | 1b | eager | 1,100 | 1,000 | +10.0 % |" in text
-    assert "| cu128-ubuntu2404-py312-release | 1b | compile | 1,500 | not measured | not measured |" in text
+    assert "| cu128-ubuntu2404-py312-release | 1b | b4 | eager | 1,100 | 1,000 | +10.0 % |" in text
+    assert "| cu128-ubuntu2404-py312-release | 1b | b4 | compile | 1,500 | not measured | not measured |" in text
+    assert "| cu128-ubuntu2404-py312-release | 1b | b4 | ac-none | oom | not measured | not measured |" in text
 
 
 def test_driver_requirements_come_from_the_lookup_and_cpu_needs_none():

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainstack.release.markdown import NOT_MEASURED, fmt_count, fmt_delta, fmt_number, flavour_label
+from trainstack.release.markdown import (
+    NOT_MEASURED,
+    flavour_label,
+    fmt_count,
+    fmt_delta,
+    fmt_mfu,
+    fmt_number,
+    fmt_throughput,
+)
 from trainstack.release.model import BenchRow, Fragment, KnownIssue, ReleaseNotes
 from trainstack.release.plots import Chart
 
@@ -29,10 +37,6 @@ def _safe_issue(issue: KnownIssue) -> KnownIssue:
     if issue.link and not issue.link.startswith(SAFE_SCHEMES):
         return KnownIssue(title=f"{issue.title} ({issue.link})")
     return issue
-
-
-def _mfu(value: float | None) -> str:
-    return NOT_MEASURED if value is None else f"{value * 100:.1f} %"
 
 
 def _verdict_class(verdict: str | None) -> str:
@@ -69,7 +73,8 @@ def render_html(notes: ReleaseNotes, charts: list[Chart]) -> str:
         count=fmt_count,
         number=fmt_number,
         delta=fmt_delta,
-        mfu=_mfu,
+        mfu=fmt_mfu,
+        throughput=fmt_throughput,
         verdict_class=_verdict_class,
         delta_class=_delta_class,
     )

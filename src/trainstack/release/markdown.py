@@ -18,6 +18,15 @@ def fmt_delta(row: BenchRow) -> str:
     return NOT_MEASURED if delta is None else f"{delta:+.1f} %"
 
 
+def fmt_throughput(row: BenchRow) -> str:
+    """The figure, or the bench's status ("oom", "unavailable") where it measured none."""
+    return row.status if row.tokens_per_s is None and row.status != "ok" else fmt_number(row.tokens_per_s)
+
+
+def fmt_mfu(value: float | None) -> str:
+    return NOT_MEASURED if value is None else f"{value * 100:.1f} %"
+
+
 def fmt_count(value: int | None) -> str:
     return NOT_MEASURED if value is None else str(value)
 
@@ -123,10 +132,9 @@ def performance_lines(rows: list[BenchRow]) -> list[str]:
     if not rows:
         return ["Not measured: no bench results were given for this release."]
     return table(
-        ["flavour", "model", "mode", "tokens/s", "previous", "change", "MFU", "peak memory (GiB)"],
-        ([r.slug or "—", r.model, r.mode, fmt_number(r.tokens_per_s), fmt_number(r.previous_tokens_per_s),
-          fmt_delta(r), fmt_number(None if r.mfu is None else r.mfu * 100, 1) + ("" if r.mfu is None else " %"),
-          fmt_number(r.peak_memory_gib, 1)] for r in rows),
+        ["flavour", "model", "setup", "mode", "tokens/s per GPU", "previous", "change", "MFU", "peak memory (GiB)"],
+        ([r.slug or "—", r.model, r.setup or "—", r.mode, fmt_throughput(r), fmt_number(r.previous_tokens_per_s),
+          fmt_delta(r), fmt_mfu(r.mfu), fmt_number(r.peak_memory_gib, 1)] for r in rows),
     )
 
 

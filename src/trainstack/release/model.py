@@ -98,15 +98,17 @@ class Verification(Frozen):
 class BenchRow(Frozen):
     slug: str
     model: str
+    setup: str = ""  # "b4 s4096", "b4 s4096 x8 GPUs": results compare only within one setup
     mode: str
-    tokens_per_s: float
+    status: str = "ok"  # the bench's own status: "ok", "oom", "unavailable", ...
+    tokens_per_s: float | None = None  # per GPU; None unless status is ok
     previous_tokens_per_s: float | None = None  # None: not measured in the previous release
-    mfu: float | None = None
+    mfu: float | None = None  # a fraction of the GPU's peak
     peak_memory_gib: float | None = None
 
     @property
     def delta_percent(self) -> float | None:
-        if not self.previous_tokens_per_s:
+        if not self.previous_tokens_per_s or self.tokens_per_s is None:
             return None
         return (self.tokens_per_s / self.previous_tokens_per_s - 1.0) * 100.0
 

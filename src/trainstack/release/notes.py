@@ -17,9 +17,7 @@ from trainstack.release.model import (
     ReleaseNotes,
     Verification,
 )
-from trainstack.release.results import BenchResult
-
-BenchKey = tuple[str, str, str]  # (slug, model, mode)
+from trainstack.release.results import BenchKey, BenchResult
 
 
 @dataclass(frozen=True)
@@ -72,14 +70,14 @@ def driver_requirements(manifest: Manifest, lookup: DriverLookup) -> list[Driver
 
 
 def performance(current: Mapping[BenchKey, BenchResult], previous: Mapping[BenchKey, BenchResult]) -> list[BenchRow]:
-    """Current bench results with the previous release's figure for the same flavour, model and mode."""
+    """Current bench results with the previous release's figure for the same flavour, model, setup and mode."""
     rows = []
     for key in sorted(current):
         result = current[key]
         before = previous.get(key)
         rows.append(BenchRow(
-            slug=result.slug, model=result.model, mode=result.mode, tokens_per_s=result.tokens_per_s,
-            previous_tokens_per_s=before.tokens_per_s if before else None,
+            slug=result.slug, model=result.model, setup=result.setup, mode=result.mode, status=result.status,
+            tokens_per_s=result.tokens_per_s, previous_tokens_per_s=before.tokens_per_s if before else None,
             mfu=result.mfu, peak_memory_gib=result.peak_memory_gib,
         ))
     return rows

@@ -1,4 +1,4 @@
-"""Bar charts of bench throughput for the HTML page: one per flavour and model, a bar pair per mode."""
+"""Bar charts of bench throughput for the HTML page: one per flavour, model and setup, bars per mode."""
 
 from __future__ import annotations
 
@@ -12,42 +12,42 @@ from trainstack.release.model import BenchRow
 
 @dataclass(frozen=True)
 class Chart:
-    slug: str
-    model: str
+    title: str  # "1b b4 s4096 · cu128-ubuntu2404-py312-release"
     alt: str
     data_uri: str  # data:image/png;base64,...
 
 
 def charts(rows: list[BenchRow], release: str, previous: str) -> list[Chart]:
-    ordered = sorted(rows, key=lambda r: (r.slug, r.model))
-    return [_chart(list(group), release, previous) for _, group in groupby(ordered, key=lambda r: (r.slug, r.model))]
+    """Charts of the measured rows only: a mode that ran out of memory has no bar."""
+    measured = sorted((r for r in rows if r.tokens_per_s is not None), key=lambda r: (r.slug, r.model, r.setup))
+    return [_chart(list(group), release, previous)
+            for _, group in groupby(measured, key=lambda r: (r.slug, r.model, r.setup))]
 
 
 def _chart(rows: list[BenchRow], release: str, previous: str) -> Chart:
     from matplotlib.figure import Figure  # heavy: only when a page with bench results is made
 
-    slug, model = rows[0].slug, rows[0].model
-    modes = [r.mode for r in rows]
-    fig = Figure(figsize=(6.4, 3.2), dpi=120, layout="constrained")
-    ax = fig.add_subplot()
-    xs = range(len(rows))
+    first = rows[0]
+    title = " ".join(p for p in (first.model, first.setup) if p) + f" · {first.slug or 'all flavours'}"
+    current = [r.tokens_per_s or 0.0 for r in rows]
+    before = [r.previous_tokens_per_s if r.previous_tokens_per_s is not None else float("nan") for r in rows]
     has_previous = any(r.previous_tokens_per_s is not None for r in rows)
     width = 0.38 if has_previous else 0.6
+    xs = list(range(len(rows)))
+
+    fig = Figure(figsize=(6.4, 3.2), dpi=120, layout="constrained")
+    ax = fig.add_subplot()
     if has_previous:
-        ax.bar([x - width / 2 for x in xs], [r.previous_tokens_per_s if r.previous_tokens_per_s is not None else float("nan") for r in rows], width,
-               label=previous, color="#9aa5b1")
-    bars = ax.bar([x + (width / 2 if has_previous else 0) for x in xs], [r.tokens_per_s for r in rows], width,
-                  label=release, color="#2f6fde")
-    ax.bar_label(bars, labels=[f"{r.tokens_per_s:,.0f}" for r in rows], fontsize=8, padding=2)
-    ax.set_xticks(list(xs), modes)
-    ax.set_ylabel("tokens/s")
-    fig.suptitle(f"{model} · {slug or 'all flavours'}", fontsize=10, x=0.02, ha="left")
+        ax.bar([x - width / 2 for x in xs], before, width, label=previous, color="#9aa5b1")
+    bars = ax.bar([x + (width / 2 if has_previous else 0) for x in xs], current, width, label=release, color="#2f6fde")
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in current], fontsize=8, padding=2)
+    ax.set_xticks(xs, [r.mode for r in rows])
+    ax.set_ylabel("tokens/s per GPU")
     ax.margins(y=0.15)
     ax.spines[["top", "right"]].set_visible(False)
+    fig.suptitle(title, fontsize=10, x=0.02, ha="left")
     fig.legend(fontsize=8, frameon=False, loc="outside upper right", ncols=2)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
-    alt = f"tokens/s of {model} on {slug or 'all flavours'} by mode: " + ", ".join(
-        f"{r.mode} {r.tokens_per_s:,.0f}" for r in rows
-    )
-    return Chart(slug=slug, model=model, alt=alt, data_uri="data:image/png;base64," + base64.b64encode(buf.getvalue()).decode())
+    alt = f"tokens/s per GPU of {title} by mode: " + ", ".join(f"{r.mode} {v:,.0f}" for r, v in zip(rows, current))
+    return Chart(title=title, alt=alt, data_uri="data:image/png;base64," + base64.b64encode(buf.getvalue()).decode())

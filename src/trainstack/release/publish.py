@@ -17,9 +17,9 @@ from trainstack.release.fragments import check_consumable, consume_fragments, re
 from trainstack.release.html import render_html
 from trainstack.release.markdown import render_markdown
 from trainstack.release.model import ReleaseNotes
-from trainstack.release.notes import BenchKey, DriverLookup, Inputs, check_same_stack, make_notes
+from trainstack.release.notes import DriverLookup, Inputs, check_same_stack, make_notes
 from trainstack.release.plots import charts
-from trainstack.release.results import BenchResult, read_bench, read_verification
+from trainstack.release.results import BenchKey, BenchResult, read_bench, read_verification
 from trainstack.spec import load_stack
 
 OUTPUTS = ("RELEASE.md", "release.json", "release.html")

@@ -14,10 +14,14 @@ Fields read from ``verify.json`` (anything else is ignored):
 - known issues: ``known_issues`` = ["text", ...] or [{``title``|``summary``|``id``,
   ``link``|``url``}, ...]
 
-Fields read from each bench line; lines without model, mode and tokens/s are skipped:
+Fields read from each bench line (``trainstack bench --out`` writes them); lines without
+a model and a mode are skipped:
 
-- ``model`` | ``preset``; ``mode``; ``tokens_per_s`` | ``tokens_per_sec`` | ``tok_s``
-- optional: ``mfu``; ``peak_memory_gib`` | ``peak_mem_gib`` | ``peak_memory_gb``
+- ``model`` | ``preset``; ``mode``; ``status`` (default "ok"; rows of another status are
+  listed with it and no figures)
+- throughput per GPU: ``tokens_per_s_per_gpu`` | ``tokens_per_s`` | ``tokens_per_sec``
+- the setup results are compared within: ``batch``, ``seq``, ``world_size``
+- optional: ``mfu`` (a fraction); peak memory ``mem_allocated_gib`` | ``peak_memory_gib``
 - the flavour: ``flavour`` | ``slug``, else the ``<slug>/`` directory the file is in
 """
 
@@ -65,12 +69,22 @@ class _VerifyDoc(_Tolerant):
 class _BenchLine(_Tolerant):
     model: str | None = Field(None, validation_alias=AliasChoices("model", "preset"))
     mode: str | None = None
-    tokens_per_s: float | None = Field(None, validation_alias=AliasChoices("tokens_per_s", "tokens_per_sec", "tok_s"))
-    mfu: float | None = None
-    peak_memory_gib: float | None = Field(
-        None, validation_alias=AliasChoices("peak_memory_gib", "peak_mem_gib", "peak_memory_gb")
+    status: str = "ok"
+    tokens_per_s: float | None = Field(
+        None, validation_alias=AliasChoices("tokens_per_s_per_gpu", "tokens_per_s", "tokens_per_sec")
     )
+    batch: int | None = None
+    seq: int | None = None
+    world_size: int = 1
+    mfu: float | None = None
+    peak_memory_gib: float | None = Field(None, validation_alias=AliasChoices("mem_allocated_gib", "peak_memory_gib"))
     flavour: str | None = Field(None, validation_alias=AliasChoices("flavour", "slug"))
+
+    @property
+    def setup(self) -> str:
+        parts = [f"b{self.batch}" if self.batch else "", f"s{self.seq}" if self.seq else ""]
+        parts.append(f"x{self.world_size} GPUs" if self.world_size > 1 else "")
+        return " ".join(p for p in parts if p)
 
 
 class BenchResult(BaseModel):
@@ -78,10 +92,16 @@ class BenchResult(BaseModel):
 
     slug: str
     model: str
+    setup: str
     mode: str
-    tokens_per_s: float
+    status: str = "ok"
+    tokens_per_s: float | None = None
     mfu: float | None = None
     peak_memory_gib: float | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.slug, self.model, self.setup, self.mode)
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -151,21 +171,28 @@ def parse_bench_lines(text: str, where: Path, default_slug: str) -> list[BenchRe
             rec = _BenchLine.model_validate(data)
         except ValidationError as exc:
             raise SpecError(f"{where}:{number}: {_first_error(exc)}") from None
-        if rec.model is None or rec.mode is None or rec.tokens_per_s is None:
+        if rec.model is None or rec.mode is None or (rec.status == "ok" and rec.tokens_per_s is None):
             continue
-        rows.append(BenchResult(slug=rec.flavour or default_slug, model=rec.model, mode=rec.mode,
-                                tokens_per_s=rec.tokens_per_s, mfu=rec.mfu, peak_memory_gib=rec.peak_memory_gib))
+        ok = rec.status == "ok"
+        rows.append(BenchResult(
+            slug=rec.flavour or default_slug, model=rec.model, setup=rec.setup, mode=rec.mode, status=rec.status,
+            tokens_per_s=rec.tokens_per_s if ok else None, mfu=rec.mfu if ok else None,
+            peak_memory_gib=rec.peak_memory_gib if ok else None,
+        ))
     return rows
 
 
-def read_bench(results: Path | None) -> dict[tuple[str, str, str], BenchResult]:
-    """(slug, model, mode) -> the last result recorded for it under ``results``."""
+BenchKey = tuple[str, str, str, str]  # (slug, model, setup, mode)
+
+
+def read_bench(results: Path | None) -> dict[BenchKey, BenchResult]:
+    """(slug, model, setup, mode) -> the last result recorded for it under ``results``."""
     if results is None or not results.is_dir():
         return {}
-    latest: dict[tuple[str, str, str], BenchResult] = {}
+    latest: dict[BenchKey, BenchResult] = {}
     for path in sorted(results.rglob("*.jsonl")):
         relative = path.relative_to(results)
         default_slug = relative.parts[0] if len(relative.parts) > 1 else ""
         for row in parse_bench_lines(path.read_text(encoding="utf-8"), path, default_slug):
-            latest[(row.slug, row.model, row.mode)] = row
+            latest[row.key] = row
     return latest
