@@ -23,6 +23,7 @@ app = typer.Typer(
 # verb -> module exposing `command`, in the order a release flows through them.
 VERBS: dict[str, str] = {
     "render": "trainstack.render.command",
+    "build": "trainstack.build.command",
     "report": "trainstack.verify.report_command",
     "linkcheck": "trainstack.verify.linkcheck.command",
     "release": "trainstack.release.command",

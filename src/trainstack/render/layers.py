@@ -31,6 +31,11 @@ class FlavourLayers:
     sources: tuple[SourceBuild, ...]  # built from source, in stack order
 
 
+def needs_build(component: Component) -> bool:
+    """Built by trainstack (with its build env and job budget) rather than installed from a wheel."""
+    return component.is_source_build or bool(component.build_env)
+
+
 def read_layer_lock(lock_dir: Path, relative: str, what: str) -> LockFile:
     path = lock_dir / relative
     try:
@@ -42,7 +47,7 @@ def read_layer_lock(lock_dir: Path, relative: str, what: str) -> LockFile:
 def split_layers(stack: Stack, flavour: Flavour, locked: LockedFlavour, lock_dir: Path) -> FlavourLayers:
     full = read_layer_lock(lock_dir, locked.lock_file, f"flavour {flavour.slug}")
     components = components_for(stack, flavour)
-    source_comps = [c for c in components if c.is_source_build]
+    source_comps = [c for c in components if needs_build(c)]
     source_keys = {c.key for c in source_comps}
     if "torch" in locked.layers:
         torch = read_layer_lock(lock_dir, locked.layers["torch"], "torch layer").without(source_keys)

@@ -1,0 +1,176 @@
+"""build_stack: per flavour, build in a staging directory, record build.json, swap into place."""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from trainstack.build.backend import Backend, BuildJob
+from trainstack.build.cpu import budget_for, effective_cpus, max_jobs
+from trainstack.build.record import BuildRecord
+from trainstack.build.steps import Steps
+from trainstack.build.swap import swap_into_place
+from trainstack.console import err
+from trainstack.errors import BuildError, UsageError
+from trainstack.fsutil import atomic_write_json
+from trainstack.render.inputs import Inputs, load_inputs
+from trainstack.render.layers import FlavourLayers
+
+BACKENDS = ("venv", "oci")
+
+
+def make_backend(name: str, inputs: Inputs) -> Backend:
+    if name == "venv":
+        from trainstack.build.venv import VenvBackend
+
+        return VenvBackend()
+    if name == "oci":
+        from trainstack.build.oci import select_oci
+
+        return select_oci()
+    raise UsageError(f"--backend: unknown backend '{name}'", hint=f"one of: {', '.join(BACKENDS)}")
+
+
+def build_stack(
+    stack_path: Path,
+    *,
+    flavour: str | None = None,
+    backend: str = "venv",
+    build_dir: Path = Path("build"),
+    skip_sources: bool = False,
+    force: bool = False,
+) -> list[BuildRecord]:
+    """Build the selected flavours; a failure leaves each flavour's previous good build in place."""
+    if backend not in BACKENDS:
+        raise UsageError(f"--backend: unknown backend '{backend}'", hint=f"one of: {', '.join(BACKENDS)}")
+    inputs = load_inputs(stack_path, flavour)
+    chosen = make_backend(backend, inputs)
+    tools = chosen.tools()
+    cpus = effective_cpus()
+    return [
+        _build_one(inputs, layers, chosen, tools, build_dir.absolute(), cpus, skip_sources, force)
+        for layers in inputs.layers
+    ]
+
+
+def _build_one(
+    inputs: Inputs,
+    layers: FlavourLayers,
+    backend: Backend,
+    tools: dict[str, str],
+    build_dir: Path,
+    cpus: float,
+    skip_sources: bool,
+    force: bool,
+) -> BuildRecord:
+    slug = layers.flavour.slug
+    final = flavour_dir(build_dir, slug, backend.name)
+    with _flavour_lock(build_dir, final.name):
+        current = _up_to_date(final, layers, backend.name, skip_sources)
+        if current is not None and not force:
+            err.print(f"[green]✓[/] {slug}: up to date ({final / 'build.json'})", highlight=False)
+            return current
+        staging = build_dir / f".{final.name}.staging"
+        shutil.rmtree(staging, ignore_errors=True)  # what a killed build left behind
+        staging.mkdir(parents=True)
+        try:
+            record = _run(inputs, layers, backend, tools, staging, final, cpus, skip_sources)
+            swap_into_place(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return record
+
+
+def flavour_dir(build_dir: Path, slug: str, backend: str) -> Path:
+    """build/<slug>/ for a venv; build/<slug>.oci/ for an image's record, so neither replaces the other."""
+    return build_dir / (slug if backend == "venv" else f"{slug}.{backend}")
+
+
+def _run(
+    inputs: Inputs,
+    layers: FlavourLayers,
+    backend: Backend,
+    tools: dict[str, str],
+    staging: Path,
+    final: Path,
+    cpus: float,
+    skip_sources: bool,
+) -> BuildRecord:
+    started = dt.datetime.now(dt.timezone.utc)
+    start = time.perf_counter()
+    jobs = {s.component.key: max_jobs(cpus, budget_for(s.component)) for s in layers.sources}
+    job = BuildJob(inputs, layers, staging, final, skip_sources, _ca_bundle(inputs), cpus, jobs)
+    steps = Steps(staging, retries=inputs.stack.build.retries)
+    err.print(f"[bold]{layers.flavour.slug}[/] ({backend.name}): {cpus:g} CPUs", highlight=False)
+    output = backend.build(job, steps)
+    record = BuildRecord(
+        stack=inputs.stack.stack.name,
+        release=inputs.stack.stack.release,
+        flavour=layers.flavour.slug,
+        backend=backend.name,
+        cache_key=layers.locked.cache_key,
+        lock_sha256=layers.locked.lock_sha256,
+        started_at=started.isoformat(timespec="seconds"),
+        finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        seconds=round(time.perf_counter() - start, 3),
+        cpus=cpus,
+        max_jobs=jobs,
+        skipped_sources=[s.component.key for s in layers.sources] if skip_sources else [],
+        steps=steps.records,
+        sizes=output.sizes,
+        tools=tools,
+        image=output.image,
+        image_id=output.image_id,
+        layers=output.layers,
+    )
+    atomic_write_json(staging / "build.json", record.model_dump(mode="json"))
+    return record
+
+
+def _ca_bundle(inputs: Inputs) -> str | None:
+    """build.ca_bundle from the stack, else SSL_CERT_FILE from the environment; must be a readable file."""
+    value = inputs.stack.build.ca_bundle or os.environ.get("SSL_CERT_FILE")
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = inputs.stack_path.parent / path
+    if not path.is_file():
+        raise BuildError(f"build.ca_bundle: {path} is not a file", hint="give a PEM bundle or leave ca_bundle unset")
+    return str(path)
+
+
+def _up_to_date(final: Path, layers: FlavourLayers, backend: str, skip_sources: bool) -> BuildRecord | None:
+    """The existing record when it was built by this backend from the same lock with the same options."""
+    try:
+        record = BuildRecord.model_validate_json((final / "build.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    same = (
+        record.backend == backend
+        and record.lock_sha256 == layers.locked.lock_sha256
+        and record.cache_key == layers.locked.cache_key
+        and bool(record.skipped_sources) == (skip_sources and bool(layers.sources))
+    )
+    if backend == "venv" and not (final / "venv" / "bin" / "python").exists():
+        return None
+    return record if same else None
+
+
+@contextmanager
+def _flavour_lock(build_dir: Path, slug: str) -> Iterator[None]:
+    """One build per flavour at a time: a second one fails at once instead of racing for the swap."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with (build_dir / f".{slug}.lock").open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BuildError(f"{build_dir / slug}: another build of this flavour is running") from None
+        yield

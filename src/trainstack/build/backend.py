@@ -1,0 +1,43 @@
+"""The one interface every build backend implements, and what a backend is given."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from trainstack.build.steps import Steps
+from trainstack.render.inputs import Inputs
+from trainstack.render.layers import FlavourLayers
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    inputs: Inputs
+    layers: FlavourLayers
+    staging: Path  # the new build is assembled here ...
+    final: Path  # ... and swapped in here when every step succeeded
+    skip_sources: bool
+    ca_bundle: str | None
+    cpus: float
+    max_jobs: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class BuildOutput:
+    sizes: dict[str, int] = field(default_factory=dict)
+    image: str | None = None
+    image_id: str | None = None
+    layers: list[str] = field(default_factory=list)
+
+
+class Backend(Protocol):
+    name: str
+
+    def tools(self) -> dict[str, str]:
+        """Versions of the external programs this backend runs (checked present first)."""
+        ...
+
+    def build(self, job: BuildJob, steps: Steps) -> BuildOutput:
+        """Build ``job`` into ``job.staging``; raise a TrainstackError on failure."""
+        ...

@@ -1,0 +1,33 @@
+"""`trainstack build`: a venv or an OCI image per flavour, from the stack's current lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def command(
+    stack: Path = typer.Argument(..., help="The stack file (its lock must be current)."),
+    flavour: str | None = typer.Option(None, "--flavour", help="Build one flavour (its slug); default: all."),
+    backend: str = typer.Option("venv", "--backend", help="venv (uv, needs only Python) or oci (buildah or docker buildx)."),
+    build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Outputs go to BUILD_DIR/<flavour>/."),
+    skip_sources: bool = typer.Option(
+        False, "--skip-sources", help="Leave out components built from source (recorded in build.json)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Rebuild even when build.json matches the lock."),
+) -> None:
+    """Build each flavour: BUILD_DIR/<flavour>/ gets venv/ (or an image), build.json and logs/.
+
+    Example: trainstack build examples/stacks/cpu-minimal.toml --backend venv
+    """
+    from trainstack.build import build_stack
+    from trainstack.console import out
+
+    records = build_stack(
+        stack, flavour=flavour, backend=backend, build_dir=build_dir, skip_sources=skip_sources, force=force
+    )
+    for record in records:
+        made = record.image or str(build_dir / record.flavour / "venv")
+        size = sum(record.sizes.values()) / 1024**2
+        out.print(f"{record.flavour}: {made} ({size:.0f} MiB, {record.seconds:.1f}s)", highlight=False)

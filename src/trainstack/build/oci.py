@@ -1,0 +1,166 @@
+"""The oci backend: the rendered Dockerfile built by buildah (chroot isolation) or docker buildx.
+
+A ``debootstrap:<suite>`` base is made from the distribution's archive with debootstrap and
+imported as a local image first. The CA bundle is handed over as the build secret "ca".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+from trainstack import proc
+from trainstack.build.backend import BuildJob, BuildOutput
+from trainstack.build.steps import Steps
+from trainstack.errors import BuildError, ToolMissingError
+from trainstack.fsutil import atomic_write_text
+from trainstack.render.api import flavour_files
+from trainstack.render.dockerfile import Base, base_for, stage_name
+from trainstack.render.stackfiles import image_tag
+
+UBUNTU_SUITES = frozenset({"bionic", "focal", "jammy", "noble", "oracular", "plucky", "questing"})
+
+
+def select_oci() -> BuildahBackend | DockerBackend:
+    """buildah when installed, else docker buildx when a Docker daemon answers."""
+    if shutil.which("buildah"):
+        return BuildahBackend()
+    if shutil.which("docker") and proc.run(["docker", "info", "--format", "{{.ServerVersion}}"], echo=False).ok:
+        return DockerBackend()
+    raise ToolMissingError(
+        "--backend oci needs buildah, or docker with a running daemon: neither was found",
+        hint="apt-get install buildah (or install Docker Engine with the buildx plugin and start it)",
+    )
+
+
+def debootstrap_mirror(suite: str) -> str:
+    return "http://archive.ubuntu.com/ubuntu" if suite in UBUNTU_SUITES else "http://deb.debian.org/debian"
+
+
+def build_args(job: BuildJob) -> dict[str, str]:
+    return {f"{stage_name(key).upper().replace('-', '_')}_MAX_JOBS": str(n) for key, n in job.max_jobs.items()}
+
+
+def write_context(job: BuildJob) -> Path:
+    """The flavour's rendered build context (Dockerfile + lock files) under the staging directory."""
+    layers = dataclasses.replace(job.layers, sources=()) if job.skip_sources else job.layers
+    context = job.staging / "context"
+    for name, text in flavour_files(job.inputs, layers).items():
+        atomic_write_text(context / name, text)
+    return context
+
+
+def debootstrap_rootfs(steps: Steps, suite: str, work: Path) -> Path:
+    """A minimal root filesystem of ``suite`` as a tar file (debootstrap needs root)."""
+    proc.require("debootstrap")
+    rootfs = work / "rootfs"
+    steps.run(
+        f"debootstrap-{suite}",
+        ["debootstrap", "--variant=minbase", suite, rootfs, debootstrap_mirror(suite)],
+        network=True,
+    )
+    tar = work / "rootfs.tar"
+    steps.run("pack-base", ["tar", "-C", rootfs, "--numeric-owner", "-cf", tar, "."])
+    shutil.rmtree(rootfs)
+    return tar
+
+
+class BuildahBackend:
+    name = "oci"
+
+    def __init__(self) -> None:
+        self.driver = "overlay" if _overlay_usable() else "vfs"
+
+    def _cmd(self, *args: str | Path) -> list[str | Path]:
+        return ["buildah", "--storage-driver", self.driver, *args]
+
+    def tools(self) -> dict[str, str]:
+        version = proc.run(["buildah", "--version"], echo=False).stdout.split()
+        return {"buildah": version[2] if len(version) > 2 else "unknown", "storage-driver": self.driver}
+
+    def build(self, job: BuildJob, steps: Steps) -> BuildOutput:
+        base = base_for(job.inputs.stack, job.layers.flavour.os)
+        if base.debootstrap_suite and not self._exists(base.ref):
+            self._import_base(steps, base, job.staging / "base")
+        context = write_context(job)
+        tag = image_tag(job.inputs.stack, job.layers.flavour.slug)
+        argv: list[str | Path] = self._cmd("build", "--layers", "--isolation", "chroot", "--target", "final", "-t", tag)
+        if job.ca_bundle:
+            argv += ["--secret", f"id=ca,src={job.ca_bundle}"]
+        for key, value in build_args(job).items():
+            argv += ["--build-arg", f"{key}={value}"]
+        steps.run("image", [*argv, "-f", context / "Dockerfile", context], network=True)
+        return self._describe(tag)
+
+    def _exists(self, ref: str) -> bool:
+        return proc.run(self._cmd("inspect", "--type", "image", ref), echo=False).ok
+
+    def _import_base(self, steps: Steps, base: Base, work: Path) -> None:
+        assert base.debootstrap_suite is not None
+        tar = debootstrap_rootfs(steps, base.debootstrap_suite, work)
+        container = steps.run("base-container", self._cmd("from", "scratch")).stdout.strip()
+        try:
+            steps.run("base-add", self._cmd("add", container, tar, "/"))
+            steps.run("base-commit", self._cmd("commit", "--quiet", container, base.ref))
+        finally:
+            proc.run(self._cmd("rm", container), echo=False)
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _describe(self, tag: str) -> BuildOutput:
+        result = proc.run(self._cmd("inspect", "--type", "image", tag), echo=False)
+        if not result.ok:
+            raise BuildError(f"image {tag} was not created: {result.stderr.strip()}")
+        data = json.loads(result.stdout)
+        manifest = json.loads(data["Manifest"])
+        size = sum(int(layer.get("size", 0)) for layer in manifest.get("layers", []))
+        return BuildOutput(
+            sizes={"image": size},
+            image=tag,
+            image_id=data["FromImageID"],
+            layers=list(data["OCIv1"]["rootfs"]["diff_ids"]),
+        )
+
+
+class DockerBackend:
+    name = "oci"
+
+    def tools(self) -> dict[str, str]:
+        version = proc.run(["docker", "buildx", "version"], echo=False)
+        if not version.ok:
+            raise ToolMissingError("docker buildx is not available", hint="install the docker-buildx plugin")
+        return {"docker-buildx": version.stdout.split()[1] if len(version.stdout.split()) > 1 else "unknown"}
+
+    def build(self, job: BuildJob, steps: Steps) -> BuildOutput:
+        base = base_for(job.inputs.stack, job.layers.flavour.os)
+        if base.debootstrap_suite and not proc.run(["docker", "image", "inspect", base.ref], echo=False).ok:
+            tar = debootstrap_rootfs(steps, base.debootstrap_suite, job.staging / "base")
+            steps.run("base-import", ["docker", "import", tar, base.ref])
+            shutil.rmtree(tar.parent, ignore_errors=True)
+        context = write_context(job)
+        tag = image_tag(job.inputs.stack, job.layers.flavour.slug)
+        argv: list[str | Path] = ["docker", "buildx", "build", "--load", "--target", "final", "-t", tag]
+        if job.ca_bundle:
+            argv += ["--secret", f"id=ca,src={job.ca_bundle}"]
+        for key, value in build_args(job).items():
+            argv += ["--build-arg", f"{key}={value}"]
+        steps.run("image", [*argv, "-f", context / "Dockerfile", context], network=True)
+        result = proc.run(["docker", "image", "inspect", tag], echo=False)
+        data = json.loads(result.stdout)[0]
+        return BuildOutput(
+            sizes={"image": int(data.get("Size", 0))},
+            image=tag,
+            image_id=data["Id"],
+            layers=list(data["RootFS"]["Layers"]),
+        )
+
+
+def _overlay_usable() -> bool:
+    """Overlay needs kernel support and a store that accepts it; vfs works everywhere, only slower."""
+    try:
+        if "overlay" not in Path("/proc/filesystems").read_text(encoding="utf-8"):
+            return False
+    except OSError:
+        return False
+    return proc.run(["buildah", "--storage-driver", "overlay", "info"], echo=False).ok

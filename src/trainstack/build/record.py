@@ -1,0 +1,42 @@
+"""build.json: what a build did, how long each step took, what it produced, with which tools."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+SCHEMA_VERSION = 1
+
+
+class StepRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    seconds: float
+    status: str  # "ok" | "skipped"
+    log: str | None = None  # relative to the flavour's build directory
+    free_disk_gb: float | None = None  # measured right before a compile step
+    detail: str = ""
+
+
+class BuildRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    stack: str
+    release: str
+    flavour: str
+    backend: str
+    cache_key: str
+    lock_sha256: str
+    started_at: str
+    finished_at: str
+    seconds: float
+    cpus: float  # cgroup-aware effective CPU count
+    max_jobs: dict[str, int]  # source component -> MAX_JOBS used
+    skipped_sources: list[str]
+    steps: list[StepRecord]
+    sizes: dict[str, int]  # "venv" or "image" -> bytes
+    tools: dict[str, str]  # program -> version
+    image: str | None = None
+    image_id: str | None = None
+    layers: list[str] = []  # diff ids, base first

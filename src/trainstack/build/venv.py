@@ -1,0 +1,122 @@
+"""The venv backend: a relocatable uv virtual environment from the flavour's hash-checked lock.
+
+Assembled under a staging name and swapped into build/<flavour>/venv; relocatable so that
+the rename keeps its scripts working.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from trainstack import proc
+from trainstack.build.backend import BuildJob, BuildOutput
+from trainstack.build.ccache import compiler_cache_env
+from trainstack.build.disk import require_free_disk, tree_size
+from trainstack.build.download import DEFAULT_INDEX, Fetcher, download_sdist
+from trainstack.build.git import fetch_git
+from trainstack.build.steps import Steps
+from trainstack.fsutil import atomic_write_text
+from trainstack.render.layers import SourceBuild
+from trainstack.render.lockfile import LockFile, hashes, parse_lock
+
+
+class VenvBackend:
+    name = "venv"
+
+    def tools(self) -> dict[str, str]:
+        uv = proc.run(["uv", "--version"], echo=False).stdout.split()
+        return {"uv": uv[1] if len(uv) > 1 else "unknown"}
+
+    def build(self, job: BuildJob, steps: Steps) -> BuildOutput:
+        venv = job.staging / "venv"
+        python = venv / "bin" / "python"
+        env = _network_env(job.ca_bundle)
+        steps.run("venv", ["uv", "venv", "--quiet", "--relocatable", "--python", job.layers.flavour.python, venv], env=env)
+        install = _install_lock(job)
+        atomic_write_text(job.staging / "locks" / "install.txt", install.text())
+        steps.run(
+            "install",
+            ["uv", "pip", "sync", "--python", python, "--require-hashes", job.staging / "locks" / "install.txt"],
+            env=env,
+            network=True,
+        )
+        if job.skip_sources:
+            for src in job.layers.sources:
+                steps.skipped(f"compile-{src.component.key}", "--skip-sources")
+        else:
+            for src in job.layers.sources:
+                self._source(job, steps, src, python, env)
+        steps.run("check", ["uv", "pip", "check", "--python", python], env=env)
+        return BuildOutput(sizes={"venv": tree_size(venv)})
+
+    def _source(self, job: BuildJob, steps: Steps, src: SourceBuild, python: Path, env: dict[str, str]) -> None:
+        comp = src.component
+        workdir = job.staging / "src" / comp.key
+        if comp.git is not None:
+            fetch_git(steps, comp, workdir)
+            target: Path | str = workdir
+        elif comp.path is not None:
+            target = comp.path
+        else:
+            target = _fetch_sdist(job, steps, src, workdir)
+        minimum = job.inputs.stack.build.min_free_disk_gb
+        free = require_free_disk(job.staging, minimum, f"compile-{comp.key}")
+        steps.run(
+            f"compile-{comp.key}",
+            ["uv", "pip", "install", "--python", python, "--no-deps", "--no-build-isolation", "--reinstall-package", comp.name, target],
+            env={**env, **_compile_env(job, comp.key, comp.build_env, python)},
+            free_disk_gb=round(free, 2),
+        )
+
+
+def _install_lock(job: BuildJob) -> LockFile:
+    """Everything that installs from wheels (full lock minus source builds), plus the toolchain when compiling."""
+    layers = job.layers
+    source_keys = {s.component.key for s in layers.sources}
+    main = layers.full.without(source_keys)
+    if job.skip_sources or not layers.sources:
+        return main
+    extra = layers.toolchain.without(main.names())
+    return LockFile(main.options, main.entries + extra.entries)
+
+
+def _fetch_sdist(job: BuildJob, steps: Steps, src: SourceBuild, workdir: Path) -> Path:
+    entry = parse_lock(src.entry_text).entries[0]
+    options = job.layers.full.options
+    index = next((o.split(None, 1)[1] for o in options if o.startswith("--index-url")), DEFAULT_INDEX)
+    fetcher = Fetcher(ca_bundle=job.ca_bundle, attempts=job.inputs.stack.build.retries)
+    return steps.timed(
+        f"fetch-{entry.name}",
+        lambda: download_sdist(fetcher, index, entry.name, entry.version or "", hashes(entry), workdir),
+    )
+
+
+def _compile_env(job: BuildJob, key: str, build_env: dict[str, str], python: Path) -> dict[str, str]:
+    bindir = python.parent
+    env = {
+        "VIRTUAL_ENV": str(bindir.parent),
+        "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",  # the toolchain's ninja and cmake first
+        "MAX_JOBS": str(job.max_jobs.get(key, 1)),
+        "CMAKE_BUILD_PARALLEL_LEVEL": str(job.max_jobs.get(key, 1)),
+        **compiler_cache_env(job.inputs.stack.build.compiler_cache, job.final.parent),
+    }
+    nvcc = _nvcc_home(bindir.parent)
+    if nvcc is not None:
+        env["CUDA_HOME"] = str(nvcc)
+    return {**env, **build_env}
+
+
+def _nvcc_home(venv: Path) -> Path | None:
+    """CUDA_HOME of the nvcc wheel (nvidia-cuda-nvcc-*) when the toolchain installed one."""
+    for candidate in sorted(venv.glob("lib/python*/site-packages/nvidia/cuda_nvcc")) + sorted(
+        venv.glob("lib/python*/site-packages/nvidia/cu*/bin/nvcc")
+    ):
+        home = candidate if candidate.name == "cuda_nvcc" else candidate.parent.parent
+        if (home / "bin" / "nvcc").exists():
+            return home
+    return None
+
+
+def _network_env(ca_bundle: str | None) -> dict[str, str]:
+    return {"SSL_CERT_FILE": ca_bundle, "PIP_CERT": ca_bundle} if ca_bundle else {}
