@@ -22,6 +22,7 @@ app = typer.Typer(
 
 # verb -> module exposing `command`, in the order a release flows through them.
 VERBS: dict[str, str] = {
+    "check": "trainstack.rules.command", "lock": "trainstack.lock.command", "keys": "trainstack.lock.keys_command",
     "render": "trainstack.render.command",
     "build": "trainstack.build.command",
     "report": "trainstack.verify.report_command",

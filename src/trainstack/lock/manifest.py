@@ -30,6 +30,7 @@ class LockedFlavour(BaseModel):
     # consistent with lock_file: "torch" (torch, vision, audio, triton, numpy and their deps)
     # and "toolchain" (ninja, cmake, nvcc wheels for ahead-of-time extension builds)
     layers: dict[str, str] = {}
+    inputs_hash: str = ""  # sha256 of this flavour's resolution inputs (uv requests, sources)
 
 
 class Manifest(BaseModel):

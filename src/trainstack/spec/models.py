@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -79,6 +80,9 @@ class Component(Strict):
     jobs: JobBudget | None = None
     when: FlavourFilter | None = None
     group: Literal["torch", "extras", "toolchain"] | None = None
+    # Requires-Dist of a source build, read at lock time instead of building it (an
+    # sdist whose metadata needs torch to generate, or a git/path source not fetched)
+    requires: list[str] | None = None
 
     @field_validator("version")
     @classmethod
@@ -90,6 +94,16 @@ class Component(Strict):
     def _commit(cls, v: str | None) -> str | None:
         if v is not None and not SHA_RE.match(v):
             raise ValueError(f"'{v}' is not a git commit (7 to 40 lowercase hex digits)")
+        return v
+
+    @field_validator("requires")
+    @classmethod
+    def _requires(cls, v: list[str] | None) -> list[str] | None:
+        for item in v or []:
+            try:
+                Requirement(item)
+            except InvalidRequirement:
+                raise ValueError(f"'{item}' is not a requirement (try 'einops' or 'torch>=2.4')") from None
         return v
 
     @field_validator("build_env")
@@ -109,7 +123,20 @@ class Component(Strict):
             raise ValueError("a git source needs 'commit' pinned to a full or short sha")
         if self.commit is not None and self.git is None:
             raise ValueError("'commit' needs 'git'")
+        if self.requires is not None:
+            if not self.is_source_build:
+                raise ValueError("'requires' is for source builds only (source = \"sdist\", git or path)")
+            if self.git is None and self.path is None and self.pinned_version is None:
+                raise ValueError("'requires' needs an exact version such as '==2.8.3': it describes one release")
         return self
+
+    @property
+    def pinned_version(self) -> str | None:
+        """'2.8.3' for version '==2.8.3'; None for ranges or wildcards."""
+        spec = list(SpecifierSet(self.version or ""))
+        if len(spec) == 1 and spec[0].operator in ("==", "===") and "*" not in spec[0].version:
+            return spec[0].version
+        return None
 
     @property
     def key(self) -> str:

@@ -1,0 +1,19 @@
+"""Lock: uv resolution per flavour, the lock manifest and cache keys."""
+
+from trainstack.lock.keys import TEMPLATE_VERSION, cache_key, flavour_cache_key
+from trainstack.lock.lock import check_lock_current, lock_stack, parse_pins
+from trainstack.lock.manifest import LockedFlavour, Manifest, load_manifest, lock_dir, manifest_path
+
+__all__ = [
+    "TEMPLATE_VERSION",
+    "LockedFlavour",
+    "Manifest",
+    "cache_key",
+    "check_lock_current",
+    "flavour_cache_key",
+    "load_manifest",
+    "lock_dir",
+    "lock_stack",
+    "manifest_path",
+    "parse_pins",
+]

@@ -1,0 +1,29 @@
+"""`trainstack lock`: resolve a stack with uv and write its lock files and manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def command(
+    stack: Path = typer.Argument(..., help="The stack.toml to lock.", show_default=False),
+    flavour: str | None = typer.Option(None, "--flavour", help="Lock only this flavour (its slug)."),
+    upgrade_package: list[str] = typer.Option(
+        [], "--upgrade-package", "-P", help="Let this package move to its newest allowed version (repeatable)."
+    ),
+) -> None:
+    """Resolve every flavour with uv (hashes, per-flavour Python and platform) and write
+    <stack>.lock/stack.lock.json and locks/<flavour>.txt; unchanged inputs change no file.
+
+    Example: trainstack lock examples/stacks/cpu-minimal.toml --upgrade-package numpy
+    """
+    from trainstack.console import out
+    from trainstack.lock.lock import lock_stack
+    from trainstack.lock.manifest import manifest_path
+
+    manifest = lock_stack(stack, flavour=flavour, upgrade=upgrade_package)
+    for slug, locked in manifest.flavours.items():
+        out.print(f"{slug}: {len(locked.packages)} packages, {locked.lock_file}", highlight=False)
+    out.print(f"wrote {manifest_path(stack)}", highlight=False)

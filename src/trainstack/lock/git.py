@@ -1,0 +1,47 @@
+"""Git sources at lock time: exact pins are recorded without fetching; a repository on
+this machine is asked (read-only) to confirm the commit and give its full sha."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from trainstack import proc
+from trainstack.errors import LockError
+from trainstack.spec.models import Component
+
+FULL_SHA_LEN = 40
+
+
+def pin_source(component: Component, where: str) -> str:
+    """'git+URL@FULLSHA' for a git component, 'file://PATH' for a path component."""
+    if component.path is not None:
+        return f"file://{Path(component.path).resolve()}" if not component.path.startswith("file://") else component.path
+    assert component.git is not None and component.commit is not None
+    local = _local_repo(component.git)
+    if local is not None:
+        return f"git+{component.git}@{_resolve_local(local, component, where)}"
+    if len(component.commit) != FULL_SHA_LEN:
+        raise LockError(
+            f"{where}: components.{component.name}.commit: '{component.commit}' is short; "
+            f"a remote git source is locked without fetching, so give the full 40-hex sha"
+        )
+    return f"git+{component.git}@{component.commit}"
+
+
+def _local_repo(url: str) -> Path | None:
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    if parsed.scheme == "" and Path(url).exists():
+        return Path(url)
+    return None
+
+
+def _resolve_local(repo: Path, component: Component, where: str) -> str:
+    result = proc.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{component.commit}^{{commit}}"], echo=False)
+    if not result.ok:
+        raise LockError(
+            f"{where}: components.{component.name}.commit: '{component.commit}' is not a commit of {component.git}"
+        )
+    return result.stdout.strip()

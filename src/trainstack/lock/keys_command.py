@@ -1,0 +1,24 @@
+"""`trainstack keys`: print the cache key of every locked flavour."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def command(
+    stack: Path = typer.Argument(..., help="The stack.toml whose lock to read.", show_default=False),
+    flavour: str | None = typer.Option(None, "--flavour", help="Print only this flavour's key."),
+) -> None:
+    """Print <image>-<flavour slug>-<12 hex> per flavour, from a lock that matches the stack.
+
+    Example: trainstack keys examples/stacks/cpu-minimal.toml
+    """
+    from trainstack.console import out
+    from trainstack.lock.lock import check_lock_current
+
+    manifest = check_lock_current(stack, flavour)
+    for slug, locked in manifest.flavours.items():
+        if flavour is None or slug == flavour:
+            out.print(locked.cache_key, highlight=False)

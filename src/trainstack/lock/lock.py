@@ -1,0 +1,162 @@
+"""`trainstack lock`: resolve every flavour with uv, write lock files and the manifest.
+
+Every flavour is resolved before anything is written, and each file is replaced
+atomically, so a failed lock leaves the previous lock files untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from trainstack.errors import LockError, SpecError
+from trainstack.fsutil import dump_json, write_if_changed
+from trainstack.lock.git import pin_source
+from trainstack.lock.keys import flavour_cache_key
+from trainstack.lock.manifest import LockedFlavour, Manifest, load_manifest, lock_dir, manifest_path
+from trainstack.lock.plan import FlavourPlan, plan_flavour, stack_inputs_hash
+from trainstack.lock.resolve import compile_request, uv_version
+from trainstack.rules.check import require_rules
+from trainstack.spec import expand_flavours, load_stack, select_flavour
+from trainstack.spec.models import Stack
+
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)", re.MULTILINE)
+
+
+def lock_stack(stack_path: Path, *, flavour: str | None = None, upgrade: Sequence[str] = ()) -> Manifest:
+    """Resolve the stack (or one flavour of it) and write its lock directory."""
+    stack_path = Path(stack_path)
+    stack = load_stack(stack_path)
+    chosen = select_flavour(stack, flavour)
+    require_rules(stack, chosen, str(stack_path))
+    plans = [plan_flavour(stack, f) for f in expand_flavours(stack)]
+    directory = lock_dir(stack_path)
+    previous = _previous(directory)
+    header = f"trainstack lock {stack_path.name}"
+    files: dict[str, str] = {}
+    locked: dict[str, LockedFlavour] = {}
+    for plan in (p for p in plans if p.flavour in chosen):
+        entry, texts = _lock_flavour(stack, plan, directory, upgrade, header, str(stack_path))
+        locked[plan.flavour.slug] = entry
+        files.update(texts)
+    for relative, text in sorted(files.items()):
+        write_if_changed(directory / relative, text)
+    slugs = {p.flavour.slug for p in plans}
+    kept = {s: f for s, f in (previous.flavours.items() if previous else ()) if s in slugs and s not in locked}
+    manifest = Manifest(
+        stack=stack.stack.name,
+        release=stack.stack.release,
+        image=stack.stack.image_ref,
+        inputs_hash=stack_inputs_hash(stack, plans),
+        uv_version=uv_version(),
+        generated_at=_now(),
+        flavours=dict(sorted({**kept, **locked}.items())),
+    )
+    manifest = _keep_timestamp(manifest, previous)
+    write_if_changed(manifest_path(stack_path), dump_json(manifest.model_dump(mode="json")))
+    _remove_unlisted(directory, manifest)
+    return manifest
+
+
+def check_lock_current(stack_path: Path, flavour: str | None = None) -> Manifest:
+    """The manifest, after checking it still matches the stack's inputs and its files."""
+    stack_path = Path(stack_path)
+    stack = load_stack(stack_path)
+    chosen = select_flavour(stack, flavour)
+    plans = [plan_flavour(stack, f) for f in expand_flavours(stack)]
+    path = manifest_path(stack_path)
+    manifest = load_manifest(path)
+    fix = f"re-lock with 'trainstack lock {stack_path}'"
+    if flavour is None and manifest.inputs_hash != stack_inputs_hash(stack, plans):
+        raise LockError(f"{path}: the lock no longer matches {stack_path}; {fix}")
+    for plan in (p for p in plans if p.flavour in chosen):
+        entry = manifest.flavours.get(plan.flavour.slug)
+        if entry is None:
+            raise LockError(f"{path}: flavour {plan.flavour.slug} is not locked; {fix}")
+        if entry.inputs_hash != plan.inputs_hash():
+            raise LockError(f"{path}: flavour {plan.flavour.slug} was locked from other inputs; {fix}")
+        lock_file = path.parent / entry.lock_file
+        if not lock_file.is_file() or _sha256(lock_file.read_bytes()) != entry.lock_sha256:
+            raise LockError(f"{lock_file}: missing or changed since it was locked; {fix}")
+    return manifest
+
+
+def _lock_flavour(
+    stack: Stack, plan: FlavourPlan, directory: Path, upgrade: Sequence[str], header: str, where: str
+) -> tuple[LockedFlavour, dict[str, str]]:
+    slug = plan.flavour.slug
+    names = [c.name for c in stack.components.values()]
+    attempts = stack.build.retries
+    full_rel = f"locks/{slug}.txt"
+    full = compile_request(
+        plan.full, previous=directory / full_rel, constraints=None, upgrade=upgrade,
+        header=header, component_names=names, attempts=attempts,
+    )  # fmt: skip
+    texts = {full_rel: full.text}
+    with tempfile.TemporaryDirectory(prefix="trainstack-constraints-") as tmp:
+        constraints = Path(tmp) / "full.txt"
+        constraints.write_text(full.text, encoding="utf-8")
+        for name, request in sorted(plan.layers.items()):
+            relative = f"locks/{slug}.{name}.txt"
+            texts[relative] = compile_request(
+                request, previous=directory / relative, constraints=constraints, upgrade=upgrade,
+                header=header, component_names=names, attempts=attempts,
+            ).text  # fmt: skip
+    sources = {key: pin_source(component, where) for key, component in sorted(plan.sources.items())}
+    lock_bytes = full.text.encode() + json.dumps(sources, sort_keys=True).encode()
+    entry = LockedFlavour(
+        **plan.flavour.as_dict(),
+        lock_file=full_rel,
+        lock_sha256=_sha256(full.text.encode()),
+        index=plan.variant_index,
+        cache_key=flavour_cache_key(stack, plan.flavour, lock_bytes),
+        packages=parse_pins(full.text),
+        sources=sources,
+        layers={name: f"locks/{slug}.{name}.txt" for name in sorted(plan.layers)},
+        inputs_hash=plan.inputs_hash(),
+    )
+    return entry, texts
+
+
+def parse_pins(lock_text: str) -> dict[str, str]:
+    """canonical name -> version for every `name==version` line of a lock file."""
+    return {canonicalize_name(m.group(1)): m.group(2) for m in _PIN.finditer(lock_text)}
+
+
+def _previous(directory: Path) -> Manifest | None:
+    try:
+        return load_manifest(directory / "stack.lock.json")
+    except (LockError, SpecError):
+        return None
+
+
+def _keep_timestamp(manifest: Manifest, previous: Manifest | None) -> Manifest:
+    """Unchanged content keeps its old timestamp, so the manifest stays byte-identical."""
+    if previous is None:
+        return manifest
+    if manifest.model_dump(exclude={"generated_at"}) == previous.model_dump(exclude={"generated_at"}):
+        return manifest.model_copy(update={"generated_at": previous.generated_at})
+    return manifest
+
+
+def _remove_unlisted(directory: Path, manifest: Manifest) -> None:
+    listed = {f.lock_file for f in manifest.flavours.values()}
+    listed |= {layer for f in manifest.flavours.values() for layer in f.layers.values()}
+    for path in (directory / "locks").glob("*.txt"):
+        if f"locks/{path.name}" not in listed:
+            path.unlink()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,123 @@
+"""What to ask uv for each flavour: requirements, indexes, platform, static metadata. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+from trainstack import rules
+from trainstack.rules.check import torch_version
+from trainstack.spec.matrix import Flavour, components_for
+from trainstack.spec.models import Component, Stack
+
+
+@dataclass(frozen=True)
+class StaticMetadata:
+    """Requires-Dist of a source build, handed to uv so it never builds it to find out."""
+
+    name: str
+    version: str
+    requires_dist: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One `uv pip compile` run. ``constrained`` layers are resolved with the full lock as constraints."""
+
+    requirements: tuple[str, ...]
+    python: str
+    platform: str
+    index_url: str | None
+    extra_index_urls: tuple[str, ...]
+    find_links: tuple[str, ...]
+    metadata: tuple[StaticMetadata, ...] = ()
+    prerelease: bool = False
+    constrained: bool = False
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+
+    @property
+    def indexes(self) -> tuple[str, ...]:
+        return ((self.index_url or "https://pypi.org/simple"),) + self.extra_index_urls
+
+
+@dataclass(frozen=True)
+class FlavourPlan:
+    flavour: Flavour
+    full: Request
+    layers: dict[str, Request]  # "torch", "toolchain"
+    variant_index: str | None  # the CUDA-variant index (None: PyPI serves it)
+    sources: dict[str, Component] = field(default_factory=dict)  # git/path components, not resolved by uv
+
+    def inputs_hash(self) -> str:
+        parts = {
+            "full": self.full.digest(),
+            "layers": {name: req.digest() for name, req in sorted(self.layers.items())},
+            "sources": {key: c.requirement() for key, c in sorted(self.sources.items())},
+        }
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def plan_flavour(stack: Stack, flavour: Flavour) -> FlavourPlan:
+    components = components_for(stack, flavour)
+    variant = _variant_index(stack, flavour)
+    base = dict(
+        python=flavour.python,
+        platform=rules.python_platform(flavour.os),
+        index_url=stack.index.url,
+        extra_index_urls=tuple(stack.index.extra) + ((variant,) if variant else ()),
+        find_links=tuple(stack.index.find_links),
+        prerelease=flavour.channel == "nightly",
+    )
+    resolved = [c for c in components if c.git is None and c.path is None]
+    sources = {c.key: c for c in components if c.git is not None or c.path is not None}
+    extra_requires = [r for c in sources.values() for r in (c.requires or [])]
+    full = Request(
+        requirements=tuple(sorted(_line(c, flavour) for c in resolved)) + tuple(sorted(set(extra_requires))),
+        metadata=tuple(_metadata(c) for c in resolved if c.requires is not None),
+        **base,
+    )
+    layers = {}
+    torch_group = [c for c in resolved if c.group == "torch"]
+    if torch_group:
+        layers["torch"] = Request(
+            requirements=tuple(sorted(_line(c, flavour) for c in torch_group)), constrained=True, **base
+        )
+    toolchain = list(stack.toolchain.packages)
+    if stack.toolchain.nvcc and flavour.cuda != "cpu":
+        toolchain.append(rules.nvcc_package(flavour.cuda))
+    if toolchain:
+        layers["toolchain"] = Request(requirements=tuple(sorted(toolchain)), constrained=True, **base)
+    return FlavourPlan(flavour, full, layers, variant, sources)
+
+
+def stack_inputs_hash(stack: Stack, plans: list[FlavourPlan]) -> str:
+    """What makes the lock: every flavour's requests; not verify, bench or the timestamp."""
+    parts = {
+        "stack": stack.stack.name,
+        "flavours": {p.flavour.slug: p.inputs_hash() for p in sorted(plans, key=lambda p: p.flavour)},
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _variant_index(stack: Stack, flavour: Flavour) -> str | None:
+    if flavour.channel == "nightly":
+        has_torch = any(c.key == "torch" for c in components_for(stack, flavour))
+        return rules.index_for("", flavour.cuda_tag, "nightly") if has_torch else None
+    version = torch_version(stack, flavour)
+    return None if version is None else rules.index_for(version, flavour.cuda_tag, flavour.channel)
+
+
+def _line(component: Component, flavour: Flavour) -> str:
+    """The requirement line. Exact release pins of the torch family do not exist on the
+    nightly index, so nightly flavours take whatever build the nightly index serves."""
+    if flavour.channel == "nightly" and component.group == "torch" and component.pinned_version:
+        extras = f"[{','.join(sorted(component.extras))}]" if component.extras else ""
+        return f"{component.name}{extras}"
+    return component.requirement()
+
+
+def _metadata(component: Component) -> StaticMetadata:
+    return StaticMetadata(component.key, component.pinned_version or "", tuple(component.requires or ()))

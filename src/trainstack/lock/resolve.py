@@ -1,0 +1,160 @@
+"""The uv edge: one `uv pip compile` per request, and uv's failures as one line each."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainstack import proc
+from trainstack.errors import LockError
+from trainstack.lock.plan import Request
+from trainstack.retry import TransientFailure, with_retries
+
+# uv's own retries would multiply ours; trainstack.retry owns the backoff.
+UV_ENV = {"UV_HTTP_RETRIES": "0", "NO_COLOR": "1", "UV_NO_PROGRESS": "1"}
+
+_NETWORK = re.compile(
+    r"Failed to fetch|error sending request|Connection refused|tcp connect error|dns error|timed out|"
+    r"status server error|HTTP status client error \(40[38]|operation timed out|Could not connect",
+    re.IGNORECASE,
+)
+_URL = re.compile(r"(https?|file)://[^\s`'\"()]+")
+
+
+@dataclass(frozen=True)
+class Compiled:
+    text: str  # the lock file uv wrote
+    seconds: float
+
+
+def uv_version() -> str:
+    result = proc.run(["uv", "--version"], echo=False)
+    return result.stdout.split()[1] if result.ok else "unknown"
+
+
+def compile_request(
+    request: Request,
+    *,
+    previous: Path | None,
+    constraints: Path | None,
+    upgrade: Sequence[str],
+    header: str,
+    component_names: Sequence[str],
+    attempts: int = 4,
+) -> Compiled:
+    """Resolve ``request``; start from ``previous`` (uv keeps its pins unless told to upgrade).
+
+    Network failures are retried with backoff, then NetworkError names the index; a
+    resolution failure becomes a LockError naming the components involved.
+    """
+    with tempfile.TemporaryDirectory(prefix="trainstack-lock-") as tmp:
+        work = Path(tmp)
+        argv = _argv(request, work, previous, constraints, upgrade, header)
+
+        def step() -> Compiled:
+            result = proc.run(argv, env=UV_ENV, cwd=work)
+            if result.ok:
+                return Compiled((work / "out.txt").read_text(encoding="utf-8"), result.seconds)
+            message = result.stderr.strip() or result.stdout.strip()
+            if _NETWORK.search(message):
+                raise TransientFailure(_network_line(message, request))
+            raise LockError(condense(message, component_names))
+
+        return with_retries(step, what=f"resolution against {', '.join(request.indexes)}", attempts=attempts)
+
+
+def _argv(
+    request: Request, work: Path, previous: Path | None, constraints: Path | None, upgrade: Sequence[str], header: str
+) -> list[str]:
+    (work / "requirements.in").write_text("".join(f"{line}\n" for line in request.requirements), encoding="utf-8")
+    if previous is not None and previous.is_file():
+        shutil.copyfile(previous, work / "out.txt")
+    argv = [
+        "uv", "pip", "compile", "requirements.in", "-o", "out.txt", "--quiet",
+        "--python-version", request.python, "--python-platform", request.platform,
+        "--generate-hashes", "--custom-compile-command", header,
+    ]  # fmt: skip
+    if request.metadata:
+        (work / "uv.toml").write_text(_metadata_toml(request), encoding="utf-8")
+        argv += ["--config-file", "uv.toml"]
+    else:
+        argv.append("--no-config")
+    if request.index_url:
+        argv += ["--index-url", request.index_url]
+    for url in request.extra_index_urls:
+        argv += ["--extra-index-url", url]
+    for url in request.find_links:
+        argv += ["--find-links", url]
+    if request.prerelease:
+        argv += ["--prerelease", "allow"]
+    if constraints is not None:
+        shutil.copyfile(constraints, work / "constraints.txt")
+        argv += ["-c", "constraints.txt"]
+    for name in upgrade:
+        argv += ["--upgrade-package", name]
+    return argv
+
+
+def _metadata_toml(request: Request) -> str:
+    blocks = []
+    for item in request.metadata:
+        requires = ", ".join(_toml_str(r) for r in item.requires_dist)
+        blocks.append(
+            f"[[dependency-metadata]]\nname = {_toml_str(item.name)}\n"
+            f"version = {_toml_str(item.version)}\nrequires-dist = [{requires}]\n"
+        )
+    return "\n".join(blocks)
+
+
+def _toml_str(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _network_line(message: str, request: Request) -> str:
+    urls = [m.group(0) for m in _URL.finditer(message)]
+    index = next((i for i in request.indexes for u in urls if u.startswith(i.rstrip("/"))), None)
+    cause = _last_cause(message)
+    if index is None:
+        index = urls[0] if urls else ", ".join(request.indexes)
+    return f"index {index} unreachable: {cause}"
+
+
+def _last_cause(message: str) -> str:
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    causes = [line.removeprefix("cause:").strip() for line in lines if line.startswith("cause:")]
+    return causes[-1] if causes else lines[-1].removeprefix("error:").strip()
+
+
+def condense(message: str, component_names: Sequence[str]) -> str:
+    """uv's resolver report as one line, naming the stack's components it involves."""
+    explanation = _explanation(message)
+    missing = re.search(r"there is no version of ([A-Za-z0-9._-]+)(\S*)", explanation)
+    if missing:
+        name, spec = missing.group(1), missing.group(2).rstrip(",")
+        return f"components.{_match(name, component_names) or name}: no version matches '{spec or '*'}'"
+    named = [n for n in component_names if re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", explanation)]
+    if len(named) >= 2:
+        return f"components '{named[0]}' and '{named[1]}' conflict: {explanation}"
+    if named:
+        return f"components.{named[0]}: {explanation}"
+    return f"resolution failed: {explanation}"
+
+
+def _explanation(message: str) -> str:
+    lines = [line.strip() for line in message.splitlines()]
+    body = [
+        line.removeprefix("cause:").removeprefix("╰─▶").strip()
+        for line in lines
+        if line and not line.startswith(("error:", "hint:", "warning:"))
+    ]
+    text = " ".join(body) or message.strip().splitlines()[-1]
+    return re.sub(r"\s+", " ", text)
+
+
+def _match(name: str, component_names: Sequence[str]) -> str | None:
+    canon = name.lower().replace("_", "-")
+    return next((n for n in component_names if n.lower().replace("_", "-") == canon), None)

@@ -1,0 +1,29 @@
+"""Compatibility rules: data files shipped in the package, and the checks that read them."""
+
+from trainstack.rules.data import (
+    cuda_archs,
+    cuda_variants,
+    index_for,
+    load_rules,
+    min_driver,
+    nvcc_package,
+    pypi_default_variant,
+    python_platform,
+    torch_minor,
+    torch_pythons,
+)
+from trainstack.rules.models import Rules
+
+__all__ = [
+    "Rules",
+    "cuda_archs",
+    "cuda_variants",
+    "index_for",
+    "load_rules",
+    "min_driver",
+    "nvcc_package",
+    "pypi_default_variant",
+    "python_platform",
+    "torch_minor",
+    "torch_pythons",
+]

@@ -1,0 +1,191 @@
+"""Evaluate the rules for each flavour of a stack, before any resolution. Pure: no I/O."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from trainstack.errors import RuleViolation
+from trainstack.rules import data
+from trainstack.spec.matrix import Flavour, components_for, expand_flavours
+from trainstack.spec.models import Component, Stack
+
+Level = Literal["error", "info"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    flavour: str  # slug
+    rule: str  # "torch.variant", "cuda.driver", "deepspeed.async_io", ...
+    level: Level
+    message: str
+    source: str
+
+
+def check_stack(stack: Stack) -> list[Finding]:
+    return [finding for flavour in expand_flavours(stack) for finding in check_flavour(stack, flavour)]
+
+
+def errors(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.level == "error"]
+
+
+def check_flavour(stack: Stack, flavour: Flavour) -> list[Finding]:
+    components = {c.key: c for c in components_for(stack, flavour)}
+    checks = (_os, _cuda, _torch, _flash_attn, _arch_lists, _deepspeed)
+    found: list[Finding] = []
+    for check in checks:
+        found.extend(check(stack, flavour, components))
+    return found
+
+
+def torch_version(stack: Stack, flavour: Flavour) -> str | None:
+    """The torch release a flavour will get, as far as the spec says: '2.11.0', or the
+    newest known minor ('2.12') a range admits. None: no torch, nightly, or unknown."""
+    torch = next((c for c in components_for(stack, flavour) if c.key == "torch"), None)
+    if torch is None or flavour.channel == "nightly":
+        return None
+    if torch.pinned_version:
+        return torch.pinned_version
+    spec = SpecifierSet(torch.version or "")
+    for minor in sorted(data.load_rules().torch.releases, key=Version, reverse=True):
+        if any(Version(f"{minor}.{patch}") in spec for patch in range(10)):
+            return minor
+    return None
+
+
+def require_rules(stack: Stack, flavours: list[Flavour], where: str) -> None:
+    """RuleViolation naming the first broken rule among ``flavours``."""
+    for flavour in flavours:
+        for finding in errors(check_flavour(stack, flavour)):
+            raise RuleViolation(f"{where}: flavour {finding.flavour}: {finding.message}", hint=finding.source)
+
+
+def _finding(flavour: Flavour, rule: str, level: Level, message: str, source: str) -> Finding:
+    return Finding(flavour.slug, rule, level, message, source)
+
+
+def _os(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
+    platforms = data.load_rules().platforms
+    if flavour.os not in platforms.os:
+        known = ", ".join(platforms.os)
+        return [_finding(flavour, "os.platform", "error", f"OS '{flavour.os}' is not known (one of: {known})", platforms.glibc.source)]
+    os_rule = platforms.os[flavour.os]
+    text = platforms.glibc.message.format(os=flavour.os, glibc=os_rule.glibc, platform=os_rule.platform)
+    return [_finding(flavour, "os.platform", "info", text, os_rule.source)]
+
+
+def _cuda(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
+    if flavour.cuda == "cpu":
+        return []
+    rules = data.load_rules().cuda
+    if flavour.cuda not in rules.versions:
+        known = ", ".join(rules.versions)
+        return [_finding(flavour, "cuda.driver", "error", f"CUDA {flavour.cuda} is not known (one of: {known})", rules.driver.source)]
+    text = rules.driver.message.format(cuda=flavour.cuda, driver=rules.versions[flavour.cuda].driver)
+    return [_finding(flavour, "cuda.driver", "info", text, rules.driver.source)]
+
+
+def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
+    if "torch" not in components:
+        return []
+    rules = data.load_rules().torch
+    if flavour.channel == "nightly":
+        return [_finding(flavour, "torch.nightly", "info", rules.nightly.message, rules.nightly.source)]
+    version = torch_version(stack, flavour)
+    if version is None:
+        known = ", ".join(rules.releases)
+        text = f"torch '{components['torch'].version}' admits no torch release in the rules data (known: {known})"
+        return [_finding(flavour, "torch.release", "error", text, rules.index.source)]
+    minor = data.torch_minor(version)
+    if minor not in rules.releases:
+        text = f"torch {minor} is not in the rules data (known: {', '.join(rules.releases)})"
+        return [_finding(flavour, "torch.release", "error", text, rules.index.source)]
+    release = rules.releases[minor]
+    found = []
+    if flavour.cuda_tag not in release.variants:
+        text = f"torch {minor} publishes no {flavour.cuda_tag} wheels (variants: {', '.join(release.variants)})"
+        found.append(_finding(flavour, "torch.variant", "error", text, release.source))
+    else:
+        index = data.index_for(version, flavour.cuda_tag, flavour.channel)
+        text = f"torch {minor} {flavour.cuda_tag} wheels come from {index or 'PyPI (its default variant)'}"
+        found.append(_finding(flavour, "torch.variant", "info", text, rules.index.source))
+    if flavour.python not in release.pythons:
+        text = f"torch {minor} has no wheels for Python {flavour.python} (pythons: {', '.join(release.pythons)})"
+        found.append(_finding(flavour, "torch.python", "error", text, release.source))
+    return found
+
+
+def _flash_attn(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
+    rule = data.load_rules().extensions.flash_attn
+    component = components.get(rule.package)
+    if component is None:
+        return []
+    if flavour.cuda == "cpu":
+        return [_finding(flavour, "flash_attn.arch", "error", f"{rule.package} needs CUDA: restrict it with when.cuda", rule.source)]
+    archs = [arch for env in rule.arch_env for arch in parse_archs(component.build_env.get(env, ""))]
+    low = sorted({a for a in archs if int(_base(a)) < int(rule.min_arch)}, key=lambda a: int(_base(a)))
+    if low:
+        text = f"{rule.message}; {rule.package}.build_env asks for sm_{', sm_'.join(low)}"
+        return [_finding(flavour, "flash_attn.arch", "error", text, rule.source)]
+    return []
+
+
+def _arch_lists(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
+    """Architectures named in build_env must be ones the flavour's nvcc can target."""
+    rules = data.load_rules().cuda
+    if flavour.cuda == "cpu" or flavour.cuda not in rules.versions:
+        return []
+    env_names = {"TORCH_CUDA_ARCH_LIST", *data.load_rules().extensions.flash_attn.arch_env}
+    allowed = set(rules.versions[flavour.cuda].archs)
+    found = []
+    for component in components.values():
+        for env in sorted(env_names & component.build_env.keys()):
+            bad = [a for a in parse_archs(component.build_env[env]) if _base(a) not in allowed]
+            if bad:
+                text = (
+                    f"{component.name}.build_env.{env}: CUDA {flavour.cuda} cannot target sm_{', sm_'.join(bad)} "
+                    f"(it targets sm_{', sm_'.join(rules.versions[flavour.cuda].archs)})"
+                )
+                found.append(_finding(flavour, "cuda.archs", "error", text, rules.archs.source))
+    return found
+
+
+def _deepspeed(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
+    rule = data.load_rules().extensions.deepspeed
+    component = components.get(rule.package)
+    if component is None:
+        return []
+    env = component.build_env
+    torch = torch_version(stack, flavour)
+    found = []
+    for name, op in rule.ops.items():
+        wanted = env.get(op.env) == "1" or (env.get(rule.all_env) == "1" and env.get(op.env) != "0")
+        if not wanted:
+            continue
+        if op.system_packages and not set(op.system_packages) & set(stack.build.system_packages):
+            found.append(_finding(flavour, f"deepspeed.{name}", "error", op.message, op.source))
+        if op.torch and torch is not None and Version(torch) not in SpecifierSet(op.torch):
+            found.append(_finding(flavour, f"deepspeed.{name}", "error", f"{op.message} (torch is {torch})", op.source))
+    return found
+
+
+_ARCH_TOKEN = re.compile(r"^(?:sm_|compute_)?(\d+)\.?(\d*)([af]?)(?:\+PTX)?$", re.IGNORECASE)
+
+
+def parse_archs(value: str) -> list[str]:
+    """'8.0;9.0+PTX' or '80,90a' or 'sm_80 sm_90' -> ['80', '90'] / ['80', '90a']."""
+    archs = []
+    for token in re.split(r"[;,\s]+", value.strip()):
+        match = _ARCH_TOKEN.match(token)
+        if match:
+            archs.append(match.group(1) + match.group(2) + match.group(3).lower())
+    return archs
+
+
+def _base(arch: str) -> str:
+    return arch.rstrip("af")

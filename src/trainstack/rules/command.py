@@ -1,0 +1,39 @@
+"""`trainstack check`: evaluate the compatibility rules for every flavour, before resolution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def command(
+    stack: Path = typer.Argument(..., help="The stack.toml to check.", show_default=False),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show the informational findings."),
+) -> None:
+    """Check each flavour against the rules data (torch CUDA variants and Pythons, driver,
+    GPU architectures, flash-attn, DeepSpeed ops); exit 3 when a rule is broken.
+
+    Example: trainstack check examples/stacks/torch-cuda.toml --verbose
+    """
+    from rich.table import Table
+
+    from trainstack.console import out
+    from trainstack.errors import RuleViolation
+    from trainstack.rules.check import check_stack, errors
+    from trainstack.spec import expand_flavours, load_stack
+
+    spec = load_stack(stack)
+    findings = check_stack(spec)
+    shown = findings if verbose else errors(findings)
+    if shown:
+        table = Table("flavour", "rule", "level", "message", "source")
+        for f in shown:
+            table.add_row(f.flavour, f.rule, f.level, f.message, f.source)
+        out.print(table)
+    broken = errors(findings)
+    flavours = len(expand_flavours(spec))
+    if broken:
+        out.print(f"{len(broken)} rule(s) broken across {flavours} flavour(s)", highlight=False)
+        raise typer.Exit(RuleViolation.exit_code)
+    out.print(f"all rules hold for {flavours} flavour(s)", highlight=False)

@@ -1,0 +1,105 @@
+"""Load the rules data files shipped in the package and answer questions about them."""
+
+from __future__ import annotations
+
+import tomllib
+from functools import cache
+from importlib import resources
+
+from packaging.version import InvalidVersion, Version
+
+from trainstack.errors import RuleViolation
+from trainstack.rules.models import Rules
+
+FILES = ("torch", "cuda", "platforms", "extensions")
+
+
+@cache
+def load_rules() -> Rules:
+    """All rules data files as one validated model (cached: the files ship read-only)."""
+    folder = resources.files("trainstack.rules") / "data"
+    data = {name: tomllib.loads((folder / f"{name}.toml").read_text(encoding="utf-8")) for name in FILES}
+    return Rules.model_validate(data)
+
+
+def torch_minor(torch_version: str) -> str:
+    """'2.11.0' or '2.11.0+cu130' or '2.11' -> '2.11'."""
+    try:
+        release = Version(torch_version).release
+    except InvalidVersion:
+        raise RuleViolation(f"torch version '{torch_version}' is not a version (try '2.11.0')") from None
+    return f"{release[0]}.{release[1] if len(release) > 1 else 0}"
+
+
+def _release(torch_version: str):
+    rules = load_rules().torch
+    minor = torch_minor(torch_version)
+    if minor not in rules.releases:
+        known = ", ".join(rules.releases)
+        raise RuleViolation(f"torch {minor} is not in the rules data (known: {known})", hint=rules.index.source)
+    return rules.releases[minor]
+
+
+def cuda_variants(torch_version: str) -> list[str]:
+    """Variant tags ('cpu', 'cu128', ...) the PyTorch release publishes wheels for."""
+    return list(_release(torch_version).variants)
+
+
+def pypi_default_variant(torch_version: str) -> str:
+    return _release(torch_version).pypi_default
+
+
+def torch_pythons(torch_version: str) -> list[str]:
+    return list(_release(torch_version).pythons)
+
+
+def index_for(torch_version: str, cuda_tag: str, channel: str) -> str | None:
+    """The index serving that torch variant; None when PyPI (the default index) serves it."""
+    index = load_rules().torch.index
+    if channel == "nightly":
+        return index.nightly.format(variant=cuda_tag)
+    release = _release(torch_version)
+    if cuda_tag not in release.variants:
+        raise RuleViolation(
+            f"torch {torch_minor(torch_version)} has no '{cuda_tag}' wheels (variants: {', '.join(release.variants)})",
+            hint=release.source,
+        )
+    return None if cuda_tag == release.pypi_default else index.release.format(variant=cuda_tag)
+
+
+def _cuda(cuda: str):
+    rules = load_rules().cuda
+    if cuda not in rules.versions:
+        raise RuleViolation(
+            f"CUDA {cuda} is not in the rules data (known: {', '.join(rules.versions)})", hint=rules.driver.source
+        )
+    return rules.versions[cuda]
+
+
+def min_driver(cuda: str) -> str:
+    """Oldest Linux driver that runs CUDA ``cuda`` ('12.8' -> '570.26')."""
+    return _cuda(cuda).driver
+
+
+def cuda_archs(cuda: str) -> list[str]:
+    """SM architectures nvcc of CUDA ``cuda`` can target, as '80', '90', '100'."""
+    return list(_cuda(cuda).archs)
+
+
+def nvcc_package(cuda: str) -> str:
+    """The PyPI requirement for the nvcc matching ``cuda``: 'nvidia-cuda-nvcc==13.0.*'."""
+    nvcc = load_rules().cuda.nvcc
+    major = cuda.split(".")[0]
+    if major not in nvcc.packages:
+        raise RuleViolation(f"no nvcc wheel is known for CUDA {major} (known: {', '.join(nvcc.packages)})")
+    return f"{nvcc.packages[major]}=={cuda}.*"
+
+
+def python_platform(os_name: str) -> str:
+    """uv's --python-platform for an OS of the matrix."""
+    platforms = load_rules().platforms
+    if os_name not in platforms.os:
+        raise RuleViolation(
+            f"OS '{os_name}' is not in the rules data (known: {', '.join(platforms.os)})", hint=platforms.glibc.source
+        )
+    return platforms.os[os_name].platform
