@@ -44,6 +44,7 @@ def project(tmp_path: Path) -> Path:
     changes.mkdir()
     (changes / "10.highlight.md").write_text("NumPy 2.3.\n")
     (changes / "11.fix.md").write_text("Hashes are kept when a lock is refreshed.\n")
+    shutil.copy(EXAMPLE.parent / "changes" / "README.md", changes / "README.md")  # not a fragment
     results = tmp_path / "results" / SLUG
     results.mkdir(parents=True)
     (results / "verify.json").write_text(json.dumps({"verdict": "pass", "tests": {"run": 12, "failed": 0, "allowed": 0}}))
@@ -63,13 +64,14 @@ def test_writes_the_three_outputs_and_consumes_fragments_once(project):
     outcome = _release(project)
     assert sorted(p.name for p in (project / "out").iterdir()) == sorted(OUTPUTS)
     notes = ReleaseNotes.model_validate_json((project / "out" / "release.json").read_text())
+    assert notes.updates.common[0].kind == "changed" and notes.updates.common[2].kind == "added"
     assert [c.text() for c in notes.updates.common] == [
         "numpy: 2.2.6 → 2.3.5", "pytest: 8.3.5 → 8.4.2", "pygments: added 2.19.2"]
     assert [f.name for f in notes.fragments] == ["10.highlight.md", "11.fix.md"]
     markdown = (project / "out" / "RELEASE.md").read_text()
     assert "## Highlights\n\n- NumPy 2.3.\n" in markdown
     assert "| cpu-debian12-py311-release | pass | 12 | 0 | 0 |" in markdown
-    assert _fragments(project) == []
+    assert _fragments(project) == ["README.md"]
     assert outcome.consumed_to == project / "changes" / "released" / "2026.12.0"
     assert sorted(p.name for p in outcome.consumed_to.iterdir()) == ["10.highlight.md", "11.fix.md"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 SCHEMA_VERSION = 1
 
@@ -12,7 +12,8 @@ ChangeKind = Literal["changed", "added", "removed"]
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # extra="ignore": release.json also carries the computed fields (kind, delta_percent)
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class Change(Frozen):
@@ -23,6 +24,7 @@ class Change(Frozen):
     new: str | None = None  # None: removed
     component: bool = False  # declared in the stack (not only a dependency of one)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def kind(self) -> ChangeKind:
         if self.old is None:
@@ -106,6 +108,7 @@ class BenchRow(Frozen):
     mfu: float | None = None  # a fraction of the GPU's peak
     peak_memory_gib: float | None = None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def delta_percent(self) -> float | None:
         if not self.previous_tokens_per_s or self.tokens_per_s is None:
