@@ -26,7 +26,7 @@ def limit_check(name: str, value: float | None, limit: Limit, unit: str, *, gpu:
     if value is None:
         return Check(name=name, level=level, status=Status.unknown, gpu=gpu, unit=unit,
                      threshold=limit.describe() or None, message=reason or "not measured")
-    return Check(name=name, level=level, status=limit.evaluate(value), gpu=gpu, value=round(value, 3),
+    return Check(name=name, level=level, status=limit.evaluate(value), gpu=gpu, value=float(f"{value:.4g}"),
                  threshold=limit.describe() or None, unit=unit, message=message)
 
 
