@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_release_publish import SLUG, _release, project  # noqa: F401  (project is a fixture)
+from tests.test_release_lock import locked_pair  # noqa: F401  (a fixture)
+from tests.test_release_publish import project, release, slug_of  # noqa: F401  (project is a fixture)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -55,10 +56,11 @@ def browser(tmp_path: Path):
 def test_page_loads_cleanly_and_shows_the_version_table_and_a_chart(project, browser, tmp_path):  # noqa: F811
     from selenium.webdriver.common.by import By
 
-    _jsonl(project / "results" / SLUG / "bench.jsonl", CURRENT)
-    _jsonl(project / "previous-results" / SLUG / "bench.jsonl", PREVIOUS)
+    slug = slug_of(project)
+    _jsonl(project / "results" / slug / "bench.jsonl", CURRENT)
+    _jsonl(project / "previous-results" / slug / "bench.jsonl", PREVIOUS)
     (project / "changes" / "12.known-issue.md").write_text("See [the tracker](https://example.org/issues/12).\n")
-    _release(project, previous_results=project / "previous-results")
+    release(project, previous_results=project / "previous-results")
     page = (project / "out" / "release.html").resolve()
 
     for name, (width, height) in SIZES.items():

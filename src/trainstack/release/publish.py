@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainstack.errors import LockError, UsageError
+from trainstack.errors import UsageError
 from trainstack.fsutil import atomic_write_text, dump_json
-from trainstack.lock.manifest import Manifest, load_manifest, manifest_path
+from trainstack.lock import check_lock_current
+from trainstack.lock.manifest import Manifest, load_manifest
 from trainstack.release.drivers import rules_lookup
 from trainstack.release.fragments import check_consumable, consume_fragments, read_fragments
 from trainstack.release.html import render_html
@@ -45,17 +46,6 @@ def _results_dir(path: Path | None, option: str, default: Path | None = None) ->
     return path
 
 
-def current_manifest(stack_path: Path, stack_name: str, release: str) -> Manifest:
-    path = manifest_path(stack_path)
-    manifest = load_manifest(path)
-    if manifest.stack != stack_name or manifest.release != release:
-        raise LockError(
-            f"{path}: locked for {manifest.stack} {manifest.release}, but {stack_path} is {stack_name} {release}",
-            hint=f"run 'trainstack lock {stack_path}' first",
-        )
-    return manifest
-
-
 def _of_flavours(bench: dict[BenchKey, BenchResult], manifest: Manifest) -> dict[BenchKey, BenchResult]:
     """Results of this stack's flavours, and those that name no flavour."""
     return {key: row for key, row in bench.items() if key[0] in manifest.flavours or not key[0]}
@@ -83,7 +73,7 @@ def make_release(
     results_dir = _results_dir(results, "--results", default=Path("build"))
     previous_results_dir = _results_dir(previous_results, "--previous-results")
     stack = load_stack(stack_path)
-    current = current_manifest(stack_path, stack.stack.name, stack.stack.release)
+    current = check_lock_current(stack_path)  # a release describes what the stack file locks to now
     previous = load_manifest(previous_path)
     check_same_stack(previous, current, str(previous_path))
     changes_dir = changes if changes is not None else stack_path.parent / "changes"

@@ -1,0 +1,100 @@
+"""Release notes between two real lock manifests of examples/stacks/cpu-minimal.toml (real uv).
+
+``locked_pair`` locks the example and a previous release of it once per module; the other
+release tests copy that pair into their own tmp_path.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from trainstack.lock.manifest import Manifest, load_manifest, manifest_path
+from trainstack.release.publish import make_release
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "stacks" / "cpu-minimal.toml"
+STACK = "cpu-minimal.toml"
+PREVIOUS = Path("previous") / STACK
+
+# The previous release: older exact pins, no hypothesis, and tomli-w, which the current one dropped.
+PREVIOUS_COMPONENTS = '''[components]
+numpy = "==2.2.6"
+pytest = "==8.4.0"
+tomli-w = "==1.1.0"
+'''
+
+
+def previous_stack_text(text: str) -> str:
+    head, rest = text.split("[components]\n", 1)
+    _, tail = rest.split("\n[matrix]", 1)
+    return head.replace('release = "2026.12.0"', 'release = "2026.11.0"') + PREVIOUS_COMPONENTS + "\n[matrix]" + tail
+
+
+@pytest.fixture(scope="module")
+def locked_pair(tmp_path_factory) -> Path:
+    """A folder with the example stack and a previous release of it, both locked by uv."""
+    from trainstack.lock import lock_stack
+
+    root = tmp_path_factory.mktemp("locked")
+    shutil.copy(EXAMPLE, root / STACK)
+    (root / PREVIOUS).parent.mkdir()
+    (root / PREVIOUS).write_text(previous_stack_text(EXAMPLE.read_text()))
+    lock_stack(root / PREVIOUS)
+    lock_stack(root / STACK)
+    return root
+
+
+def copy_pair(locked: Path, target: Path) -> tuple[Manifest, Manifest]:
+    """Copy the locked pair into ``target``; (previous, current) manifests."""
+    shutil.copytree(locked, target, dirs_exist_ok=True)
+    return load_manifest(manifest_path(target / PREVIOUS)), load_manifest(manifest_path(target / STACK))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_notes_between_two_real_locks_list_exactly_the_changes(locked_pair, tmp_path):
+    previous, current = copy_pair(locked_pair, tmp_path)
+    assert (previous.release, current.release) == ("2026.11.0", "2026.12.0")
+    (slug,) = current.flavours
+    new = current.flavours[slug].packages
+    for name, spec in (("numpy", ">=2.2,<2.5"), ("pytest", ">=8"), ("hypothesis", ">=6.100")):
+        assert Version(new[name]) in SpecifierSet(spec)
+
+    empty_results = tmp_path / "results"
+    empty_results.mkdir()
+    outcome = make_release(tmp_path / STACK, manifest_path(tmp_path / PREVIOUS), results=empty_results,
+                           out=tmp_path / "out", drivers=lambda cuda: None)
+
+    updates = outcome.notes.updates
+    assert updates.per_flavour == {slug: []} and updates.added_flavours == updates.removed_flavours == []
+    assert [(c.text(), c.component) for c in updates.common] == [
+        (f"hypothesis: added {new['hypothesis']}", True),
+        (f"numpy: 2.2.6 → {new['numpy']}", True),
+        (f"pytest: 8.4.0 → {new['pytest']}", True),
+        (f"sortedcontainers: added {new['sortedcontainers']}", False),
+        ("tomli-w: removed (was 1.1.0)", False),
+    ]
+    markdown = (tmp_path / "out" / "RELEASE.md").read_text()
+    assert f"- numpy: 2.2.6 → {new['numpy']}\n" in markdown
+    assert f"`{current.image}:2026.12.0-{slug}`" in markdown
+    assert f"`{current.flavours[slug].cache_key}`" in markdown
+    # no results were given: every figure is "not measured", none is made up
+    assert f"| {slug} | not measured |" in markdown
+    assert "Not measured: no bench results were given for this release." in markdown
+
+
+@pytest.mark.slow
+def test_a_lock_that_no_longer_matches_its_stack_is_refused(locked_pair, tmp_path):
+    from trainstack.errors import LockError
+
+    copy_pair(locked_pair, tmp_path)
+    stack = tmp_path / STACK
+    stack.write_text(stack.read_text().replace('pytest = ">=8"', 'pytest = ">=8.1"'))
+    with pytest.raises(LockError, match="no longer matches"):
+        make_release(stack, manifest_path(tmp_path / PREVIOUS), results=tmp_path, out=tmp_path / "out",
+                     drivers=lambda cuda: None)
+    assert not (tmp_path / "out").exists()
