@@ -194,3 +194,19 @@ def _notes(old, new, *, bench=None, previous_bench=None, drivers=None):
                     verification=read_verification(None, new.flavours), bench=bench or {},
                     previous_bench=previous_bench or {})
     return make_notes(inputs, table.get)
+
+
+def test_driver_requirements_from_the_shipped_rules():
+    from trainstack.release.drivers import rules_lookup
+    from trainstack.rules import load_rules, min_driver
+
+    old, new = two_releases()
+    odd = "cu999-ubuntu2404-py312-release"
+    new = new.model_copy(update={"flavours": {**new.flavours, odd: flavour({"torch": "2.11.0"}, cuda="99.9", slug=odd)}})
+    inputs = Inputs(current=new, previous=old, components=COMPONENTS, description="", fragments=[],
+                    verification=[], bench={}, previous_bench={})
+    found = {d.slug: d for d in make_notes(inputs, rules_lookup).drivers}
+    assert found[R128].min_driver == min_driver("12.8")
+    assert found[R128].source == load_rules().cuda.driver.source
+    assert (found[odd].min_driver, found[odd].note) == (None, "CUDA 99.9 is not in the rules: not known")
+    assert f"| {R128} | 12.8 | {min_driver('12.8')} |" in render_markdown(make_notes(inputs, rules_lookup))

@@ -98,3 +98,46 @@ def test_a_lock_that_no_longer_matches_its_stack_is_refused(locked_pair, tmp_pat
         make_release(stack, manifest_path(tmp_path / PREVIOUS), results=tmp_path, out=tmp_path / "out",
                      drivers=lambda cuda: None)
     assert not (tmp_path / "out").exists()
+
+
+TWO_PYTHONS_PREVIOUS = '''[components]
+numpy = "==2.2.6"
+pytest = "==8.4.0"
+'''
+TWO_PYTHONS_CURRENT = '''[components]
+numpy = "==2.3.5"
+pytest = "==8.4.0"
+tomli-w = { version = "==1.2.0", when = { python = ">=3.12" } }
+'''
+
+
+def _two_pythons(components: str, release: str) -> str:
+    text = EXAMPLE.read_text().replace('python = ["3.11"]', 'python = ["3.11", "3.12"]')
+    head, rest = text.split("[components]\n", 1)
+    _, tail = rest.split("\n[matrix]", 1)
+    return head.replace('release = "2026.12.0"', f'release = "{release}"') + components + "\n[matrix]" + tail
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_changes_of_one_flavour_are_listed_under_it(tmp_path):
+    from trainstack.lock import lock_stack
+
+    stack, previous = tmp_path / STACK, tmp_path / PREVIOUS
+    previous.parent.mkdir()
+    previous.write_text(_two_pythons(TWO_PYTHONS_PREVIOUS, "2026.11.0"))
+    stack.write_text(_two_pythons(TWO_PYTHONS_CURRENT, "2026.12.0"))
+    lock_stack(previous)
+    current = lock_stack(stack)
+    py311, py312 = sorted(current.flavours)
+    assert (py311, py312) == ("cpu-debian12-py311-release", "cpu-debian12-py312-release")
+
+    outcome = make_release(stack, manifest_path(previous), results=tmp_path, out=tmp_path / "out",
+                           drivers=lambda cuda: None)
+    updates = outcome.notes.updates
+    assert [c.text() for c in updates.common] == ["numpy: 2.2.6 → 2.3.5"]
+    assert {slug: [c.text() for c in changes] for slug, changes in updates.per_flavour.items()} == {
+        py311: [], py312: ["tomli-w: added 1.2.0"]}
+    assert outcome.notes.versions.columns == [[py311], [py312]]
+    assert outcome.notes.versions.rows["tomli-w"] == ["", "1.2.0"]
+    assert f"### Only in {py312}\n\n- tomli-w: added 1.2.0\n" in (tmp_path / "out" / "RELEASE.md").read_text()
