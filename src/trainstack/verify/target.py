@@ -57,7 +57,9 @@ def probe_path(name: str) -> Path:
     return Path(str(resources.files("trainstack.verify.probes").joinpath(name)))
 
 
-def run_probe(target: Target, script: str, args: list[str] | None = None, *, timeout: float = 600) -> tuple[dict | None, str]:
+def run_probe(
+    target: Target, script: str, args: list[str] | None = None, *, timeout: float = 600
+) -> tuple[dict | list | None, str]:
     """Run a probe script in the target; (its JSON or None, a one-line reason when None)."""
     argv = [target.python, "-I", probe_path(script), *(args or [])]
     try:
@@ -65,7 +67,7 @@ def run_probe(target: Target, script: str, args: list[str] | None = None, *, tim
     except subprocess.TimeoutExpired:
         return None, f"{script} timed out after {timeout:.0f} s"
     data = _last_json(result.stdout)
-    if isinstance(data, dict):
+    if isinstance(data, (dict, list)):
         return data, ""
     return None, _crash_reason(result.returncode, result.stderr)
 

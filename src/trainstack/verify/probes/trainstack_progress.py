@@ -1,0 +1,39 @@
+"""pytest plugin loaded into suites run by trainstack (``-p trainstack_progress``).
+
+Appends one JSON line per event to $TRAINSTACK_PROGRESS, opened and closed each time so
+the file survives a test that kills the interpreter (os._exit, a segfault): the last
+"start" without its "done" names the test that crashed. Absolute ids allow reruns.
+"""
+
+import json
+import os
+
+_PATH = os.environ.get("TRAINSTACK_PROGRESS")
+
+
+def _write(record):
+    if _PATH:
+        with open(_PATH, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+
+def _rerun_id(item):
+    parts = item.nodeid.split("::", 1)
+    return str(item.path) + ("::" + parts[1] if len(parts) > 1 else "")
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _write({"event": "start", "nodeid": nodeid})
+
+
+def pytest_itemcollected(item):
+    _write({"event": "item", "nodeid": item.nodeid, "rerun": _rerun_id(item)})
+
+
+def pytest_runtest_logreport(report):
+    if report.failed or report.when == "call" or report.skipped:
+        _write({"event": "report", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome})
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    _write({"event": "done", "nodeid": nodeid})

@@ -1,0 +1,45 @@
+"""Smoke checks run inside the target: one interpreter per check, so a crash costs one check."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from trainstack.console import err
+from trainstack.verify.target import Target, run_probe
+
+KNOWN = ("imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed")
+TIMEOUTS = {"compile": 900.0, "cpp_extension": 900.0, "distributed": 300.0}
+
+
+class SmokeResult(BaseModel):
+    name: str  # "matmul[cpu]", "import numpy"
+    status: Literal["pass", "fail", "skip"]
+    reason: str
+    seconds: float
+
+
+def run_smoke(target: Target, checks: list[str], components: list[str], workdir: Path | None = None) -> list[SmokeResult]:
+    results: list[SmokeResult] = []
+    with tempfile.TemporaryDirectory(prefix="trainstack-smoke-") as tmp:
+        where = workdir or Path(tmp)
+        for check in checks:
+            err.print(f"[dim]smoke: {check}[/dim]", highlight=False)
+            results += run_check(target, check, components, where)
+    return results
+
+
+def run_check(target: Target, check: str, components: list[str], workdir: Path) -> list[SmokeResult]:
+    if check not in KNOWN:
+        return [SmokeResult(name=check, status="fail", reason=f"unknown smoke check (known: {', '.join(KNOWN)})", seconds=0)]
+    start = time.perf_counter()
+    args = [check, str(workdir), *(components if check == "imports" else [])]
+    data, reason = run_probe(target, "smoke_probe.py", args, timeout=TIMEOUTS.get(check, 300.0))
+    if data is None:
+        # the interpreter died or hung: the check fails, it is never dropped
+        return [SmokeResult(name=check, status="fail", reason=reason, seconds=round(time.perf_counter() - start, 3))]
+    return [SmokeResult.model_validate(item) for item in data]  # type: ignore[union-attr]

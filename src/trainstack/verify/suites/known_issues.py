@@ -1,0 +1,104 @@
+"""The known-issues file: failures that are accepted per target, each with a reason and a link.
+
+    [[known]]
+    test = "*numpy/linalg/tests/test_linalg.py::TestEigh::test_big*"   # fnmatch on the test id
+    suite = "numpy-linalg"          # optional: only in this suite
+    targets = ["cu128-*"]           # flavour slugs (fnmatch); default: every target
+    reason = "LAPACK rounding on this CPU"
+    link = "https://github.com/numpy/numpy/issues/..."
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trainstack.errors import SpecError
+
+
+class KnownIssue(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    test: Annotated[str, Field(min_length=1)]
+    suite: str | None = None
+    targets: list[str] = ["*"]
+    reason: Annotated[str, Field(min_length=1)]
+    link: Annotated[str, Field(pattern=r"^https?://\S+$")]
+
+    def matches(self, suite: str, target: str, test_ids: list[str]) -> bool:
+        if self.suite is not None and self.suite != suite:
+            return False
+        if not any(fnmatch(target, pattern) for pattern in self.targets):
+            return False
+        return any(fnmatch(test_id, self.test) for test_id in test_ids)
+
+
+class KnownIssues(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    known: list[KnownIssue] = []
+
+    def find(self, suite: str, target: str, test_ids: list[str]) -> KnownIssue | None:
+        return next((issue for issue in self.known if issue.matches(suite, target, test_ids)), None)
+
+
+def load_known_issues(path: Path) -> KnownIssues:
+    """Parse and validate; SpecError naming file, line and field when malformed."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such known-issues file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = re.search(r"line (\d+)", str(exc))
+        where = f"{path}:{line.group(1)}" if line else str(path)
+        raise SpecError(f"{where}: TOML syntax error: {str(exc).split(' (at line')[0]}") from None
+    try:
+        return KnownIssues.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_describe(exc, text, path)) from None
+
+
+def _describe(exc: ValidationError, text: str, path: Path) -> str:
+    error = exc.errors()[0]
+    loc = [str(p) for p in error["loc"]]
+    field = ".".join(loc)
+    line = _line_of(text, loc)
+    where = f"{path}:{line}" if line else str(path)
+    if error["type"] == "extra_forbidden":
+        message = "unknown field (fields: test, suite, targets, reason, link)"
+    elif error["type"] == "missing":
+        message = "required field is missing"
+    elif loc[-1] == "link":
+        message = "must be an http(s) URL to the issue"
+    else:
+        message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {field}: {message}"
+
+
+def _line_of(text: str, loc: list[str]) -> int | None:
+    """Line of ``known[N].field``: the field's assignment inside the N-th [[known]] table,
+    or that table's header when the field is missing."""
+    if len(loc) < 2 or loc[0] != "known" or not loc[1].isdigit():
+        return None
+    index, header, count = int(loc[1]), None, -1
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("[["):
+            count += line.strip("[] ") == "known"
+            if count == index and header is None:
+                header = number
+            elif header is not None:
+                break
+            continue
+        if header is not None and len(loc) > 2 and re.match(rf"{re.escape(loc[2])}\s*=", line):
+            return number
+    return header

@@ -1,0 +1,172 @@
+"""Run one declared suite inside the environment: JUnit XML, progress events, one rerun of
+the failures, known issues subtracted. Crashes and timeouts are failures, never dropped."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from trainstack import proc
+from trainstack.console import err
+from trainstack.errors import SpecError
+from trainstack.spec.models import Suite
+from trainstack.verify.suites.junit import Progress, XmlCounts, read_junit, read_progress, read_summary
+from trainstack.verify.suites.known_issues import KnownIssues
+from trainstack.verify.suites.models import KnownHit, SuiteResult
+from trainstack.verify.target import Target, probe_path
+
+PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
+# options of the original command that a rerun keeps (they shape collection and plugins)
+CARRIED = ("-p", "-o", "-W", "-c", "--rootdir", "--confcutdir")
+
+
+class SuiteRun:
+    def __init__(self, target: Target, suite: Suite, workdir: Path, cwd: Path, where: str):
+        self.target = target
+        self.suite = suite
+        self.workdir = workdir
+        self.cwd = cwd
+        self.where = where  # "stack.toml:12" for error messages
+
+    def argv(self) -> list[str]:
+        words = shlex.split(self.suite.command)
+        if not words:
+            raise SpecError(f"{self.where}: verify.suite '{self.suite.name}': empty command")
+        if words[0] in ("python", "python3"):
+            words[0] = str(self.target.python)
+        elif os.sep not in words[0]:
+            found = shutil.which(words[0], path=self.target.env()["PATH"])
+            if found is None:
+                raise SpecError(
+                    f"{self.where}: verify.suite '{self.suite.name}': program '{words[0]}' is not in the "
+                    f"environment ({self.target.bin_dir}) nor on PATH"
+                )
+            words[0] = found
+        elif not Path(words[0]).exists():
+            raise SpecError(f"{self.where}: verify.suite '{self.suite.name}': program '{words[0]}' does not exist")
+        return words
+
+    def is_pytest(self, words: list[str]) -> bool:
+        return any("pytest" in Path(w).name for w in words[:3])
+
+    def env(self, progress: Path) -> dict[str, str]:
+        env = self.target.env()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(probe_path("")), os.environ.get("PYTHONPATH", "")) if p)
+        env["TRAINSTACK_PROGRESS"] = str(progress)
+        return env
+
+    def execute(self, words: list[str], tag: str) -> tuple[proc.Result | None, Path, Path, float]:
+        xml = self.workdir / f"{self.suite.name}.{tag}.xml"
+        progress = self.workdir / f"{self.suite.name}.{tag}.events"
+        for stale in (xml, progress):
+            stale.unlink(missing_ok=True)
+        argv = words + (["-p", "trainstack_progress", f"--junitxml={xml}"] if self.is_pytest(words) else [])
+        start = time.perf_counter()
+        try:
+            result = proc.run(argv, cwd=self.cwd, env=self.env(progress), timeout=self.suite.timeout,
+                              log=self.workdir / f"{self.suite.name}.log")
+        except subprocess.TimeoutExpired:
+            result = None
+        return result, xml, progress, time.perf_counter() - start
+
+
+def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: str,
+              known: KnownIssues, target_name: str) -> SuiteResult:
+    run = SuiteRun(target, suite, workdir, cwd, where)
+    words = run.argv()
+    err.print(f"[bold]suite {suite.name}[/]", highlight=False)
+    result, xml, events, seconds = run.execute(words, "run")
+    base = {"name": suite.name, "command": suite.command, "seconds": round(seconds, 2), "max_failed": suite.max_failed}
+    progress = read_progress(events)
+    if result is None:
+        return SuiteResult(status="timeout", exit_code=None, reason=f"timed out after {suite.timeout:.0f} s"
+                           + (f" in {progress.running}" if progress.running else ""),
+                           crashed_in=progress.running, failed=progress.failed, **base)
+    if not run.is_pytest(words):
+        status = "passed" if result.ok else "failed"
+        return SuiteResult(status=status, exit_code=result.returncode, reason=f"exit {result.returncode} "
+                           "(not a pytest command: judged by its exit status only)", **base)
+    if not xml.is_file():
+        return _crashed(result, progress, base)
+    counts = read_junit(xml)
+    summary = read_summary(result.stdout)
+    failing = progress.failed or counts.failed_ids
+    if result.returncode in PYTEST_EXIT and not counts.failed:
+        return SuiteResult(status="error", exit_code=result.returncode, tests=counts.tests,
+                           reason=f"pytest exit {result.returncode}: {PYTEST_EXIT[result.returncode]}", **base)
+    still, flaky = _rerun(run, words, failing, progress) if suite.rerun_failed and failing else (failing, [])
+    hits, remaining = _subtract_known(still, progress, counts, known, suite.name, target_name)
+    cross = _cross_check(counts, summary, progress)
+    status = "passed" if len(remaining) <= suite.max_failed else "failed"
+    reason = (f"{len(remaining)} failing (max {suite.max_failed}), {len(flaky)} flaky, {len(hits)} known; "
+              f"{counts.tests} tests")
+    return SuiteResult(status=status, exit_code=result.returncode, reason=reason, tests=counts.tests,
+                       xml_failed=counts.failed, summary_failed=summary.failed if summary else None,
+                       summary_line=summary.line if summary else "", cross_check=cross,
+                       failed=remaining, flaky=flaky, known=hits, **base)
+
+
+def _crashed(result: proc.Result, progress: Progress, base: dict) -> SuiteResult:
+    """No XML: the runner died before writing it. Count what the events saw, plus the crash."""
+    how = f"killed by signal {-result.returncode}" if result.returncode < 0 else f"exit {result.returncode}"
+    where = f" while running {progress.running}" if progress.running else ""
+    failed = progress.failed + ([progress.running] if progress.running and progress.running not in progress.failed else [])
+    last = (result.stderr.strip().splitlines() or [""])[-1][:200]
+    reason = f"crashed ({how}){where}; no JUnit XML written" + (f": {last}" if last and not where else "")
+    return SuiteResult(status="crashed", exit_code=result.returncode, reason=reason, crashed_in=progress.running,
+                       failed=failed, **base)
+
+
+def _rerun(run: SuiteRun, words: list[str], failing: list[str], progress: Progress) -> tuple[list[str], list[str]]:
+    """Run the failing tests once more; those that pass now are flaky."""
+    ids = [progress.rerun_ids.get(t, t) for t in failing]
+    head = words[: next(i for i, w in enumerate(words) if "pytest" in Path(w).name) + 1]
+    argv = head + _carried(words) + ["-q", *ids]
+    result, xml, events, _ = run.execute(argv, "rerun")
+    again = read_progress(events)
+    if result is None or not xml.is_file():
+        return failing, []  # the rerun itself broke: keep every failure
+    failed_again = {again.rerun_ids.get(t, t) for t in again.failed}
+    collected = set(again.rerun_ids.values())
+    still = []
+    for test in failing:
+        wanted = progress.rerun_ids.get(test, test)
+        # a test the rerun did not collect at all stays failed
+        if wanted in failed_again or wanted not in collected:
+            still.append(test)
+    return still, [t for t in failing if t not in still]
+
+
+def _carried(words: list[str]) -> list[str]:
+    kept: list[str] = []
+    for i, word in enumerate(words):
+        if word in CARRIED and i + 1 < len(words):
+            kept += [word, words[i + 1]]
+        elif any(word.startswith(opt + "=") for opt in CARRIED if opt.startswith("--")) or word.startswith("--import-mode"):
+            kept.append(word)
+    return kept
+
+
+def _subtract_known(still: list[str], progress: Progress, counts: XmlCounts, known: KnownIssues,
+                    suite: str, target: str) -> tuple[list[KnownHit], list[str]]:
+    hits: list[KnownHit] = []
+    remaining: list[str] = []
+    for test in still:
+        issue = known.find(suite, target, [test, progress.rerun_ids.get(test, test)])
+        if issue is None:
+            remaining.append(test)
+        else:
+            hits.append(KnownHit(test=test, reason=issue.reason, link=issue.link))
+    return hits, remaining
+
+
+def _cross_check(counts: XmlCounts, summary, progress: Progress) -> str:
+    if summary is None:
+        return f"no summary line to cross-check (XML: {counts.failed} failed)"
+    if summary.failed != counts.failed:
+        return f"DISAGREE: XML counts {counts.failed} failed, summary line says {summary.failed}"
+    return "agree"
