@@ -16,8 +16,6 @@ def command(
 
     Example: trainstack check examples/stacks/torch-cuda.toml --verbose
     """
-    from rich.table import Table
-
     from trainstack.console import out
     from trainstack.errors import RuleViolation
     from trainstack.rules.check import check_stack, errors
@@ -26,14 +24,11 @@ def command(
     spec = load_stack(stack)
     findings = check_stack(spec)
     shown = findings if verbose else errors(findings)
-    if shown:
-        table = Table("flavour", "rule", "level", "message", "source")
-        for f in shown:
-            table.add_row(f.flavour, f.rule, f.level, f.message, f.source)
-        out.print(table)
+    for f in shown:
+        style = "red" if f.level == "error" else "dim"
+        out.print(f"[{style}]{f.level}[/] {f.flavour} {f.rule}: {f.message} <{f.source}>", highlight=False, soft_wrap=True)
     broken = errors(findings)
     flavours = len(expand_flavours(spec))
     if broken:
-        out.print(f"{len(broken)} rule(s) broken across {flavours} flavour(s)", highlight=False)
-        raise typer.Exit(RuleViolation.exit_code)
+        raise RuleViolation(f"{stack}: {len(broken)} rule(s) broken across {flavours} flavour(s)")
     out.print(f"all rules hold for {flavours} flavour(s)", highlight=False)

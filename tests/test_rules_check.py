@@ -1,0 +1,186 @@
+"""The rules data and the checker on known good and bad combinations."""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+import pytest
+
+from trainstack import rules
+from trainstack.cli import main
+from trainstack.errors import RuleViolation
+from trainstack.rules.check import check_flavour, check_stack, errors, parse_archs, torch_version
+from trainstack.spec import Flavour, load_stack
+from trainstack.spec.load import parse_stack
+
+from .conftest import EXAMPLES
+
+STACK = """\
+[stack]
+name = "t"
+release = "1"
+image = "trainstack/t"
+
+[components]
+torch = {{ version = "{torch}", group = "torch" }}
+{extra}
+
+[matrix]
+cuda = ["{cuda}"]
+os = ["{os}"]
+python = ["{python}"]
+
+[build]
+system_packages = {system}
+"""
+
+
+def stack(torch="==2.11.0", cuda="13.0", os="ubuntu24.04", python="3.12", extra="", system="[]"):
+    text = STACK.format(torch=torch, cuda=cuda, os=os, python=python, extra=extra, system=system)
+    from pathlib import Path
+
+    return parse_stack(text, Path("stack.toml"))
+
+
+def rule_errors(spec) -> list[str]:
+    return [f"{f.rule}: {f.message}" for f in errors(check_stack(spec))]
+
+
+def test_data_answers() -> None:
+    assert rules.cuda_variants("2.11.0") == ["cpu", "cu126", "cu128", "cu130"]
+    assert rules.pypi_default_variant("2.10.0") == "cu128"
+    assert rules.pypi_default_variant("2.11.0") == "cu130"
+    assert rules.min_driver("13.0") == "580.65.06"
+    assert rules.min_driver("12.8") == "570.26"
+    assert "120" in rules.cuda_archs("12.8") and "70" not in rules.cuda_archs("13.0")
+    assert rules.torch_pythons("2.11.0")[0] == "3.10"
+    assert rules.python_platform("ubuntu22.04") == "x86_64-manylinux_2_35"
+    assert rules.nvcc_package("12.8") == "nvidia-cuda-nvcc-cu12==12.8.*"
+    assert rules.nvcc_package("13.0") == "nvidia-cuda-nvcc==13.0.*"
+
+
+def test_index_choice_pypi_default_versus_pytorch_index() -> None:
+    assert rules.index_for("2.11.0", "cu130", "release") is None
+    assert rules.index_for("2.11.0", "cu128", "release") == "https://download.pytorch.org/whl/cu128"
+    assert rules.index_for("2.10.0", "cu128", "release") is None
+    assert rules.index_for("2.11.0", "cpu", "release") == "https://download.pytorch.org/whl/cpu"
+    assert rules.index_for("2.11.0", "cu130", "nightly") == "https://download.pytorch.org/whl/nightly/cu130"
+    with pytest.raises(RuleViolation, match="no 'cu132' wheels"):
+        rules.index_for("2.11.0", "cu132", "release")
+
+
+def test_every_rule_has_a_message_and_a_public_source() -> None:
+    data = rules.load_rules()
+    cited = [data.torch.index, data.torch.nightly, data.cuda.driver, data.cuda.archs, data.cuda.nvcc,
+             data.platforms.glibc, data.extensions.flash_attn, *data.extensions.deepspeed.ops.values()]
+    cited_sources = [c.source for c in cited] + [r.source for r in data.torch.releases.values()]
+    cited_sources += [o.source for o in data.platforms.os.values()]
+    for source in cited_sources:
+        assert urlparse(source).scheme == "https" and urlparse(source).netloc
+    assert all(c.message for c in cited)
+    ops = data.extensions.deepspeed.ops
+    assert "libaio-dev" in ops["async_io"].system_packages
+    assert ops["sparse_attn"].torch == ">=1.5,<2.0"
+    assert "oneCCL" in ops["ccl_comm"].message
+    assert data.extensions.flash_attn.min_arch == "80"
+
+
+def test_examples_hold() -> None:
+    for name in ("torch-cuda", "cpu-minimal"):
+        assert errors(check_stack(load_stack(EXAMPLES / f"{name}.toml"))) == []
+
+
+def test_good_combination_reports_driver_and_index() -> None:
+    findings = check_stack(stack(cuda="12.8"))
+    messages = [f.message for f in findings]
+    assert "CUDA 12.8 needs NVIDIA driver >= 570.26 on Linux x86_64" in messages
+    assert any("https://download.pytorch.org/whl/cu128" in m for m in messages)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"cuda": "13.2"}, "cuda.driver: CUDA 13.2 is not known"),
+        ({"cuda": "12.9"}, "torch.variant: torch 2.11 publishes no cu129 wheels"),
+        ({"python": "3.9"}, "torch.python: torch 2.11 has no wheels for Python 3.9"),
+        ({"os": "centos7"}, "os.platform: OS 'centos7' is not known"),
+        ({"torch": ">=3"}, "torch.release: torch '>=3' admits no torch release"),
+    ],
+)
+def test_bad_torch_combinations(kwargs, expected) -> None:
+    assert any(e.startswith(expected) for e in rule_errors(stack(**kwargs))), rule_errors(stack(**kwargs))
+
+
+def test_torch_range_takes_newest_known_minor() -> None:
+    spec = stack(torch=">=2.9,<2.12")
+    assert torch_version(spec, Flavour("13.0", "ubuntu24.04", "3.12", "release")) == "2.11"
+
+
+def test_flash_attn_needs_sm80() -> None:
+    extra = 'flash-attn = { version = "==2.8.3", source = "sdist", build_env = { FLASH_ATTN_CUDA_ARCHS = "75;90" } }'
+    assert any("flash_attn.arch" in e and "sm_75" in e for e in rule_errors(stack(extra=extra)))
+    good = extra.replace("75;90", "80;90")
+    assert rule_errors(stack(extra=good)) == []
+
+
+def test_flash_attn_needs_cuda() -> None:
+    extra = 'flash-attn = "==2.8.3"'
+    assert any("flash_attn.arch" in e for e in rule_errors(stack(cuda="cpu", extra=extra)))
+
+
+def test_arch_list_must_be_targetable_by_the_flavours_cuda() -> None:
+    extra = 'apex = { git = "https://example.org/apex", commit = "abcdef1", build_env = { TORCH_CUDA_ARCH_LIST = "7.0;9.0" } }'
+    assert any("cannot target sm_70" in e for e in rule_errors(stack(cuda="13.0", extra=extra)))
+    assert rule_errors(stack(cuda="12.8", extra=extra)) == []
+
+
+DEEPSPEED = 'deepspeed = {{ version = "==0.18.9", build_env = {{ {env} }} }}'
+
+
+@pytest.mark.parametrize(
+    ("env", "system", "expected"),
+    [
+        ('DS_BUILD_AIO = "1"', "[]", "deepspeed.async_io"),
+        ('DS_BUILD_OPS = "1", DS_BUILD_SPARSE_ATTN = "0", DS_BUILD_CCL_COMM = "0"', "[]", "deepspeed.async_io"),
+        ('DS_BUILD_CCL_COMM = "1"', '["libaio-dev"]', "deepspeed.ccl_comm"),
+        ('DS_BUILD_SPARSE_ATTN = "1"', "[]", "deepspeed.sparse_attn"),
+        ('DS_BUILD_OPS = "1", DS_BUILD_AIO = "0", DS_BUILD_CCL_COMM = "0"', "[]", "deepspeed.sparse_attn"),
+    ],
+)
+def test_deepspeed_ops_and_their_needs(env, system, expected) -> None:
+    found = rule_errors(stack(extra=DEEPSPEED.format(env=env), system=system))
+    assert any(e.startswith(expected) for e in found), found
+
+
+@pytest.mark.parametrize(
+    ("env", "system"),
+    [
+        ('DS_BUILD_AIO = "1"', '["libaio-dev"]'),
+        ('DS_BUILD_OPS = "1", DS_BUILD_SPARSE_ATTN = "0", DS_BUILD_CCL_COMM = "0"', '["libaio1t64"]'),
+        ('DS_BUILD_CCL_COMM = "1"', '["intel-oneapi-ccl-devel"]'),
+        ('DS_BUILD_OPS = "0"', "[]"),
+    ],
+)
+def test_deepspeed_ops_satisfied(env, system) -> None:
+    assert rule_errors(stack(extra=DEEPSPEED.format(env=env), system=system)) == []
+
+
+def test_sparse_attn_fine_on_old_torch() -> None:
+    spec = stack(torch="==1.13.1", extra=DEEPSPEED.format(env='DS_BUILD_SPARSE_ATTN = "1"'))
+    flavour = Flavour("13.0", "ubuntu24.04", "3.12", "release")
+    assert not [f for f in check_flavour(spec, flavour) if f.rule == "deepspeed.sparse_attn"]
+
+
+def test_parse_archs() -> None:
+    assert parse_archs("8.0;9.0+PTX") == ["80", "90"]
+    assert parse_archs("80, 90a sm_100") == ["80", "90a", "100"]
+
+
+def test_check_verb_exit_codes(write_stack, capsys) -> None:
+    good = write_stack((EXAMPLES / "torch-cuda.toml").read_text(), "good")
+    assert main(["check", str(good)]) == 0
+    assert "all rules hold for 12 flavour(s)" in capsys.readouterr().out
+    bad_text = (EXAMPLES / "torch-cuda.toml").read_text().replace('FLASH_ATTN_CUDA_ARCHS = "90"', 'FLASH_ATTN_CUDA_ARCHS = "75"')
+    bad = write_stack(bad_text, "bad")
+    assert main(["check", str(bad)]) == RuleViolation.exit_code
+    assert "sm80" in capsys.readouterr().out

@@ -1,0 +1,174 @@
+"""The spec loader on good and bad files; bad input is always one SpecError line."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainstack.cli import main
+from trainstack.errors import SpecError
+from trainstack.spec import expand_flavours, load_stack
+from trainstack.spec.load import parse_stack
+
+from .conftest import EXAMPLES
+
+MINIMAL = """\
+[stack]
+name = "tiny"
+release = "1"
+image = "trainstack/tiny"
+
+[components]
+numpy = ">=2"
+
+[matrix]
+cuda = ["cpu"]
+os = ["debian12"]
+python = ["3.11", "3.12"]
+"""
+
+
+@pytest.mark.parametrize("name", ["cpu-minimal", "torch-cuda"])
+def test_examples_load(name: str) -> None:
+    stack = load_stack(EXAMPLES / f"{name}.toml")
+    assert expand_flavours(stack)
+
+
+def test_torch_cuda_matrix_is_two_cuda_two_os_two_python_two_channels_minus_one_exclude() -> None:
+    stack = load_stack(EXAMPLES / "torch-cuda.toml")
+    flavours = expand_flavours(stack)
+    assert {f.cuda for f in flavours} == {"12.8", "13.0"}
+    assert {f.os for f in flavours} == {"ubuntu22.04", "ubuntu24.04"}
+    assert {f.python for f in flavours} == {"3.11", "3.12"}
+    assert {f.channel for f in flavours} == {"release", "nightly"}
+    assert len(flavours) == 16 - 4
+    apex = stack.components["apex"]
+    assert apex.commit is not None and len(apex.commit) == 40
+
+
+def _error(text: str, tmp_path: Path) -> str:
+    with pytest.raises(SpecError) as info:
+        parse_stack(text, tmp_path / "stack.toml")
+    return str(info.value)
+
+
+def test_toml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
+    message = _error(MINIMAL.replace('numpy = ">=2"', "numpy = >=2"), tmp_path)
+    assert "stack.toml" in message and "line 7" in message and "column" in message
+
+
+def test_unknown_field_suggests_closest_name(tmp_path: Path) -> None:
+    message = _error(MINIMAL.replace('release = "1"', 'release = "1"\nimgae = "x"'), tmp_path)
+    assert message == f"{tmp_path / 'stack.toml'}:4: stack.imgae: unknown field; did you mean 'image'?"
+
+
+def test_unknown_component_field_suggests_closest_name(tmp_path: Path) -> None:
+    text = MINIMAL.replace('numpy = ">=2"', 'numpy = { verison = ">=2" }')
+    message = _error(text, tmp_path)
+    assert ":7: components.numpy.verison: unknown field; did you mean 'version'?" in message
+
+
+def test_every_cell_excluded(tmp_path: Path) -> None:
+    text = MINIMAL + 'exclude = [{ python = "3.11" }, { python = "3.12" }]\n'
+    assert "every cell is excluded" in _error(text, tmp_path)
+
+
+def test_bad_specifier_says_what_is_accepted(tmp_path: Path) -> None:
+    message = _error(MINIMAL.replace('">=2"', '"two"'), tmp_path)
+    assert ":7: components.numpy.version:" in message and "==2.9.1" in message
+
+
+def test_requires_needs_exact_version(tmp_path: Path) -> None:
+    text = MINIMAL.replace('numpy = ">=2"', 'numpy = { version = ">=2", source = "sdist", requires = ["einops"] }')
+    assert "exact version" in _error(text, tmp_path)
+
+
+def test_requires_are_requirements(tmp_path: Path) -> None:
+    text = MINIMAL.replace('numpy = ">=2"', 'numpy = { version = "==2.0", source = "sdist", requires = ["no such"] }')
+    assert "'no such' is not a requirement" in _error(text, tmp_path)
+
+
+def test_cli_prints_one_line_and_exits_2(write_stack, capsys) -> None:
+    path = write_stack(MINIMAL.replace("[matrix]", "[matrix]\ncdua = []"))
+    assert main(["check", str(path)]) == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "did you mean 'cuda'?" in lines[0]
+    assert "Traceback" not in captured.err + captured.out
+
+
+# Bad input generated at random: whatever the text, the loader answers with a Stack or one
+# SpecError line, never another exception.
+_LINES = MINIMAL.splitlines()
+
+
+@st.composite
+def mutated_stacks(draw) -> str:
+    lines = list(_LINES)
+    for _ in range(draw(st.integers(1, 4))):
+        index = draw(st.integers(0, len(lines) - 1))
+        action = draw(st.sampled_from(["delete", "replace", "insert", "garble"]))
+        junk = draw(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30))
+        if action == "delete" and len(lines) > 1:
+            del lines[index]
+        elif action == "replace":
+            key = lines[index].split("=", 1)[0]
+            lines[index] = f"{key}= {junk}" if "=" in lines[index] else junk
+        elif action == "insert":
+            lines.insert(index, draw(st.sampled_from(['x = 1', '[extra]', 'cuda = ["12.8"]', '"a.b" = {}', junk])))
+        else:
+            pos = draw(st.integers(0, len(lines[index])))
+            lines[index] = lines[index][:pos] + junk + lines[index][pos:]
+    return "\n".join(lines) + "\n"
+
+
+@given(mutated_stacks())
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_mutated_stacks_fail_only_with_one_line_spec_errors(text: str) -> None:
+    try:
+        parse_stack(text, Path("stack.toml"))
+    except SpecError as exc:
+        message = str(exc)
+        assert message.startswith("stack.toml") and "\n" not in message.strip()
+
+
+@given(st.dictionaries(st.sampled_from(["stack", "components", "matrix", "build", "index", "zz"]), st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=8,
+)))
+@settings(max_examples=200, deadline=None)
+def test_random_documents_fail_only_with_spec_errors(document: dict) -> None:
+    try:
+        text = _to_toml(document)
+        tomllib.loads(text)
+    except (ValueError, TypeError):
+        return
+    try:
+        parse_stack(text, Path("stack.toml"))
+    except SpecError as exc:
+        assert "\n" not in str(exc).strip()
+
+
+def _to_toml(document: dict) -> str:
+    """A small TOML writer for generated documents (inline tables only)."""
+
+    def value(v) -> str:
+        if v is None:
+            raise TypeError("TOML has no null")
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, str):
+            return json.dumps(v)  # a JSON string is a TOML basic string
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return "{" + ", ".join(f"{value(k)} = {value(x)}" for k, x in v.items()) + "}"
+
+    return "".join(f"{k} = {value(v)}\n" for k, v in document.items())
