@@ -30,6 +30,7 @@ VERBS: dict[str, str] = {
     "release": "trainstack.release.command",
     "health": "trainstack.health.command",
     "bench": "trainstack.bench.command",
+    "memplan": "trainstack.memplan.command",
     
 }
 

@@ -1,0 +1,55 @@
+"""Memplan: predict the peak memory of a training step and choose what to recompute.
+
+``plan_memory(cfg, batch=, seq=, budget_bytes=)`` calibrates the model on fake tensors and
+returns the cheapest ``Plan`` that fits; ``apply(model, plan)`` wraps the blocks. torch is
+imported only when these are called.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING
+
+from trainstack.memplan.plan import Breakdown, Choice, Overheads, Plan, Profile
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from trainstack.bench.model import ModelConfig
+
+__all__ = ["Breakdown", "Choice", "Overheads", "Plan", "Profile", "apply", "plan_memory"]
+
+
+def plan_memory(
+    cfg: ModelConfig,
+    *,
+    batch: int,
+    seq: int,
+    budget_bytes: int,
+    world_size: int = 1,
+    overheads: Overheads | None = None,
+    device: str | None = None,
+) -> Plan:
+    """The plan of least recompute cost whose predicted peak fits ``budget_bytes``.
+
+    Raises BudgetError (how much is missing, and the batch or sharding that would fit).
+    """
+    from trainstack.memplan.calibrate import calibrate
+    from trainstack.memplan.overheads import default_overheads
+    from trainstack.memplan.planner import choose
+
+    profile = calibrate(cfg, batch=batch, seq=seq, device=device)
+    return choose(
+        profile,
+        budget_bytes=budget_bytes,
+        world_size=world_size,
+        overheads=overheads if overheads is not None else default_overheads(),
+        profile_at=cache(lambda b: calibrate(cfg, batch=b, seq=seq, device=device)),
+    )
+
+
+def apply(model: nn.Module, plan: Plan) -> nn.Module:
+    """Wrap ``model.layers`` per ``plan``: keep, selective or full recompute for each block."""
+    from trainstack.memplan.apply import apply as _apply
+
+    return _apply(model, plan)

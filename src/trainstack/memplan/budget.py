@@ -1,0 +1,60 @@
+"""Budgets as the user writes them: bytes with a unit ("60GiB", "80GB") or a fraction of the GPU ("0.8")."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from trainstack.errors import UsageError
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_BUDGET = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+ACCEPTED = "bytes with a unit such as '60GiB' or '80GB', or a fraction of the GPU's memory such as '0.8'"
+
+
+def parse_budget(text: str, gpu_bytes: Callable[[], int | None]) -> int:
+    """Bytes for ``text``; a fraction in (0, 1] is taken of ``gpu_bytes()``."""
+    m = _BUDGET.match(text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise UsageError(f"--budget: '{text}' is not a budget; accepted: {ACCEPTED}")
+    value, unit = float(m.group(1)), m.group(2).lower()
+    if unit == "" and value <= 1:
+        if value <= 0:
+            raise UsageError(f"--budget: fraction '{text}' must be above 0")
+        total = gpu_bytes()
+        if total is None:
+            raise UsageError(f"--budget: '{text}' is a fraction of the GPU's memory, but no GPU was found; give bytes such as '60GiB'")
+        return int(total * value)
+    nbytes = int(value * _UNITS[unit])
+    if nbytes <= 0:
+        raise UsageError(f"--budget: '{text}' must be more than 0 bytes")
+    return nbytes
+
+
+def gpu_memory_bytes() -> int | None:
+    """Total memory of GPU 0 through NVML, or None where there is no NVIDIA GPU."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total)
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()

@@ -1,0 +1,325 @@
+"""Calibration: measure one block and the rest of the model on fake tensors.
+
+Under ``FakeTensorMode`` nothing is allocated or computed, yet every op runs with its real
+shapes, dtypes, autocast casts and attention kernel choice. A dispatch mode follows each
+storage an op creates until it is freed, which gives the saved bytes of a block (what is
+still alive after its forward), the peaks of forward and backward, and per-op FLOPs and
+bytes for the recompute cost. The block is wrapped exactly as ``apply`` wraps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from trainstack.memplan.apply import save_ops, wrap
+from trainstack.memplan.plan import BlockCost, Choice, HeadCost, Profile
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from trainstack.bench.model import ModelConfig
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Rates that turn FLOPs and bytes into an estimated time, to rank recompute costs.
+
+    Defaults: an H200's bf16 matrix rate and copy bandwidth as benchmarks/memplan_h200.py
+    measures them (8192^3 bf16 matmul; device-to-device copy counting read + write).
+    """
+
+    flops_per_s: float = 7.5e14
+    bytes_per_s: float = 4.3e12
+
+    def seconds(self, flops: float, nbytes: int) -> float:
+        return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
+
+
+def _dispatch_mode_base() -> type:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return TorchDispatchMode
+
+
+@dataclass
+class _OpCost:
+    flops: float = 0.0
+    seconds: float = 0.0
+    saved_flops: float = 0.0  # the part selective recompute keeps (matmuls, attention)
+    saved_seconds: float = 0.0
+
+
+@dataclass
+class _State:
+    live: dict[int, tuple[Any, int]] = field(default_factory=dict)  # storage id -> (weak ref, bytes)
+    peak: int = 0
+    cost: _OpCost = field(default_factory=_OpCost)
+
+
+def _tracker(roofline: Roofline) -> Any:
+    """A dispatch mode that follows storages created under it, and counts FLOPs and bytes."""
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._pytree import tree_flatten
+    from torch.utils.flop_counter import flop_registry
+
+    class LiveBytes(_dispatch_mode_base()):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.state = _State()
+
+        @property
+        def live(self) -> int:
+            self._prune()
+            return sum(n for _, n in self.state.live.values())
+
+        def reset_peak(self) -> None:
+            self.state.peak = self.live
+
+        def reset_cost(self) -> None:
+            self.state.cost = _OpCost()
+
+        def _prune(self) -> None:
+            dead = [k for k, (ref, _) in self.state.live.items() if ref.expired()]
+            for k in dead:
+                del self.state.live[k]
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+            outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            in_ids = {StorageWeakRef(t.untyped_storage()).cdata for t in ins}
+            self._prune()
+            new_bytes = 0
+            for t in outs:
+                storage = t.untyped_storage()
+                ref = StorageWeakRef(storage)
+                if ref.cdata not in in_ids and ref.cdata not in self.state.live:
+                    self.state.live[ref.cdata] = (ref, storage.nbytes())
+                    new_bytes += storage.nbytes()
+            live = sum(n for _, n in self.state.live.values())
+            self.state.peak = max(self.state.peak, live)
+            if new_bytes:  # views and in-place ops move no bytes of their own here
+                flops = _flops(func, args, kwargs, out, flop_registry)
+                nbytes = new_bytes + sum(t.nbytes for t in ins)
+                seconds = roofline.seconds(flops, nbytes)
+                c = self.state.cost
+                c.flops += flops
+                c.seconds += seconds
+                if func in save_ops():
+                    c.saved_flops += flops
+                    c.saved_seconds += seconds
+            return out
+
+    return LiveBytes()
+
+
+def _attention_ops() -> tuple[frozenset[str], frozenset[str]]:
+    kinds = ("flash_attention", "efficient_attention", "cudnn_attention", "flash_attention_for_cpu")
+    fwd = frozenset(f"aten::_scaled_dot_product_{k}" for k in kinds)
+    return fwd, frozenset(f"{name}_backward" for name in fwd)
+
+
+def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, registry: dict[Any, Any]) -> float:
+    """FLOPs of one op: torch's formulas for matrix products, one formula for every attention kernel.
+
+    Attention: 4*B*Hq*Tq*Tk*D forward (two products, no causal discount, as torch counts)
+    and twice that backward, whatever the kernel and however many KV heads.
+    """
+    fwd, bwd = _attention_ops()
+    name = func._schema.name
+    if name in fwd or name in bwd:
+        q, k = (args[0], args[1]) if name in fwd else (args[1], args[2])
+        b, h, tq, d = q.shape
+        flops = 4 * b * h * tq * k.shape[-2] * d
+        return float(flops if name in fwd else 2 * flops)
+    packet = func._overloadpacket
+    return float(registry[packet](*args, **kwargs, out_val=out)) if packet in registry else 0.0
+
+
+def _device(device: str | None) -> str:
+    import torch
+
+    if device:
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _autocast(device: str) -> Any:
+    import torch
+
+    return torch.autocast(device, dtype=torch.bfloat16)
+
+
+def _param_bytes(module: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def _measure_block(block: nn.Module, choice: Choice, x_shape: tuple[int, ...], args: tuple[Any, ...], device: str, roofline: Roofline) -> tuple[BlockCost, _OpCost, _OpCost]:
+    """Forward and backward of one wrapped block; returns its cost and the forward and backward op costs."""
+    import torch
+
+    wrapped = wrap(block, choice)
+    for p in block.parameters():
+        p.grad = None
+    mode = _tracker(roofline)
+    with mode:
+        x = torch.randn(x_shape, device=device, requires_grad=True)  # the residual stream stays fp32
+        mode.reset_peak()
+        mode.reset_cost()
+        start = mode.live - x.untyped_storage().nbytes()
+        with _autocast(device):
+            y = wrapped(x, *args)
+            y_bytes = y.untyped_storage().nbytes()
+            # autocast's cache of bf16 weight copies lives until the autocast region ends
+            held = mode.live - y_bytes
+        fwd_cost = mode.state.cost
+        fwd_peak = mode.state.peak - start
+        saved = mode.live - y_bytes  # x counts: the block's saved state refers to it
+        gy = torch.randn_like(y)
+        before = mode.live
+        mode.reset_peak()
+        mode.reset_cost()
+        y.backward(gy)
+        bwd_peak = mode.state.peak - before + saved
+        bwd_cost = mode.state.cost
+    for p in block.parameters():
+        p.grad = None
+    return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak), fwd_cost, bwd_cost
+
+
+@dataclass(frozen=True)
+class _Built:
+    model: Any  # the model without its blocks
+    block: Any
+    args: tuple[Any, ...]
+
+
+def _build(cfg: ModelConfig, seq: int, device: str) -> _Built:
+    from dataclasses import replace as dc_replace
+
+    import torch
+    from torch import nn
+
+    from trainstack.bench.model import Block, Transformer
+
+    with torch.device(device):
+        model = Transformer(dc_replace(cfg, n_layers=1))
+        model.layers = nn.ModuleList()
+        block = Block(cfg)
+    return _Built(model=model, block=block, args=(model.rope_cos[:seq], model.rope_sin[:seq]))
+
+
+def _measure_head(model: nn.Module, batch: int, seq: int, vocab: int, device: str, roofline: Roofline) -> tuple[HeadCost, _OpCost]:
+    """Embedding, final norm and loss: forward and backward with no blocks in between."""
+    import torch
+
+    marks: dict[str, int] = {}
+    mode = _tracker(roofline)
+
+    def at_blocks(grad: torch.Tensor) -> None:
+        # the gradient has reached the hidden states: what the blocks' backward starts from
+        marks["bwd_peak"] = mode.state.peak
+        marks["after_bwd"] = mode.live + grad.untyped_storage().nbytes()
+        mode.reset_peak()
+
+    def hook(_module: nn.Module, _inputs: Any, out: torch.Tensor) -> None:
+        out.register_hook(at_blocks)
+
+    handle = model.tok_embeddings.register_forward_hook(hook)
+    try:
+        with mode:
+            tokens = torch.randint(0, vocab, (batch, seq), device=device)
+            targets = torch.randint(0, vocab, (batch, seq), device=device)
+            with _autocast(device):
+                loss = model(tokens, targets)
+            fwd_peak = mode.state.peak
+            mode.reset_peak()
+            loss.backward()
+            embed_bwd_peak = mode.state.peak
+            cost = mode.state.cost
+    finally:
+        handle.remove()
+        for p in model.parameters():
+            p.grad = None
+    head = HeadCost(fwd_peak=fwd_peak, bwd_peak=marks["bwd_peak"], after_bwd=marks["after_bwd"], embed_bwd_peak=embed_bwd_peak)
+    return head, cost
+
+
+def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = None, roofline: Roofline = Roofline(), label: str = "") -> Profile:
+    """Profile ``cfg`` at (batch, seq) under bf16 autocast with fp32 weights and AdamW.
+
+    Runs on fake tensors of ``device`` (default: cuda when present, else cpu), so it takes
+    seconds and no memory whatever the model size.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    dev = _device(device)
+    with FakeTensorMode():
+        built = _build(cfg, seq, dev)
+        x_shape = (batch, seq, cfg.dim)
+        options: dict[Choice, BlockCost] = {}
+        for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
+            cost, fwd, bwd = _measure_block(built.block, choice, x_shape, built.args, dev, roofline)
+            options[choice] = cost
+            if choice is Choice.KEEP:
+                keep_fwd, keep_bwd = fwd, bwd
+        head, head_cost = _measure_head(built.model, batch, seq, cfg.vocab_size, dev, roofline)
+        block_params = _param_bytes(built.block)
+        other_params = _param_bytes(built.model)
+        buffers = sum(b.untyped_storage().nbytes() for b in built.model.buffers())
+    # full recompute repeats the whole forward; selective repeats all but the matmuls and attention
+    options[Choice.FULL] = replace(options[Choice.FULL], recompute_flops=keep_fwd.flops, recompute_seconds=keep_fwd.seconds)
+    options[Choice.SELECTIVE] = replace(
+        options[Choice.SELECTIVE],
+        recompute_flops=keep_fwd.flops - keep_fwd.saved_flops,
+        recompute_seconds=keep_fwd.seconds - keep_fwd.saved_seconds,
+    )
+    n = cfg.n_layers
+    return Profile(
+        n_blocks=n,
+        block_param_bytes=block_params,
+        other_param_bytes=other_params,
+        buffer_bytes=buffers,
+        options=options,
+        head=head,
+        step_flops=n * (keep_fwd.flops + keep_bwd.flops) + head_cost.flops,
+        step_seconds=n * (keep_fwd.seconds + keep_bwd.seconds) + head_cost.seconds,
+        batch=batch,
+        seq=seq,
+        label=label,
+    )
+
+
+def fake_step_peak(cfg: ModelConfig, choices: tuple[Choice, ...], *, batch: int, seq: int, device: str | None = None) -> int:
+    """Peak live bytes of a whole second training step of ``cfg`` under ``choices``, on fake tensors.
+
+    The reference the memory model is checked against: the real model, the real step
+    (bf16 autocast, AdamW, zero_grad to None), nothing composed.
+    """
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from trainstack.bench.model import Transformer
+    from trainstack.memplan.apply import apply_choices
+
+    dev = _device(device)
+    mode = _tracker(Roofline())
+    with FakeTensorMode(), mode:
+        with torch.device(dev):
+            model = apply_choices(Transformer(cfg), choices)
+        opt = torch.optim.AdamW(model.parameters(), foreach=False)
+        tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1), device=dev)
+        for step in range(2):
+            if step == 1:
+                mode.reset_peak()
+            with _autocast(dev):
+                loss = model(tokens[:, :-1], tokens[:, 1:])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            del loss
+        return mode.state.peak

@@ -1,0 +1,41 @@
+"""The memplan verb: predict a training step's peak memory and choose what to recompute."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def command(
+    preset: str = typer.Option("125m", "--preset", "-m", help="Model preset: tiny, 125m, 1b, 3b, 8b."),
+    batch: int = typer.Option(1, "--batch", "-b", min=1, help="Sequences per GPU per step."),
+    seq: int = typer.Option(2048, "--seq", "-s", min=1, help="Sequence length."),
+    budget: str = typer.Option("0.9", "--budget", help="Memory per GPU: bytes with a unit ('60GiB', '80GB') or a fraction of the GPU's memory ('0.8')."),
+    world_size: int = typer.Option(1, "--world-size", min=1, help="GPUs the model is sharded over with FSDP."),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write the plan as JSON to this file."),
+) -> None:
+    """Predict peak training memory (weights, gradients, AdamW state, activations, transients)
+    and choose per block: keep, selective or full recompute, at the least recompute cost.
+
+    Example: trainstack memplan --preset 3b --batch 2 --seq 4096 --budget 60GiB
+    """
+    from trainstack.bench.presets import preset as get_preset
+    from trainstack.console import out
+    from trainstack.fsutil import atomic_write_json
+    from trainstack.memplan import plan_memory
+    from trainstack.memplan.budget import gpu_memory_bytes, parse_budget
+    from trainstack.memplan.report import blocks_table, breakdown_table, headline, to_json
+
+    cfg = get_preset(preset)
+    if seq > cfg.max_seq:
+        from trainstack.errors import UsageError
+
+        raise UsageError(f"--seq: {seq} exceeds the {preset} preset's max_seq {cfg.max_seq}")
+    budget_bytes = parse_budget(budget, gpu_memory_bytes)
+    plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size)
+    out.print(headline(plan), highlight=False)
+    out.print(blocks_table(plan))
+    out.print(breakdown_table(plan))
+    if json_out is not None:
+        atomic_write_json(json_out, {"preset": preset, "batch": batch, "seq": seq, **to_json(plan)})

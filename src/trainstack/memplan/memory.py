@@ -1,0 +1,90 @@
+"""The memory model: the live bytes of one training step, phase by phase, from a calibration.
+
+A step is: forward through the blocks, loss; backward of the loss, of the blocks from last
+to first, of the embedding; optimizer step. Weights and optimizer state live throughout;
+gradients appear as backward reaches their block; each block's saved bytes live from its
+forward to its backward. The peak is the largest sum over those phases. Pure arithmetic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import accumulate
+
+from trainstack.memplan.plan import Breakdown, Choice, Overheads, Profile
+
+# FSDP keeps this many blocks' parameters unsharded at once (the one computing, the one prefetched).
+FSDP_UNSHARDED_BLOCKS = 2
+
+
+def _shard(nbytes: int, world_size: int) -> int:
+    return -(-nbytes // world_size)
+
+
+def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 1, overheads: Overheads = Overheads()) -> Breakdown:
+    """Predicted peak of one step (after the first, once optimizer state exists)."""
+    if len(choices) != profile.n_blocks:
+        raise ValueError(f"{len(choices)} choices for {profile.n_blocks} blocks")
+    pb = profile.block_param_bytes
+    weights = _shard(profile.n_blocks * pb + profile.other_param_bytes, world_size)
+    optimizer = profile.optimizer_states * weights
+    block_grad = _shard(pb, world_size)
+    all_grads = weights
+    # FSDP gathers a block's parameters for its forward and backward, and reduces its gradients.
+    gathered = 0 if world_size == 1 else FSDP_UNSHARDED_BLOCKS * pb + pb
+    static = weights + optimizer + profile.buffer_bytes
+    cost = [profile.options[c] for c in choices]
+    saved = [c.saved for c in cost]
+    before = [0, *accumulate(saved)]  # before[i]: saved bytes of blocks 0..i-1
+    held = [0, *accumulate(c.held for c in cost)]  # the same during the forward pass
+    total_saved = before[-1]
+    head = profile.head
+
+    phases: list[tuple[str, int, int, int]] = []  # (name, grads, saved, transient)
+    for i, c in enumerate(cost):
+        phases.append((f"forward of block {i}", 0, held[i], c.fwd_peak + gathered))
+    phases.append(("loss forward", 0, held[-1], head.fwd_peak))
+    phases.append(("loss backward", 0, total_saved, head.bwd_peak))
+    for i in reversed(range(len(cost))):
+        grads = (len(cost) - 1 - i) * block_grad
+        phases.append((f"backward of block {i}", grads, before[i], head.after_bwd + cost[i].bwd_peak + gathered))
+    phases.append(("embedding backward", len(cost) * block_grad, 0, head.embed_bwd_peak))
+    phases.append(("optimizer step", all_grads, 0, 0))
+    name, grads, live_saved, transient = max(phases, key=lambda p: p[1] + p[2] + p[3])
+
+    allocated = static + grads + live_saved + transient + overheads.workspace
+    overhead = int(allocated * overheads.fragmentation)
+    return Breakdown(
+        weights=weights + profile.buffer_bytes,
+        grads=grads,
+        optimizer=optimizer,
+        saved_activations=live_saved,
+        saved_per_block={c: profile.options[c].saved for c in profile.options},
+        transient=transient,
+        transient_phase=name,
+        transients=_largest_transients(profile),
+        workspace=overheads.workspace,
+        allocated_peak=allocated,
+        allocator_overhead=overhead,
+        reserved_peak=allocated + overhead,
+    )
+
+
+def _largest_transients(profile: Profile) -> dict[str, int]:
+    keep = profile.options[Choice.KEEP]
+    return {
+        "logits and loss chunk": profile.head.fwd_peak,
+        "block backward (attention and MLP workspace)": keep.bwd_peak - keep.saved,
+        "block being recomputed": max(o.bwd_peak - o.saved for o in profile.options.values()),
+    }
+
+
+def peak_bytes(profile: Profile, choices: Sequence[Choice], *, world_size: int = 1, overheads: Overheads = Overheads()) -> int:
+    return breakdown(profile, choices, world_size=world_size, overheads=overheads).reserved_peak
+
+
+def recompute_fractions(profile: Profile, choices: Sequence[Choice]) -> tuple[float, float]:
+    """(recompute FLOPs / step FLOPs, estimated recompute time / estimated step time)."""
+    flops = sum(profile.options[c].recompute_flops for c in choices)
+    seconds = sum(profile.options[c].recompute_seconds for c in choices)
+    return flops / profile.step_flops if profile.step_flops else 0.0, seconds / profile.step_seconds if profile.step_seconds else 0.0

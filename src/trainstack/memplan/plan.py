@@ -1,0 +1,130 @@
+"""Plan types: what calibration measures, what the planner chooses. Pure data, no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Choice(str, Enum):
+    """What a block keeps from its forward pass until its backward pass."""
+
+    KEEP = "keep"  # every tensor autograd saves
+    SELECTIVE = "selective"  # matmul and attention outputs; cheap ops are recomputed
+    FULL = "full"  # only the block's input; the whole block is recomputed
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The order blocks take in a plan: recomputed blocks first, kept blocks last, so the block
+# whose backward runs first (the last one) holds its activations and needs no recompute.
+CHOICE_ORDER = (Choice.FULL, Choice.SELECTIVE, Choice.KEEP)
+
+
+@dataclass(frozen=True)
+class BlockCost:
+    """One block under one choice, measured at one (batch, seq).
+
+    ``saved``: bytes held from the block's forward to its backward, its input included.
+    ``held``: bytes held while the forward pass goes on (autocast keeps its bf16 weight
+    copies until the autocast region ends, also for recomputed blocks).
+    ``fwd_peak``: the most bytes live during its forward above what was live before, input included.
+    ``bwd_peak``: the most bytes live during its backward above what was live before, plus
+    ``saved`` (so recomputed activations, intermediate gradients and weight gradients count).
+    ``recompute_flops`` and ``recompute_seconds``: the forward work done again in backward.
+    """
+
+    saved: int
+    held: int  # bytes held until the end of the forward pass: saved plus autocast's weight copies
+    fwd_peak: int
+    bwd_peak: int
+    recompute_flops: float = 0.0
+    recompute_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class HeadCost:
+    """Everything outside the blocks (embedding, final norm, loss), measured with no blocks.
+
+    ``fwd_peak``: most bytes live during its forward. ``bwd_peak``: most bytes live during the
+    backward of norm and loss. ``after_bwd``: bytes live when the gradient reaches the blocks
+    (the gradients of the output layer, the hidden-state gradient). ``embed_bwd_peak``: most
+    bytes live during the embedding's backward.
+    """
+
+    fwd_peak: int
+    bwd_peak: int
+    after_bwd: int
+    embed_bwd_peak: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The calibration of one model at one (batch, seq): what the memory model composes."""
+
+    n_blocks: int
+    block_param_bytes: int  # one block's parameters, as stored (fp32 master weights)
+    other_param_bytes: int  # parameters outside the blocks
+    buffer_bytes: int  # buffers (rotary tables): no gradient, no optimizer state
+    options: dict[Choice, BlockCost]
+    head: HeadCost
+    step_flops: float  # forward + backward of the whole model, no recompute
+    step_seconds: float  # roofline estimate of the same work
+    batch: int = 0
+    seq: int = 0
+    optimizer_states: int = 2  # AdamW keeps two fp32 tensors per parameter
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """What fake-tensor calibration cannot see, measured on a GPU (benchmarks/memplan_h200.py).
+
+    ``workspace``: bytes the GPU libraries take through the caching allocator (cuBLAS
+    workspaces). ``fragmentation``: reserved over allocated, minus one, at the peak.
+    """
+
+    workspace: int = 0
+    fragmentation: float = 0.0
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """The predicted peak and what it is made of, in bytes."""
+
+    weights: int
+    grads: int  # gradients live at the peak
+    optimizer: int
+    saved_activations: int  # all blocks' saved bytes live at the peak
+    saved_per_block: dict[Choice, int]
+    transient: int  # what the peak phase adds on top
+    transient_phase: str  # which phase sets the peak
+    transients: dict[str, int]  # the largest transient of each kind, whether it sets the peak or not
+    workspace: int
+    allocated_peak: int  # predicted torch.cuda.max_memory_allocated
+    allocator_overhead: int
+    reserved_peak: int  # predicted torch.cuda.max_memory_reserved: what must fit the budget
+
+
+@dataclass(frozen=True)
+class Plan:
+    choices: tuple[Choice, ...]  # one per block, in model order
+    breakdown: Breakdown
+    budget_bytes: int
+    world_size: int
+    recompute_flops_fraction: float  # recompute FLOPs over the step's FLOPs
+    recompute_time_fraction: float  # roofline estimate of the recompute time over the step's
+    profile: Profile = field(repr=False, compare=False)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.breakdown.reserved_peak
+
+    @property
+    def counts(self) -> dict[Choice, int]:
+        return {c: self.choices.count(c) for c in CHOICE_ORDER}
+
+    def summary(self) -> str:
+        n = self.counts
+        return f"{n[Choice.KEEP]} keep, {n[Choice.SELECTIVE]} selective, {n[Choice.FULL]} full"

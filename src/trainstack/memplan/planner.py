@@ -1,0 +1,130 @@
+"""The planner: which blocks keep, recompute selectively or recompute fully, to fit a budget.
+
+Blocks are identical, so a plan is a count of each choice (blocks ordered full, selective,
+keep); all (n+1)(n+2)/2 counts are scored by the memory model and the cheapest that fits
+wins. Exhaustive over counts, hence optimal for the model, and monotone in the budget: a
+larger budget admits every plan a smaller one did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from trainstack.errors import BudgetError
+from trainstack.memplan.memory import breakdown, peak_bytes, recompute_fractions
+from trainstack.memplan.plan import CHOICE_ORDER, Choice, Overheads, Plan, Profile
+
+GiB = 1 << 30
+ProfileAt = Callable[[int], Profile]
+MAX_SHARDS = 1024
+
+
+def choices_for(full: int, selective: int, keep: int) -> tuple[Choice, ...]:
+    return (Choice.FULL,) * full + (Choice.SELECTIVE,) * selective + (Choice.KEEP,) * keep
+
+
+def all_counts(n: int) -> Iterator[tuple[int, int, int]]:
+    """Every (full, selective, keep) with full + selective + keep == n."""
+    for full in range(n + 1):
+        for selective in range(n - full + 1):
+            yield full, selective, n - full - selective
+
+
+def _seconds(profile: Profile, counts: tuple[int, int, int]) -> float:
+    return sum(k * profile.options[c].recompute_seconds for k, c in zip(counts, CHOICE_ORDER))
+
+
+def choose(
+    profile: Profile,
+    *,
+    budget_bytes: int,
+    world_size: int = 1,
+    overheads: Overheads = Overheads(),
+    profile_at: ProfileAt | None = None,
+) -> Plan:
+    """The plan of least recompute cost whose predicted reserved peak fits ``budget_bytes``.
+
+    ``profile_at(batch)`` calibrates another batch size; with it, an impossible budget names
+    the largest batch that would fit.
+    """
+    best: tuple[tuple[float, int], tuple[int, int, int]] | None = None
+    for counts in all_counts(profile.n_blocks):
+        peak = peak_bytes(profile, choices_for(*counts), world_size=world_size, overheads=overheads)
+        if peak > budget_bytes:
+            continue
+        key = (_seconds(profile, counts), peak)
+        if best is None or key < best[0]:
+            best = (key, counts)
+    if best is None:
+        raise BudgetError(_shortfall(profile, budget_bytes, world_size, overheads, profile_at))
+    return make_plan(profile, choices_for(*best[1]), budget_bytes=budget_bytes, world_size=world_size, overheads=overheads)
+
+
+def make_plan(profile: Profile, choices: tuple[Choice, ...], *, budget_bytes: int, world_size: int = 1, overheads: Overheads = Overheads()) -> Plan:
+    flops_fraction, time_fraction = recompute_fractions(profile, choices)
+    return Plan(
+        choices=choices,
+        breakdown=breakdown(profile, choices, world_size=world_size, overheads=overheads),
+        budget_bytes=budget_bytes,
+        world_size=world_size,
+        recompute_flops_fraction=flops_fraction,
+        recompute_time_fraction=time_fraction,
+        profile=profile,
+    )
+
+
+def _shortfall(profile: Profile, budget: int, world_size: int, overheads: Overheads, profile_at: ProfileAt | None) -> str:
+    least = peak_bytes(profile, choices_for(profile.n_blocks, 0, 0), world_size=world_size, overheads=overheads)
+    label = f"{profile.label}: " if profile.label else ""
+    msg = (
+        f"{label}budget {budget / GiB:.2f} GiB is {(least - budget) / GiB:.2f} GiB short of the smallest plan "
+        f"(every block fully recomputed: {least / GiB:.2f} GiB) at batch {profile.batch}, seq {profile.seq}, "
+        f"{world_size} GPU{'s' if world_size > 1 else ''}"
+    )
+    fixes = []
+    batch = _largest_batch(profile_at, profile, budget, world_size, overheads)
+    if batch:
+        fixes.append(f"batch {batch}")
+    shards = _fewest_shards(profile, budget, world_size, overheads)
+    if shards:
+        fixes.append(f"sharding over {shards} GPUs (FSDP)")
+    if not fixes:
+        fixes.extend(_batch_and_shards(profile_at, profile, budget, world_size, overheads))
+    return msg + ("; would fit: " + " or ".join(fixes) if fixes else f"; not even batch 1 sharded over {MAX_SHARDS} GPUs fits")
+
+
+def _batch_and_shards(profile_at: ProfileAt | None, profile: Profile, budget: int, world_size: int, overheads: Overheads) -> list[str]:
+    """A smaller batch together with more GPUs, when neither alone fits."""
+    w = world_size * 2
+    while w <= MAX_SHARDS:
+        batch = _largest_batch(profile_at, profile, budget, w, overheads)
+        if batch:
+            return [f"batch {batch} sharded over {w} GPUs (FSDP)"]
+        w *= 2
+    return []
+
+
+def _largest_batch(profile_at: ProfileAt | None, profile: Profile, budget: int, world_size: int, overheads: Overheads) -> int:
+    """The largest smaller batch whose fully recomputed plan fits, by bisection (peak grows with batch)."""
+    if profile_at is None or profile.batch <= 1:
+        return 0
+    full = choices_for(profile.n_blocks, 0, 0)
+
+    def fits(b: int) -> bool:
+        return peak_bytes(profile_at(b), full, world_size=world_size, overheads=overheads) <= budget
+
+    lo, hi = 0, profile.batch - 1  # invariant: lo fits (0 trivially), hi+1 does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def _fewest_shards(profile: Profile, budget: int, world_size: int, overheads: Overheads) -> int:
+    full = choices_for(profile.n_blocks, 0, 0)
+    w = world_size * 2
+    while w <= MAX_SHARDS:
+        if peak_bytes(profile, full, world_size=w, overheads=overheads) <= budget:
+            return w
+        w *= 2
+    return 0
