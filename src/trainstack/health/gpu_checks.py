@@ -68,11 +68,11 @@ def allreduce_check(nprocs: int, t: Thresholds, *, backend: str, nbytes: int,
 
 
 def sustained_checks(devices: list[Any], seconds: float, nvml: NvmlSource | None, t: Thresholds,
-                     gpu_ids: list[int], *, n: int = 8192) -> list[Check]:
+                     gpu_ids: list[int], *, n: int = 8192, window_s: float = 1.0) -> list[Check]:
     from trainstack.health.sustained import sustained_gemm
 
     checks: list[Check] = []
-    for s in sustained_gemm(devices, seconds, nvml, gpu_ids=gpu_ids, n=n):
+    for s in sustained_gemm(devices, seconds, nvml, gpu_ids=gpu_ids, n=n, window_s=window_s):
         note = f"{len(s.window_tflops)} windows over {seconds:g} s"
         checks += [
             limit_check("gemm.sustained", s.median_tflops, t.sustained_gemm_tflops, "TFLOP/s", gpu=s.gpu,
