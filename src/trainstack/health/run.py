@@ -75,13 +75,27 @@ def _snapshot(factory: Callable[[], NvmlSource]) -> tuple[NvmlSource | None, Nod
 
 
 def _expectations(opts: HealthOptions, t: Thresholds, tor: Torch) -> Expectations:
+    rules = _rules_min_driver(tor.cuda) if tor.cuda else None
     if opts.min_driver:
         minimum, source = opts.min_driver, "from --min-driver"
+    elif rules:
+        minimum, source = rules
     elif t.min_driver:
         minimum, source = t.min_driver, f"from thresholds profile {t.profile}"
     else:
         minimum, source = None, ""
     return Expectations(gpus=opts.expect_gpus, min_driver=minimum, min_driver_source=source, runtime_cuda=tor.cuda)
+
+
+def _rules_min_driver(cuda: str) -> tuple[str, str] | None:
+    """The compatibility rules' minimum driver for the CUDA torch was built for, with its source."""
+    from trainstack.errors import RuleViolation
+    from trainstack.rules import load_rules, min_driver
+
+    try:
+        return min_driver(cuda), f"rules: CUDA {cuda} ({load_rules().cuda.driver.source})"
+    except RuleViolation:
+        return None
 
 
 def _gpu_levels(opts: HealthOptions, t: Thresholds, tor: Torch, nvml: NvmlSource | None,
