@@ -75,11 +75,22 @@ SETUP_PY = '''\
 import os
 from setuptools import setup
 
+import time
+
 # Records what the build saw, so tests can check build_env and MAX_JOBS reached the compile step.
+time.sleep(float(os.environ.get("TS_BUILD_SLEEP", "0")))  # lets a test interrupt a build midway
 with open("{name}_buildinfo.py", "w") as fh:
     fh.write("MAX_JOBS = %r\\nBUILD_FLAG = %r\\n" % (os.environ.get("MAX_JOBS"), os.environ.get("TS_BUILD_FLAG")))
 setup(name="{name}", version="0.1.0", py_modules=["{name}", "{name}_buildinfo"])
 '''
+
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com", "PATH": "/usr/bin:/bin"}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=GIT_ENV).stdout.strip()
 
 
 def git_package(root: Path, name: str) -> tuple[str, str]:
@@ -88,9 +99,51 @@ def git_package(root: Path, name: str) -> tuple[str, str]:
     repo.mkdir(parents=True)
     (repo / "setup.py").write_text(SETUP_PY.format(name=name), encoding="utf-8")
     (repo / f"{name}.py").write_text("VALUE = 42\n", encoding="utf-8")
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com", "PATH": "/usr/bin:/bin"}
-    for argv in (["git", "init", "-q"], ["git", "add", "."], ["git", "commit", "-q", "-m", "v0.1.0"]):
-        subprocess.run(argv, cwd=repo, check=True, env=env)
-    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True, env=env)
-    return f"file://{repo}", sha.stdout.strip()
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "v0.1.0")
+    return f"file://{repo}", git(repo, "rev-parse", "HEAD")
+
+
+def drop_commit(url: str, sha: str) -> None:
+    """Rewrite the repository so that ``sha`` no longer exists in it (a force-push upstream)."""
+    repo = Path(url.removeprefix("file://"))
+    git(repo, "commit", "-q", "--amend", "-m", "rewritten")
+    git(repo, "reflog", "expire", "--expire=now", "--all")
+    git(repo, "gc", "-q", "--prune=now")
+    assert subprocess.run(["git", "cat-file", "-e", sha], cwd=repo, env=GIT_ENV).returncode != 0
+
+
+CPU_WITH_SOURCE = """
+[stack]
+name = "cpu-src"
+release = "2026.12.0"
+image = "trainstack/cpu-src"
+
+[components]
+numpy = ">=2.2,<2.5"
+pytest = ">=8"
+tsdemo = {{ git = "{url}", commit = "{sha}", build_env = {{ TS_BUILD_FLAG = "on" }}, jobs = {{ divisor = 1, cap = 3 }} }}
+
+[matrix]
+cuda = ["cpu"]
+os = ["debian12"]
+python = ["3.11"]
+
+[build]
+base = {{ debian12 = "debootstrap:bookworm" }}
+min_free_disk_gb = {min_free}
+compiler_cache = {{ kind = "ccache", dir = "ccache-dir", max_size = "1G" }}
+
+[toolchain]
+packages = ["ninja", "setuptools", "wheel"]
+nvcc = false
+"""
+
+
+def source_stack(root: Path, min_free: float = 1) -> tuple[Path, str, str]:
+    """A small stack with one git source component (a local repository); returns (stack, url, sha)."""
+    url, sha = git_package(root, "tsdemo")
+    path = root / "cpu-src.toml"
+    path.write_text(CPU_WITH_SOURCE.format(url=url, sha=sha, min_free=min_free), encoding="utf-8")
+    return path, url, sha

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import fcntl
 import os
 import shutil
@@ -17,7 +18,7 @@ from trainstack.build.record import BuildRecord
 from trainstack.build.steps import Steps
 from trainstack.build.swap import swap_into_place
 from trainstack.console import err
-from trainstack.errors import BuildError, UsageError
+from trainstack.errors import BuildError, DiskSpaceError, UsageError
 from trainstack.fsutil import atomic_write_json
 from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.render.layers import FlavourLayers
@@ -82,6 +83,14 @@ def _build_one(
         try:
             record = _run(inputs, layers, backend, tools, staging, final, cpus, skip_sources)
             swap_into_place(staging, final)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if exc.errno != errno.ENOSPC:
+                raise
+            raise DiskSpaceError(
+                f"{build_dir}: no space left on the device while building {slug}",
+                hint="free some space; the previous build of this flavour is unchanged",
+            ) from None
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

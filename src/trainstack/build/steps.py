@@ -11,7 +11,8 @@ from typing import TypeVar
 from trainstack import proc
 from trainstack.build.record import StepRecord
 from trainstack.console import err
-from trainstack.errors import BuildError
+from trainstack.build.disk import free_gb
+from trainstack.errors import BuildError, DiskSpaceError
 from trainstack.retry import TransientFailure, with_retries
 
 T = TypeVar("T")
@@ -23,6 +24,7 @@ _TRANSIENT = re.compile(
     r"failed to fetch|early EOF|remote end hung up|unexpected disconnect|Failed to download",
     re.IGNORECASE,
 )
+_NO_SPACE = re.compile(r"No space left on device|Disk quota exceeded", re.IGNORECASE)
 _NOT_TRANSIENT = re.compile(r"hash mismatch|not found|does not exist|no matching|404", re.IGNORECASE)
 
 
@@ -69,6 +71,11 @@ class Steps:
         result = self.timed(name, attempt, log=log, free_disk_gb=free_disk_gb)
         if not result.ok:
             self.records[-1] = self.records[-1].model_copy(update={"status": "failed"})
+            if _NO_SPACE.search(result.stdout + result.stderr):
+                raise DiskSpaceError(
+                    f"step {name}: no space left on the device ({free_gb(self.root):.2f} GiB free on {self.root})",
+                    hint="free some space; the previous build of this flavour is unchanged",
+                )
             raise BuildError(
                 f"step {name} failed (exit {result.returncode}): {_last_line(result)}",
                 hint=f"full output in {log}",

@@ -7,6 +7,7 @@ the rename keeps its scripts working.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from trainstack import proc
@@ -48,6 +49,7 @@ class VenvBackend:
             for src in job.layers.sources:
                 self._source(job, steps, src, python, env)
         steps.run("check", ["uv", "pip", "check", "--python", python], env=env)
+        shutil.rmtree(job.staging / "src", ignore_errors=True)  # sources are not part of the build
         return BuildOutput(sizes={"venv": tree_size(venv)})
 
     def _source(self, job: BuildJob, steps: Steps, src: SourceBuild, python: Path, env: dict[str, str]) -> None:
