@@ -172,8 +172,9 @@ def test_performance_deltas_only_against_measured_previous_results():
     old, new = two_releases()
     text = render_markdown(_notes(old, new, bench=current, previous_bench=previous))
     assert "| cu128-ubuntu2404-py312-release | 1b | b4 | eager | 1,100 | 1,000 | +10.0 % |" in text
-    assert "| cu128-ubuntu2404-py312-release | 1b | b4 | compile | 1,500 | not measured | not measured |" in text
-    assert "| cu128-ubuntu2404-py312-release | 1b | b4 | ac-none | oom | not measured | not measured |" in text
+    assert "| cu128-ubuntu2404-py312-release | 1b | b4 | compile | 1,500 | — | — | — | — |" in text
+    assert "| cu128-ubuntu2404-py312-release | 1b | b4 | ac-none | oom | — | — | — | — |" in text
+    assert "\n\n— : not measured.\n" in text
 
 
 def test_driver_requirements_come_from_the_lookup_and_cpu_needs_none():

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainstack.release.markdown import (
+    LEGEND,
+    MISSING,
     NOT_MEASURED,
     flavour_label,
     fmt_count,
@@ -70,6 +72,8 @@ def render_html(notes: ReleaseNotes, charts: list[Chart]) -> str:
         known_issues=known,
         charts=charts,
         not_measured=NOT_MEASURED,
+        missing=MISSING,
+        legend=LEGEND,
         count=fmt_count,
         number=fmt_number,
         delta=fmt_delta,

@@ -7,15 +7,17 @@ from collections.abc import Iterable, Sequence
 from trainstack.release.model import BenchRow, Change, Fragment, ReleaseNotes, Updates
 
 NOT_MEASURED = "not measured"
+MISSING = "—"  # a figure that was not measured, in a table whose legend says so
+LEGEND = "— : not measured."
 
 
 def fmt_number(value: float | None, digits: int = 0) -> str:
-    return NOT_MEASURED if value is None else f"{value:,.{digits}f}"
+    return MISSING if value is None else f"{value:,.{digits}f}"
 
 
 def fmt_delta(row: BenchRow) -> str:
     delta = row.delta_percent
-    return NOT_MEASURED if delta is None else f"{delta:+.1f} %"
+    return MISSING if delta is None else f"{delta:+.1f} %"
 
 
 def fmt_throughput(row: BenchRow) -> str:
@@ -24,11 +26,11 @@ def fmt_throughput(row: BenchRow) -> str:
 
 
 def fmt_mfu(value: float | None) -> str:
-    return NOT_MEASURED if value is None else f"{value * 100:.1f} %"
+    return MISSING if value is None else f"{value * 100:.1f} %"
 
 
 def fmt_count(value: int | None) -> str:
-    return NOT_MEASURED if value is None else str(value)
+    return MISSING if value is None else str(value)
 
 
 def flavour_label(slugs: Sequence[str], every: int) -> str:
@@ -121,21 +123,21 @@ def verification_lines(notes: ReleaseNotes) -> list[str]:
     rows = []
     for v in notes.verification:
         if not v.measured:
-            rows.append([v.slug, NOT_MEASURED, "—", "—", "—"])
+            rows.append([v.slug, NOT_MEASURED, MISSING, MISSING, MISSING])
         else:
             rows.append([v.slug, v.verdict or NOT_MEASURED, fmt_count(v.tests_run), fmt_count(v.tests_failed),
                          fmt_count(v.tests_allowed)])
-    return table(["flavour", "verdict", "tests run", "failed", "allowed"], rows)
+    return [*table(["flavour", "verdict", "tests run", "failed", "allowed"], rows), "", LEGEND]
 
 
 def performance_lines(rows: list[BenchRow]) -> list[str]:
     if not rows:
         return ["Not measured: no bench results were given for this release."]
-    return table(
+    return [*table(
         ["flavour", "model", "setup", "mode", "tokens/s per GPU", "previous", "change", "MFU", "peak memory (GiB)"],
-        ([r.slug or "—", r.model, r.setup or "—", r.mode, fmt_throughput(r), fmt_number(r.previous_tokens_per_s),
+        ([r.slug or "all", r.model, r.setup or "", r.mode, fmt_throughput(r), fmt_number(r.previous_tokens_per_s),
           fmt_delta(r), fmt_mfu(r.mfu), fmt_number(r.peak_memory_gib, 1)] for r in rows),
-    )
+    ), "", LEGEND]
 
 
 def known_issue_lines(notes: ReleaseNotes) -> list[str]:

@@ -72,8 +72,7 @@ def driver_requirements(manifest: Manifest, lookup: DriverLookup) -> list[Driver
 def performance(current: Mapping[BenchKey, BenchResult], previous: Mapping[BenchKey, BenchResult]) -> list[BenchRow]:
     """Current bench results with the previous release's figure for the same flavour, model, setup and mode."""
     rows = []
-    for key in sorted(current):
-        result = current[key]
+    for key, result in current.items():  # in the order the bench recorded them
         before = previous.get(key)
         rows.append(BenchRow(
             slug=result.slug, model=result.model, setup=result.setup, mode=result.mode, status=result.status,

@@ -6,6 +6,7 @@ all three were written.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,5 +96,6 @@ def make_release(
     written = []
     for name in OUTPUTS:
         atomic_write_text(target / name, texts[name])
+        os.chmod(target / name, 0o644)  # pages to publish: readable by a web server, not private temp files
         written.append(target / name)
     return Outcome(notes=notes, written=written, consumed_to=consume_fragments(changes_dir, fragments, current.release))
