@@ -96,6 +96,8 @@ def test_previous_manifest_of_another_stack_is_refused_with_the_reason():
     other = old.model_copy(update={"stack": "cpu-minimal"})
     with pytest.raises(UsageError, match="previous manifest is of stack 'cpu-minimal', not 'torch-cuda'"):
         check_same_stack(other, new, "old/stack.lock.json")
+    with pytest.raises(UsageError, match="previous manifest is of release 2026.12.0, the release being described"):
+        check_same_stack(new, new, "cpu-minimal.lock/stack.lock.json")
 
 
 @pytest.mark.parametrize(("name", "text", "message"), [

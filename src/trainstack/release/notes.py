@@ -31,12 +31,17 @@ DriverLookup = Callable[[str], MinDriver | None]
 
 
 def check_same_stack(previous: Manifest, current: Manifest, previous_name: str) -> None:
-    """Refuse a previous manifest of another stack, with the reason."""
+    """Refuse a previous manifest of another stack, or of this very release, with the reason."""
     if previous.stack != current.stack:
         raise UsageError(
             f"{previous_name}: the previous manifest is of stack '{previous.stack}', not '{current.stack}'; "
             f"notes compare two releases of one stack",
             hint=f"pass the stack.lock.json of an earlier '{current.stack}' release",
+        )
+    if previous.release == current.release:
+        raise UsageError(
+            f"{previous_name}: the previous manifest is of release {previous.release}, the release being described",
+            hint=f"pass the stack.lock.json of the '{current.stack}' release before {current.release}",
         )
 
 
