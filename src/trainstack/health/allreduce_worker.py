@@ -14,6 +14,9 @@ import statistics
 import time
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -23,10 +26,6 @@ def main() -> None:
     parser.add_argument("--backend", default="nccl")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-
-    import torch
-    import torch.distributed as dist
-
     local = int(os.environ["LOCAL_RANK"])
     if args.backend == "nccl":
         torch.cuda.set_device(local)
@@ -36,14 +35,14 @@ def main() -> None:
     dist.init_process_group(args.backend, device_id=device if device.type == "cuda" else None)
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
-        result = _measure(dist, torch, device, rank, world, args)
+        result = _measure(device, rank, world, args)
         if rank == 0:
             args.out.write_text(json.dumps(result), encoding="utf-8")
     finally:
         dist.destroy_process_group()
 
 
-def _measure(dist, torch, device, rank: int, world: int, args) -> dict:  # noqa: ANN001 - torch passed in lazily
+def _measure(device: torch.device, rank: int, world: int, args: argparse.Namespace) -> dict:
     numel = args.bytes // 4
     gen = torch.Generator(device=device).manual_seed(1234)  # the same base on every rank
     base = torch.rand(numel, generator=gen, device=device) + 0.5  # (numel,) float32, never zero
@@ -54,7 +53,7 @@ def _measure(dist, torch, device, rank: int, world: int, args) -> dict:  # noqa:
     correct_all = torch.tensor([1.0 if correct else 0.0], device=device)
     dist.all_reduce(correct_all, op=dist.ReduceOp.MIN)
     del base
-    times = _time(dist, torch, device, x, args.warmup, args.iters)
+    times = _time(device, x, args.warmup, args.iters)
     # The slowest rank sets the pace of a collective.
     slowest = torch.tensor([statistics.median(times)], device=device, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
@@ -72,7 +71,7 @@ def _measure(dist, torch, device, rank: int, world: int, args) -> dict:  # noqa:
     }
 
 
-def _time(dist, torch, device, x, warmup: int, iters: int) -> list[float]:  # noqa: ANN001
+def _time(device: torch.device, x: torch.Tensor, warmup: int, iters: int) -> list[float]:
     for _ in range(warmup):
         dist.all_reduce(x)
     dist.barrier()

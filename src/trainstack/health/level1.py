@@ -26,8 +26,13 @@ def limit_check(name: str, value: float | None, limit: Limit, unit: str, *, gpu:
     if value is None:
         return Check(name=name, level=level, status=Status.unknown, gpu=gpu, unit=unit,
                      threshold=limit.describe() or None, message=reason or "not measured")
-    return Check(name=name, level=level, status=limit.evaluate(value), gpu=gpu, value=float(f"{value:.4g}"),
+    return Check(name=name, level=level, status=limit.evaluate(value), gpu=gpu, value=_significant(value),
                  threshold=limit.describe() or None, unit=unit, message=message)
+
+
+def _significant(value: float) -> int | float:
+    """Counts stay integers; measurements keep four significant digits."""
+    return value if isinstance(value, int) else float(f"{value:.4g}")
 
 
 def host_checks(shm: Space, disk: Space, t: Thresholds) -> list[Check]:
@@ -47,7 +52,7 @@ def nvml_missing_checks(reason: str) -> list[Check]:
 def node_checks(node: NodeSnapshot, t: Thresholds, expect: Expectations) -> list[Check]:
     checks = [_count(node, expect), _driver(node, expect), _driver_cuda(node, expect)]
     for gpu in node.gpus:
-        checks += gpu_checks(gpu, t, multi_gpu=len(node.gpus) > 1)
+        checks += per_gpu_checks(gpu, t, multi_gpu=len(node.gpus) > 1)
     return checks
 
 
@@ -92,7 +97,7 @@ def _driver_cuda(node: NodeSnapshot, expect: Expectations) -> Check:
     return Check(name=name, level=1, status=status, value=have, threshold=f">= {need_major}.x (torch built for CUDA {expect.runtime_cuda})")
 
 
-def gpu_checks(g: GpuSnapshot, t: Thresholds, *, multi_gpu: bool) -> list[Check]:
+def per_gpu_checks(g: GpuSnapshot, t: Thresholds, *, multi_gpu: bool) -> list[Check]:
     why = g.unavailable.get
     i = g.index
     return [

@@ -51,7 +51,7 @@ class Check(BaseModel):
     level: int = Field(ge=1, le=3)
     status: Status
     gpu: int | None = Field(default=None, description="GPU index; null for node-wide checks")
-    value: float | str | None = Field(default=None, description="measured value; null when not measured")
+    value: int | float | str | None = Field(default=None, description="measured value; null when not measured")
     threshold: str | None = Field(default=None, description="the limit applied, e.g. '< 700 warn, < 550 critical'")
     unit: str = ""
     message: str = ""
