@@ -22,6 +22,8 @@ def command(
 ) -> None:
     """Check whether this node can run a training job. Exit 0 ok, 1 warn, 2 critical, 3 unknown.
 
+    The worst check sets the exit code, in the order ok < warn < unknown < critical.
+
     Example: trainstack health --level 2 --expect-gpus 8 --json
     """
     from trainstack.console import out
