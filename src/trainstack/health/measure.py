@@ -76,7 +76,6 @@ def gemm(device: Any, *, n: int = 8192, warmup: int = 5, repeats: int = 30, chec
     finite = bool(torch.isfinite(c).all())
     rel = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) if finite else float("inf")
     rate = _median_rate(2 * n**3 / 1e12, times)
-    del a, b, c, ref, got
     return GemmResult(rate, rel, finite)
 
 
@@ -95,7 +94,6 @@ def device_copy(device: Any, *, nbytes: int = GIB, warmup: int = 3, repeats: int
     dst = torch.empty_like(src)
     times = time_repeats(lambda: dst.copy_(src), device, warmup=warmup, repeats=repeats)
     exact = bool(torch.equal(dst, src))
-    del src, dst
     return CopyResult(_median_rate(2 * numel * 4 / 1e9, times), exact)
 
 
@@ -115,5 +113,4 @@ def host_copy(device: Any, direction: str, *, nbytes: int = GIB, warmup: int = 3
         raise ValueError(f"direction must be h2d or d2h, not {direction!r}")
     times = time_repeats(lambda: dst.copy_(src, non_blocking=pinned), device, warmup=warmup, repeats=repeats)
     exact = bool(torch.equal(dst.cpu(), src.cpu()))
-    del host, dev, src, dst
     return CopyResult(_median_rate(numel * 4 / 1e9, times), exact)
