@@ -1,74 +1,29 @@
-"""Real locks for the render and build tests: the lock package's lock_stack when it exists, else uv directly."""
+"""Real stacks, locks (trainstack.lock.lock_stack) and local git repositories for the render and build tests."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import shutil
+import re
 import subprocess
 from pathlib import Path
 
-from trainstack.lock.manifest import LockedFlavour, Manifest, lock_dir, manifest_path
-from trainstack.spec import load_stack
-from trainstack.spec.matrix import components_for, expand_flavours
+from trainstack.lock import Manifest, lock_stack
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "stacks"
 
 
 def copy_example(name: str, dest: Path, replace: dict[str, str] | None = None) -> Path:
+    """Copy an example stack, replacing each regular expression of ``replace`` (exactly one match each)."""
     text = (EXAMPLES / f"{name}.toml").read_text(encoding="utf-8")
-    for old, new in (replace or {}).items():
-        assert old in text, old
-        text = text.replace(old, new)
+    for pattern, new in (replace or {}).items():
+        text, count = re.subn(pattern, lambda _: new, text)
+        assert count == 1, pattern
     path = dest / f"{name}.toml"
     path.write_text(text, encoding="utf-8")
     return path
 
 
 def make_lock(stack_path: Path, flavour: str | None = None) -> Manifest:
-    lock = importlib.import_module("trainstack.lock")
-    if hasattr(lock, "lock_stack"):
-        return lock.lock_stack(stack_path, flavour=flavour)
-    return _uv_lock(stack_path)
-
-
-def _compile(requirements: list[str], python: str, out: Path) -> str:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    src = out.with_suffix(".in")
-    src.write_text("\n".join(requirements) + "\n", encoding="utf-8")
-    subprocess.run(
-        ["uv", "pip", "compile", "-q", "--generate-hashes", "--no-header", "--python-version", python,
-         "--python-platform", "x86_64-manylinux_2_28", str(src), "-o", str(out)],
-        check=True,
-    )
-    src.unlink()
-    return out.read_text(encoding="utf-8")
-
-
-def _uv_lock(stack_path: Path) -> Manifest:
-    stack = load_stack(stack_path)
-    directory = lock_dir(stack_path)
-    shutil.rmtree(directory, ignore_errors=True)
-    flavours = {}
-    for f in expand_flavours(stack):
-        comps = components_for(stack, f)
-        full = _compile([c.requirement() for c in comps], f.python, directory / "locks" / f"{f.slug}.txt")
-        torch = [c.requirement() for c in comps if c.group == "torch"] or ["numpy"]
-        _compile(torch, f.python, directory / "locks" / f"{f.slug}.torch.txt")
-        _compile(stack.toolchain.packages + ["setuptools", "wheel"], f.python, directory / "locks" / f"{f.slug}.toolchain.txt")
-        digest = hashlib.sha256(full.encode()).hexdigest()
-        packages = {line.split("==")[0]: line.split("==")[1].split()[0] for line in full.splitlines() if "==" in line and not line.startswith(" ")}
-        flavours[f.slug] = LockedFlavour(
-            cuda=f.cuda, os=f.os, python=f.python, channel=f.channel, lock_file=f"locks/{f.slug}.txt",
-            lock_sha256=digest, index=None, cache_key=f"{stack.stack.image}-{f.slug}-{digest[:12]}",
-            packages=packages,
-            layers={"torch": f"locks/{f.slug}.torch.txt", "toolchain": f"locks/{f.slug}.toolchain.txt"},
-        )
-    manifest = Manifest(stack=stack.stack.name, release=stack.stack.release, image=stack.stack.image_ref,
-                        inputs_hash=hashlib.sha256(stack_path.read_bytes()).hexdigest(), uv_version="uv",
-                        generated_at="2026-12-02T00:00:00Z", flavours=flavours)
-    manifest_path(stack_path).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
-    return manifest
+    return lock_stack(stack_path, flavour=flavour)
 
 
 SETUP_PY = '''\

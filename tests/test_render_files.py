@@ -14,7 +14,7 @@ from trainstack.cli import main
 from trainstack.render import render_stack
 
 SLUG = "cpu-debian12-py311-release"
-TORCH_SLUG = "cu128-ubuntu2404-py311-release"
+TORCH_SLUG = "cu130-ubuntu2404-py311-release"
 
 
 def hadolint_errors(dockerfile: Path) -> list[str]:
@@ -43,12 +43,12 @@ def torch_render(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "torch-cuda",
         root,
         {
-            'git = "https://github.com/NVIDIA/apex", commit = "0000000"': f'git = "{url}", commit = "{sha}"',
-            'cuda = ["12.8", "13.0"]': 'cuda = ["12.8"]',
-            'os = ["ubuntu22.04", "ubuntu24.04"]': 'os = ["ubuntu24.04"]',
-            'python = ["3.11", "3.12"]': 'python = ["3.11"]',
-            'channel = ["release", "nightly"]': 'channel = ["release"]',
-            'exclude = [{ cuda = "13.0", os = "ubuntu22.04" }]': "",
+            r'git = "https://github.com/NVIDIA/apex", commit = "[0-9a-f]+"': f'git = "{url}", commit = "{sha}"',
+            r'cuda = \["12.8", "13.0"\]': 'cuda = ["13.0"]',
+            r'os = \["ubuntu22.04", "ubuntu24.04"\]': 'os = ["ubuntu24.04"]',
+            r'python = \["3.11", "3.12"\]': 'python = ["3.11"]',
+            r'channel = \["release", "nightly"\]': 'channel = ["release"]',
+            r'exclude = \[\{ cuda = "13.0", os = "ubuntu22.04" \}\]': "",
         },
     )
     make_lock(stack)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack.errors import LockError
-from trainstack.lock.manifest import Manifest, load_manifest, lock_dir, manifest_path
+from trainstack.lock import Manifest, check_lock_current, lock_dir, manifest_path
 from trainstack.render.layers import FlavourLayers, split_layers
 from trainstack.spec import Stack, load_stack, select_flavour
 
@@ -25,8 +24,7 @@ def load_inputs(stack_path: Path, flavour: str | None = None) -> Inputs:
     """Load and validate; LockError when the lock is missing or no longer matches the stack."""
     stack = load_stack(stack_path)
     flavours = select_flavour(stack, flavour)
-    ensure_lock_current(stack_path)
-    manifest = load_manifest(manifest_path(stack_path))
+    manifest = check_lock_current(stack_path, flavour)
     directory = lock_dir(stack_path)
     layers = []
     for f in flavours:
@@ -38,10 +36,3 @@ def load_inputs(stack_path: Path, flavour: str | None = None) -> Inputs:
             )
         layers.append(split_layers(stack, f, locked, directory))
     return Inputs(stack_path, stack, manifest, directory, layers)
-
-
-def ensure_lock_current(stack_path: Path) -> None:
-    """The lock package's staleness check (inputs hash against the stack), when that package has one."""
-    check = getattr(importlib.import_module("trainstack.lock"), "check_lock_current", None)
-    if check is not None:
-        check(stack_path)
