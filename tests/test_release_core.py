@@ -116,17 +116,35 @@ def test_fragment_type_comes_from_the_suffix():
     assert (fragment.type, fragment.text) == ("known-issue", "flash-attn needs sm80")
 
 
-def test_verify_fields_are_read_in_each_accepted_shape():
-    where = Path("build/x/verify.json")
-    nested = parse_verify(json.dumps({"verdict": "pass", "tests": {"run": 10, "failed": 1, "allowed": 1},
-                                      "known_issues": [{"title": "t", "link": "https://e/1"}, "plain"]}), "x", where, "x")
-    assert (nested.verdict, nested.tests_run, nested.tests_failed, nested.tests_allowed) == ("pass", 10, 1, 1)
-    assert [(i.title, i.link) for i in nested.known_issues] == [("t", "https://e/1"), ("plain", None)]
-    flat = parse_verify(json.dumps({"passed": False, "tests_run": 3, "tests_failed": 2}), "x", where, "x")
-    assert (flat.verdict, flat.tests_run, flat.tests_failed, flat.tests_allowed) == ("fail", 3, 2, None)
-    suites = parse_verify(json.dumps({"status": "fail", "suites": [{"total": 4, "failures": 1}, {"total": 6, "failures": 0}]}),
-                          "x", where, "x")
-    assert (suites.tests_run, suites.tests_failed, suites.tests_allowed) == (10, 1, None)
+# verify.json as `trainstack verify` writes it (the parts release reads, plus some it ignores)
+VERIFY = {
+    "schema_version": 1, "flavour": R128, "verdict": "fail", "reasons": ["suite torch-distributed: 2 failed"],
+    "smoke": [{"name": "matmul", "status": "pass"}],
+    "gate": {"max_failed_tests": 0, "total_failed": 2, "passed": False, "reasons": [], "suites": [
+        {"name": "torch-nn", "command": "pytest", "status": "passed", "tests": 120, "failed": [], "flaky": ["t::a"],
+         "known": [{"test": "t::b", "reason": "cuDNN bug", "link": "https://github.com/pytorch/pytorch/issues/1"}]},
+        {"name": "torch-distributed", "command": "pytest", "status": "failed", "tests": 30, "failed": ["d::x", "d::y"],
+         "known": []},
+    ]},
+}
+
+
+def test_verify_json_is_read_as_verify_writes_it():
+    found = parse_verify(json.dumps(VERIFY), R128, Path("build/x/verify.json"), "x")
+    assert (found.verdict, found.tests_run, found.tests_failed, found.tests_allowed) == ("fail", 150, 2, 1)
+    assert [(i.title, i.link) for i in found.known_issues] == [
+        ("t::b: cuDNN bug", "https://github.com/pytorch/pytorch/issues/1")]
+    assert found.reasons == ["suite torch-distributed: 2 failed"]
+    no_suites = parse_verify(json.dumps({"verdict": "pass", "gate": None}), R128, Path("v.json"), "x")
+    assert (no_suites.verdict, no_suites.tests_run, no_suites.tests_failed) == ("pass", None, None)
+    old, new = two_releases()
+    inputs = Inputs(current=new, previous=old, components=COMPONENTS, description="", fragments=[],
+                    verification=[found, *read_verification(None, [N128])], bench={}, previous_bench={})
+    text = render_markdown(make_notes(inputs, {}.get))
+    assert f"| {R128} | fail | 150 | 2 | 1 |" in text
+    assert f"| {N128} | not measured | — | — | — |" in text
+    assert f"Why {R128} failed:\n\n- suite torch-distributed: 2 failed\n" in text
+    assert f"- [t::b: cuDNN bug](https://github.com/pytorch/pytorch/issues/1) ({R128})" in text
 
 
 def test_bad_verify_json_names_the_file_and_line():
@@ -143,24 +161,24 @@ def test_missing_results_are_not_measured(tmp_path):
     assert "Not measured: no bench results were given for this release." in text
 
 
-def test_bench_lines_skip_other_records_and_name_bad_lines():
+def test_bench_lines_are_read_as_bench_writes_them():
+    setup = {"model": "1b", "batch": 4, "seq": 4096, "world_size": 8}
     text = "\n".join([
-        json.dumps({"kind": "config", "preset": "tiny"}),  # no mode, no throughput: not a result
-        json.dumps({"preset": "tiny", "mode": "eager", "tokens_per_s": 812.5, "mfu": 0.01}),
+        json.dumps({"kind": "config", "model": "1b"}),  # no mode: not a result
+        json.dumps({**setup, "mode": "ac-full", "status": "ok", "tokens_per_s_per_gpu": 9000.0,
+                    "tokens_per_s_total": 72000.0, "mfu": 0.41, "mem_allocated_gib": 40.5}),
         "",
-        json.dumps({"model": "tiny", "mode": "compile", "tokens_per_sec": 990.0, "flavour": "cpu-x"}),
-        # the shape `trainstack bench --out` writes
-        json.dumps({"model": "1b", "mode": "ac-full", "status": "ok", "tokens_per_s_per_gpu": 9000.0,
-                    "tokens_per_s_total": 72000.0, "batch": 4, "seq": 4096, "world_size": 8, "mem_allocated_gib": 40.5}),
-        json.dumps({"model": "1b", "mode": "eager", "status": "oom", "tokens_per_s_per_gpu": None, "batch": 4, "seq": 4096}),
+        json.dumps({**setup, "world_size": 1, "mode": "eager", "status": "oom", "tokens_per_s_per_gpu": None,
+                    "error": "CUDA out of memory"}),
     ])
-    rows = parse_bench_lines(text, Path("b.jsonl"), "dflt")
-    assert [(r.slug, r.model, r.setup, r.mode, r.status, r.tokens_per_s, r.peak_memory_gib) for r in rows] == [
-        ("dflt", "tiny", "", "eager", "ok", 812.5, None), ("cpu-x", "tiny", "", "compile", "ok", 990.0, None),
-        ("dflt", "1b", "b4 s4096 x8 GPUs", "ac-full", "ok", 9000.0, 40.5),
-        ("dflt", "1b", "b4 s4096", "eager", "oom", None, None)]
+    rows = parse_bench_lines(text, Path("b.jsonl"), "cu128")
+    assert [(r.slug, r.model, r.setup, r.mode, r.status, r.tokens_per_s, r.mfu, r.peak_memory_gib) for r in rows] == [
+        ("cu128", "1b", "b4 s4096 x8 GPUs", "ac-full", "ok", 9000.0, 0.41, 40.5),
+        ("cu128", "1b", "b4 s4096", "eager", "oom", None, None, None)]
     with pytest.raises(SpecError, match=r"b.jsonl:2: not valid JSON"):
         parse_bench_lines('{"mode": "x"}\n{oops', Path("b.jsonl"), "")
+    with pytest.raises(SpecError, match=r"b.jsonl:1: tokens_per_s_per_gpu: Input should be a valid number"):
+        parse_bench_lines('{"model": "1b", "mode": "eager", "tokens_per_s_per_gpu": "fast"}', Path("b.jsonl"), "")
 
 
 def test_performance_deltas_only_against_measured_previous_results():

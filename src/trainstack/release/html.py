@@ -14,6 +14,7 @@ from trainstack.release.markdown import (
     fmt_mfu,
     fmt_number,
     fmt_throughput,
+    shown_reasons,
 )
 from trainstack.release.model import BenchRow, Fragment, KnownIssue, ReleaseNotes
 from trainstack.release.plots import Chart
@@ -79,6 +80,7 @@ def render_html(notes: ReleaseNotes, charts: list[Chart]) -> str:
         delta=fmt_delta,
         mfu=fmt_mfu,
         throughput=fmt_throughput,
+        shown_reasons=shown_reasons,
         verdict_class=_verdict_class,
         delta_class=_delta_class,
     )

@@ -127,7 +127,17 @@ def verification_lines(notes: ReleaseNotes) -> list[str]:
         else:
             rows.append([v.slug, v.verdict or NOT_MEASURED, fmt_count(v.tests_run), fmt_count(v.tests_failed),
                          fmt_count(v.tests_allowed)])
-    return [*table(["flavour", "verdict", "tests run", "failed", "allowed"], rows), "", LEGEND]
+    lines = [*table(["flavour", "verdict", "tests run", "failed", "allowed"], rows), "", LEGEND]
+    for v in notes.verification:
+        if v.reasons:
+            lines += ["", f"Why {v.slug} failed:", "", *(f"- {r}" for r in shown_reasons(v.reasons))]
+    return lines
+
+
+def shown_reasons(reasons: list[str], limit: int = 10) -> list[str]:
+    """The first ``limit`` reasons, and how many more verify.json holds."""
+    extra = [f"… and {len(reasons) - limit} more in verify.json"] if len(reasons) > limit else []
+    return reasons[:limit] + extra
 
 
 def performance_lines(rows: list[BenchRow]) -> list[str]:

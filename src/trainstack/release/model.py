@@ -90,9 +90,10 @@ class Verification(Frozen):
     slug: str
     measured: bool  # False: no verify result was found for this flavour
     verdict: str | None = None
+    reasons: list[str] = []  # why the verdict is "fail", one line each
     tests_run: int | None = None
     tests_failed: int | None = None
-    tests_allowed: int | None = None
+    tests_allowed: int | None = None  # failures the known-issues file accepts
     known_issues: list[KnownIssue] = []
     source: str | None = None  # the file it was read from, relative to the results directory
 

@@ -5,34 +5,32 @@ Layout under the results directory (``--results``, default ``build``)::
     <slug>/verify.json        the verify gate of one flavour
     <slug>/*.jsonl, *.jsonl   bench results, one JSON object per line
 
-Fields read from ``verify.json`` (anything else is ignored):
+Fields read from ``verify.json`` (``trainstack verify`` writes it; anything else is ignored,
+and what is missing is reported as not measured):
 
-- verdict: ``verdict`` | ``status`` | ``result`` (a string), or ``passed``/``ok`` (a boolean)
-- counts: ``tests`` = {``run``|``total``|``collected``, ``failed``|``failures``,
-  ``allowed``|``allowed_failures``|``known_failures``}, or the same keys prefixed
-  ``tests_`` at the top level, or summed over ``suites`` = [{the same keys}]
-- known issues: ``known_issues`` = ["text", ...] or [{``title``|``summary``|``id``,
-  ``link``|``url``}, ...]
+- ``verdict``: "pass" or "fail"; ``reasons``: why it failed, one line each
+- ``gate.suites[]``: ``tests`` (tests run), ``failed`` (ids still failing, not known),
+  ``known[]`` = {``test``, ``reason``, ``link``} (failures accepted by the known-issues file)
+- ``gate.total_failed``: failed tests over all suites (else the count of ``failed`` ids)
 
 Fields read from each bench line (``trainstack bench --out`` writes them); lines without
 a model and a mode are skipped:
 
-- ``model`` | ``preset``; ``mode``; ``status`` (default "ok"; rows of another status are
-  listed with it and no figures)
-- throughput per GPU: ``tokens_per_s_per_gpu`` | ``tokens_per_s`` | ``tokens_per_sec``
-- the setup results are compared within: ``batch``, ``seq``, ``world_size``
-- optional: ``mfu`` (a fraction); peak memory ``mem_allocated_gib`` | ``peak_memory_gib``
-- the flavour: ``flavour`` | ``slug``, else the ``<slug>/`` directory the file is in
+- ``model``; ``mode``; ``status`` (default "ok"; rows of another status, such as "oom",
+  are listed with it and no figures)
+- ``tokens_per_s_per_gpu``; the setup results are compared within: ``batch``, ``seq``,
+  ``world_size``
+- optional: ``mfu`` (a fraction of the GPU's peak); ``mem_allocated_gib`` (peak allocated)
+- the flavour is the ``<slug>/`` directory the file is in; files directly in the results
+  directory belong to no one flavour
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from pathlib import Path
-from typing import Any
-
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.errors import SpecError
 from trainstack.release.model import KnownIssue, Verification
@@ -44,41 +42,39 @@ class _Tolerant(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
 
-class _Counts(_Tolerant):
-    run: int | None = Field(None, validation_alias=AliasChoices("run", "total", "collected"))
-    failed: int | None = Field(None, validation_alias=AliasChoices("failed", "failures"))
-    allowed: int | None = Field(None, validation_alias=AliasChoices("allowed", "allowed_failures", "known_failures"))
+class _KnownHit(_Tolerant):
+    test: str
+    reason: str = ""
+    link: str | None = None
 
 
-class _Issue(_Tolerant):
-    title: str | None = Field(None, validation_alias=AliasChoices("title", "summary", "id", "name"))
-    link: str | None = Field(None, validation_alias=AliasChoices("link", "url"))
+class _Suite(_Tolerant):
+    tests: int | None = None
+    failed: list[str] = []
+    known: list[_KnownHit] = []
+
+
+class _Gate(_Tolerant):
+    suites: list[_Suite] = []
+    total_failed: int | None = None
 
 
 class _VerifyDoc(_Tolerant):
-    verdict: str | None = Field(None, validation_alias=AliasChoices("verdict", "status", "result"))
-    passed: bool | None = Field(None, validation_alias=AliasChoices("passed", "ok"))
-    tests: _Counts | None = None
-    tests_run: int | None = Field(None, validation_alias=AliasChoices("tests_run", "tests_total"))
-    tests_failed: int | None = None
-    tests_allowed: int | None = None
-    suites: list[_Counts] = []
-    known_issues: list[_Issue | str] = []
+    verdict: str | None = None
+    reasons: list[str] = []
+    gate: _Gate | None = None  # None: the suites were skipped or the stack has none
 
 
 class _BenchLine(_Tolerant):
-    model: str | None = Field(None, validation_alias=AliasChoices("model", "preset"))
+    model: str | None = None
     mode: str | None = None
     status: str = "ok"
-    tokens_per_s: float | None = Field(
-        None, validation_alias=AliasChoices("tokens_per_s_per_gpu", "tokens_per_s", "tokens_per_sec")
-    )
+    tokens_per_s: float | None = Field(None, alias="tokens_per_s_per_gpu")
     batch: int | None = None
     seq: int | None = None
     world_size: int = 1
     mfu: float | None = None
-    peak_memory_gib: float | None = Field(None, validation_alias=AliasChoices("mem_allocated_gib", "peak_memory_gib"))
-    flavour: str | None = Field(None, validation_alias=AliasChoices("flavour", "slug"))
+    peak_memory_gib: float | None = Field(None, alias="mem_allocated_gib")
 
     @property
     def setup(self) -> str:
@@ -118,27 +114,22 @@ def parse_verify(text: str, slug: str, where: Path, source: str) -> Verification
         raise SpecError(f"{where}:{exc.lineno}: not valid JSON: {exc.msg}") from None
     except ValidationError as exc:
         raise SpecError(f"{where}: {_first_error(exc)}") from None
-    counts = _counts(doc)
-    verdict = doc.verdict or ({True: "pass", False: "fail"}.get(doc.passed) if doc.passed is not None else None)
-    issues = [KnownIssue(title=i) if isinstance(i, str) else KnownIssue(title=i.title or "(untitled)", link=i.link)
-              for i in doc.known_issues]
-    return Verification(
-        slug=slug, measured=True, verdict=verdict, tests_run=counts.run, tests_failed=counts.failed,
-        tests_allowed=counts.allowed, known_issues=issues, source=source,
-    )
+    gate = doc.gate
+    verification = Verification(slug=slug, measured=True, verdict=doc.verdict, reasons=doc.reasons, source=source)
+    if gate is None:
+        return verification
+    known = [hit for suite in gate.suites for hit in suite.known]
+    failed = gate.total_failed if gate.total_failed is not None else sum(len(s.failed) for s in gate.suites)
+    return verification.model_copy(update={
+        "tests_run": _sum(s.tests for s in gate.suites),
+        "tests_failed": failed,
+        "tests_allowed": len(known),
+        "known_issues": [KnownIssue(title=f"{hit.test}: {hit.reason}" if hit.reason else hit.test, link=hit.link)
+                         for hit in known],
+    })
 
 
-def _counts(doc: _VerifyDoc) -> _Counts:
-    if doc.tests is not None:
-        return doc.tests
-    if any(v is not None for v in (doc.tests_run, doc.tests_failed, doc.tests_allowed)):
-        return _Counts(run=doc.tests_run, failed=doc.tests_failed, allowed=doc.tests_allowed)
-    if doc.suites:
-        return _Counts(**{f: _sum(getattr(s, f) for s in doc.suites) for f in ("run", "failed", "allowed")})
-    return _Counts()
-
-
-def _sum(values: Any) -> int | None:
+def _sum(values: Iterable[int | None]) -> int | None:
     present = [v for v in values if v is not None]
     return sum(present) if present else None
 
@@ -155,7 +146,7 @@ def read_verification(results: Path | None, slugs: Collection[str]) -> list[Veri
     return found
 
 
-def parse_bench_lines(text: str, where: Path, default_slug: str) -> list[BenchResult]:
+def parse_bench_lines(text: str, where: Path, slug: str) -> list[BenchResult]:
     """Bench records of one JSON-lines file; lines that are not bench results are skipped."""
     rows = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -175,7 +166,7 @@ def parse_bench_lines(text: str, where: Path, default_slug: str) -> list[BenchRe
             continue
         ok = rec.status == "ok"
         rows.append(BenchResult(
-            slug=rec.flavour or default_slug, model=rec.model, setup=rec.setup, mode=rec.mode, status=rec.status,
+            slug=slug, model=rec.model, setup=rec.setup, mode=rec.mode, status=rec.status,
             tokens_per_s=rec.tokens_per_s if ok else None, mfu=rec.mfu if ok else None,
             peak_memory_gib=rec.peak_memory_gib if ok else None,
         ))
@@ -192,7 +183,7 @@ def read_bench(results: Path | None) -> dict[BenchKey, BenchResult]:
     latest: dict[BenchKey, BenchResult] = {}
     for path in sorted(results.rglob("*.jsonl")):
         relative = path.relative_to(results)
-        default_slug = relative.parts[0] if len(relative.parts) > 1 else ""
-        for row in parse_bench_lines(path.read_text(encoding="utf-8"), path, default_slug):
+        slug = relative.parts[0] if len(relative.parts) > 1 else ""
+        for row in parse_bench_lines(path.read_text(encoding="utf-8"), path, slug):
             latest[row.key] = row
     return latest
