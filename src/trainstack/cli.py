@@ -27,6 +27,7 @@ VERBS: dict[str, str] = {
     "build": "trainstack.build.command",
     "report": "trainstack.verify.report_command",
     "linkcheck": "trainstack.verify.linkcheck.command",
+    "verify": "trainstack.verify.command",
     "release": "trainstack.release.command",
     "health": "trainstack.health.command",
     "bench": "trainstack.bench.command",
@@ -55,8 +56,7 @@ for _verb, _module in VERBS.items():
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one place where user errors become a one-line message and an exit code."""
     try:
-        # without standalone mode click returns a command's typer.Exit code instead of exiting
-        code = app(args=argv, standalone_mode=False)
+        app(args=argv, standalone_mode=False)
     except TrainstackError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return exc.exit_code
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     except _click_errors() as exc:
         exc.show()
         return exc.exit_code
-    return code if isinstance(code, int) else 0
+    return 0
 
 
 def _click_errors() -> type[Exception]:

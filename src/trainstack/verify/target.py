@@ -10,9 +10,13 @@ from importlib import resources
 from pathlib import Path
 
 from trainstack import proc
-from trainstack.errors import UsageError, VerifyError
+from trainstack.errors import UsageError
 
-ASK = "import json, sys; print(json.dumps({'prefix': sys.prefix, 'version': list(sys.version_info[:3])}))"
+ASK = (
+    "import json, sys, sysconfig; p = sysconfig.get_paths(); print(json.dumps({'prefix': sys.prefix, "
+    "'base_prefix': getattr(sys, 'base_prefix', sys.prefix), 'version': list(sys.version_info[:3]), "
+    "'site': sorted({p['purelib'], p['platlib']})}))"
+)
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,14 @@ class Target:
     python: Path  # as given (a venv's bin/python is a symlink; keep it so the venv applies)
     prefix: Path  # sys.prefix of that interpreter
     version: tuple[int, int, int]
+    site: tuple[Path, ...] = ()  # its purelib and platlib directories
+    is_venv: bool = False
+
+    def library_roots(self) -> list[Path]:
+        """What the link check walks: a whole venv, or only site-packages of a system Python."""
+        if self.is_venv:
+            return [self.prefix]
+        return [p for p in self.site if p.is_dir()]
 
     @property
     def bin_dir(self) -> Path:
@@ -29,7 +41,7 @@ class Target:
         """Environment for commands run 'inside' the target: its bin first on PATH."""
         path = f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
         extra = {"PATH": path}
-        if self.prefix != Path(self.python).parent.parent or (self.prefix / "pyvenv.cfg").exists():
+        if self.is_venv:
             extra["VIRTUAL_ENV"] = str(self.prefix)
         return extra
 
@@ -50,7 +62,13 @@ def open_target(python: Path) -> Target:
         last = (result.stderr.strip().splitlines() or [""])[-1]
         why = last[:200] if "Error" in last else f"'{python} -I -c ...' exited {result.returncode}"
         raise UsageError(f"{python}: is not a working Python interpreter ({why})")
-    return Target(python.absolute(), Path(facts["prefix"]), tuple(facts["version"]))
+    return Target(
+        python.absolute(),
+        Path(facts["prefix"]),
+        tuple(facts["version"]),
+        tuple(Path(p) for p in facts.get("site", [])),
+        facts["prefix"] != facts.get("base_prefix", facts["prefix"]),
+    )
 
 
 def probe_path(name: str) -> Path:
@@ -88,10 +106,3 @@ def _last_json(stdout: str) -> object:
             except json.JSONDecodeError:
                 return None
     return None
-
-
-def require_probe(target: Target, script: str, args: list[str] | None = None, *, timeout: float = 600) -> dict:
-    data, reason = run_probe(target, script, args, timeout=timeout)
-    if data is None:
-        raise VerifyError(f"{target.python}: {script} failed: {reason}")
-    return data

@@ -178,11 +178,7 @@ class _Checker:
             elif self._is_entry_point(info):
                 self._add("unresolved", "error", info.path, name, f"NEEDED not found ({self._searched(info)})")
             else:
-                self._add(
-                    "unresolved", "warning", info.path, name,
-                    f"NEEDED not found ({self._searched(info)}); no object here links this library, "
-                    "so it fails only when loaded on its own",
-                )
+                self._add("unresolved", "warning", info.path, name, "NEEDED not found; nothing here links this library")
 
     def _loaders_find(self, info: ElfInfo, name: str) -> bool:
         """ld.so reuses a library its loader already mapped: the name is satisfied when

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trainstack.verify.linkcheck.check import LinkReport
@@ -28,7 +29,7 @@ def render_links(report: LinkReport, console: Console, *, show_notes: bool = Fal
         for column in ("severity", "kind", "object", "library", "detail"):
             table.add_column(column, overflow="fold")
         for issue in shown:
-            table.add_row(f"[{STYLE[issue.severity]}]{issue.severity}[/]", issue.kind, short(issue.file, report), issue.library, issue.detail)
+            table.add_row(f"[{STYLE[issue.severity]}]{issue.severity}[/]", issue.kind, escape(short(issue.file, report)), escape(issue.library), escape(issue.detail))
         console.print(table)
     unresolved = [c for c in report.candidates if c.resolved is None]
     notes = sum(1 for i in report.issues if i.severity == "note")
@@ -47,5 +48,5 @@ def render_candidates(report: LinkReport, console: Console) -> None:
     for column in ("library", "found in", "resolves to"):
         table.add_column(column, overflow="fold")
     for cand in report.candidates:
-        table.add_row(cand.library, short(cand.found_in, report), cand.resolved or "[yellow]not found[/]")
+        table.add_row(escape(cand.library), escape(short(cand.found_in, report)), cand.resolved or "[yellow]not found[/]")
     console.print(table)

@@ -1,0 +1,163 @@
+"""The op table: for DeepSpeed ops, apex, flash-attn, Transformer Engine, xformers and
+triton: installed (built ahead of time), compatible (could be JIT-built or run here), and
+why not. Facts come from the target (ops_probe.py); reasons from the rules data."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel
+
+from trainstack.verify.report_model import NOT_FOUND
+from trainstack.verify.target import Target, run_probe
+
+MISSING_LIB_RE = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
+
+
+class OpRow(BaseModel):
+    package: str
+    name: str
+    installed: bool
+    compatible: bool | None  # None: could not be judged
+    why_not: str  # "" when installed and compatible
+
+
+class OpTable(BaseModel):
+    rows: list[OpRow]
+    absent: list[str]  # known extension packages that are not installed
+    error: str = ""  # why the probe gave nothing
+
+    @property
+    def broken(self) -> list[OpRow]:
+        """Built ahead of time yet unusable here: these fail the gate."""
+        return [r for r in self.rows if r.installed and r.compatible is False]
+
+
+@lru_cache(maxsize=1)
+def ops_data() -> dict[str, Any]:
+    text = resources.files("trainstack.verify").joinpath("data/ops.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def op_table(target: Target) -> OpTable:
+    raw, reason = run_probe(target, "ops_probe.py", [json.dumps(ops_data())], timeout=600)
+    if not isinstance(raw, dict):
+        return OpTable(rows=[], absent=[], error=reason)
+    return build_table(raw)
+
+
+def build_table(raw: dict[str, Any]) -> OpTable:
+    """Pure: the probe's facts plus the rules -> rows."""
+    torch = raw.get("torch") or {}
+    rows: list[OpRow] = []
+    absent: list[str] = []
+    deepspeed = raw.get("deepspeed")
+    if deepspeed is None:
+        absent.append("deepspeed")
+    else:
+        rows += deepspeed_rows(deepspeed, torch)
+    specs = {ext["name"]: ext for ext in ops_data()["extension"]}
+    for ext in raw.get("extensions", []):
+        if ext.get("version") is None:
+            absent.append(ext["name"])
+            continue
+        rows += extension_rows(ext, specs[ext["name"]], torch)
+    return OpTable(rows=rows, absent=absent)
+
+
+def deepspeed_rows(ds: dict[str, Any], torch: dict[str, Any]) -> list[OpRow]:
+    if ds.get("error"):
+        return [OpRow(package="deepspeed", name="(op builders)", installed=False, compatible=False, why_not=ds["error"])]
+    mismatch = _cuda_mismatch(ds.get("torch_info") or {}, torch)
+    rows = []
+    for op in ds.get("ops", []):
+        why = _ds_rule_reason(op["name"], torch.get("version")) or op["why"]
+        compatible = op["compatible"]
+        if op["installed"] and mismatch:
+            why, compatible = mismatch, False
+        rows.append(OpRow(package="deepspeed", name=op["name"], installed=op["installed"], compatible=compatible,
+                          why_not="" if compatible else why or "the op builder says it cannot build here"))
+    return rows
+
+
+def _cuda_mismatch(built: dict[str, Any], torch: dict[str, Any]) -> str:
+    """DeepSpeed's ahead-of-time ops carry the torch and CUDA they were compiled with."""
+    cuda_built, cuda_now = str(built.get("cuda") or ""), str(torch.get("cuda") or "")
+    if cuda_built and cuda_now and cuda_built not in ("0.0", "None") and _major_minor(cuda_built) != _major_minor(cuda_now):
+        return f"CUDA mismatch: ops built with CUDA {cuda_built}, torch runs CUDA {cuda_now}"
+    torch_built, torch_now = str(built.get("version") or ""), str(torch.get("version") or "")
+    if torch_built and torch_now and _major_minor(torch_built) != _major_minor(torch_now):
+        return f"torch mismatch: ops built with torch {torch_built}, torch is {torch_now}"
+    return ""
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def _ds_rule_reason(op: str, torch_version: str | None) -> str:
+    """The rules' torch range for a DeepSpeed op (trainstack.rules, extensions.toml)."""
+    from trainstack.rules import load_rules
+
+    rule = load_rules().extensions.deepspeed.ops.get(op)
+    if rule is None or rule.torch is None or not torch_version:
+        return ""
+    try:
+        inside = Version(torch_version.split("+")[0]) in SpecifierSet(rule.torch)
+    except InvalidVersion:
+        return ""
+    return "" if inside else f"torch range: needs torch {rule.torch}, found {torch_version} ({rule.source})"
+
+
+def extension_rows(ext: dict[str, Any], spec: dict[str, Any], torch: dict[str, Any]) -> list[OpRow]:
+    rows = []
+    present = [m for m in ext["modules"] if m["present"]]
+    if not present:
+        return [OpRow(package=ext["name"], name=ext["name"], installed=False, compatible=None,
+                      why_not=f"{ext['name']} {ext['version']} has none of its compiled modules")]
+    for module in present:
+        why = _import_reason(module["error"]) if module["error"] else ""
+        why = why or _hardware_reason(spec, torch)
+        compatible = not why
+        if why.startswith(("no GPU", "torch not")) and not module["error"]:
+            compatible = None  # nothing wrong with the build; it just cannot run on this machine
+        rows.append(OpRow(package=ext["name"], name=module["module"], installed=True, compatible=compatible, why_not=why))
+    return rows
+
+
+def _import_reason(error: str) -> str:
+    missing = MISSING_LIB_RE.search(error)
+    if missing:
+        return f"missing library: {missing.group(1)}"
+    if "undefined symbol" in error:
+        return f"built against another torch (undefined symbol): {error}"
+    return error
+
+
+def _hardware_reason(spec: dict[str, Any], torch: dict[str, Any]) -> str:
+    if not spec.get("gpu"):
+        return ""
+    if not torch or torch.get("error"):
+        return "torch not importable"
+    if not torch.get("capabilities"):
+        return "no GPU"
+    rule = spec.get("min_arch_rule")
+    if rule == "flash_attn":
+        from trainstack.rules import load_rules
+
+        flash = load_rules().extensions.flash_attn
+        old = [c for c in torch["capabilities"] if int(c) < int(flash.min_arch)]
+        if old:
+            return f"GPU arch too old: sm{old[0]} < sm{flash.min_arch} ({flash.message})"
+    return ""
+
+
+def render_value(value: bool | None) -> str:
+    return {True: "yes", False: "NO", None: NOT_FOUND}[value]

@@ -1,0 +1,54 @@
+"""From the command line's choices to a Target and a Plan: a built flavour, or any Python."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainstack.errors import UsageError
+from trainstack.spec import load_stack, select_flavour
+from trainstack.spec.matrix import components_for
+from trainstack.verify.locate import built_flavour
+from trainstack.verify.run import PARTS, Plan
+from trainstack.verify.target import Target, open_target
+
+
+def make_plan(
+    stack: Path | None, flavour: str | None, python: Path | None, build_dir: Path, skip: list[str]
+) -> tuple[Target, Plan, Path | None]:
+    """(target, plan, where verify.json goes by default)."""
+    unknown = [part for part in skip if part not in PARTS]
+    if unknown:
+        raise UsageError(f"--skip {unknown[0]}: not a part of verify", hint=f"one of: {', '.join(PARTS)}")
+    if stack is None and python is None:
+        raise UsageError("give a stack file or --python PATH", hint="trainstack verify STACK --flavour F")
+    if stack is None:
+        if flavour is not None:
+            raise UsageError("--flavour needs a stack file")
+        return open_target(python), Plan(skip=skip), None  # type: ignore[arg-type]
+    if python is not None:
+        return _stack_on_python(stack, flavour, python, skip)
+    built = built_flavour(stack, flavour, build_dir)
+    plan = Plan(
+        stack_path=stack,
+        stack=built.stack,
+        flavour=built.flavour.slug,
+        components=built.components(),
+        locked=built.locked(),
+        build_record=built.record,
+        skip=skip,
+    )
+    return open_target(built.python), plan, built.verify_json
+
+
+def _stack_on_python(stack: Path, flavour: str | None, python: Path, skip: list[str]) -> tuple[Target, Plan, None]:
+    """A stack's checks on an environment trainstack did not build (no build record)."""
+    spec = load_stack(stack)
+    flavours = select_flavour(spec, flavour)
+    chosen = flavours[0] if len(flavours) == 1 else None
+    components = [c.key for c in (components_for(spec, chosen) if chosen else spec.components.values())]
+    plan = Plan(stack_path=stack, stack=spec, flavour=chosen.slug if chosen else None, components=components, skip=skip)
+    if chosen is not None:
+        from trainstack.verify.locate import BuiltFlavour
+
+        plan.locked = BuiltFlavour(stack, spec, chosen, Path()).locked()
+    return open_target(python), plan, None

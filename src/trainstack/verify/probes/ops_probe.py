@@ -1,0 +1,96 @@
+"""Op facts from inside the target: ``PYTHON -I ops_probe.py '<json of data/ops.toml>'``.
+
+Standalone. DeepSpeed's ops come from its own builders (ALL_OPS, is_compatible) and its
+build record (git_version_info.installed_ops / compatible_ops / torch_info); other
+packages' compiled modules are imported. Prints one JSON line.
+"""
+
+import contextlib
+import importlib
+import io
+import json
+import sys
+from importlib import metadata, util
+
+
+def _error(exc):
+    text = str(exc).strip().splitlines()
+    return "%s: %s" % (type(exc).__name__, text[0][:300] if text else "")
+
+
+def _version(dist):
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def deepspeed_ops():
+    if _version("deepspeed") is None:
+        return None
+    out = {"version": _version("deepspeed"), "ops": [], "torch_info": None, "error": None}
+    try:
+        from deepspeed.git_version_info import compatible_ops, installed_ops, torch_info
+        from deepspeed.ops.op_builder.all_ops import ALL_OPS
+    except Exception as exc:  # noqa: BLE001
+        out["error"] = _error(exc)
+        return out
+    out["torch_info"] = dict(torch_info)
+    for name, builder in sorted(ALL_OPS.items()):
+        captured = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(captured):
+                compatible = bool(builder.is_compatible(verbose=True))
+            why = captured.getvalue().replace("[WARNING]", "").strip() or getattr(builder, "error_log", None) or ""
+        except Exception as exc:  # noqa: BLE001
+            compatible, why = False, _error(exc)
+        out["ops"].append({
+            "name": name,
+            "installed": bool(installed_ops.get(name, False)),
+            "compatible_at_build": bool(compatible_ops.get(name, False)),
+            "compatible": compatible,
+            "why": " ".join(why.split())[:400],
+        })
+    return out
+
+
+def module_probe(module):
+    try:
+        found = util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return {"module": module, "present": False, "error": None}
+    try:
+        importlib.import_module(module)
+        return {"module": module, "present": True, "error": None}
+    except Exception as exc:  # noqa: BLE001 - the error text is the finding
+        return {"module": module, "present": True, "error": _error(exc)}
+
+
+def torch_facts():
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001
+        return {"error": _error(exc)}
+    caps = []
+    if torch.cuda.is_available():
+        caps = ["%d%d" % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())]
+    return {"version": torch.__version__, "cuda": torch.version.cuda, "capabilities": caps}
+
+
+def main():
+    data = json.loads(sys.argv[1])
+    extensions = []
+    for ext in data.get("extension", []):
+        version = _version(ext["package"])
+        if version is None:
+            extensions.append({"name": ext["name"], "version": None, "modules": []})
+            continue
+        extensions.append({"name": ext["name"], "version": version, "modules": [module_probe(m) for m in ext["modules"]]})
+    torch = torch_facts() if _version("torch") else None
+    print(json.dumps({"torch": torch, "deepspeed": deepspeed_ops(), "extensions": extensions}))
+
+
+if __name__ == "__main__":
+    main()

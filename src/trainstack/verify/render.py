@@ -1,0 +1,90 @@
+"""The readable verify summary: each part in a few lines, then a loud verdict."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from trainstack.verify.linkcheck.render import render_links
+from trainstack.verify.ops import OpTable, render_value
+from trainstack.verify.report_render import render_report
+from trainstack.verify.run import VerifyResult
+from trainstack.verify.smoke import SmokeResult
+from trainstack.verify.suites.models import GateResult
+
+STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}
+SUITE = {"passed": "[green]passed[/]", "failed": "[bold red]FAILED[/]", "crashed": "[bold red]CRASHED[/]",
+         "timeout": "[bold red]TIMED OUT[/]", "error": "[bold red]ERROR[/]"}
+
+
+def render_verify(result: VerifyResult, console: Console) -> None:
+    if result.report is not None:
+        render_report(result.report, console)
+    if result.ops is not None:
+        render_ops(result.ops, console)
+    if result.links is not None:
+        render_links(result.links, console)
+    if result.smoke:
+        render_smoke(result.smoke, console)
+    if result.gate is not None:
+        render_gate(result.gate, console)
+    render_verdict(result, console)
+
+
+def render_ops(table: OpTable, console: Console) -> None:
+    if table.error:
+        console.print(f"[yellow]op table: probe failed: {table.error}[/]", highlight=False)
+        return
+    if table.rows:
+        out = Table(title="ops")
+        for column in ("package", "op", "installed", "compatible", "why not"):
+            out.add_column(column, overflow="fold")
+        for row in table.rows:
+            out.add_row(row.package, row.name, render_value(row.installed), render_value(row.compatible), escape(row.why_not))
+        console.print(out)
+    if table.absent:
+        console.print(f"ops: not installed: {', '.join(table.absent)}", highlight=False)
+
+
+def render_smoke(results: list[SmokeResult], console: Console) -> None:
+    out = Table(title="smoke checks")
+    for column in ("check", "status", "seconds", "reason"):
+        out.add_column(column, overflow="fold")
+    for item in results:
+        out.add_row(escape(item.name), STATUS[item.status], f"{item.seconds:.2f}", escape(item.reason))
+    console.print(out)
+
+
+def render_gate(gate: GateResult, console: Console) -> None:
+    out = Table(title="test suites")
+    for column in ("suite", "status", "tests", "failing", "flaky", "known", "XML vs summary", "seconds"):
+        out.add_column(column, overflow="fold")
+    for suite in gate.suites:
+        out.add_row(suite.name, SUITE[suite.status], str(suite.tests), f"{suite.remaining} (max {suite.max_failed})",
+                    str(len(suite.flaky)), str(len(suite.known)), suite.cross_check or "-", f"{suite.seconds:.1f}")
+    console.print(out)
+    for suite in gate.suites:
+        for test in suite.failed[:20]:
+            console.print(f"  [red]failing[/] {suite.name}: {escape(test)}", highlight=False)
+        if len(suite.failed) > 20:
+            console.print(f"  ... and {len(suite.failed) - 20} more in {suite.name}", highlight=False)
+        for test in suite.flaky:
+            console.print(f"  [yellow]flaky[/]   {suite.name}: {escape(test)} (failed, then passed on rerun)", highlight=False)
+        for hit in suite.known:
+            console.print(f"  [dim]known[/]   {suite.name}: {escape(hit.test)}: {escape(hit.reason)} ({hit.link})", highlight=False)
+        if suite.status in ("crashed", "timeout", "error"):
+            console.print(f"  [bold red]{suite.name}: {escape(suite.reason)}[/]", highlight=False)
+
+
+def render_verdict(result: VerifyResult, console: Console) -> None:
+    where = f"{result.stack} [{result.flavour}]" if result.stack else result.target
+    skipped = f" (skipped: {', '.join(result.skipped)})" if result.skipped else ""
+    if result.verdict == "pass":
+        console.print(Panel(f"[bold green]VERIFY PASSED[/] {where} in {result.seconds:.1f} s{skipped}", expand=False))
+        return
+    lines = "\n".join(f"- {escape(reason)}" for reason in result.reasons[:30])
+    more = f"\n... and {len(result.reasons) - 30} more" if len(result.reasons) > 30 else ""
+    console.print(Panel(f"[bold red]VERIFY FAILED[/] {where}{skipped}\n{lines}{more}", border_style="red", expand=False),
+                  highlight=False)

@@ -1,0 +1,136 @@
+"""`verify`: report, op table, link check, smoke checks and the suite gate for one target,
+one verdict, and verify.json written atomically."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from trainstack.spec.load import locate
+from trainstack.spec.models import Stack, Verify
+from trainstack.verify.linkcheck.check import LinkReport, check_paths
+from trainstack.verify.ops import OpTable, op_table
+from trainstack.verify.report import collect_report
+from trainstack.verify.report_model import EnvReport
+from trainstack.verify.smoke import KNOWN, SmokeResult, run_smoke
+from trainstack.verify.suites.gate import run_gate
+from trainstack.verify.suites.known_issues import KnownIssues, load_known_issues
+from trainstack.verify.suites.models import GateResult
+from trainstack.verify.target import Target
+
+PARTS = ("report", "ops", "linkcheck", "smoke", "suites")
+SCHEMA_VERSION = 1
+# what --python checks for imports when no stack names the components
+DEFAULT_IMPORTS = ("torch", "numpy", "triton", "deepspeed", "flash-attn", "apex", "transformer-engine", "xformers", "transformers")
+
+
+class VerifyResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    target: str
+    stack: str | None
+    flavour: str | None
+    generated_at: str
+    seconds: float
+    skipped: list[str]
+    report: EnvReport | None
+    ops: OpTable | None
+    links: LinkReport | None
+    smoke: list[SmokeResult]
+    gate: GateResult | None
+    verdict: Literal["pass", "fail"]
+    reasons: list[str]
+
+
+class Plan(BaseModel):
+    """What to verify, decided from the stack (or defaults for a bare --python)."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    stack_path: Path | None = None
+    stack: Stack | None = None
+    flavour: str | None = None
+    components: list[str] = []
+    locked: tuple[str, dict[str, str]] | None = None
+    build_record: Path | None = None
+    skip: list[str] = []
+
+    @property
+    def settings(self) -> Verify:
+        return self.stack.verify if self.stack else Verify()
+
+
+def run_verify(target: Target, plan: Plan) -> VerifyResult:
+    start = time.perf_counter()
+    wanted = [p for p in PARTS if p not in plan.skip]
+    report = collect_report(target, locked=plan.locked, build_record=plan.build_record) if "report" in wanted else None
+    ops = op_table(target) if "ops" in wanted else None
+    links = check_paths(target.library_roots(), plan.settings.links) if "linkcheck" in wanted else None
+    smoke = run_smoke(target, _smoke_checks(plan), _imports(plan, report)) if "smoke" in wanted else []
+    gate = _gate(target, plan) if "suites" in wanted else None
+    reasons = judge(report, ops, links, smoke, gate)
+    return VerifyResult(
+        target=str(target.python),
+        stack=str(plan.stack_path) if plan.stack_path else None,
+        flavour=plan.flavour,
+        generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        seconds=round(time.perf_counter() - start, 2),
+        skipped=[p for p in PARTS if p not in wanted],
+        report=report,
+        ops=ops,
+        links=links,
+        smoke=smoke,
+        gate=gate,
+        verdict="fail" if reasons else "pass",
+        reasons=reasons,
+    )
+
+
+def _smoke_checks(plan: Plan) -> list[str]:
+    return list(plan.settings.smoke) if plan.stack else list(KNOWN)
+
+
+def _imports(plan: Plan, report: EnvReport | None) -> list[str]:
+    if plan.stack is not None:
+        return plan.components
+    installed = report.packages if report else {}
+    return [name for name in DEFAULT_IMPORTS if name in installed]
+
+
+def _gate(target: Target, plan: Plan) -> GateResult | None:
+    settings = plan.settings
+    if not settings.suite:
+        return None
+    known = KnownIssues()
+    base = plan.stack_path.parent if plan.stack_path else Path.cwd()
+    if settings.known_issues:
+        known = load_known_issues(base / settings.known_issues)
+    where = {}
+    if plan.stack_path is not None:
+        text = plan.stack_path.read_text(encoding="utf-8")
+        where = {s.name: f"{plan.stack_path}:{locate(text, ('verify', 'suite', 'command')) or ''}".rstrip(":")
+                 for s in settings.suite}
+    return run_gate(target, settings.suite, max_failed_tests=settings.max_failed_tests, known=known,
+                    target_name=plan.flavour or "local", cwd=base, where=where)
+
+
+def judge(report: EnvReport | None, ops: OpTable | None, links: LinkReport | None,
+          smoke: list[SmokeResult], gate: GateResult | None) -> list[str]:
+    """Every reason the verdict is 'fail', one line each (empty: pass)."""
+    reasons: list[str] = []
+    if report is not None:
+        drift = report.drift
+        reasons += [f"drift: {name} is locked but not installed" for name in drift.missing]
+        reasons += [f"drift: {c.name} locked {c.locked}, installed {c.installed}" for c in drift.different]
+        reasons += [f"build: built with {f.name} {f.built}, runs {f.runtime}" for f in report.build.facts if f.match is False]
+    if ops is not None:
+        reasons += [f"op {r.package}/{r.name} is installed but unusable: {r.why_not}" for r in ops.broken]
+    if links is not None:
+        reasons += [f"link: {i.file}: {i.library}: {i.detail}" for i in links.errors]
+    reasons += [f"smoke {s.name}: {s.reason}" for s in smoke if s.status == "fail"]
+    if gate is not None:
+        reasons += gate.reasons
+    return reasons
