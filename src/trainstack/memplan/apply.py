@@ -2,13 +2,14 @@
 
 Full and selective recompute go through torch.utils.checkpoint (non-reentrant); selective
 keeps the outputs of matrix products and attention and recomputes everything else
-(norms, rotary embeddings, activations, dtype casts). Wrapping keeps parameter names.
+(norms, rotary embeddings, activations, dtype casts). Blocks stay where they are.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache, partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainstack.memplan.plan import Choice, Plan
 
@@ -41,22 +42,42 @@ def save_matmuls_policy(ctx: object, op: object, *args: object, **kwargs: object
     return CheckpointPolicy.MUST_SAVE if op in save_ops() else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def wrap(block: nn.Module, choice: Choice) -> nn.Module:
-    """``block`` itself for keep; a checkpoint wrapper around it otherwise."""
-    if choice is Choice.KEEP:
-        return block
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
-    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+def _checkpointed(forward: Callable[..., Any], choice: Choice) -> Callable[..., Any]:
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
-    kwargs: dict[str, object] = {"preserve_rng_state": False}
+    extra: dict[str, Any] = {}
     if choice is Choice.SELECTIVE:
-        kwargs["context_fn"] = partial(create_selective_checkpoint_contexts, save_matmuls_policy)
-    return checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT, **kwargs)
+        extra["context_fn"] = partial(create_selective_checkpoint_contexts, save_matmuls_policy)
+
+    def recomputed(*args: Any, **kwargs: Any) -> Any:
+        return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=False, **extra, **kwargs)
+
+    return recomputed
+
+
+def wrap(block: nn.Module, choice: Choice) -> nn.Module:
+    """Make ``block`` keep, or recompute in backward, per ``choice``; returns the same module.
+
+    The block's own ``forward`` is replaced on the instance, so module tree, parameter names,
+    hooks, torch.compile and FSDP see the block unchanged.
+    """
+    unwrap(block)
+    if choice is not Choice.KEEP:
+        block.forward = _checkpointed(block.forward, choice)
+        block._memplan_choice = choice
+    return block
 
 
 def unwrap(block: nn.Module) -> nn.Module:
-    inner = getattr(block, "_checkpoint_wrapped_module", None)
-    return inner if inner is not None else block
+    """Undo ``wrap``: the block computes and keeps as its class defines."""
+    if "_memplan_choice" in block.__dict__:
+        del block.forward
+        del block._memplan_choice
+    return block
+
+
+def choice_of(block: nn.Module) -> Choice:
+    return block.__dict__.get("_memplan_choice", Choice.KEEP)
 
 
 def apply_choices(model: nn.Module, choices: tuple[Choice, ...] | list[Choice]) -> nn.Module:
@@ -64,8 +85,8 @@ def apply_choices(model: nn.Module, choices: tuple[Choice, ...] | list[Choice]) 
     layers = model.layers
     if len(choices) != len(layers):
         raise ValueError(f"a plan for {len(choices)} blocks cannot apply to a model of {len(layers)}")
-    for i, choice in enumerate(choices):
-        layers[i] = wrap(unwrap(layers[i]), choice)
+    for block, choice in zip(layers, choices):
+        wrap(block, choice)
     return model
 
 

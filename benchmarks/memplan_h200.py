@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""Memplan on one GPU: predicted against measured peak memory, and planned recompute
+against the best uniform recompute and against torch.compile's activation memory budget.
+
+For each case (preset, batch, seq, budget) one model is trained a few steps per variant,
+with the process capped at the budget (an allocation beyond it fails as on a smaller GPU):
+
+  planned      memplan's plan for the budget
+  full         every block recomputed
+  every-N      every N-th block recomputed (N around the largest that memplan predicts fits)
+  none         no recompute (expected to run out of memory at the tighter budgets)
+  compile@r    blocks compiled with torch._functorch.config.activation_memory_budget = r,
+               r bisected to the fastest whose measured peak is within the planned run's
+
+The training step is bench's: bf16 autocast over fp32 weights, fused AdamW, zero_grad to
+None, cuDNN/flash attention. Reported per variant: measured max allocated and max reserved,
+the memory model's prediction for the same choices and its error, tokens/s (median step).
+First the GPU's bf16 matmul rate and copy bandwidth are measured (the planner's roofline),
+then the bytes the model cannot see (library workspaces, allocator overhead) on two
+uncapped runs; the plans of the grid use those measured overheads.
+
+Usage: python benchmarks/memplan_h200.py [--out benchmarks/results] [--time-budget 330]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from trainstack.bench import device as dev
+from trainstack.bench.model import Transformer
+from trainstack.bench.presets import PRESETS
+from trainstack.memplan.apply import apply_choices, unwrap
+from trainstack.memplan.calibrate import Roofline, calibrate
+from trainstack.memplan.memory import breakdown
+from trainstack.memplan.plan import Choice, Overheads
+from trainstack.memplan.planner import choose
+from trainstack.errors import BudgetError
+
+GiB = 1 << 30
+MiB = 1 << 20
+WARMUP, STEPS = 2, 3
+
+# (preset, batch, seq, budget GiB): budgets between "everything recomputed" and "nothing".
+CASES = [
+    ("125m", 8, 2048, 5),
+    ("125m", 8, 2048, 8),
+    ("125m", 16, 2048, 8),
+    ("125m", 8, 4096, 12),
+    ("1b", 4, 4096, 32),
+    ("1b", 4, 4096, 45),
+    ("1b", 8, 2048, 36),
+    ("1b", 2, 8192, 50),
+    ("3b", 2, 4096, 62),
+    ("3b", 2, 4096, 75),
+    ("3b", 4, 4096, 80),
+    ("3b", 1, 8192, 70),
+]
+COMPILE_CASE = ("1b", 4, 4096, 45)
+
+
+@dataclass
+class Row:
+    case: str
+    variant: str
+    choices: str
+    status: str  # ok | oom | error
+    predicted_allocated: int | None = None
+    predicted_reserved: int | None = None
+    allocated: int | None = None
+    reserved: int | None = None
+    tokens_per_s: float | None = None
+    step_s: list[float] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def error(self) -> float | None:
+        if self.predicted_allocated is None or not self.allocated:
+            return None
+        return self.predicted_allocated / self.allocated - 1
+
+
+def measure_ceilings() -> Roofline:
+    """bf16 8192^3 matmul rate and device-to-device copy bandwidth (read + write), medians of 10."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    src = torch.randn(GiB // 4, device="cuda")
+    dst = torch.empty_like(src)
+
+    def timed(fn) -> float:
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(10):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1000)
+        return statistics.median(times)
+
+    flops = 2 * 8192**3 / timed(lambda: a @ b)
+    bw = 2 * src.nbytes / timed(lambda: dst.copy_(src))
+    del a, b, src, dst
+    torch.cuda.empty_cache()
+    return Roofline(flops_per_s=flops, bytes_per_s=bw)
+
+
+def uniform_every(n: int, every: int) -> tuple[Choice, ...]:
+    """Bench's ac-every-N: blocks 0, N, 2N, ... fully recomputed."""
+    return tuple(Choice.FULL if i % every == 0 else Choice.KEEP for i in range(n))
+
+
+def describe(choices: tuple[Choice, ...]) -> str:
+    return "".join({Choice.KEEP: "k", Choice.SELECTIVE: "s", Choice.FULL: "f"}[c] for c in choices)
+
+
+def cap(budget: int | None) -> None:
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(1.0 if budget is None else min(1.0, budget / total))
+
+
+def clean() -> None:
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def train(model, opt, batches, *, warmup: int = WARMUP, steps: int = STEPS) -> tuple[int, int, list[float]]:
+    """bench's step; returns (max allocated, max reserved, step seconds) over the timed steps."""
+
+    def step(i: int) -> None:
+        tokens = batches[i % len(batches)]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    with dev.sdpa_context(torch.device("cuda")):
+        for i in range(warmup):
+            step(i)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        timer = dev.StepTimer(torch.device("cuda"))
+        timer.mark()
+        for i in range(warmup, warmup + steps):
+            step(i)
+            timer.mark()
+        seconds = timer.step_seconds()
+    return torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(), seconds
+
+
+class Case:
+    """One model and optimizer, trained under several recompute choices at one budget."""
+
+    def __init__(self, preset: str, batch: int, seq: int, budget: int | None, roofline: Roofline, overheads: Overheads) -> None:
+        self.preset, self.batch, self.seq, self.budget = preset, batch, seq, budget
+        self.cfg = PRESETS[preset]
+        self.name = f"{preset} b{batch} s{seq} " + (f"{budget / GiB:.0f}GiB" if budget else "uncapped")
+        self.overheads = overheads
+        with dev.sdpa_context(torch.device("cuda")):
+            try:
+                self.profile = calibrate(self.cfg, batch=batch, seq=seq, device="cuda", roofline=roofline, label=preset)
+            except Exception as exc:  # noqa: BLE001 - fake CUDA tensors unsupported: calibrate on fake CPU ones
+                print(f"calibration on fake cuda tensors failed ({exc!r}); using fake cpu tensors", flush=True)
+                self.profile = calibrate(self.cfg, batch=batch, seq=seq, device="cpu", roofline=roofline, label=preset)
+        clean()
+        cap(None)
+        torch.manual_seed(0)
+        with torch.device("cuda"):
+            self.model = Transformer(self.cfg)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-4, fused=True)
+        self.batches = torch.randint(0, self.cfg.vocab_size, (2, batch, seq + 1), device="cuda")
+
+    def predicted(self, choices: tuple[Choice, ...]):
+        return breakdown(self.profile, choices, overheads=self.overheads)
+
+    def run(self, variant: str, choices: tuple[Choice, ...] | None, note: str = "") -> Row:
+        """Train with ``choices`` (None: the blocks as they are, e.g. compiled) under the budget."""
+        if choices is not None:
+            apply_choices(self.model, choices)
+        self.opt.zero_grad(set_to_none=True)
+        clean()
+        cap(self.budget)
+        pred = self.predicted(choices) if choices is not None else None
+        row = Row(self.name, variant, describe(choices) if choices else "", "ok", note=note)
+        if pred is not None:
+            row.predicted_allocated, row.predicted_reserved = pred.allocated_peak, pred.reserved_peak
+        try:
+            row.allocated, row.reserved, row.step_s = train(self.model, self.opt, self.batches)
+            row.tokens_per_s = self.batch * self.seq / statistics.median(row.step_s)
+            if self.budget is not None and row.reserved > self.budget:
+                row.status = "over"
+        except torch.OutOfMemoryError as exc:
+            row.status, row.note = "oom", (note + " " + str(exc).splitlines()[0][:120]).strip()
+        finally:
+            self.opt.zero_grad(set_to_none=True)
+            cap(None)
+            clean()
+        return row
+
+    def close(self) -> None:
+        del self.model, self.opt, self.batches
+        clean()
+
+
+def measure_overheads(roofline: Roofline, rows: list[Row]) -> Overheads:
+    """Library workspace = measured - predicted allocated; fragmentation = reserved / allocated - 1."""
+    residuals, ratios = [], []
+    for preset, batch, seq in (("125m", 8, 2048), ("1b", 4, 4096)):
+        case = Case(preset, batch, seq, None, roofline, Overheads())
+        n = case.cfg.n_layers
+        for variant, choices in (("keep (uncapped)", (Choice.KEEP,) * n), ("full (uncapped)", (Choice.FULL,) * n)):
+            row = case.run(variant, choices)
+            rows.append(row)
+            if row.status == "ok":
+                residuals.append(row.allocated - row.predicted_allocated)
+                ratios.append(row.reserved / row.allocated - 1)
+        case.close()
+    workspace = max(0, max(residuals)) if residuals else 0
+    fragmentation = max(0.0, max(ratios)) if ratios else 0.0
+    return Overheads(workspace=-(-workspace // MiB) * MiB, fragmentation=round(fragmentation + 0.005, 3))
+
+
+def run_grid(case_spec, roofline: Roofline, overheads: Overheads, rows: list[Row]) -> dict:
+    preset, batch, seq, budget_gib = case_spec
+    budget = budget_gib * GiB
+    case = Case(preset, batch, seq, budget, roofline, overheads)
+    n = case.cfg.n_layers
+    summary: dict = {"case": case.name, "budget": budget}
+    try:
+        plan = choose(case.profile, budget_bytes=budget, overheads=overheads)
+    except BudgetError as exc:
+        summary["planned"] = f"no plan: {exc}"
+        case.close()
+        return summary
+    planned = case.run("planned", plan.choices, note=plan.summary())
+    rows.append(planned)
+    summary.update(planned=planned, plan=plan.summary())
+    uniform = [case.run("full", (Choice.FULL,) * n)]
+    fitting = [e for e in range(2, n + 1) if case.predicted(uniform_every(n, e)).reserved_peak <= budget]
+    start = max(fitting) if fitting else 2
+    # the largest N predicted to fit, then larger N (fewer recomputed blocks) while they still fit
+    for every in range(start, min(n, start + 3) + 1):
+        row = case.run(f"every-{every}", uniform_every(n, every))
+        uniform.append(row)
+        if row.status != "ok":
+            break
+    if start > 2 and not any(r.status == "ok" for r in uniform[1:]):
+        uniform.append(case.run(f"every-{start - 1}", uniform_every(n, start - 1)))
+    rows.extend(uniform)
+    none = case.run("none", (Choice.KEEP,) * n)
+    rows.append(none)
+    ok = [r for r in uniform if r.status == "ok"]
+    summary["best_uniform"] = max(ok, key=lambda r: r.tokens_per_s) if ok else None
+    summary["none"] = none
+    if case_spec == COMPILE_CASE and planned.status == "ok":
+        try:
+            summary["compile"] = compile_budget(case, planned, rows)
+        except Exception:  # noqa: BLE001 - report the compiler's failure, keep the other figures
+            traceback.print_exc()
+            rows.append(Row(case.name, "compile", "", "error", note=traceback.format_exc().splitlines()[-1][:160]))
+    case.close()
+    return summary
+
+
+def compile_budget(case: Case, planned: Row, rows: list[Row], rounds: int = 3) -> Row | None:
+    """Bisect activation_memory_budget for the fastest compiled run whose peak is within the planned one's."""
+    import torch._dynamo
+    import torch._functorch.config as fconfig
+
+    apply_choices(case.model, (Choice.KEEP,) * case.cfg.n_layers)
+    lo, hi, best = 0.0, 1.0, None
+    r = 0.5
+    for _ in range(rounds):
+        torch._dynamo.reset()
+        fconfig.activation_memory_budget = r
+        for i, block in enumerate(case.model.layers):
+            case.model.layers[i] = unwrap(block)
+            case.model.layers[i].compile()
+        row = case.run(f"compile@{r:.3f}", None)
+        rows.append(row)
+        fits = row.status == "ok" and row.allocated <= planned.allocated
+        if fits and (best is None or row.tokens_per_s > best.tokens_per_s):
+            best = row
+        lo, hi = (r, hi) if fits else (lo, r)
+        r = (lo + hi) / 2
+    fconfig.activation_memory_budget = 1.0
+    for block in case.model.layers:
+        block._compiled_call_impl = None
+    torch._dynamo.reset()
+    return best
+
+
+def gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / GiB:7.2f}"
+
+
+def table(rows: list[Row]) -> str:
+    head = f"{'case':24} {'variant':16} {'status':6} {'pred alloc':>10} {'meas alloc':>10} {'error':>7} {'pred rsv':>8} {'meas rsv':>8} {'tokens/s':>10}  note"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        err = "-" if r.error is None else f"{r.error:+.1%}"
+        tps = "-" if r.tokens_per_s is None else f"{r.tokens_per_s:10.0f}"
+        lines.append(f"{r.case:24} {r.variant:16} {r.status:6} {gib(r.predicted_allocated):>10} {gib(r.allocated):>10} {err:>7} {gib(r.predicted_reserved):>8} {gib(r.reserved):>8} {tps:>10}  {r.note}")
+    return "\n".join(lines)
+
+
+def verdicts(summaries: list[dict]) -> list[str]:
+    """One line per case: planned against the best uniform option and the compiler's budget, as ratios."""
+    lines = []
+    for s in summaries:
+        p = s.get("planned")
+        if not isinstance(p, Row):
+            lines.append(f"{s['case']}: {p}")
+            continue
+        if p.status != "ok":
+            lines.append(f"{s['case']}: planned {p.status} ({p.note})")
+            continue
+        within = "within" if p.reserved <= s["budget"] else "OVER"
+        parts = [f"planned {p.tokens_per_s:.0f} tok/s ({s['plan']}), reserved {p.reserved / GiB:.2f} GiB {within} budget, prediction error {p.error:+.1%}"]
+        u = s.get("best_uniform")
+        parts.append(f"best uniform {u.variant} {u.tokens_per_s:.0f} tok/s, planned/uniform {p.tokens_per_s / u.tokens_per_s:.3f}" if u else "no uniform option fits")
+        parts.append(f"none: {s['none'].status}")
+        if "compile" in s:
+            c = s["compile"]
+            parts.append(f"{c.variant} {c.tokens_per_s:.0f} tok/s at {c.allocated / GiB:.2f} GiB, planned/compile {p.tokens_per_s / c.tokens_per_s:.3f}" if c else "no compiled run within the planned peak")
+        lines.append(f"{s['case']}: " + "; ".join(parts))
+    return lines
+
+
+def write(out: Path, rows: list[Row], summaries: list[dict], skipped: list, roofline: Roofline, overheads: Overheads, seconds: float) -> str:
+    text = "\n".join([table(rows), "", *verdicts(summaries)])
+    if skipped:
+        text += "\nnot run (time budget spent): " + ", ".join(f"{p} b{b} s{s} {g}GiB" for p, b, s, g in skipped)
+    text += f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {seconds:.0f} s"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "memplan_h200.txt").write_text(text + "\n", encoding="utf-8")
+    data = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "roofline": {"flops_per_s": roofline.flops_per_s, "bytes_per_s": roofline.bytes_per_s},
+        "overheads": {"workspace": overheads.workspace, "fragmentation": overheads.fragmentation},
+        "rows": [{**r.__dict__, "error": r.error} for r in rows],
+    }
+    (out / "memplan_h200.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return text
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--time-budget", type=float, default=300.0, help="seconds; later cases are skipped once spent")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("skip: no GPU")
+        return 0
+    t0 = time.perf_counter()
+    rows: list[Row] = []
+    roofline = measure_ceilings()
+    print(f"{torch.cuda.get_device_name()} torch {torch.__version__}: bf16 matmul {roofline.flops_per_s / 1e12:.0f} TFLOP/s, copy {roofline.bytes_per_s / 1e12:.2f} TB/s", flush=True)
+    overheads = measure_overheads(roofline, rows)
+    print(f"measured overheads: workspace {overheads.workspace / MiB:.0f} MiB, fragmentation {overheads.fragmentation:.3f}", flush=True)
+    summaries: list[dict] = []
+    skipped: list = []
+    for spec in CASES:
+        if time.perf_counter() - t0 > args.time_budget:
+            skipped.append(spec)
+            continue
+        first = len(rows)
+        try:
+            summaries.append(run_grid(spec, roofline, overheads, rows))
+        except Exception:  # noqa: BLE001 - one broken case must not lose the others' figures
+            traceback.print_exc()
+            summaries.append({"case": f"{spec}", "planned": "error: " + traceback.format_exc().splitlines()[-1]})
+            clean()
+        print(table(rows[first:]), flush=True)
+        write(args.out, rows, summaries, skipped, roofline, overheads, time.perf_counter() - t0)
+    print(write(args.out, rows, summaries, skipped, roofline, overheads, time.perf_counter() - t0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
