@@ -143,13 +143,11 @@ def build_facts(record: Path | None, report: EnvReport) -> BuildFacts:
         "python": data.get("python") or tools.get("python"),
     }
     runtime = {"torch": report.torch.version, "cuda": report.torch.cuda, "python": report.python.version}
-    facts = [_fact(name, built[name], runtime[name]) for name in built]
+    facts = [_fact(name, built[name], runtime[name]) for name in built if built[name]]
     return BuildFacts(record=str(record), facts=facts)
 
 
-def _fact(name: str, built: str | None, runtime: str) -> BuildFact:
-    if not built:
-        return BuildFact(name=name, runtime=runtime)
+def _fact(name: str, built: str, runtime: str) -> BuildFact:
     built = str(built)
     if runtime == NOT_FOUND:
         return BuildFact(name=name, built=built, runtime=runtime, match=False)

@@ -63,7 +63,8 @@ def _render_drift(report: EnvReport, console: Console) -> None:
 
 def _render_build(report: EnvReport, console: Console) -> None:
     if not report.build.facts:
-        console.print(f"build record: {report.build.record}", highlight=False)
+        recorded = "" if report.build.record.startswith(NOT_FOUND) else " (records no torch, CUDA or Python version)"
+        console.print(f"build record: {report.build.record}{recorded}", highlight=False)
         return
     for fact in report.build.facts:
         mark = {True: "[green]same[/]", False: "[red]DIFFERENT[/]"}.get(fact.match, "unknown")  # type: ignore[arg-type]

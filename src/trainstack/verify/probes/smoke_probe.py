@@ -42,9 +42,19 @@ def have(module):
         return False
 
 
+def host_has_gpu():
+    """An NVIDIA or AMD GPU device node, whether or not torch is here to use it."""
+    if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/kfd"):
+        return True
+    try:
+        return bool(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return False
+
+
 def gpu_skip_reason():
     if not have("torch"):
-        return "torch not installed"
+        return "torch not installed" if host_has_gpu() else "no GPU"
     import torch
 
     if not torch.cuda.is_available():
@@ -132,7 +142,7 @@ def numpy_matmul():
 def check_matmul():
     if not have("torch"):
         cpu = timed("matmul[cpu]", numpy_matmul) if have("numpy") else result("matmul[cpu]", "skip", "neither torch nor numpy installed")
-        return [cpu, result("matmul[gpu]", "skip", "torch not installed")]
+        return [cpu, result("matmul[gpu]", "skip", gpu_skip_reason())]
     return per_device(
         "matmul",
         lambda: torch_matmul("cpu", "float32", 1e-4),
@@ -277,7 +287,7 @@ def all_reduce(backend, workdir):
 def check_distributed(workdir):
     results = []
     if not have("torch"):
-        return [result("distributed[cpu]", "skip", "torch not installed"), result("distributed[gpu]", "skip", "torch not installed")]
+        return [result("distributed[cpu]", "skip", "torch not installed"), result("distributed[gpu]", "skip", gpu_skip_reason())]
     import torch
 
     results.append(timed("distributed[cpu]", lambda: all_reduce("gloo", workdir)))
