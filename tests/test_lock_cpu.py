@@ -201,3 +201,19 @@ def test_remote_git_source_needs_a_full_sha(write_stack) -> None:
     short = small(write_stack, 'apex = { git = "https://github.com/NVIDIA/apex", commit = "a19fe0e" }')
     with pytest.raises(LockError, match="give the full 40-hex sha"):
         lock_stack(short)
+
+
+def test_path_source_is_relative_to_the_stack(write_stack, tmp_path: Path) -> None:
+    (tmp_path / "vendored").mkdir()
+    stack = small(write_stack, 'packaging = "==24.2"\nvendored = { path = "vendored", requires = ["idna"] }')
+    locked = lock_stack(stack).flavours["cpu-debian12-py311-release"]
+    assert locked.sources == {"vendored": (tmp_path / "vendored").as_uri()}
+    missing = small(write_stack, 'gone = { path = "gone" }', name="missing")
+    with pytest.raises(LockError, match="components.gone.path: .* does not exist"):
+        lock_stack(missing)
+
+
+@pytest.mark.parametrize("verb", ["check", "lock", "keys"])
+def test_help_shows_an_example(verb: str, capsys) -> None:
+    assert main([verb, "--help"]) == 0
+    assert f"Example: trainstack {verb} " in capsys.readouterr().out

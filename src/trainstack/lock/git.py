@@ -13,11 +13,16 @@ from trainstack.spec.models import Component
 FULL_SHA_LEN = 40
 
 
-def pin_source(component: Component, where: str) -> str:
-    """'git+URL@FULLSHA' for a git component, 'file://PATH' for a path component."""
+def pin_source(component: Component, stack_dir: Path, where: str) -> str:
+    """'git+URL@FULLSHA' for a git component, 'file:///ABS/PATH' for a path component
+    (a relative path is relative to the stack file)."""
     if component.path is not None:
-        return f"file://{Path(component.path).resolve()}" if not component.path.startswith("file://") else component.path
-    assert component.git is not None and component.commit is not None
+        path = (stack_dir / component.path.removeprefix("file://")).resolve()
+        if not path.exists():
+            raise LockError(f"{where}: components.{component.name}.path: {path} does not exist")
+        return path.as_uri()
+    if component.git is None or component.commit is None:
+        raise LockError(f"{where}: components.{component.name}: neither a git nor a path source")
     local = _local_repo(component.git)
     if local is not None:
         return f"git+{component.git}@{_resolve_local(local, component, where)}"

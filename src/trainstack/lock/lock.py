@@ -92,6 +92,8 @@ def _lock_flavour(
     stack: Stack, plan: FlavourPlan, directory: Path, upgrade: Sequence[str], header: str, where: str
 ) -> tuple[LockedFlavour, dict[str, str]]:
     slug = plan.flavour.slug
+    # sources first: a bad pin fails before any resolution
+    sources = {key: pin_source(c, directory.parent, where) for key, c in sorted(plan.sources.items())}
     names = [c.name for c in stack.components.values()]
     attempts = stack.build.retries
     full_rel = f"locks/{slug}.txt"
@@ -109,7 +111,6 @@ def _lock_flavour(
                 request, previous=directory / relative, constraints=constraints, upgrade=upgrade,
                 header=header, component_names=names, attempts=attempts,
             ).text  # fmt: skip
-    sources = {key: pin_source(component, where) for key, component in sorted(plan.sources.items())}
     lock_bytes = full.text.encode() + json.dumps(sources, sort_keys=True).encode()
     entry = LockedFlavour(
         **plan.flavour.as_dict(),
