@@ -67,7 +67,7 @@ def render_html(notes: ReleaseNotes, charts: list[Chart]) -> str:
     known = [(v.slug, _safe_issue(i)) for v in notes.verification for i in v.known_issues]
     return env.get_template("release.html.j2").render(
         notes=notes,
-        nav=_nav(notes, sections, bool(known)),
+        nav=_nav(sections, bool(known)),
         sections=_Sections(sections),
         version_columns=[flavour_label(slugs, len(notes.flavours)) for slugs in notes.versions.columns],
         known_issues=known,
@@ -93,10 +93,12 @@ class _Sections(dict):
         return []
 
     def __getattr__(self, key: str) -> list[ProseItem]:
+        if key.startswith("_"):
+            raise AttributeError(key)
         return self[key]
 
 
-def _nav(notes: ReleaseNotes, sections: dict[str, list[ProseItem]], known: bool) -> list[tuple[str, str]]:
+def _nav(sections: dict[str, list[ProseItem]], known: bool) -> list[tuple[str, str]]:
     nav = [("highlights", "Highlights")] if "Highlights" in sections else []
     nav.append(("updates", "Updates"))
     nav += [(t.lower(), t) for t in ("Stability", "Fixes") if t in sections]

@@ -71,31 +71,44 @@ def make_release(
     changes: Path | None = None,
     drivers: DriverLookup | None = None,
 ) -> Outcome:
+    """Write RELEASE.md, release.json and release.html for the stack's current lock, then
+    consume the changelog fragments they include."""
     results_dir = _results_dir(results, "--results", default=Path("build"))
     previous_results_dir = _results_dir(previous_results, "--previous-results")
+    changes_dir = changes if changes is not None else stack_path.parent / "changes"
+    inputs = gather(stack_path, previous_path, results_dir, previous_results_dir, changes_dir)
+    notes = make_notes(inputs, drivers if drivers is not None else rules_lookup)
+    texts = render_all(notes)
+    written = write_outputs(out if out is not None else default_out(stack_path, notes.release), texts)
+    return Outcome(notes=notes, written=written, consumed_to=consume_fragments(changes_dir, notes.fragments, notes.release))
+
+
+def gather(
+    stack_path: Path, previous_path: Path, results: Path | None, previous_results: Path | None, changes: Path
+) -> Inputs:
+    """Read and check every input; raises before anything is rendered or written."""
     stack = load_stack(stack_path)
     current = check_lock_current(stack_path)  # a release describes what the stack file locks to now
     previous = load_manifest(previous_path)
     check_same_stack(previous, current, str(previous_path))
-    changes_dir = changes if changes is not None else stack_path.parent / "changes"
-    fragments = read_fragments(changes_dir)
-    check_consumable(changes_dir, fragments, current.release)
-    inputs = Inputs(
+    fragments = read_fragments(changes)
+    check_consumable(changes, fragments, current.release)
+    return Inputs(
         current=current,
         previous=previous,
         components=[c.key for c in stack.components.values()],
         description=stack.stack.description,
-        verification=read_verification(results_dir, current.flavours),
-        bench=_of_flavours(read_bench(results_dir), current),
-        previous_bench=read_bench(previous_results_dir),
+        verification=read_verification(results, current.flavours),
+        bench=_of_flavours(read_bench(results), current),
+        previous_bench=read_bench(previous_results),
         fragments=fragments,
     )
-    notes = make_notes(inputs, drivers if drivers is not None else rules_lookup)
-    texts = render_all(notes)
-    target = out if out is not None else default_out(stack_path, current.release)
+
+
+def write_outputs(target: Path, texts: dict[str, str]) -> list[Path]:
     written = []
     for name in OUTPUTS:
         atomic_write_text(target / name, texts[name])
         os.chmod(target / name, 0o644)  # pages to publish: readable by a web server, not private temp files
         written.append(target / name)
-    return Outcome(notes=notes, written=written, consumed_to=consume_fragments(changes_dir, fragments, current.release))
+    return written
