@@ -1,0 +1,69 @@
+"""Environments shared by the verify, report, linkcheck, smoke and suite tests.
+
+Each is made once per test session (uv's cache makes later sessions fast) and cached here,
+so every test module that imports a fixture gets the same directory.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainstack.spec import load_stack
+
+REPO = Path(__file__).resolve().parent.parent
+_MADE: dict[str, Path] = {}
+
+
+def _uv(*args: str | Path) -> None:
+    subprocess.run(["uv", *map(str, args)], check=True, capture_output=True, text=True)
+
+
+def make_venv(factory: pytest.TempPathFactory, key: str, packages: list[str], *, system_site: bool = False) -> Path:
+    """A uv venv with ``packages``; returns its python."""
+    if key not in _MADE:
+        root = factory.mktemp(key)
+        flags = ["--system-site-packages"] if system_site else []
+        _uv("venv", "-q", "--python", sys.executable, *flags, root / "venv")
+        python = root / "venv" / "bin" / "python"
+        if packages:
+            _uv("pip", "install", "-q", "--python", python, *packages)
+        _MADE[key] = python
+    return _MADE[key]
+
+
+@pytest.fixture(scope="session")
+def numpy_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Like the cpu-minimal build: numpy, pytest, hypothesis; no torch."""
+    return make_venv(tmp_path_factory, "numpy-venv", ["numpy>=2.2,<2.5", "pytest>=8", "hypothesis>=6.100"])
+
+
+@pytest.fixture(scope="session")
+def cuda_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with the CUDA torch wheel of examples/stacks/torch-cuda.toml, from PyPI."""
+    version = load_stack(REPO / "examples/stacks/torch-cuda.toml").components["torch"].version
+    python = make_venv(tmp_path_factory, "cuda-venv", [f"torch{version}"])
+    return python.parent.parent
+
+
+def site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python3.*/site-packages"))
+
+
+def damaged_copy(venv: Path, dest: Path, victim: str) -> Path:
+    """Hardlinked copy of torch/lib and nvidia/ (no data copied, the uv cache untouched), minus
+    one library. Unlinking a hardlink in the copy leaves the original file in place."""
+    site = site_packages(venv)
+    target = dest / "site-packages"
+    for part in ("torch/lib", "nvidia"):
+        shutil.copytree(site / part, target / part, copy_function=_link)
+    (target / victim).unlink()
+    return target
+
+
+def _link(src: str, dst: str) -> None:
+    Path(dst).hardlink_to(src)
