@@ -77,6 +77,8 @@ def _argv(
         "uv", "pip", "compile", "requirements.in", "-o", "out.txt", "--quiet",
         "--python-version", request.python, "--python-platform", request.platform,
         "--generate-hashes", "--custom-compile-command", header,
+        # the indexes go into the file, so `uv pip sync`/`pip install -r` need nothing else
+        "--emit-index-url", "--emit-find-links",
     ]  # fmt: skip
     if request.metadata:
         (work / "uv.toml").write_text(_metadata_toml(request), encoding="utf-8")
