@@ -109,3 +109,31 @@ def test_cli_writes_the_release_and_reports_errors_in_one_line(project, capsys, 
 
     assert main([*args[:4], "--results", "missing"]) == 2
     assert "--results missing: no such directory" in capsys.readouterr().err
+
+
+def test_a_page_that_fails_to_render_writes_nothing_and_consumes_nothing(project, monkeypatch):
+    import trainstack.release.publish as publish
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the template broke")
+
+    monkeypatch.setattr(publish, "render_html", broken)  # fault injection: the last output fails to render
+    before = _fragments(project)
+    with pytest.raises(RuntimeError, match="the template broke"):
+        release(project)
+    assert not (project / "out").exists()
+    assert _fragments(project) == before
+
+
+def test_deltas_against_the_bench_figures_of_the_previous_release_json(project):
+    slug = slug_of(project)
+    row = {"model": "tiny", "batch": 2, "seq": 128, "mode": "eager", "status": "ok"}
+    bench = project / "results" / slug / "bench-tiny-b2-s128.jsonl"
+    bench.write_text(json.dumps({**row, "tokens_per_s_per_gpu": 1000.0}) + "\n")
+    release(project)
+    shutil.copy(project / "out" / "release.json", project / "previous-release.json")
+
+    bench.write_text(json.dumps({**row, "tokens_per_s_per_gpu": 1250.0}) + "\n")
+    (bench_row,) = release(project, previous_results=project / "previous-release.json").notes.performance
+    assert (bench_row.tokens_per_s, bench_row.previous_tokens_per_s, bench_row.delta_percent) == (1250.0, 1000.0, 25.0)
+    assert f"| {slug} | tiny | b2 s128 | eager | 1,250 | 1,000 | +25.0 % |" in (project / "out" / "RELEASE.md").read_text()

@@ -14,7 +14,7 @@ def command(
         None, "--results", help="Verify and bench results: <flavour>/verify.json and *.jsonl. Default: build/ if present."
     ),
     previous_results: Path | None = typer.Option(
-        None, "--previous-results", help="The previous release's results, for the performance deltas."
+        None, "--previous-results", help="The previous release's results directory or its release.json, for the deltas."
     ),
     changes: Path | None = typer.Option(
         None, "--changes", help="Changelog fragments <id>.<type>.md. Default: changes/ beside the stack file."

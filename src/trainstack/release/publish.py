@@ -21,7 +21,7 @@ from trainstack.release.markdown import render_markdown
 from trainstack.release.model import ReleaseNotes
 from trainstack.release.notes import DriverLookup, Inputs, check_same_stack, make_notes
 from trainstack.release.plots import charts
-from trainstack.release.results import BenchKey, BenchResult, read_bench, read_verification
+from trainstack.release.results import BenchKey, BenchResult, bench_of_release, read_bench, read_verification
 from trainstack.spec import load_stack
 
 OUTPUTS = ("RELEASE.md", "release.json", "release.html")
@@ -45,6 +45,19 @@ def _results_dir(path: Path | None, option: str, default: Path | None = None) ->
     if not path.is_dir():
         raise UsageError(f"{option} {path}: no such directory", hint="give the directory that holds <flavour>/verify.json")
     return path
+
+
+def _previous_results(path: Path | None) -> Path | None:
+    """A results directory, or the previous release's release.json (it keeps its bench figures)."""
+    if path is not None and path.is_file():
+        return path
+    return _results_dir(path, "--previous-results")
+
+
+def _previous_bench(path: Path | None) -> dict[BenchKey, BenchResult]:
+    if path is not None and path.is_file():
+        return bench_of_release(path)
+    return read_bench(path)
 
 
 def _of_flavours(bench: dict[BenchKey, BenchResult], manifest: Manifest) -> dict[BenchKey, BenchResult]:
@@ -74,7 +87,7 @@ def make_release(
     """Write RELEASE.md, release.json and release.html for the stack's current lock, then
     consume the changelog fragments they include."""
     results_dir = _results_dir(results, "--results", default=Path("build"))
-    previous_results_dir = _results_dir(previous_results, "--previous-results")
+    previous_results_dir = _previous_results(previous_results)
     changes_dir = changes if changes is not None else stack_path.parent / "changes"
     inputs = gather(stack_path, previous_path, results_dir, previous_results_dir, changes_dir)
     notes = make_notes(inputs, drivers if drivers is not None else rules_lookup)
@@ -100,7 +113,7 @@ def gather(
         description=stack.stack.description,
         verification=read_verification(results, current.flavours),
         bench=_of_flavours(read_bench(results), current),
-        previous_bench=read_bench(previous_results),
+        previous_bench=_previous_bench(previous_results),
         fragments=fragments,
     )
 

@@ -5,6 +5,8 @@ Layout under the results directory (``--results``, default ``build``)::
     <slug>/verify.json        the verify gate of one flavour
     <slug>/*.jsonl, *.jsonl   bench results, one JSON object per line
 
+The previous release's figures come from such a directory or from its release.json.
+
 Fields read from ``verify.json`` (``trainstack verify`` writes it; anything else is ignored,
 and what is missing is reported as not measured):
 
@@ -33,7 +35,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.errors import SpecError
-from trainstack.release.model import KnownIssue, Verification
+from trainstack.release.model import KnownIssue, ReleaseNotes, Verification
 
 VERIFY_NAME = "verify.json"
 
@@ -187,3 +189,15 @@ def read_bench(results: Path | None) -> dict[BenchKey, BenchResult]:
         for row in parse_bench_lines(path.read_text(encoding="utf-8"), path, slug):
             latest[row.key] = row
     return latest
+
+
+def bench_of_release(path: Path) -> dict[BenchKey, BenchResult]:
+    """The bench figures a previous release.json published, keyed like read_bench's."""
+    try:
+        notes = ReleaseNotes.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise SpecError(f"{path}: not a release.json: {_first_error(exc)}") from None
+    found = (BenchResult(slug=r.slug, model=r.model, setup=r.setup, mode=r.mode, status=r.status,
+                         tokens_per_s=r.tokens_per_s, mfu=r.mfu, peak_memory_gib=r.peak_memory_gib)
+             for r in notes.performance)
+    return {row.key: row for row in found}
