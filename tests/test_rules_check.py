@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -37,8 +38,6 @@ system_packages = {system}
 
 def stack(torch="==2.11.0", cuda="13.0", os="ubuntu24.04", python="3.12", extra="", system="[]"):
     text = STACK.format(torch=torch, cuda=cuda, os=os, python=python, extra=extra, system=system)
-    from pathlib import Path
-
     return parse_stack(text, Path("stack.toml"))
 
 
@@ -129,7 +128,10 @@ def test_flash_attn_needs_cuda() -> None:
 
 
 def test_arch_list_must_be_targetable_by_the_flavours_cuda() -> None:
-    extra = 'apex = { git = "https://example.org/apex", commit = "abcdef1", build_env = { TORCH_CUDA_ARCH_LIST = "7.0;9.0" } }'
+    extra = (
+        'apex = { git = "https://example.org/apex", commit = "abcdef1", '
+        'build_env = { TORCH_CUDA_ARCH_LIST = "7.0;9.0" } }'
+    )
     assert any("cannot target sm_70" in e for e in rule_errors(stack(cuda="13.0", extra=extra)))
     assert rule_errors(stack(cuda="12.8", extra=extra)) == []
 
@@ -180,7 +182,8 @@ def test_check_verb_exit_codes(write_stack, capsys) -> None:
     good = write_stack((EXAMPLES / "torch-cuda.toml").read_text(), "good")
     assert main(["check", str(good)]) == 0
     assert "all rules hold for 12 flavour(s)" in capsys.readouterr().out
-    bad_text = (EXAMPLES / "torch-cuda.toml").read_text().replace('FLASH_ATTN_CUDA_ARCHS = "90"', 'FLASH_ATTN_CUDA_ARCHS = "75"')
+    text = (EXAMPLES / "torch-cuda.toml").read_text()
+    bad_text = text.replace('FLASH_ATTN_CUDA_ARCHS = "90"', 'FLASH_ATTN_CUDA_ARCHS = "75"')
     bad = write_stack(bad_text, "bad")
     assert main(["check", str(bad)]) == RuleViolation.exit_code
     assert "sm80" in capsys.readouterr().out

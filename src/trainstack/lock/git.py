@@ -44,7 +44,8 @@ def _local_repo(url: str) -> Path | None:
 
 
 def _resolve_local(repo: Path, component: Component, where: str) -> str:
-    result = proc.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{component.commit}^{{commit}}"], echo=False)
+    argv = ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{component.commit}^{{commit}}"]
+    result = proc.run(argv, echo=False)
     if not result.ok:
         raise LockError(
             f"{where}: components.{component.name}.commit: '{component.commit}' is not a commit of {component.git}"

@@ -73,7 +73,8 @@ def _os(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> lis
     platforms = data.load_rules().platforms
     if flavour.os not in platforms.os:
         known = ", ".join(platforms.os)
-        return [_finding(flavour, "os.platform", "error", f"OS '{flavour.os}' is not known (one of: {known})", platforms.glibc.source)]
+        text = f"OS '{flavour.os}' is not known (one of: {known})"
+        return [_finding(flavour, "os.platform", "error", text, platforms.glibc.source)]
     os_rule = platforms.os[flavour.os]
     text = platforms.glibc.message.format(os=flavour.os, glibc=os_rule.glibc, platform=os_rule.platform)
     return [_finding(flavour, "os.platform", "info", text, os_rule.source)]
@@ -85,7 +86,8 @@ def _cuda(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> l
     rules = data.load_rules().cuda
     if flavour.cuda not in rules.versions:
         known = ", ".join(rules.versions)
-        return [_finding(flavour, "cuda.driver", "error", f"CUDA {flavour.cuda} is not known (one of: {known})", rules.driver.source)]
+        text = f"CUDA {flavour.cuda} is not known (one of: {known})"
+        return [_finding(flavour, "cuda.driver", "error", text, rules.driver.source)]
     text = rules.driver.message.format(cuda=flavour.cuda, driver=rules.versions[flavour.cuda].driver)
     return [_finding(flavour, "cuda.driver", "info", text, rules.driver.source)]
 
@@ -126,7 +128,8 @@ def _flash_attn(stack: Stack, flavour: Flavour, components: dict[str, Component]
     if component is None:
         return []
     if flavour.cuda == "cpu":
-        return [_finding(flavour, "flash_attn.arch", "error", f"{rule.package} needs CUDA: restrict it with when.cuda", rule.source)]
+        text = f"{rule.package} needs CUDA: restrict it with when.cuda"
+        return [_finding(flavour, "flash_attn.arch", "error", text, rule.source)]
     archs = [arch for env in rule.arch_env for arch in parse_archs(component.build_env.get(env, ""))]
     low = sorted({a for a in archs if int(_base(a)) < int(rule.min_arch)}, key=lambda a: int(_base(a)))
     if low:

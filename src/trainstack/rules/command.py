@@ -26,7 +26,8 @@ def command(
     shown = findings if verbose else errors(findings)
     for f in shown:
         style = "red" if f.level == "error" else "dim"
-        out.print(f"[{style}]{f.level}[/] {f.flavour} {f.rule}: {f.message} <{f.source}>", highlight=False, soft_wrap=True)
+        line = f"[{style}]{f.level}[/] {f.flavour} {f.rule}: {f.message} <{f.source}>"
+        out.print(line, highlight=False, soft_wrap=True)
     broken = errors(findings)
     flavours = len(expand_flavours(spec))
     if broken:
