@@ -231,3 +231,14 @@ def test_driver_requirements_from_the_shipped_rules():
     assert found[R128].source == load_rules().cuda.driver.source
     assert (found[odd].min_driver, found[odd].note) == (None, "CUDA 99.9 is not in the rules: not known")
     assert f"| {R128} | 12.8 | {min_driver('12.8')} |" in render_markdown(make_notes(inputs, rules_lookup))
+
+
+def test_flavours_with_the_same_changes_share_one_heading():
+    old, new = two_releases()
+    r311, n311 = "cu128-ubuntu2404-py311-release", "cu128-ubuntu2404-py311-nightly"
+    old = old.model_copy(update={"flavours": {**old.flavours, r311: old.flavours[R128], n311: old.flavours[N128]}})
+    new = new.model_copy(update={"flavours": {**new.flavours, r311: new.flavours[R128], n311: new.flavours[N128]}})
+    text = render_markdown(_notes(old, new))
+    assert f"### Only in {n311}, {N128}\n\n- torch: 2.11.0.dev20261101 → 2.12.0.dev20261201\n" in text
+    assert f"### Only in {r311}, {R128}\n\n- torch: 2.10.0 → 2.11.0\n" in text
+    assert text.count("### Only in") == 2

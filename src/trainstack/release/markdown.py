@@ -67,9 +67,8 @@ def updates_lines(updates: Updates, previous: str) -> list[str]:
     lines: list[str] = []
     if updates.common:
         lines += [f"Changes since {previous}, in every flavour:", "", *_changes(updates.common), ""]
-    for slug, changes in updates.per_flavour.items():
-        if changes:
-            lines += [f"### Only in {slug}", "", *_changes(changes), ""]
+    for slugs, changes in updates.groups():
+        lines += [f"### Only in {', '.join(slugs)}", "", *_changes(changes), ""]
     if updates.added_flavours:
         lines += [f"New flavours: {', '.join(updates.added_flavours)}.", ""]
     if updates.removed_flavours:

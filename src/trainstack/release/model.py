@@ -54,6 +54,14 @@ class Updates(Frozen):
     def empty(self) -> bool:
         return not (self.common or any(self.per_flavour.values()) or self.added_flavours or self.removed_flavours)
 
+    def groups(self) -> list[tuple[list[str], list[Change]]]:
+        """Flavours with the same non-empty changes together: (slugs, changes), in slug order."""
+        found: dict[tuple[Change, ...], list[str]] = {}
+        for slug, changes in self.per_flavour.items():
+            if changes:
+                found.setdefault(tuple(changes), []).append(slug)
+        return [(slugs, list(changes)) for changes, slugs in found.items()]
+
 
 class FlavourImage(Frozen):
     slug: str
