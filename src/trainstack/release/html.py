@@ -69,7 +69,8 @@ def render_html(notes: ReleaseNotes, charts: list[Chart]) -> str:
         notes=notes,
         nav=_nav(sections, bool(known)),
         sections=_Sections(sections),
-        version_columns=[flavour_label(slugs, len(notes.flavours)) for slugs in notes.versions.columns],
+        version_columns=[[flavour_label(slugs, len(notes.flavours))] if len(slugs) == len(notes.flavours) else slugs
+                         for slugs in notes.versions.columns],
         known_issues=known,
         charts=charts,
         not_measured=NOT_MEASURED,
