@@ -25,5 +25,6 @@ def command(
 
     manifest = lock_stack(stack, flavour=flavour, upgrade=upgrade_package)
     for slug, locked in manifest.flavours.items():
-        out.print(f"{slug}: {len(locked.packages)} packages, {locked.lock_file}", highlight=False)
-    out.print(f"wrote {manifest_path(stack)}", highlight=False)
+        line = f"{slug}: {len(locked.packages)} packages, {len(locked.sources)} sources, key {locked.cache_key}"
+        out.print(line, highlight=False, soft_wrap=True)
+    out.print(f"wrote {manifest_path(stack)}", highlight=False, soft_wrap=True)
