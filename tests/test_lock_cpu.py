@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trainstack.cli import main
-from trainstack.errors import LockError, NetworkError
+from trainstack.errors import LockError, NetworkError, RuleViolation
 from trainstack.lock import check_lock_current, load_manifest, lock_dir, lock_stack, manifest_path
 
 SMALL = """\
@@ -217,3 +217,11 @@ def test_path_source_is_relative_to_the_stack(write_stack, tmp_path: Path) -> No
 def test_help_shows_an_example(verb: str, capsys) -> None:
     assert main([verb, "--help"]) == 0
     assert f"Example: trainstack {verb} " in capsys.readouterr().out
+
+
+def test_broken_rule_stops_the_lock_before_resolution(write_stack) -> None:
+    text = small(write_stack).read_text().replace('os = ["debian12"]', 'os = ["debian12", "centos7"]')
+    path = write_stack(text, "broken")
+    with pytest.raises(RuleViolation, match="flavour cpu-centos7-py311-release: OS 'centos7' is not known"):
+        lock_stack(path, flavour="cpu-debian12-py311-release")
+    assert not lock_dir(path).exists()

@@ -35,7 +35,8 @@ def lock_stack(stack_path: Path, *, flavour: str | None = None, upgrade: Sequenc
     stack_path = Path(stack_path)
     stack = load_stack(stack_path)
     chosen = select_flavour(stack, flavour)
-    require_rules(stack, chosen, str(stack_path))
+    # the whole matrix must hold: the inputs hash covers every flavour, not just ``chosen``
+    require_rules(stack, expand_flavours(stack), str(stack_path))
     plans = [plan_flavour(stack, f) for f in expand_flavours(stack)]
     directory = lock_dir(stack_path)
     previous = _previous(directory)
