@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from functools import cache
 from importlib import resources
 
@@ -10,6 +10,11 @@ from packaging.version import InvalidVersion, Version
 
 from trainstack.errors import RuleViolation
 from trainstack.rules.models import Rules
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 FILES = ("torch", "cuda", "platforms", "extensions")
 
