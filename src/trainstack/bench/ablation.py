@@ -54,7 +54,9 @@ def run_mode(spec: RunSpec, index: int, timeout_s: float | None) -> dict:
 def _worker_env(index: int) -> dict[str, str]:
     env = {"PYTHONUNBUFFERED": "1"}
     if "MASTER_PORT" in os.environ:
+        # a rendezvous of its own: rank 0's worker serves the store, not torchrun's agent
         env["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1 + index)
+        env["TORCHELASTIC_USE_AGENT_STORE"] = "False"
     return env
 
 

@@ -124,7 +124,11 @@ def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: 
 
 
 def apply_compile(model: nn.Module) -> None:
-    """torch.compile each block (one graph, reused by every identical block) and the loss chunks."""
-    for block in model.layers:
-        block.compile()
+    """torch.compile each block (one graph, reused by every identical block) and the loss chunks.
+
+    Each block is replaced by its compiled wrapper rather than compiled in place, so that
+    FSDP2's hooks, registered later on the wrapper, run outside the compiled graph.
+    """
+    for i, block in enumerate(model.layers):
+        model.layers[i] = torch.compile(block)
     model.compile_loss()

@@ -27,6 +27,7 @@ def write_chart(path: Path, rows: list[dict], title: str) -> None:
     left.set_xlabel("tokens/s per GPU")
     right.barh(y, mfu, color="tab:green")
     right.set_xlabel("MFU % (dense bf16 peak)")
+    right.set_xlim(0, max(1.0, 1.25 * max(mfu)))
     for i, (row, good) in enumerate(zip(rows, ok)):
         if not good:
             left.text(0, i, f" {row['status'].upper()}", va="center", color="tab:red")

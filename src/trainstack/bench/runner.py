@@ -187,7 +187,7 @@ def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
         "world_size": dist.world_size,
         "device_type": device.type,
         "device_name": dev.device_name(device),
-        "precision": "bf16 autocast, fp32 weights" if device.type == "cuda" and not dist.enabled else ("bf16 params, fp32 master (FSDP2)" if device.type == "cuda" else "fp32"),
+        "precision": _precision(device, dist),
         "params": cfg.total_params(),
         "non_embedding_params": cfg.non_embedding_params(),
         "flops_per_token": flops_per_token(cfg, spec.seq),
@@ -197,6 +197,12 @@ def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": cfg.to_dict(),
     }
+
+
+def _precision(device: torch.device, dist: dev.Dist) -> str:
+    if dist.enabled:
+        return f"FSDP2 over {dist.world_size} ranks, " + ("bf16 params, fp32 master and reduction" if device.type == "cuda" else "fp32")
+    return "bf16 autocast, fp32 weights" if device.type == "cuda" else "fp32"
 
 
 def _sdpa_choice(spec: RunSpec, device: torch.device) -> str:

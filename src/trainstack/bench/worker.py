@@ -17,12 +17,10 @@ def main(argv: list[str]) -> int:
     spec_path, result_path = (Path(a) for a in argv)
     import torch.distributed
 
-    from trainstack.bench.device import dist_from_env
     from trainstack.bench.runner import RunSpec, run
 
     row = run(RunSpec.from_json(json.loads(spec_path.read_text(encoding="utf-8"))))
-    if dist_from_env().rank == 0:
-        atomic_write_json(result_path, row)
+    atomic_write_json(result_path, row)
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return 0

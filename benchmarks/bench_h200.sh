@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# End-to-end training throughput on one NVIDIA H200, sequence length 4096:
+#   1b preset, batch 4, and 3b preset, batch 2, each mode in a fresh process.
+# Then checks the targets: the best mode reaches 58% MFU (989 TFLOP/s dense bf16 basis)
+# and compile beats eager by at least 15%, on both models. Exit 0 only if all are met.
+#
+# usage: benchmarks/bench_h200.sh [OUT_DIR]     (default: benchmarks/results/bench_h200)
+# env:   BENCH_MODES_1B, BENCH_MODES_3B (comma lists), BENCH_STEPS, BENCH_WARMUP, PYTHON
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=${1:-benchmarks/results/bench_h200}
+py=${PYTHON:-python3}
+steps=${BENCH_STEPS:-10}
+warmup=${BENCH_WARMUP:-3}
+modes_1b=${BENCH_MODES_1B:-eager,compile,compile+ac-selective,ac-full,planned}
+modes_3b=${BENCH_MODES_3B:-eager,compile,planned}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+
+"$py" - <<'PY'
+import torch
+assert torch.cuda.is_available(), "bench_h200.sh needs a CUDA GPU"
+print("device:", torch.cuda.get_device_name(), "| torch", torch.__version__, "| CUDA", torch.version.cuda,
+      "| cuDNN", torch.backends.cudnn.version())
+PY
+
+"$py" -m trainstack.cli bench --model 1b --batch 4 --seq 4096 --ablation --modes "$modes_1b" \
+  --steps "$steps" --warmup "$warmup" --timeout 300 --out "$out"
+"$py" -m trainstack.cli bench --model 3b --batch 2 --seq 4096 --ablation --modes "$modes_3b" \
+  --steps "$steps" --warmup "$warmup" --timeout 300 --out "$out"
+
+"$py" - "$out" <<'PY'
+import json, sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+failed = False
+for name in ("bench-1b-b4-s4096.jsonl", "bench-3b-b2-s4096.jsonl"):
+    rows = [json.loads(line) for line in (out / name).read_text().splitlines() if line.strip()]
+    ok = {r["mode"]: r for r in rows if r["status"] == "ok"}
+    best = max(ok.values(), key=lambda r: r["mfu"] or 0.0, default=None)
+    mfu = best["mfu"] if best and best["mfu"] is not None else 0.0
+    hit = mfu >= 0.58
+    print(f"{name}: best mode {best['mode'] if best else '-'} MFU {mfu:.1%} (target 58%): {'met' if hit else 'MISSED'}")
+    failed |= not hit
+    if "eager" in ok and "compile" in ok:
+        ratio = ok["compile"]["tokens_per_s_per_gpu"] / ok["eager"]["tokens_per_s_per_gpu"]
+        hit = ratio >= 1.15
+        print(f"{name}: compile / eager tokens/s = {ratio:.3f} (target 1.15): {'met' if hit else 'MISSED'}")
+    else:
+        hit = False
+        print(f"{name}: compile / eager not measured (a mode failed): MISSED")
+    failed |= not hit
+sys.exit(1 if failed else 0)
+PY
