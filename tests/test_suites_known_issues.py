@@ -1,0 +1,72 @@
+"""The known-issues file: matching, and malformed files named by file and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainstack.cli import main
+from trainstack.errors import SpecError
+from trainstack.verify.suites.known_issues import load_known_issues
+
+GOOD = '''
+[[known]]
+test = "*test_linalg.py::TestEigh::*"
+suite = "numpy-linalg"
+targets = ["cu128-*", "cpu-*"]
+reason = "rounding"
+link = "https://github.com/numpy/numpy/issues/1"
+'''
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "known.toml"
+    path.write_text(text)
+    return path
+
+
+def test_matching_by_suite_target_and_test(tmp_path: Path) -> None:
+    known = load_known_issues(write(tmp_path, GOOD))
+    ids = ["numpy/linalg/tests/test_linalg.py::TestEigh::test_big"]
+    assert known.find("numpy-linalg", "cpu-debian12-py311-release", ids) is not None
+    assert known.find("other", "cpu-debian12-py311-release", ids) is None
+    assert known.find("numpy-linalg", "cu130-ubuntu2404-py312-release", ids) is None
+    assert known.find("numpy-linalg", "cpu-x", ["test_other.py::test_x"]) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (GOOD + '\n[[known]]\ntest = "x"\nreason = "r"\nlink = "not a url"\n', "known.toml:12: known.1.link: must be an http(s) URL"),
+        (GOOD + '\n[[known]]\ntest = "x"\nlink = "https://e.org/1"\n', "known.toml:9: known.1.reason: required field is missing"),
+        ('[[known]]\ntest = "x"\nreason = "r"\nlink = "https://e.org/1"\ntarget = "cpu"\n', "known.toml:5: known.0.target: unknown field"),
+        ('[[known]]\ntest = "x\nreason = "r"\n', "known.toml:2: TOML syntax error"),
+    ],
+)
+def test_malformed_file_names_file_and_line(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(SpecError) as info:
+        load_known_issues(write(tmp_path, text))
+    assert expected in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="no such known-issues file"):
+        load_known_issues(tmp_path / "nope.toml")
+
+
+def test_malformed_file_through_verify_is_exit_2_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    write(tmp_path, '[[known]]\ntest = "x"\nreason = "r"\nlink = "ftp://x"\n')
+    stack = tmp_path / "stack.toml"
+    stack.write_text(
+        '[stack]\nname = "s"\nrelease = "1"\nimage = "s"\n[components]\npytest = ">=8"\n'
+        '[matrix]\ncuda = ["cpu"]\nos = ["debian12"]\npython = ["3.11"]\n'
+        '[verify]\nsmoke = []\nknown_issues = "known.toml"\n'
+        '[[verify.suite]]\nname = "t"\ncommand = "python -c pass"\n'
+    )
+    code = main(["verify", str(stack), "--python", sys.executable, "--skip", "report", "--skip", "ops", "--skip", "linkcheck"])
+    err = capsys.readouterr().err
+    assert code == 2 and "known.toml:4: known.0.link" in err and "Traceback" not in err
