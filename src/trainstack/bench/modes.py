@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from trainstack.errors import UsageError
+from trainstack.errors import TrainstackError, UsageError
 
 ACCEPTED = "eager, compile, ac-none, ac-full, ac-every-N, ac-selective, planned, or parts joined by '+'"
 DEFAULT_ABLATION = ("eager", "compile", "ac-full", "ac-every-2", "ac-selective", "compile+ac-selective", "planned")
@@ -119,7 +119,10 @@ def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: 
         from trainstack.memplan import apply, plan_memory
     except ImportError:
         raise ModeUnavailable("unavailable: memplan not installed") from None
-    plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size)
+    try:
+        plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size)
+    except TrainstackError as exc:
+        raise ModeUnavailable(f"memplan: {exc}") from None
     return apply(model, plan), plan
 
 

@@ -60,7 +60,7 @@ def explain(rows: list[dict]) -> list[str]:
         f"{FORMULA} = {row['flops_per_token'] / 1e9:.3f} GFLOP/token",
         f"timed steps {row['steps']} after {row['warmup_steps']} warm-up steps (warm-up s includes compilation); "
         + ("step times from CUDA events, one sync at the end of the timed window" if row["device_type"] == "cuda" else "step times from the wall clock"),
-    ]
+    ] + [f"{r['mode']} plan: {r['plan']}" for r in rows if r.get("plan")]
 
 
 def _count(n: int) -> str:

@@ -123,7 +123,7 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
     if mode.ac == "planned":
         budget = dev.memory_budget(device, spec.memory_cap_bytes)
         model, chosen = apply_planned(model, spec.cfg, batch=spec.batch, seq=spec.seq, budget_bytes=budget, world_size=dist.world_size)
-        plan = _first_line(chosen)
+        plan = chosen.summary() if hasattr(chosen, "summary") else _first_line(chosen)
     else:
         apply_checkpointing(model, mode)
     if mode.compile:
