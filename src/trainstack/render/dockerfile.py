@@ -3,7 +3,8 @@
 Stages, least to most often changed: base -> system (packages, Python venv) -> torch -> extras;
 each source component gets a fetch stage (network, no compiler) and a compile stage that
 bind-mounts the fetched tree and leaves only a wheel; the final stage installs those wheels
-from bind mounts, so no source tree and no toolchain ends up in an image layer. The CA bundle
+from bind mounts, so no source tree and no toolchain ends up in an image layer. Lock files are
+COPYed, not bind-mounted, so that every builder keys its layer cache on their content. The CA bundle
 arrives as the build secret "ca", never as ARG, ENV or COPY.
 """
 
@@ -24,6 +25,7 @@ DEBOOTSTRAP_PREFIX = "debootstrap:"
 # Uses the CA secret when the build was given one; pip, git and curl each read their own variable.
 WITH_CA = f"if [ -f {CA} ]; then export PIP_CERT={CA} GIT_SSL_CAINFO={CA} CURL_CA_BUNDLE={CA}; fi"
 SECRET = f"--mount=type=secret,id=ca,target={CA}"
+LOCKS = "/opt/trainstack/locks"
 PIP = "pip install --no-deps --require-hashes --no-cache-dir"
 
 
@@ -103,12 +105,13 @@ def _system(stack: Stack, layers: FlavourLayers) -> str:
 
 
 def _install(stage: str, parent: str, lock_name: str) -> str:
+    # COPY (not a bind mount) so that every builder keys its layer cache on the lock's content
     return (
         f"FROM {parent} AS {stage}\n"
+        f"COPY {lock_name} {LOCKS}/{lock_name}\n"
         f"RUN {SECRET} \\\n"
-        f"    --mount=type=bind,source={lock_name},target=/tmp/lock/{lock_name} \\\n"
         f"    {WITH_CA}; \\\n"
-        f"    {PIP} -r /tmp/lock/{lock_name}\n"
+        f"    {PIP} -r {LOCKS}/{lock_name}\n"
     )
 
 
@@ -137,12 +140,12 @@ def _fetch(src: SourceBuild) -> str:
     else:
         get = (
             f"pip download --no-deps --no-binary :all: --require-hashes --no-cache-dir -d /src/{name} "
-            f"-r /tmp/lock/{source_file(src)}"
+            f"-r {LOCKS}/{source_file(src)}"
         )
     return (
         f"FROM system AS fetch-{name}\n"
+        f"COPY {source_file(src)} {LOCKS}/{source_file(src)}\n"
         f"RUN {SECRET} \\\n"
-        f"    --mount=type=bind,source={source_file(src)},target=/tmp/lock/{source_file(src)} \\\n"
         f"    {WITH_CA}; \\\n"
         f"    {get}\n"
     )
@@ -154,10 +157,10 @@ def _compile(src: SourceBuild, toolchain: bool) -> str:
     arg = f"{name.upper().replace('-', '_')}_MAX_JOBS"
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(src.component.build_env.items()))
     tool = (
+        f"COPY toolchain.txt {LOCKS}/toolchain.txt\n"
         f"RUN {SECRET} \\\n"
-        "    --mount=type=bind,source=toolchain.txt,target=/tmp/lock/toolchain.txt \\\n"
         f"    {WITH_CA}; \\\n"
-        f"    {PIP} -r /tmp/lock/toolchain.txt\n"
+        f"    {PIP} -r {LOCKS}/toolchain.txt\n"
         if toolchain
         else ""
     )

@@ -1,0 +1,117 @@
+"""The oci backend with real buildah and debootstrap: cpu-minimal on a debootstrap base, labels,
+the CA secret absent from every layer, and the torch layer kept when an extra is bumped."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_build_fixtures import copy_example, make_lock
+from trainstack.build.oci import BuildahBackend
+from trainstack.cli import main
+
+SLUG = "cpu-debian12-py311-release"
+TAG = f"registry.example.com/ml/trainstack/cpu-minimal:2026.12.0-{SLUG}"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (shutil.which("buildah") and shutil.which("debootstrap")), reason="needs buildah and debootstrap"),
+]
+
+
+@pytest.fixture(scope="module")
+def storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A containers store of this module's own, so images never mix with anything else on the machine."""
+    root = tmp_path_factory.mktemp("containers")
+    conf = root / "storage.conf"
+    conf.write_text(f'[storage]\ndriver = ""\ngraphroot = "{root}/graph"\nrunroot = "{root}/run"\n')
+    old = os.environ.get("CONTAINERS_STORAGE_CONF")
+    os.environ["CONTAINERS_STORAGE_CONF"] = str(conf)
+    yield root
+    buildah("rmi", "--all", "--force", check=False)
+    subprocess.run(["buildah", "--storage-driver", BuildahBackend().driver, "unshare", "true"], capture_output=True)
+    if old is None:
+        del os.environ["CONTAINERS_STORAGE_CONF"]
+    else:
+        os.environ["CONTAINERS_STORAGE_CONF"] = old
+
+
+def buildah(*args: str, check: bool = True) -> str:
+    driver = BuildahBackend().driver
+    result = subprocess.run(["buildah", "--storage-driver", driver, *args], capture_output=True, text=True)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def marker() -> str:
+    return f"trainstack-ca-marker-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="module")
+def built(storage: Path, marker: str) -> dict[str, object]:
+    """cpu-minimal built once, then rebuilt after bumping one extra (hypothesis)."""
+    root = storage.parent / "stack"
+    root.mkdir()
+    ca = root / "ca.pem"
+    system_ca = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
+    ca.write_text(f"# {marker}\n" + Path(system_ca).read_text())
+    stack = copy_example("cpu-minimal", root, {r"min_free_disk_gb = 1\n": f'min_free_disk_gb = 1\nca_bundle = "{ca}"\n'})
+    make_lock(stack)
+    build = root / "build"
+    assert main(["build", str(stack), "--backend", "oci", "--build-dir", str(build)]) == 0
+    first = json.loads((build / f"{SLUG}.oci" / "build.json").read_text())
+    stack.write_text(stack.read_text().replace('hypothesis = ">=6.100"', 'hypothesis = ">=6.100,<6.150"'))
+    make_lock(stack)
+    assert main(["build", str(stack), "--backend", "oci", "--build-dir", str(build)]) == 0
+    second = json.loads((build / f"{SLUG}.oci" / "build.json").read_text())
+    return {"first": first, "second": second, "root": root}
+
+
+def test_image_on_a_debootstrap_base_runs_and_is_labelled(built: dict[str, object]) -> None:
+    first = built["first"]
+    assert first["image"] == TAG and [s["name"] for s in first["steps"]][0] == "debootstrap-bookworm"
+    container = buildah("from", "--quiet", TAG).strip()
+    try:
+        out = buildah("run", "--isolation", "chroot", container, "--", "python", "-c", "import numpy, sys; print(numpy.__version__, sys.version_info[:2])")
+    finally:
+        buildah("rm", container)
+    assert out.strip().endswith("(3, 11)")
+    labels = json.loads(buildah("inspect", "--type", "image", TAG))["OCIv1"]["config"]["Labels"]
+    assert labels["io.trainstack.stack"] == "cpu-minimal" and labels["io.trainstack.release"] == "2026.12.0"
+    assert labels["io.trainstack.flavour"] == SLUG
+    assert labels["io.trainstack.cache-key"] == built["second"]["cache_key"]
+    assert labels["io.trainstack.lock-sha256"] == built["second"]["lock_sha256"]
+
+
+def test_ca_bundle_is_in_no_layer(built: dict[str, object], marker: str, tmp_path: Path) -> None:
+    layout = tmp_path / "image"
+    buildah("push", "--disable-compression", TAG, f"dir:{layout}")
+    manifest = json.loads((layout / "manifest.json").read_text())
+    layers = [layout / layer["digest"].split(":", 1)[1] for layer in manifest["layers"]]
+    assert len(layers) == 6
+    for blob in [*layers, layout / manifest["config"]["digest"].split(":", 1)[1]]:
+        assert marker.encode() not in blob.read_bytes(), blob.name  # not the bundle's bytes, anywhere
+    for layer in layers:
+        with tarfile.open(layer) as tar:
+            names = tar.getnames()
+        assert not [n for n in names if n.lstrip("./").startswith("run/secrets/")], layer.name
+    config = json.loads(buildah("inspect", "--type", "image", TAG))["OCIv1"]["config"]
+    assert not any("secrets" in e or "CERT" in e.split("=")[0] for e in config.get("Env", []))
+
+
+def test_bumping_an_extra_keeps_the_torch_layer(built: dict[str, object]) -> None:
+    first, second = built["first"]["layers"], built["second"]["layers"]
+    assert len(first) == len(second) == 6  # base, system, torch lock + install, extras lock + install
+    assert first[:4] == second[:4]
+    assert first[4] != second[4] and first[5] != second[5]
+    assert "debootstrap-bookworm" not in [s["name"] for s in built["second"]["steps"]]  # base reused
