@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_verify_fixtures import make_venv, numpy_python  # noqa: F401 - fixture
+from tests.test_verify_fixtures import numpy_python, planted_torch  # noqa: F401 - fixture
 from trainstack.cli import main
 from trainstack.errors import UsageError
 from trainstack.verify.report import collect_report
@@ -64,20 +64,8 @@ def test_build_record_facts_compared_with_runtime(numpy_python: Path, tmp_path: 
     assert "cuda" not in facts
 
 
-def _planted_torch(tmp_path_factory: pytest.TempPathFactory, key: str, body: str) -> Path:
-    """A venv whose 'torch' package is broken in a chosen way (a planted package)."""
-    python = make_venv(tmp_path_factory, key, [])
-    site = next((python.parent.parent / "lib").glob("python3.*/site-packages"))
-    (site / "torch").mkdir(exist_ok=True)
-    (site / "torch" / "__init__.py").write_text(body)
-    info = site / "torch-2.11.0.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n")
-    return python
-
-
 def test_broken_torch_still_reports_the_rest(tmp_path_factory: pytest.TempPathFactory) -> None:
-    python = _planted_torch(
+    python = planted_torch(
         tmp_path_factory, "broken-torch",
         "raise ImportError('libtorch_cpu.so: cannot open shared object file: No such file or directory')\n",
     )
@@ -88,7 +76,7 @@ def test_broken_torch_still_reports_the_rest(tmp_path_factory: pytest.TempPathFa
 
 
 def test_torch_import_that_kills_the_interpreter(tmp_path_factory: pytest.TempPathFactory) -> None:
-    python = _planted_torch(tmp_path_factory, "crashing-torch", "import os\nos.abort()\n")
+    python = planted_torch(tmp_path_factory, "crashing-torch", "import os\nos.abort()\n")
     report = collect_report(open_target(python), gpus=NO_GPU)
     assert "torch import crashed" in report.errors["torch"] and "signal 6" in report.errors["torch"]
     assert report.python.version != NOT_FOUND

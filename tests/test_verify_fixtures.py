@@ -67,3 +67,15 @@ def damaged_copy(venv: Path, dest: Path, victim: str) -> Path:
 
 def _link(src: str, dst: str) -> None:
     Path(dst).hardlink_to(src)
+
+
+def planted_torch(factory: pytest.TempPathFactory, key: str, body: str) -> Path:
+    """A venv whose 'torch' package is broken in a chosen way (a planted package); its python."""
+    python = make_venv(factory, key, [])
+    site = site_packages(python.parent.parent)
+    (site / "torch").mkdir(exist_ok=True)
+    (site / "torch" / "__init__.py").write_text(body)
+    info = site / "torch-2.11.0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n")
+    return python
