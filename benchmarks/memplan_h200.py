@@ -16,8 +16,9 @@ The training step is bench's: bf16 autocast over fp32 weights, fused AdamW, zero
 None, cuDNN/flash attention. Reported per variant: measured max allocated and max reserved,
 the memory model's prediction for the same choices and its error, tokens/s (median step).
 First the GPU's bf16 matmul rate and copy bandwidth are measured (the planner's roofline),
-then the bytes the model cannot see (library workspaces, allocator overhead) on two
-uncapped runs; the plans of the grid use those measured overheads.
+and the host's time per op (eager, under full and under selective recompute); the plans use
+those. Uncapped runs then show what the memory model cannot see (library workspaces,
+allocator overhead) against the overheads the model assumes (memplan/overheads.py).
 
 Usage: python benchmarks/memplan_h200.py [--out benchmarks/results] [--time-budget 330]
 """
@@ -41,11 +42,12 @@ from pathlib import Path
 import torch
 
 from trainstack.bench import device as dev
-from trainstack.bench.model import Transformer
+from trainstack.bench.model import Block, Transformer, rope_tables
 from trainstack.bench.presets import PRESETS
-from trainstack.memplan.apply import apply_choices, unwrap
-from trainstack.memplan.calibrate import Roofline, calibrate
+from trainstack.memplan.apply import apply_choices, unwrap, wrap
+from trainstack.memplan.calibrate import Roofline, block_op_counts, calibrate
 from trainstack.memplan.memory import breakdown
+from trainstack.memplan.overheads import default_overheads
 from trainstack.memplan.plan import Choice, Overheads
 from trainstack.memplan.planner import choose
 from trainstack.errors import BudgetError
@@ -93,31 +95,65 @@ class Row:
         return self.predicted_allocated / self.allocated - 1
 
 
-def measure_ceilings() -> Roofline:
-    """bf16 8192^3 matmul rate and device-to-device copy bandwidth (read + write), medians of 10."""
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    src = torch.randn(GiB // 4, device="cuda")
-    dst = torch.empty_like(src)
-
-    def timed(fn) -> float:
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(10):
+def _median_time(fn, *, events: bool) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(10):
+        if events:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end) / 1000)
-        return statistics.median(times)
+        else:  # host time: the GPU work is too small to matter
+            t = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
 
-    flops = 2 * 8192**3 / timed(lambda: a @ b)
-    bw = 2 * src.nbytes / timed(lambda: dst.copy_(src))
+
+def measure_ceilings() -> Roofline:
+    """GPU: bf16 8192^3 matmul rate, device copy bandwidth (read + write). Host: per-op issue
+    time of a 125m block's forward+backward at a size too small to keep the GPU busy, kept,
+    fully recomputed and selectively recomputed (per op of its forward, as counted by calibration)."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    src = torch.randn(GiB // 4, device="cuda")
+    dst = torch.empty_like(src)
+    flops = 2 * 8192**3 / _median_time(lambda: a @ b, events=True)
+    bw = 2 * src.nbytes / _median_time(lambda: dst.copy_(src), events=True)
     del a, b, src, dst
+    cfg, shape = PRESETS["125m"], (1, 64)
+    fwd_ops, bwd_ops = block_op_counts(cfg, batch=shape[0], seq=shape[1], device="cuda")
+    with torch.device("cuda"):
+        block = Block(cfg)
+        cos, sin = rope_tables(cfg)
+    x = torch.randn(*shape, cfg.dim, device="cuda", requires_grad=True)
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = block(x, cos[: shape[1]], sin[: shape[1]])
+        y.sum().backward()
+
+    host = {}
+    with dev.sdpa_context(torch.device("cuda")):
+        for choice in (Choice.KEEP, Choice.FULL, Choice.SELECTIVE):
+            wrap(block, choice)
+            host[choice] = _median_time(lambda: [step() for _ in range(10)], events=False) / 10
+    unwrap(block)
+    del block, x
     torch.cuda.empty_cache()
-    return Roofline(flops_per_s=flops, bytes_per_s=bw)
+    return Roofline(
+        flops_per_s=flops,
+        bytes_per_s=bw,
+        host_op_s=host[Choice.KEEP] / (fwd_ops + bwd_ops),
+        full_op_s=max(0.0, host[Choice.FULL] - host[Choice.KEEP]) / fwd_ops,
+        selective_op_s=max(0.0, host[Choice.SELECTIVE] - host[Choice.KEEP]) / fwd_ops,
+    )
 
 
 def uniform_every(n: int, every: int) -> tuple[Choice, ...]:
@@ -219,25 +255,23 @@ class Case:
         clean()
 
 
-def measure_overheads(roofline: Roofline, rows: list[Row]) -> Overheads:
-    """Library workspace = measured - predicted allocated; fragmentation = reserved / allocated - 1."""
+def measure_overheads(roofline: Roofline, rows: list[Row]) -> dict:
+    """Uncapped runs: measured minus predicted allocated (library workspace), reserved / allocated - 1."""
     residuals, ratios = [], []
     for preset, batch, seq in (("125m", 8, 2048), ("1b", 4, 4096)):
         case = Case(preset, batch, seq, None, roofline, Overheads())
         n = case.cfg.n_layers
-        for variant, choices in (("keep (uncapped)", (Choice.KEEP,) * n), ("full (uncapped)", (Choice.FULL,) * n)):
-            row = case.run(variant, choices)
+        for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
+            row = case.run(f"{choice} (uncapped)", (choice,) * n)
             rows.append(row)
             if row.status == "ok":
                 residuals.append(row.allocated - row.predicted_allocated)
                 ratios.append(row.reserved / row.allocated - 1)
         case.close()
-    workspace = max(0, max(residuals)) if residuals else 0
-    fragmentation = max(0.0, max(ratios)) if ratios else 0.0
-    return Overheads(workspace=-(-workspace // MiB) * MiB, fragmentation=round(fragmentation + 0.005, 3))
+    return {"workspace_min": min(residuals), "workspace_max": max(residuals), "reserved_over_allocated_max": max(ratios)}
 
 
-def run_grid(case_spec, roofline: Roofline, overheads: Overheads, rows: list[Row]) -> dict:
+def run_grid(case_spec, roofline: Roofline, overheads: Overheads, rows: list[Row], *, compile_too: bool = True) -> dict:
     preset, batch, seq, budget_gib = case_spec
     budget = budget_gib * GiB
     case = Case(preset, batch, seq, budget, roofline, overheads)
@@ -269,7 +303,7 @@ def run_grid(case_spec, roofline: Roofline, overheads: Overheads, rows: list[Row
     ok = [r for r in uniform if r.status == "ok"]
     summary["best_uniform"] = max(ok, key=lambda r: r.tokens_per_s) if ok else None
     summary["none"] = none
-    if case_spec == COMPILE_CASE and planned.status == "ok":
+    if compile_too and case_spec == COMPILE_CASE and planned.status == "ok":
         try:
             summary["compile"] = compile_budget(case, planned, rows)
         except Exception:  # noqa: BLE001 - report the compiler's failure, keep the other figures
@@ -344,8 +378,8 @@ def verdicts(summaries: list[dict]) -> list[str]:
     return lines
 
 
-def write(out: Path, rows: list[Row], summaries: list[dict], skipped: list, roofline: Roofline, overheads: Overheads, seconds: float) -> str:
-    text = "\n".join([table(rows), "", *verdicts(summaries)])
+def write(out: Path, header: list[str], rows: list[Row], summaries: list[dict], skipped: list, roofline: Roofline, overheads: Overheads, seconds: float) -> str:
+    text = "\n".join([*header, "", table(rows), "", *verdicts(summaries)])
     if skipped:
         text += "\nnot run (time budget spent): " + ", ".join(f"{p} b{b} s{s} {g}GiB" for p, b, s, g in skipped)
     text += f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {seconds:.0f} s"
@@ -354,7 +388,7 @@ def write(out: Path, rows: list[Row], summaries: list[dict], skipped: list, roof
     data = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "roofline": {"flops_per_s": roofline.flops_per_s, "bytes_per_s": roofline.bytes_per_s},
+        "roofline": roofline.__dict__,
         "overheads": {"workspace": overheads.workspace, "fragmentation": overheads.fragmentation},
         "rows": [{**r.__dict__, "error": r.error} for r in rows],
     }
@@ -366,6 +400,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--time-budget", type=float, default=300.0, help="seconds; later cases are skipped once spent")
+    ap.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile memory-budget comparison")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("skip: no GPU")
@@ -373,9 +408,20 @@ def main() -> int:
     t0 = time.perf_counter()
     rows: list[Row] = []
     roofline = measure_ceilings()
-    print(f"{torch.cuda.get_device_name()} torch {torch.__version__}: bf16 matmul {roofline.flops_per_s / 1e12:.0f} TFLOP/s, copy {roofline.bytes_per_s / 1e12:.2f} TB/s", flush=True)
-    overheads = measure_overheads(roofline, rows)
-    print(f"measured overheads: workspace {overheads.workspace / MiB:.0f} MiB, fragmentation {overheads.fragmentation:.3f}", flush=True)
+    header = [
+        f"{torch.cuda.get_device_name()} torch {torch.__version__}: bf16 matmul {roofline.flops_per_s / 1e12:.0f} TFLOP/s, copy {roofline.bytes_per_s / 1e12:.2f} TB/s",
+        f"host per op: eager {roofline.host_op_s * 1e6:.2f} us, full recompute +{roofline.full_op_s * 1e6:.2f} us, "
+        f"selective +{roofline.selective_op_s * 1e6:.2f} us (per op of a block's forward)",
+    ]
+    print(*header, sep="\n", flush=True)
+    measured = measure_overheads(roofline, rows)
+    overheads = default_overheads()
+    header.append(
+        f"uncapped: measured - predicted allocated {measured['workspace_min'] / MiB:.1f} to {measured['workspace_max'] / MiB:.1f} MiB "
+        f"(model's workspace {overheads.workspace / MiB:.0f} MiB), reserved/allocated - 1 up to {measured['reserved_over_allocated_max']:.3f} "
+        f"(model's allocator overhead {overheads.fragmentation:.3f})"
+    )
+    print(header[-1], flush=True)
     summaries: list[dict] = []
     skipped: list = []
     for spec in CASES:
@@ -384,14 +430,14 @@ def main() -> int:
             continue
         first = len(rows)
         try:
-            summaries.append(run_grid(spec, roofline, overheads, rows))
+            summaries.append(run_grid(spec, roofline, overheads, rows, compile_too=not args.skip_compile))
         except Exception:  # noqa: BLE001 - one broken case must not lose the others' figures
             traceback.print_exc()
             summaries.append({"case": f"{spec}", "planned": "error: " + traceback.format_exc().splitlines()[-1]})
             clean()
         print(table(rows[first:]), flush=True)
-        write(args.out, rows, summaries, skipped, roofline, overheads, time.perf_counter() - t0)
-    print(write(args.out, rows, summaries, skipped, roofline, overheads, time.perf_counter() - t0))
+        write(args.out, header, rows, summaries, skipped, roofline, overheads, time.perf_counter() - t0)
+    print(write(args.out, header, rows, summaries, skipped, roofline, overheads, time.perf_counter() - t0))
     return 0
 
 

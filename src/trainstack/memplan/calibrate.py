@@ -24,14 +24,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Roofline:
-    """Rates that turn FLOPs and bytes into an estimated time, to rank recompute costs.
+    """Rates that turn FLOPs, bytes and op counts into estimated times, to rank plans.
 
-    Defaults: an H200's bf16 matrix rate and copy bandwidth as benchmarks/memplan_h200.py
-    measures them (8192^3 bf16 matmul; device-to-device copy counting read + write).
+    GPU: ``flops_per_s`` (bf16 matmul) and ``bytes_per_s`` (device copy, read + write).
+    Host: ``host_op_s`` per op issued in eager mode; ``full_op_s`` and ``selective_op_s``
+    added per op of a block's forward when the block is fully or selectively recomputed
+    (selective runs every op through a Python dispatch mode, twice). Defaults: as
+    benchmarks/memplan_h200.py measured them on an H200 (benchmarks/results/memplan_h200.txt).
     """
 
-    flops_per_s: float = 7.5e14
-    bytes_per_s: float = 4.3e12
+    flops_per_s: float = 7.68e14
+    bytes_per_s: float = 3.87e12
+    host_op_s: float = 0.0
+    full_op_s: float = 0.0
+    selective_op_s: float = 0.0
 
     def seconds(self, flops: float, nbytes: int) -> float:
         return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
@@ -45,6 +51,7 @@ def _dispatch_mode_base() -> type:
 
 @dataclass
 class _OpCost:
+    ops: int = 0  # ops dispatched
     flops: float = 0.0
     seconds: float = 0.0
     saved_flops: float = 0.0  # the part selective recompute keeps (matmuls, attention)
@@ -101,7 +108,8 @@ def _tracker(roofline: Roofline) -> Any:
                     self.state.live[ref.cdata] = (ref, storage.nbytes())
                     new_bytes += storage.nbytes()
             live = sum(n for _, n in self.state.live.values())
-            self.state.peak = max(self.state.peak, live)
+            self.state.peak = max(self.state.peak, live + _temporary_bytes(func, args))
+            self.state.cost.ops += 1
             if new_bytes:  # views and in-place ops move no bytes of their own here
                 flops = _flops(func, args, kwargs, out, flop_registry)
                 nbytes = new_bytes + sum(t.nbytes for t in ins)
@@ -115,6 +123,18 @@ def _tracker(roofline: Roofline) -> Any:
             return out
 
     return LiveBytes()
+
+
+def _temporary_bytes(func: Any, args: tuple[Any, ...]) -> int:
+    """Scratch an op allocates and frees inside itself, invisible in its outputs.
+
+    logsumexp computes exp(x - max) into a temporary the size of its input (ATen's
+    logsumexp_out_impl, on every device); on the loss's fp32 logits chunk that is the
+    largest allocation of the step.
+    """
+    if func._schema.name == "aten::logsumexp":
+        return int(args[0].nbytes)
+    return 0
 
 
 def _attention_ops() -> tuple[frozenset[str], frozenset[str]]:
@@ -272,11 +292,17 @@ def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = No
         other_params = _param_bytes(built.model)
         buffers = sum(b.untyped_storage().nbytes() for b in built.model.buffers())
     # full recompute repeats the whole forward; selective repeats all but the matmuls and attention
-    options[Choice.FULL] = replace(options[Choice.FULL], recompute_flops=keep_fwd.flops, recompute_seconds=keep_fwd.seconds)
+    options[Choice.FULL] = replace(
+        options[Choice.FULL],
+        recompute_flops=keep_fwd.flops,
+        recompute_seconds=keep_fwd.seconds,
+        host_seconds=keep_fwd.ops * roofline.full_op_s,
+    )
     options[Choice.SELECTIVE] = replace(
         options[Choice.SELECTIVE],
         recompute_flops=keep_fwd.flops - keep_fwd.saved_flops,
         recompute_seconds=keep_fwd.seconds - keep_fwd.saved_seconds,
+        host_seconds=keep_fwd.ops * roofline.selective_op_s,
     )
     n = cfg.n_layers
     return Profile(
@@ -288,10 +314,22 @@ def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = No
         head=head,
         step_flops=n * (keep_fwd.flops + keep_bwd.flops) + head_cost.flops,
         step_seconds=n * (keep_fwd.seconds + keep_bwd.seconds) + head_cost.seconds,
+        step_host_seconds=(n * (keep_fwd.ops + keep_bwd.ops) + head_cost.ops) * roofline.host_op_s,
         batch=batch,
         seq=seq,
         label=label,
     )
+
+
+def block_op_counts(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = None) -> tuple[int, int]:
+    """Ops dispatched by one kept block's forward and its backward: the unit of host cost."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    dev = _device(device)
+    with FakeTensorMode():
+        built = _build(cfg, seq, dev)
+        _, fwd, bwd = _measure_block(built.block, Choice.KEEP, (batch, seq, cfg.dim), built.args, dev, Roofline())
+    return fwd.ops, bwd.ops
 
 
 def fake_step_peak(cfg: ModelConfig, choices: tuple[Choice, ...], *, batch: int, seq: int, device: str | None = None) -> int:

@@ -83,8 +83,17 @@ def peak_bytes(profile: Profile, choices: Sequence[Choice], *, world_size: int =
     return breakdown(profile, choices, world_size=world_size, overheads=overheads).reserved_peak
 
 
+def step_seconds(profile: Profile, counts: dict[Choice, int]) -> float:
+    """Estimated step time: the GPU's work or the host's issuing of it, whichever is longer."""
+    gpu = profile.step_seconds + sum(n * profile.options[c].recompute_seconds for c, n in counts.items())
+    host = profile.step_host_seconds + sum(n * profile.options[c].host_seconds for c, n in counts.items())
+    return max(gpu, host)
+
+
 def recompute_fractions(profile: Profile, choices: Sequence[Choice]) -> tuple[float, float]:
-    """(recompute FLOPs / step FLOPs, estimated recompute time / estimated step time)."""
+    """(recompute FLOPs / step FLOPs, estimated extra step time / estimated step time without recompute)."""
+    counts = {c: list(choices).count(c) for c in set(choices)}
     flops = sum(profile.options[c].recompute_flops for c in choices)
-    seconds = sum(profile.options[c].recompute_seconds for c in choices)
-    return flops / profile.step_flops if profile.step_flops else 0.0, seconds / profile.step_seconds if profile.step_seconds else 0.0
+    base = step_seconds(profile, {})
+    extra = step_seconds(profile, counts) - base
+    return flops / profile.step_flops if profile.step_flops else 0.0, extra / base if base else 0.0

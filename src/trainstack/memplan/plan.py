@@ -32,7 +32,9 @@ class BlockCost:
     ``fwd_peak``: the most bytes live during its forward above what was live before, input included.
     ``bwd_peak``: the most bytes live during its backward above what was live before, plus
     ``saved`` (so recomputed activations, intermediate gradients and weight gradients count).
-    ``recompute_flops`` and ``recompute_seconds``: the forward work done again in backward.
+    ``recompute_flops`` and ``recompute_seconds``: the forward work done again in backward,
+    and its GPU time by roofline. ``host_seconds``: what the choice adds to the host's time
+    to issue the step (the op dispatches of recompute, and selective's per-op policy).
     """
 
     saved: int
@@ -41,6 +43,7 @@ class BlockCost:
     bwd_peak: int
     recompute_flops: float = 0.0
     recompute_seconds: float = 0.0
+    host_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,8 @@ class Profile:
     options: dict[Choice, BlockCost]
     head: HeadCost
     step_flops: float  # forward + backward of the whole model, no recompute
-    step_seconds: float  # roofline estimate of the same work
+    step_seconds: float  # roofline estimate of the same work on the GPU
+    step_host_seconds: float  # the host's time to issue it (per-op dispatch)
     batch: int = 0
     seq: int = 0
     optimizer_states: int = 2  # AdamW keeps two fp32 tensors per parameter

@@ -1,8 +1,9 @@
 """The planner: which blocks keep, recompute selectively or recompute fully, to fit a budget.
 
 Blocks are identical, so a plan is a count of each choice (blocks ordered full, selective,
-keep); all (n+1)(n+2)/2 counts are scored by the memory model and the cheapest that fits
-wins. Exhaustive over counts, hence optimal for the model, and monotone in the budget: a
+keep); all (n+1)(n+2)/2 counts are scored by the memory model, and of those that fit the
+one with the least estimated step time wins (GPU roofline or host dispatch, whichever is
+longer; then the smaller peak). Exhaustive over counts, hence optimal for the model, and monotone in the budget: a
 larger budget admits every plan a smaller one did.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from trainstack.errors import BudgetError
-from trainstack.memplan.memory import breakdown, peak_bytes, recompute_fractions
+from trainstack.memplan.memory import breakdown, peak_bytes, recompute_fractions, step_seconds
 from trainstack.memplan.plan import CHOICE_ORDER, Choice, Overheads, Plan, Profile
 
 GiB = 1 << 30
@@ -31,7 +32,7 @@ def all_counts(n: int) -> Iterator[tuple[int, int, int]]:
 
 
 def _seconds(profile: Profile, counts: tuple[int, int, int]) -> float:
-    return sum(k * profile.options[c].recompute_seconds for k, c in zip(counts, CHOICE_ORDER))
+    return step_seconds(profile, dict(zip(CHOICE_ORDER, counts)))
 
 
 def choose(
