@@ -6,6 +6,7 @@ so every test module that imports a fixture gets the same directory.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -79,3 +80,20 @@ def planted_torch(factory: pytest.TempPathFactory, key: str, body: str) -> Path:
     info.mkdir(exist_ok=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n")
     return python
+
+
+@pytest.fixture(scope="session")
+def deepspeed_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """DeepSpeed (no ops built ahead of time) over this machine's CPU torch."""
+    key = "deepspeed-venv"
+    if key not in _MADE:
+        root = tmp_path_factory.mktemp(key)
+        _uv("venv", "-q", "--python", sys.executable, "--system-site-packages", root / "venv")
+        python = root / "venv" / "bin" / "python"
+        subprocess.run(
+            ["uv", "pip", "install", "-q", "--python", str(python), "--no-build-isolation", "--no-deps",
+             "deepspeed==0.18.9", "hjson", "py-cpuinfo", "msgpack", "einops", "psutil", "ninja", "tqdm"],
+            check=True, capture_output=True, text=True, env={**os.environ, "DS_BUILD_OPS": "0"},
+        )
+        _MADE[key] = python
+    return _MADE[key]
