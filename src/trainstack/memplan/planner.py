@@ -20,6 +20,10 @@ ProfileAt = Callable[[int], Profile]
 MAX_SHARDS = 1024
 
 
+def human(nbytes: int) -> str:
+    return f"{nbytes / GiB:.2f} GiB" if abs(nbytes) >= GiB else f"{nbytes / (1 << 20):.1f} MiB"
+
+
 def choices_for(full: int, selective: int, keep: int) -> tuple[Choice, ...]:
     return (Choice.FULL,) * full + (Choice.SELECTIVE,) * selective + (Choice.KEEP,) * keep
 
@@ -78,8 +82,8 @@ def _shortfall(profile: Profile, budget: int, world_size: int, overheads: Overhe
     least = peak_bytes(profile, choices_for(profile.n_blocks, 0, 0), world_size=world_size, overheads=overheads)
     label = f"{profile.label}: " if profile.label else ""
     msg = (
-        f"{label}budget {budget / GiB:.2f} GiB is {(least - budget) / GiB:.2f} GiB short of the smallest plan "
-        f"(every block fully recomputed: {least / GiB:.2f} GiB) at batch {profile.batch}, seq {profile.seq}, "
+        f"{label}budget {human(budget)} is {human(least - budget)} short of the smallest plan "
+        f"(every block fully recomputed: {human(least)}) at batch {profile.batch}, seq {profile.seq}, "
         f"{world_size} GPU{'s' if world_size > 1 else ''}"
     )
     fixes = []

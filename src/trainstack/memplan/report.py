@@ -7,12 +7,13 @@ from typing import Any
 from rich.table import Table
 
 from trainstack.memplan.plan import CHOICE_ORDER, Choice, Plan
+from trainstack.memplan.planner import human
 
 GiB = 1 << 30
 
 
 def _gib(n: int) -> str:
-    return f"{n / GiB:.2f} GiB"
+    return human(n)
 
 
 def headline(plan: Plan) -> str:
