@@ -70,7 +70,7 @@ def test_index_choice_pypi_default_versus_pytorch_index() -> None:
 
 def test_every_rule_has_a_message_and_a_public_source() -> None:
     data = rules.load_rules()
-    cited = [data.torch.index, data.torch.nightly, data.cuda.driver, data.cuda.archs, data.cuda.nvcc,
+    cited = [data.torch.index, data.torch.variants, data.torch.pythons, data.torch.nightly, data.cuda.driver, data.cuda.archs, data.cuda.nvcc,
              data.platforms.glibc, data.extensions.flash_attn, *data.extensions.deepspeed.ops.values()]
     cited_sources = [c.source for c in cited] + [r.source for r in data.torch.releases.values()]
     cited_sources += [o.source for o in data.platforms.os.values()]

@@ -110,14 +110,16 @@ def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> 
     release = rules.releases[minor]
     found = []
     if flavour.cuda_tag not in release.variants:
-        text = f"torch {minor} publishes no {flavour.cuda_tag} wheels (variants: {', '.join(release.variants)})"
+        allowed = rules.variants.message.format(minor=minor, variants=", ".join(release.variants))
+        text = f"torch {minor} publishes no {flavour.cuda_tag} wheels ({allowed})"
         found.append(_finding(flavour, "torch.variant", "error", text, release.source))
     else:
         index = data.index_for(version, flavour.cuda_tag, flavour.channel)
         text = f"torch {minor} {flavour.cuda_tag} wheels come from {index or 'PyPI (its default variant)'}"
         found.append(_finding(flavour, "torch.variant", "info", text, rules.index.source))
     if flavour.python not in release.pythons:
-        text = f"torch {minor} has no wheels for Python {flavour.python} (pythons: {', '.join(release.pythons)})"
+        allowed = rules.pythons.message.format(minor=minor, pythons=", ".join(release.pythons))
+        text = f"torch {minor} has no wheels for Python {flavour.python} ({allowed})"
         found.append(_finding(flavour, "torch.python", "error", text, release.source))
     return found
 

@@ -30,6 +30,8 @@ class TorchRelease(Data):
 
 class TorchRules(Data):
     index: TorchIndex
+    variants: Cited  # message with {minor} and {variants}
+    pythons: Cited  # message with {minor} and {pythons}
     nightly: Cited
     releases: dict[str, TorchRelease]  # "2.11" -> release
 
