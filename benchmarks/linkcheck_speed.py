@@ -7,6 +7,7 @@ in a temporary directory (the uv cache makes later runs fast).
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
@@ -33,10 +34,10 @@ def make_venv(root: Path) -> Path:
     return venv
 
 
-def time_linkcheck(venv: Path) -> tuple[float, int]:
+def time_linkcheck(venv: Path, scan_strings: bool = True, cache: bool = False) -> float:
     start = time.perf_counter()
-    report = check_paths([venv])
-    return time.perf_counter() - start, report.files_checked
+    check_paths([venv], scan_strings=scan_strings, cache=cache)
+    return time.perf_counter() - start
 
 
 def time_ldd(files: list[str], workers: int) -> float:
@@ -48,9 +49,10 @@ def time_ldd(files: list[str], workers: int) -> float:
     return time.perf_counter() - start
 
 
-def time_cli(venv: Path) -> float:
+def time_cli(venv: Path, cache: bool) -> float:
     start = time.perf_counter()
-    proc.run([sys.executable, "-m", "trainstack.cli", "linkcheck", "--json", venv], echo=False)
+    flag = "--cache" if cache else "--no-cache"
+    proc.run([sys.executable, "-m", "trainstack.cli", "linkcheck", "--json", flag, venv], echo=False)
     return time.perf_counter() - start
 
 
@@ -59,15 +61,21 @@ def main() -> None:
         venv = Path(sys.argv[1]) if len(sys.argv) > 1 else make_venv(Path(tmp))
         files = find_elf_files([venv])
         workers = cpu_count()
-        ours = [time_linkcheck(venv)[0] for _ in range(REPEATS)]
-        cli = [time_cli(venv) for _ in range(REPEATS)]
-        ldd = [time_ldd(files, workers) for _ in range(REPEATS)]
-        ours_s, cli_s, ldd_s = statistics.median(ours), statistics.median(cli), statistics.median(ldd)
-        print(f"files: {len(files)} ELF objects in {venv} ({workers} CPUs, median of {REPEATS})")
-        print(f"trainstack linkcheck (library call): {ours_s:.3f} s")
-        print(f"trainstack linkcheck (whole CLI):    {cli_s:.3f} s")
-        print(f"ldd over the same files ({workers} in parallel): {ldd_s:.3f} s")
-        print(f"ratio ldd / linkcheck: {ldd_s / ours_s:.1f}x (library), {ldd_s / cli_s:.1f}x (CLI)")
+        ldd = statistics.median(time_ldd(files, workers) for _ in range(REPEATS))
+        rows = [
+            ("NEEDED + dlopen data, cold", statistics.median(time_linkcheck(venv, False) for _ in range(REPEATS))),
+            ("plus .rodata dlopen-candidate scan, cold", statistics.median(time_linkcheck(venv) for _ in range(REPEATS))),
+            ("CLI (start, imports, full check), cold", statistics.median(time_cli(venv, False) for _ in range(REPEATS))),
+        ]
+        with tempfile.TemporaryDirectory() as cache_dir:
+            os.environ["TRAINSTACK_CACHE_DIR"] = cache_dir
+            time_linkcheck(venv, cache=True)  # fills the cache
+            rows.append(("full check, files already read once", statistics.median(time_linkcheck(venv, cache=True) for _ in range(REPEATS))))
+            rows.append(("CLI, files already read once", statistics.median(time_cli(venv, True) for _ in range(REPEATS))))
+        print(f"{len(files)} ELF objects in {venv}; {workers} CPUs; median of {REPEATS} runs")
+        print(f"{'ldd over the same files (' + str(workers) + ' ldd processes)':<45} {ldd:7.3f} s")
+        for label, seconds in rows:
+            print(f"{'linkcheck: ' + label:<45} {seconds:7.3f} s   ldd/linkcheck = {ldd / seconds:5.2f}x")
 
 
 if __name__ == "__main__":

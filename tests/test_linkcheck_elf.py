@@ -149,3 +149,18 @@ def test_cli_exit_codes(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["linkcheck", str(tree)]) == 1
     assert main(["linkcheck", str(tree / "nope")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_cache_reuses_unchanged_files_and_rereads_changed_ones(tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINSTACK_CACHE_DIR", str(tmp_path / "cache"))
+    first = check_paths([tree])
+    assert (tmp_path / "cache" / "linkcheck-v1.json").is_file()
+    second = check_paths([tree])
+    assert second.model_dump(exclude={"seconds"}) == first.model_dump(exclude={"seconds"})
+    # rebuild libuser.so without the dlopen string: a new identity, read again
+    cc(tree / "pkg" / "libuser.so", "int base(void); int user(void) { return base(); }",
+       f"-L{tree / 'lib'}", "-l:libbase.so.1", "-Wl,-rpath,$ORIGIN/../lib", "-Wl,--enable-new-dtags")
+    third = check_paths([tree])
+    assert not [c for c in third.candidates if c.library == "libplugin_x.so.2"]
+    (tmp_path / "cache" / "linkcheck-v1.json").write_text("{ damaged")
+    assert check_paths([tree]).ok

@@ -1,5 +1,5 @@
 """The suite gate on real pytest runs: planted failures, an os._exit crash, a flaky test,
-a timeout, known issues; and numpy's own linalg tests in a uv venv."""
+a timeout, known issues. numpy's own linalg tests run in test_verify_cli (the README's job)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_verify_fixtures import numpy_python  # noqa: F401 - fixture
 from trainstack.errors import SpecError
 from trainstack.spec.models import Suite
 from trainstack.verify.suites.gate import judge, run_gate
@@ -140,17 +139,6 @@ def test_total_over_max_failed_tests_fails_the_gate(suites_dir: Path) -> None:
     assert result.suites[0].status == "passed"
     assert not result.passed and "max_failed_tests = 1" in result.reasons[-1]
     assert judge(result.suites, 2).passed
-
-
-@pytest.mark.slow
-def test_numpy_linalg_suite_in_a_venv(numpy_python: Path, tmp_path: Path) -> None:  # noqa: F811
-    suite = Suite(name="numpy-linalg", command="python -m pytest --pyargs numpy.linalg -q -p no:cacheprovider")
-    result = run_gate(open_target(numpy_python), [suite], max_failed_tests=0, known=KnownIssues(),
-                      target_name="cpu", cwd=tmp_path)
-    [run] = result.suites
-    assert run.status == "passed", run.reason
-    assert run.tests > 300 and run.xml_failed == 0 and run.cross_check == "agree"
-    assert "passed" in run.summary_line
 
 
 def test_summary_line_parsing() -> None:

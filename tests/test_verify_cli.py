@@ -40,6 +40,7 @@ def test_readme_job_lock_build_verify(built_cpu_minimal: Path, capsys: pytest.Ca
     assert smoke["matmul[gpu]"]["status"] == "skip"
     [suite] = result["gate"]["suites"]
     assert suite["name"] == "numpy-linalg" and suite["status"] == "passed" and suite["tests"] > 300
+    assert suite["xml_failed"] == 0 and suite["cross_check"] == "agree" and "passed" in suite["summary_line"]
     assert result["report"]["drift"]["missing"] == [] and result["report"]["drift"]["different"] == []
     assert result["links"]["files_checked"] > 0
 

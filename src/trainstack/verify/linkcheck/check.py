@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from trainstack.errors import UsageError
 from trainstack.spec.models import Links
+from trainstack.verify.linkcheck.cache import ElfCache
 from trainstack.verify.linkcheck.data import DlopenData, load_data
 from trainstack.verify.linkcheck.elf import ElfInfo, cpu_count, is_elf, read_many
 from trainstack.verify.linkcheck.resolve import Resolver, expand, is_stubs_dir
@@ -78,8 +79,20 @@ def _worth_opening(name: str, full: str) -> bool:
     return os.access(full, os.X_OK) and not os.path.islink(full)
 
 
-def read_all(files: list[str], workers: int, scan_strings: bool = True) -> list[ElfInfo]:
-    """Parse files in ``workers`` processes, in chunks ordered by size so the big ones spread out."""
+def read_all(files: list[str], workers: int, scan_strings: bool = True, cache: ElfCache | None = None) -> list[ElfInfo]:
+    """Parse files not in ``cache`` in ``workers`` processes, in chunks ordered by size so the
+    big ones spread out."""
+    if cache is None:
+        return _read_parallel(files, workers, scan_strings)
+    known = {path: cache.get(path, scan_strings) for path in files}
+    fresh = _read_parallel([p for p, info in known.items() if info is None], workers, scan_strings)
+    for info in fresh:
+        cache.put(info, scan_strings)
+    cache.save()
+    return sorted([i for i in known.values() if i is not None] + fresh, key=lambda i: i.path)
+
+
+def _read_parallel(files: list[str], workers: int, scan_strings: bool) -> list[ElfInfo]:
     if workers <= 1 or len(files) < 8:
         return read_many(files, scan_strings)
     by_size = sorted(files, key=_size, reverse=True)
@@ -104,6 +117,7 @@ def check_paths(
     resolver: Resolver | None = None,
     workers: int | None = None,
     scan_strings: bool = True,
+    cache: bool = True,
 ) -> LinkReport:
     for path in paths:
         if not path.exists():
@@ -111,7 +125,7 @@ def check_paths(
     start = time.perf_counter()
     workers = workers or cpu_count()
     files = find_elf_files(paths)
-    infos = read_all(files, workers, scan_strings)
+    infos = read_all(files, workers, scan_strings, ElfCache() if cache else None)
     resolver = resolver or Resolver.from_environment()
     checker = _Checker(infos, resolver, load_data(), links or Links(), [str(p.resolve()) for p in paths])
     checker.run()
@@ -138,6 +152,7 @@ class _Checker:
         self.resolved = 0
         self.needed_by: dict[str, list[str]] = {}  # object path -> NEEDED names
         self.loaders: dict[str, list[ElfInfo]] = {}  # object path -> objects whose NEEDED resolve to it
+        self._found: dict[tuple[str, str], tuple[str, str] | None] = {}
 
     def run(self) -> None:
         self._map_loaders()
@@ -156,7 +171,10 @@ class _Checker:
         self.issues.append(LinkIssue(kind=kind, severity=severity, file=file, library=library, detail=detail))
 
     def _find(self, info: ElfInfo, name: str) -> tuple[str, str] | None:
-        return self.resolver.find(name, os.path.dirname(info.path), info.rpath, info.runpath, info.elf_class)
+        key = (info.path, name)
+        if key not in self._found:
+            self._found[key] = self.resolver.find(name, os.path.dirname(info.path), info.rpath, info.runpath, info.elf_class)
+        return self._found[key]
 
     def _needed(self, info: ElfInfo) -> None:
         self.needed_by[info.path] = info.needed

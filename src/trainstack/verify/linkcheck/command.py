@@ -16,6 +16,7 @@ def command(
     notes: bool = typer.Option(False, "--notes", help="Also list notes (driver libraries, optional plugins)."),
     candidates: bool = typer.Option(False, "--candidates", help="List every dlopen candidate and where it was found."),
     strings: bool = typer.Option(True, "--strings/--no-strings", help="Scan read-only data for dlopen candidates."),
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse what earlier runs read from unchanged files."),
 ) -> None:
     """Resolve the NEEDED and dlopen'ed libraries of every ELF object, the way ld.so would.
 
@@ -31,7 +32,7 @@ def command(
         from trainstack.spec import load_stack
 
         links = load_stack(stack).verify.links
-    report = check_paths(paths, links, scan_strings=strings)
+    report = check_paths(paths, links, scan_strings=strings, cache=cache)
     if json_out:
         out.print_json(report.model_dump_json())
     else:

@@ -80,7 +80,7 @@ def _rodata_sonames(fh, elf: ELFFile) -> list[str]:
         where = _find_section(mm, elf.elfclass, elf.little_endian, b".rodata")
         if where is None:
             return []
-        found = {m.group().decode("ascii") for m in _iter_sonames(mm, *where)}
+        found = {m.group().decode("ascii") for m in SONAME_RE.finditer(mm, *where)}
     return sorted(found)
 
 
@@ -110,20 +110,6 @@ def _find_section(mm: mmap.mmap, elf_class: int, little: bool, wanted: bytes) ->
         if mm[names_at + name : end] == wanted and offset + size <= len(mm):
             return offset, offset + size
     return None
-
-
-def _iter_sonames(data: mmap.mmap, start: int, stop: int):
-    # A literal search for ".so" is much faster than running the full pattern everywhere.
-    pos = data.find(b".so", start, stop)
-    while pos != -1:
-        begin = data.rfind(b"lib", max(start, pos - 80), pos)
-        if begin != -1:
-            match = SONAME_RE.match(data, begin, stop)
-            if match is not None and match.end() > pos:
-                yield match
-                pos = data.find(b".so", match.end(), stop)
-                continue
-        pos = data.find(b".so", pos + 3, stop)
 
 
 def read_many(paths: list[str], scan_strings: bool = True) -> list[ElfInfo]:
