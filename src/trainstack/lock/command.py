@@ -8,10 +8,10 @@ import typer
 
 
 def command(
-    stack: Path = typer.Argument(..., help="The stack.toml to lock.", show_default=False),
-    flavour: str | None = typer.Option(None, "--flavour", help="Lock only this flavour (its slug)."),
+    stack: Path = typer.Argument(..., metavar="STACK", help="The stack.toml to lock.", show_default=False),
+    flavour: str | None = typer.Option(None, "--flavour", metavar="SLUG", help="Lock only this flavour (its slug)."),
     upgrade_package: list[str] = typer.Option(
-        [], "--upgrade-package", "-P", help="Let this package move to its newest allowed version (repeatable)."
+        [], "--upgrade-package", "-P", metavar="NAME", help="Let this package move to its newest allowed version (repeatable)."
     ),
 ) -> None:
     """Resolve every flavour with uv (hashes, per-flavour Python and platform) and write

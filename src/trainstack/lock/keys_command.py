@@ -8,8 +8,8 @@ import typer
 
 
 def command(
-    stack: Path = typer.Argument(..., help="The stack.toml whose lock to read.", show_default=False),
-    flavour: str | None = typer.Option(None, "--flavour", help="Print only this flavour's key."),
+    stack: Path = typer.Argument(..., metavar="STACK", help="The stack.toml whose lock to read.", show_default=False),
+    flavour: str | None = typer.Option(None, "--flavour", metavar="SLUG", help="Print only this flavour's key."),
 ) -> None:
     """Print <image>-<flavour slug>-<12 hex> per flavour, from a lock that matches the stack.
 

@@ -8,7 +8,7 @@ import typer
 
 
 def command(
-    stack: Path = typer.Argument(..., help="The stack.toml to check.", show_default=False),
+    stack: Path = typer.Argument(..., metavar="STACK", help="The stack.toml to check.", show_default=False),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show the informational findings."),
 ) -> None:
     """Check each flavour against the rules data (torch CUDA variants and Pythons, driver,
