@@ -1,0 +1,48 @@
+"""Ahead-of-time extension ops without Docker: DeepSpeed built from its sdist in the venv, with the
+lock's toolchain layer (ninja, cmake, nvcc wheels), DS_BUILD_CPU_ADAM=1 and DS_BUILD_CCL_COMM=0.
+DeepSpeed's own op report, run in that venv, must list cpu_adam as installed."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.test_build_fixtures import copy_example, make_lock
+from trainstack.cli import main
+
+FLAVOUR = "cu130-ubuntu2404-py311-release"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+pytestmark = pytest.mark.slow
+
+
+def test_deepspeed_cpu_adam_built_ahead_of_time(tmp_path: Path) -> None:
+    stack = copy_example(
+        "torch-cuda",
+        tmp_path,
+        {
+            r"\nflash-attn = [^\n]*": "",  # needs a GPU toolchain run of hours
+            r"\napex = [^\n]*": "",  # its repository is not reachable from CI
+            # --no-build-isolation: the build backend comes from the pinned toolchain too
+            r'packages = \["ninja", "cmake"\]': 'packages = ["ninja", "cmake", "setuptools", "wheel"]',
+        },
+    )
+    manifest = make_lock(stack, FLAVOUR)
+    build = tmp_path / "build"
+    assert main(["build", str(stack), "--flavour", FLAVOUR, "--build-dir", str(build)]) == 0
+    venv = build / FLAVOUR / "venv"
+    toolchain = (stack.parent / "torch-cuda.lock" / manifest.flavours[FLAVOUR].layers["toolchain"]).read_text()
+    assert "nvidia-cuda-nvcc==" in toolchain and (next(venv.glob("lib/python*/site-packages/nvidia/cu*/bin/nvcc")))
+    report = subprocess.run([venv / "bin" / "ds_report"], capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stderr[-2000:]
+    table = ANSI.sub("", report.stdout)
+    assert re.search(r"^cpu_adam \.+ \[YES\] \.+ \[OKAY\]", table, re.M), table
+    assert not re.search(r"^deepspeed_ccl_comm \.+ \[YES\]", table, re.M)
+    record = json.loads((build / FLAVOUR / "build.json").read_text())
+    step = next(s for s in record["steps"] if s["name"] == "compile-deepspeed")
+    assert step["status"] == "ok" and step["free_disk_gb"] > 0
+    assert record["max_jobs"]["deepspeed"] >= 1
