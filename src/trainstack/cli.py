@@ -56,7 +56,8 @@ for _verb, _module in VERBS.items():
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one place where user errors become a one-line message and an exit code."""
     try:
-        app(args=argv, standalone_mode=False)
+        # without standalone mode click returns a command's typer.Exit code instead of exiting
+        code = app(args=argv, standalone_mode=False)
     except TrainstackError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return exc.exit_code
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     except _click_errors() as exc:
         exc.show()
         return exc.exit_code
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 def _click_errors() -> type[Exception]:
