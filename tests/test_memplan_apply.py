@@ -1,0 +1,72 @@
+"""apply(): recompute changes memory, never results: loss and gradients stay bit-identical."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainstack.bench.model import Transformer  # noqa: E402
+from trainstack.bench.presets import PRESETS  # noqa: E402
+from trainstack.memplan import apply, plan_memory  # noqa: E402
+from trainstack.memplan.apply import apply_choices, choice_of, unwrap  # noqa: E402
+from trainstack.memplan.plan import Choice, Overheads  # noqa: E402
+
+TINY = PRESETS["tiny"]
+K, S, F = Choice.KEEP, Choice.SELECTIVE, Choice.FULL
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TINY)
+
+
+@pytest.fixture(scope="module")
+def tokens() -> torch.Tensor:
+    return torch.randint(0, TINY.vocab_size, (2, 97), generator=torch.Generator().manual_seed(1))
+
+
+def loss_and_grads(model: torch.nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(tokens[:, :-1], tokens[:, 1:])
+    loss.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    return loss.detach(), grads
+
+
+@pytest.mark.parametrize("choices", [(F, F), (S, S), (F, K), (S, K), (F, S)])
+def test_loss_and_grads_are_identical(model, tokens, choices) -> None:
+    reference_loss, reference = loss_and_grads(model, tokens)
+    planned = apply_choices(copy.deepcopy(model), choices)
+    loss, grads = loss_and_grads(planned, tokens)
+    assert torch.equal(loss, reference_loss)
+    assert grads.keys() == reference.keys()  # parameter names unchanged
+    for name, g in reference.items():
+        assert torch.equal(grads[name], g), name
+
+
+def test_apply_a_real_plan_and_undo_it(model, tokens) -> None:
+    from trainstack.memplan.planner import choices_for
+    from trainstack.memplan.calibrate import calibrate
+    from trainstack.memplan.memory import peak_bytes
+
+    profile = calibrate(TINY, batch=2, seq=96, device="cpu")
+    budget = peak_bytes(profile, choices_for(1, 0, 1)) + 1024  # room for one kept block, not two
+    plan = plan_memory(TINY, batch=2, seq=96, budget_bytes=budget, device="cpu", overheads=Overheads())
+    assert plan.counts[Choice.KEEP] < TINY.n_layers
+    planned = apply(copy.deepcopy(model), plan)
+    assert tuple(choice_of(b) for b in planned.layers) == plan.choices
+    reference_loss, _ = loss_and_grads(model, tokens)
+    assert torch.equal(loss_and_grads(planned, tokens)[0], reference_loss)
+    for block in planned.layers:
+        unwrap(block)
+    assert all(choice_of(b) is K and "forward" not in vars(b) for b in planned.layers)
+
+
+def test_a_plan_for_another_depth_is_refused(model) -> None:
+    with pytest.raises(ValueError, match="3 blocks"):
+        apply_choices(copy.deepcopy(model), (K, K, K))

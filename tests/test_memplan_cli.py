@@ -1,0 +1,63 @@
+"""The memplan verb: a plan table, one-line errors with exit codes, JSON out, budget parsing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trainstack.errors import UsageError
+from trainstack.memplan.budget import parse_budget
+
+pytest.importorskip("torch")
+
+
+def trainstack(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trainstack.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_prints_peak_and_plan(tmp_path) -> None:
+    out = tmp_path / "plan.json"
+    result = trainstack("memplan", "--preset", "tiny", "--batch", "2", "--seq", "128", "--budget", "80MiB", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "predicted peak" in result.stdout and "recompute overhead" in result.stdout
+    assert "saved activations, all blocks" in result.stdout
+    data = json.loads(out.read_text())
+    assert data["predicted_reserved_bytes"] <= data["budget_bytes"] == 80 * 2**20
+    assert len(data["choices"]) == 2
+
+
+def test_impossible_budget_is_one_line_with_the_shortfall() -> None:
+    result = trainstack("memplan", "--preset", "tiny", "--batch", "64", "--seq", "256", "--budget", "100MiB")
+    assert result.returncode == 9
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert "short of the smallest plan" in lines[0] and "would fit" in lines[0]
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args", [("--budget", "lots"), ("--budget", "-3GiB"), ("--preset", "huge"), ("--seq", "100000", "--preset", "tiny")])
+def test_bad_input_is_a_usage_error(args) -> None:
+    result = trainstack("memplan", *args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and result.stderr.strip()
+
+
+def test_help_shows_the_example() -> None:
+    result = trainstack("memplan", "--help")
+    assert "trainstack memplan --preset 3b --batch 2 --seq 4096 --budget 60GiB" in " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("60GiB", 60 * 2**30), ("80GB", 80 * 10**9), ("1.5 GiB", int(1.5 * 2**30)), ("4096", 4096), ("0.5", 50), ("1", 100)],
+)
+def test_budget_parsing(text: str, expected: int) -> None:
+    assert parse_budget(text, lambda: 100) == expected
+
+
+def test_fraction_without_a_gpu_asks_for_bytes() -> None:
+    with pytest.raises(UsageError, match="no GPU was found"):
+        parse_budget("0.8", lambda: None)

@@ -1,0 +1,76 @@
+"""The memory model against measurements on real and fake tensors of the tiny preset."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainstack.bench.model import Block, rope_tables  # noqa: E402
+from trainstack.bench.presets import PRESETS  # noqa: E402
+from trainstack.memplan.calibrate import calibrate, fake_step_peak  # noqa: E402
+from trainstack.memplan.memory import breakdown  # noqa: E402
+from trainstack.memplan.plan import Choice  # noqa: E402
+from trainstack.memplan.planner import choices_for  # noqa: E402
+
+TINY = PRESETS["tiny"]
+BATCH, SEQ = 2, 128
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return calibrate(TINY, batch=BATCH, seq=SEQ, device="cpu")
+
+
+def measured_saved_bytes(block: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> int:
+    """Bytes of the distinct storages autograd saves in a real forward (parameters excluded)."""
+    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    rope = {cos.untyped_storage().data_ptr(), sin.untyped_storage().data_ptr()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params and ptr not in rope:
+            seen[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            block(x, cos, sin)
+    return sum(seen.values())
+
+
+def test_kept_block_saves_what_calibration_predicts(profile) -> None:
+    torch.manual_seed(0)
+    block = Block(TINY)
+    cos, sin = (t[:SEQ] for t in rope_tables(TINY))
+    x = torch.randn(BATCH, SEQ, TINY.dim, requires_grad=True)
+    assert measured_saved_bytes(block, x, cos, sin) == profile.options[Choice.KEEP].saved
+
+
+def test_recomputed_block_keeps_only_its_input(profile) -> None:
+    input_bytes = BATCH * SEQ * TINY.dim * 4  # the fp32 residual stream
+    assert profile.options[Choice.FULL].saved == input_bytes
+    assert profile.options[Choice.FULL].saved < profile.options[Choice.SELECTIVE].saved < profile.options[Choice.KEEP].saved
+
+
+def test_saved_bytes_are_linear_in_the_batch() -> None:
+    # a constant (autocast's weight copies) plus a part per sequence
+    saved = [calibrate(TINY, batch=b, seq=SEQ, device="cpu").options for b in (1, 2, 3)]
+    for choice in Choice:
+        assert saved[2][choice].saved - saved[1][choice].saved == saved[1][choice].saved - saved[0][choice].saved > 0
+
+
+@pytest.mark.parametrize("counts", [(0, 0, 2), (2, 0, 0), (0, 2, 0), (1, 0, 1), (1, 1, 0)])
+def test_peak_matches_a_whole_fake_training_step(profile, counts) -> None:
+    choices = choices_for(*counts)
+    predicted = breakdown(profile, choices).allocated_peak
+    simulated = fake_step_peak(TINY, choices, batch=BATCH, seq=SEQ, device="cpu")
+    assert predicted == pytest.approx(simulated, rel=1e-3)
+
+
+def test_breakdown_adds_up(profile) -> None:
+    b = breakdown(profile, choices_for(1, 0, 1))
+    parts = b.weights + b.grads + b.optimizer + b.saved_activations + b.transient + b.workspace
+    assert parts == b.allocated_peak
+    assert b.optimizer == 2 * (b.weights - profile.buffer_bytes)  # AdamW: two fp32 states per weight

@@ -1,0 +1,142 @@
+"""The planner on synthetic cost tables: optimal (brute force over every assignment), monotone, and its errors."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from trainstack.errors import BudgetError
+from trainstack.memplan.memory import breakdown, peak_bytes, step_seconds
+from trainstack.memplan.plan import BlockCost, Choice, HeadCost, Overheads, Profile
+from trainstack.memplan.planner import all_counts, choices_for, choose
+
+MiB = 1 << 20
+
+
+def synthetic(rng: random.Random, n: int, batch: int = 4) -> Profile:
+    """A cost table shaped like a real block's: full saves least and recomputes most."""
+    act = rng.randint(200, 800) * MiB  # what a kept block saves
+    weights_copy = rng.randint(5, 60) * MiB  # autocast's bf16 copies, held during forward
+    work = rng.randint(20, 200) * MiB  # backward's intermediate gradients
+    sel = rng.randint(act // 4, act // 2)
+    full = rng.randint(8, 40) * MiB
+    gpu_full, gpu_sel = rng.uniform(1, 5) * 1e-3, rng.uniform(0.2, 1.5) * 1e-3
+    return Profile(
+        n_blocks=n,
+        block_param_bytes=rng.randint(10, 100) * MiB,
+        other_param_bytes=rng.randint(50, 500) * MiB,
+        buffer_bytes=4 * MiB,
+        options={
+            Choice.KEEP: BlockCost(saved=act, held=act, fwd_peak=act + work // 2, bwd_peak=act + work),
+            Choice.SELECTIVE: BlockCost(saved=sel, held=sel + weights_copy, fwd_peak=act, bwd_peak=act + work + weights_copy, recompute_seconds=gpu_sel, host_seconds=rng.uniform(0, 3) * 1e-3),
+            Choice.FULL: BlockCost(saved=full, held=full + weights_copy, fwd_peak=act, bwd_peak=act + work, recompute_flops=1e12, recompute_seconds=gpu_full, host_seconds=rng.uniform(0, 1) * 1e-3),
+        },
+        head=HeadCost(fwd_peak=rng.randint(100, 2000) * MiB, bwd_peak=rng.randint(50, 500) * MiB, after_bwd=rng.randint(20, 200) * MiB, embed_bwd_peak=rng.randint(50, 500) * MiB),
+        step_flops=1e13,
+        step_seconds=rng.uniform(5, 50) * 1e-3 * n,
+        step_host_seconds=rng.uniform(1, 60) * 1e-3 * n,
+        batch=batch,
+        seq=1024,
+    )
+
+
+def brute_force(profile: Profile, budget: int) -> float | None:
+    """Least estimated step time over all 3^n per-block assignments, in any order, that fit."""
+    best = None
+    for assignment in itertools.product(list(Choice), repeat=profile.n_blocks):
+        if peak_bytes(profile, assignment) > budget:
+            continue
+        cost = step_seconds(profile, {c: assignment.count(c) for c in Choice})
+        best = cost if best is None else min(best, cost)
+    return best
+
+
+def budgets(profile: Profile, k: int = 12) -> list[int]:
+    lo = peak_bytes(profile, choices_for(profile.n_blocks, 0, 0))
+    hi = peak_bytes(profile, choices_for(0, 0, profile.n_blocks))
+    return sorted({lo - MiB, lo, hi, hi + MiB, *(lo + (hi - lo) * i // k for i in range(1, k))})
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_planner_is_optimal_against_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    profile = synthetic(rng, n=rng.randint(1, 5))
+    for budget in budgets(profile):
+        expected = brute_force(profile, budget)
+        if expected is None:
+            with pytest.raises(BudgetError):
+                choose(profile, budget_bytes=budget)
+            continue
+        plan = choose(profile, budget_bytes=budget)
+        assert plan.breakdown.reserved_peak <= budget
+        assert step_seconds(profile, plan.counts) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_planner_is_monotone_in_the_budget(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    profile = synthetic(rng, n=rng.randint(4, 24))
+    costs = []
+    feasible_seen = False
+    for budget in budgets(profile, k=30):
+        try:
+            plan = choose(profile, budget_bytes=budget)
+        except BudgetError:
+            assert not feasible_seen, "a larger budget lost a plan a smaller one had"
+            continue
+        feasible_seen = True
+        costs.append(step_seconds(profile, plan.counts))
+    assert feasible_seen
+    assert all(b <= a for a, b in zip(costs, costs[1:]))
+
+
+def test_counts_cover_every_split() -> None:
+    assert sorted(all_counts(3)) == sorted(c for c in itertools.product(range(4), repeat=3) if sum(c) == 3)
+
+
+def test_generous_budget_keeps_everything_and_tight_one_recomputes() -> None:
+    profile = synthetic(random.Random(7), n=8)
+    keep_all = peak_bytes(profile, choices_for(0, 0, 8))
+    assert choose(profile, budget_bytes=keep_all).counts[Choice.KEEP] == 8
+    tight = choose(profile, budget_bytes=peak_bytes(profile, choices_for(8, 0, 0)))
+    assert tight.counts[Choice.KEEP] < 8
+
+
+def test_overheads_enter_the_reserved_peak() -> None:
+    profile = synthetic(random.Random(3), n=4)
+    plain = breakdown(profile, choices_for(0, 0, 4))
+    padded = breakdown(profile, choices_for(0, 0, 4), overheads=Overheads(workspace=64 * MiB, fragmentation=0.02))
+    assert padded.allocated_peak == plain.allocated_peak + 64 * MiB
+    assert padded.reserved_peak == padded.allocated_peak + int(padded.allocated_peak * 0.02)
+
+
+def test_sharding_divides_weights_grads_and_optimizer_state() -> None:
+    profile = synthetic(random.Random(5), n=4)
+    one = breakdown(profile, choices_for(4, 0, 0), world_size=1)
+    four = breakdown(profile, choices_for(4, 0, 0), world_size=4)
+    assert four.optimizer * 4 == pytest.approx(one.optimizer, rel=1e-6)
+    assert four.reserved_peak < one.reserved_peak
+
+
+def test_impossible_budget_says_how_short_and_what_fits() -> None:
+    profile = synthetic(random.Random(11), n=6, batch=8)
+
+    def at(batch: int) -> Profile:
+        # activations scale with the batch in this synthetic model
+        from dataclasses import replace
+
+        f = batch / 8
+        opts = {c: replace(o, saved=int(o.saved * f), held=int(o.held * f), fwd_peak=int(o.fwd_peak * f), bwd_peak=int(o.bwd_peak * f)) for c, o in profile.options.items()}
+        return replace(profile, options=opts, batch=batch)
+
+    least = peak_bytes(profile, choices_for(6, 0, 0))
+    budget = least - 256 * MiB
+    with pytest.raises(BudgetError) as info:
+        choose(profile, budget_bytes=budget, profile_at=at)
+    msg = str(info.value)
+    assert "256.0 MiB short" in msg
+    assert "would fit: batch " in msg and "sharding over 2 GPUs" in msg
+    suggested = int(msg.split("would fit: batch ")[1].split()[0])
+    assert peak_bytes(at(suggested), choices_for(6, 0, 0)) <= budget < peak_bytes(at(suggested + 1), choices_for(6, 0, 0))
