@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from trainstack import proc
@@ -22,15 +21,15 @@ from trainstack.fsutil import atomic_write_json
 
 
 def run_ablation(
-    base: RunSpec,
-    modes: list[str],
+    specs: list[RunSpec],
     *,
     timeout_s: float | None = None,
     on_row: Callable[[dict], None] | None = None,
 ) -> list[dict]:
+    """One row per spec (usually one base spec in several modes), each from a fresh worker."""
     rows = []
-    for index, mode in enumerate(modes):
-        row = run_mode(replace(base, mode=mode), index, timeout_s)
+    for index, spec in enumerate(specs):
+        row = run_mode(spec, index, timeout_s)
         rows.append(row)
         if on_row is not None:
             on_row(row)

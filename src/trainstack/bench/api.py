@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trainstack.bench.device import dist_from_env
@@ -25,7 +25,7 @@ class BenchOptions:
     model: str = "125m"
     hf_config: Path | None = None
     batch: int = 1
-    seq: int = 2048
+    seq: int | None = None  # None: 2048, or the model's max_seq if smaller
     steps: int = 20
     warmup: int = 3
     modes: str = "compile"
@@ -46,9 +46,10 @@ def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig]:
 
 def make_spec(opts: BenchOptions) -> RunSpec:
     label, cfg = resolve_config(opts)
+    seq = opts.seq if opts.seq is not None else min(2048, cfg.max_seq)
     checks = (
         (opts.batch >= 1, f"--batch {opts.batch}: accepted: 1 or more"),
-        (2 <= opts.seq <= cfg.max_seq, f"--seq {opts.seq}: accepted: 2 to {cfg.max_seq} (the model's max_seq)"),
+        (2 <= seq <= cfg.max_seq, f"--seq {seq}: accepted: 2 to {cfg.max_seq} (the model's max_seq)"),
         (opts.steps >= 2, f"--steps {opts.steps}: accepted: 2 or more timed steps"),
         (opts.warmup >= 1, f"--warmup {opts.warmup}: accepted: 1 or more (the first step compiles)"),
         (opts.device in ("auto", "cuda", "cpu"), f"--device {opts.device}: accepted: auto, cuda, cpu"),
@@ -58,7 +59,7 @@ def make_spec(opts: BenchOptions) -> RunSpec:
         if not ok:
             raise UsageError(message)
     cap = int(opts.memory_cap_gib * 2**30) if opts.memory_cap_gib else None
-    return RunSpec(label, cfg, batch=opts.batch, seq=opts.seq, steps=opts.steps, warmup=opts.warmup, device=opts.device, memory_cap_bytes=cap)
+    return RunSpec(label, cfg, batch=opts.batch, seq=seq, steps=opts.steps, warmup=opts.warmup, device=opts.device, memory_cap_bytes=cap)
 
 
 def benchmark(opts: BenchOptions) -> list[dict]:
@@ -71,10 +72,9 @@ def benchmark(opts: BenchOptions) -> list[dict]:
     if opts.ablation:
         from trainstack.bench.ablation import run_ablation
 
-        rows = run_ablation(spec, modes, timeout_s=opts.timeout_s, on_row=_progress if lead else None)
+        specs = [replace(spec, mode=mode) for mode in modes]
+        rows = run_ablation(specs, timeout_s=opts.timeout_s, on_row=_progress if lead else None)
     else:
-        from dataclasses import replace
-
         from trainstack.bench.runner import run
 
         rows = [run(replace(spec, mode=modes[0]))]

@@ -11,7 +11,7 @@ def command(
     model: str = typer.Option("125m", "--model", "-m", help="Preset: tiny, 125m, 1b, 3b, 8b."),
     hf_config: Path | None = typer.Option(None, "--hf-config", help="A Hugging Face config.json (or its folder) instead of a preset; no download."),
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences per GPU per step."),
-    seq: int = typer.Option(2048, "--seq", "-s", help="Sequence length."),
+    seq: int | None = typer.Option(None, "--seq", "-s", help="Sequence length [default: 2048, or the model's max_seq if smaller]."),
     steps: int = typer.Option(20, "--steps", help="Timed steps."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed steps first (compilation happens here)."),
     modes: str | None = typer.Option(None, "--modes", help="Mode, or comma-separated modes with --ablation: eager, compile, ac-none, ac-full, ac-every-N, ac-selective, planned, joined by '+' (compile+ac-selective)."),

@@ -112,7 +112,8 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
             timer.mark()
         seconds = timer.step_seconds()
     allocated, reserved = dev.peak_memory(device)
-    return Measured(seconds, warmup_seconds, torch.stack(losses).tolist(), allocated, reserved, sdpa, plan)
+    local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
+    return Measured(seconds, warmup_seconds, torch.stack(losses).tolist(), allocated, reserved, sdpa, plan, {"params_per_rank": local})
 
 
 def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None]:
@@ -174,6 +175,7 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
         "loss_final": final,
         "sdpa_backend": m.sdpa,
         "plan": m.plan,
+        **m.extra,
     }
 
 

@@ -1,0 +1,157 @@
+"""The bench verb end to end on the CPU: ablation in fresh processes, planted OOM, JSON
+lines and chart, A/B compare, FSDP2 under torchrun, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainstack.bench.ablation import run_ablation  # noqa: E402
+from trainstack.bench.presets import PRESETS  # noqa: E402
+from trainstack.bench.runner import RunSpec  # noqa: E402
+from trainstack.cli import main  # noqa: E402
+
+TINY = ["-m", "tiny", "--seq", "64", "--batch", "2", "--steps", "3", "--warmup", "1", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def ablation(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    code = main(["bench", *TINY, "--ablation", "--modes", "eager,ac-full,ac-selective", "--out", str(out)])
+    return code, out / "bench-tiny-b2-s64.jsonl", out / "bench-tiny-b2-s64.png"
+
+
+def test_ablation_writes_json_lines_and_a_chart(ablation, capsys):
+    code, jsonl, png = ablation
+    assert code == 0
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["mode"] for r in rows] == ["eager", "ac-full", "ac-selective"]
+    for row in rows:
+        assert row["status"] == "ok"
+        assert row["tokens_per_s_per_gpu"] > 0
+        assert row["mfu"] is None  # a CPU is not in the peak table: MFU unknown, never guessed
+        assert row["step_ms_p10"] <= row["step_ms_median"] <= row["step_ms_p90"]
+        assert row["loss_final"] == pytest.approx(rows[0]["loss_final"], rel=1e-5)  # same maths in every mode
+        assert row["world_size"] == 1 and row["params_per_rank"] == PRESETS["tiny"].total_params()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(jsonl.parent.glob(".*.tmp"))
+
+
+def test_planted_oom_is_a_row_and_the_run_goes_on():
+    base = RunSpec("tiny", PRESETS["tiny"], batch=2, seq=64, steps=2, warmup=1, device="cpu")
+    # 256 MiB of address space beyond what the worker has mapped; 125m's fp32 weights alone need 475 MiB
+    planted = RunSpec("125m", PRESETS["125m"], batch=2, seq=64, steps=2, warmup=1, device="cpu", memory_cap_bytes=256 * 2**20)
+    rows = run_ablation([planted, base])
+    assert [r["status"] for r in rows] == ["oom", "ok"]
+    assert "can't allocate memory" in rows[0]["error"]
+
+
+def test_compare_prints_ratios(ablation, tmp_path, capsys):
+    _, a, _ = ablation
+    assert main(["bench", *TINY, "--modes", "ac-full", "--out", str(tmp_path)]) == 0
+    b = tmp_path / "bench-tiny-b2-s64.jsonl"
+    capsys.readouterr()
+    assert main(["bench", "--compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "B/A" in out
+    ac_full = next(line for line in out.splitlines() if "ac-full" in line)
+    assert "x" in ac_full.split("│")[7]  # a ratio, both sides measured
+    eager = next(line for line in out.splitlines() if "eager" in line)
+    assert "absent" in eager
+
+
+def test_unknown_gpu_shows_mfu_unknown(ablation, capsys):
+    _, a, _ = ablation
+    assert main(["bench", "--compare", str(a), str(a)]) == 0
+    assert "unknown" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-m", "70b"], "--model: unknown preset '70b'; accepted: tiny, 125m, 1b, 3b, 8b"),
+        (["-m", "tiny", "--seq", "4096"], "--seq 4096: accepted: 2 to 256"),
+        (["-m", "tiny", "--modes", "turbo"], "unknown mode part 'turbo'"),
+        (["-m", "tiny", "--modes", "eager,compile"], "accepted: one mode, or several with --ablation"),
+        (["-m", "tiny", "--steps", "1"], "--steps 1: accepted: 2 or more"),
+    ],
+)
+def test_bad_options_are_one_line_errors(argv, message, capsys):
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in " ".join(err.split())
+    assert "Traceback" not in err
+
+
+def test_compare_of_a_broken_file_names_file_and_line(tmp_path, ablation, capsys):
+    _, good, _ = ablation
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(good.read_text().splitlines()[0] + "\n{not json\n")
+    assert main(["bench", "--compare", str(good), str(bad)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{bad}:2: not a JSON object" in err.replace("\n", "")
+
+
+def test_hf_config_without_transformers_is_a_clear_error(tmp_path, capsys):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    if _has_transformers():
+        pytest.skip("transformers is installed: covered by test_hf_config_maps_a_llama_config")
+    assert main(["bench", "--hf-config", str(config), "--device", "cpu"]) == 6
+    assert "--hf-config needs the 'transformers' package (pip install transformers)" in capsys.readouterr().err
+
+
+def test_hf_config_maps_a_llama_config(tmp_path):
+    pytest.importorskip("transformers")
+    from trainstack.bench.model import from_hf_config
+
+    config = tmp_path / "config.json"
+    llama = {
+        "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256,
+        "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    }  # fmt: skip
+    config.write_text(json.dumps(llama))
+    cfg = from_hf_config(str(config))
+    assert (cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size) == (2048, 16, 32, 8, 8192, 128256)
+    assert cfg.rope_theta == 500000.0 and cfg.max_seq == 131072
+
+
+def _has_transformers() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_fsdp2_under_torchrun_shards_and_reports_totals(tmp_path):
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+    argv = [
+        torchrun, "--nproc-per-node", "2", "--master-port", str(_free_port()),
+        "-m", "trainstack.cli", "bench", *TINY, "--modes", "eager", "--out", str(tmp_path),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    (row,) = [json.loads(line) for line in (tmp_path / "bench-tiny-b2-s64.jsonl").read_text().splitlines()]
+    assert row["world_size"] == 2 and "FSDP2" in row["precision"]
+    assert row["tokens_per_s_total"] == pytest.approx(2 * row["tokens_per_s_per_gpu"])
+    # each rank holds half of every sharded parameter (tiny's dims split evenly in two)
+    assert row["params_per_rank"] == PRESETS["tiny"].total_params() // 2
+    assert done.stdout.count("trainstack bench: tiny") == 1  # only rank 0 prints

@@ -1,0 +1,57 @@
+"""The FLOPs-per-token formula against a hand count, the peak table, MFU."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainstack.bench.mfu import FORMULA, flops_per_token, gpu_peaks, mfu, peak_for
+from trainstack.bench.presets import PRESETS
+
+
+def test_flops_per_token_by_hand_for_1b():
+    # 1b: d=2048, L=16, 32 heads of 64, 8 KV heads (kv dim 512), FFN 8192, vocab 128256
+    attention = 2048 * 2048 + 2048 * 512 + 2048 * 512 + 2048 * 2048  # q, k, v, o
+    ffn = 3 * 2048 * 8192  # w1, w3, w2
+    norms = 2 * 2048
+    n = 16 * (attention + ffn + norms) + 2048 + 2048 * 128256  # blocks, final norm, output projection
+    assert PRESETS["1b"].non_embedding_params() == n == 1_235_814_400
+    # 6N for the matrix products, 12*L*d*T for attention scores and values at T = 4096
+    assert flops_per_token(PRESETS["1b"], 4096) == 6 * n + 12 * 16 * 2048 * 4096 == 9_025_499_136
+
+
+def test_mfu_against_a_hand_computation():
+    h200 = peak_for("NVIDIA H200")
+    # 60,000 tokens/s of 1b at T=4096: 60e3 * 9.025499136e9 / 989e12
+    assert mfu(60_000, PRESETS["1b"], 4096, h200) == pytest.approx(0.547553, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("device", "table_name", "tflops"),
+    [
+        ("NVIDIA H200", "H200 SXM", 989),
+        ("NVIDIA H200 NVL", "H200 NVL", 835),
+        ("NVIDIA GH200 480GB", "GH200", 989),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM", 989),
+        ("NVIDIA H100 PCIe", "H100 PCIe", 756),
+        ("NVIDIA A100-SXM4-80GB", "A100", 312),
+        ("NVIDIA L4", "L4", 121),
+        ("NVIDIA L40S", "L40S", 362),
+    ],
+)
+def test_peak_table(device, table_name, tflops):
+    row = peak_for(device)
+    assert (row.name, row.bf16_tflops) == (table_name, tflops)
+    assert row.source.startswith("https://")
+
+
+def test_unknown_gpu_has_no_peak_and_no_mfu():
+    assert peak_for("Tesla T4") is None
+    assert mfu(1000.0, PRESETS["tiny"], 64, None) is None
+
+
+def test_every_table_row_is_complete():
+    assert all(row.bf16_tflops > 0 and row.match for row in gpu_peaks())
+
+
+def test_formula_says_how_attention_is_counted():
+    assert "6*N + 12*L*d*T" in FORMULA and "not the causal half" in FORMULA

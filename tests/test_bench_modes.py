@@ -1,0 +1,91 @@
+"""Mode strings, and activation checkpointing that changes memory but not the maths."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainstack.bench.model import Transformer  # noqa: E402
+from trainstack.bench.modes import Checkpointed, Mode, apply_checkpointing, apply_compile, parse_mode, parse_modes  # noqa: E402
+from trainstack.bench.presets import PRESETS  # noqa: E402
+from trainstack.errors import UsageError  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("text", "mode", "name"),
+    [
+        ("eager", Mode(), "eager"),
+        ("compile", Mode(compile=True), "compile"),
+        ("ac-none", Mode(), "eager"),
+        ("ac-full", Mode(ac="full"), "ac-full"),
+        ("ac-every-3", Mode(ac="every", every=3), "ac-every-3"),
+        ("COMPILE+ac-selective", Mode(compile=True, ac="selective"), "compile+ac-selective"),
+        ("ac-selective+compile", Mode(compile=True, ac="selective"), "compile+ac-selective"),
+        ("planned", Mode(ac="planned"), "planned"),
+        ("compile+planned", Mode(compile=True, ac="planned"), "compile+planned"),
+    ],
+)
+def test_parse_mode(text, mode, name):
+    assert parse_mode(text) == mode
+    assert parse_mode(text).name == name
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("fast", "unknown mode part 'fast'"),
+        ("ac-every-0", "unknown mode part 'ac-every-0'"),
+        ("ac-full+ac-selective", "more than one checkpointing choice"),
+        ("eager+compile", "both eager and compile"),
+    ],
+)
+def test_bad_modes_name_what_is_accepted(text, message):
+    with pytest.raises(UsageError, match=message) as info:
+        parse_mode(text)
+    assert "accepted" in str(info.value)
+
+
+def test_parse_modes_list():
+    assert [m.name for m in parse_modes("eager, compile,ac-every-2")] == ["eager", "compile", "ac-every-2"]
+    with pytest.raises(UsageError):
+        parse_modes(" , ")
+
+
+def test_every_n_wraps_every_nth_block():
+    cfg = PRESETS["tiny"].__class__(**{**PRESETS["tiny"].to_dict(), "n_layers": 5})
+    model = Transformer(cfg)
+    apply_checkpointing(model, parse_mode("ac-every-2"))
+    assert [isinstance(b, Checkpointed) for b in model.layers] == [True, False, True, False, True]
+
+
+def _loss_and_grads(mode: str, compiled: bool = False):
+    torch.manual_seed(0)
+    model = Transformer(PRESETS["tiny"])
+    apply_checkpointing(model, parse_mode(mode))
+    if compiled:
+        apply_compile(model)
+    tokens = torch.randint(0, 512, (2, 65), generator=torch.Generator().manual_seed(1))
+    loss = model(tokens[:, :-1], tokens[:, 1:])
+    loss.backward()
+    # parameters in model order: wrappers change names, not the order
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("mode", ["ac-full", "ac-every-2", "ac-selective"])
+def test_checkpointing_gives_the_same_loss_and_grads(mode):
+    want_loss, want_grads = _loss_and_grads("ac-none")
+    loss, grads = _loss_and_grads(mode)
+    torch.testing.assert_close(loss, want_loss, rtol=1e-6, atol=1e-6)
+    assert len(grads) == len(want_grads)
+    for got, want in zip(grads, want_grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_compiled_selective_checkpointing_gives_the_same_loss_and_grads():
+    want_loss, want_grads = _loss_and_grads("ac-none")
+    loss, grads = _loss_and_grads("ac-selective", compiled=True)
+    torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads, want_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
