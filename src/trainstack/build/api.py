@@ -157,7 +157,13 @@ def _ca_bundle(inputs: Inputs) -> str | None:
 
 
 def _up_to_date(final: Path, layers: FlavourLayers, backend: str, skip_sources: bool) -> BuildRecord | None:
-    """The existing record when it was built by this backend from the same lock with the same options."""
+    """The existing venv's record when it was built from the same lock with the same options.
+
+    Images are always handed to the builder again: its layer cache makes that cheap, and it
+    notices an image that was removed from the store since.
+    """
+    if backend != "venv":
+        return None
     try:
         record = BuildRecord.model_validate_json((final / "build.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -168,7 +174,7 @@ def _up_to_date(final: Path, layers: FlavourLayers, backend: str, skip_sources: 
         and record.cache_key == layers.locked.cache_key
         and bool(record.skipped_sources) == (skip_sources and bool(layers.sources))
     )
-    if backend == "venv" and not (final / "venv" / "bin" / "python").exists():
+    if not (final / "venv" / "bin" / "python").exists():
         return None
     return record if same else None
 

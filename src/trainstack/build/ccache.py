@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from trainstack.spec.models import CompilerCache
+
+_LAUNCHERS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_CUDA_COMPILER_LAUNCHER")
 
 
 def cache_dir(settings: CompilerCache, base: Path) -> Path | None:
@@ -15,23 +18,18 @@ def cache_dir(settings: CompilerCache, base: Path) -> Path | None:
     return path if path.is_absolute() else base / path
 
 
-def compiler_cache_env(settings: CompilerCache, base: Path) -> dict[str, str]:
+def compiler_cache_env(settings: CompilerCache, base: Path, *, launcher: bool | None = None) -> dict[str, str]:
+    """Where the cache lives and how large it may grow; CMake launchers only when the program
+    is there (``launcher=None``: look it up on PATH), since CMake fails on a missing launcher."""
     directory = cache_dir(settings, base)
     if directory is None:
         return {}
     if settings.kind == "sccache":
-        # sccache sizes are e.g. "10G"; it also wraps rustc and nvcc when set as the launcher
-        return {
-            "SCCACHE_DIR": str(directory),
-            "SCCACHE_CACHE_SIZE": settings.max_size,
-            "CMAKE_C_COMPILER_LAUNCHER": "sccache",
-            "CMAKE_CXX_COMPILER_LAUNCHER": "sccache",
-            "CMAKE_CUDA_COMPILER_LAUNCHER": "sccache",
-        }
-    return {
-        "CCACHE_DIR": str(directory),
-        "CCACHE_MAXSIZE": settings.max_size,
-        "CMAKE_C_COMPILER_LAUNCHER": "ccache",
-        "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
-        "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache",
-    }
+        env = {"SCCACHE_DIR": str(directory), "SCCACHE_CACHE_SIZE": settings.max_size}
+    else:
+        env = {"CCACHE_DIR": str(directory), "CCACHE_MAXSIZE": settings.max_size}
+    if launcher is None:
+        launcher = shutil.which(settings.kind) is not None
+    if launcher:
+        env.update({name: settings.kind for name in _LAUNCHERS})
+    return env

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 from dataclasses import dataclass
 
+from trainstack.build.ccache import compiler_cache_env
 from trainstack.build.cpu import budget_for
 from trainstack.errors import SpecError
 from trainstack.render.layers import FlavourLayers, SourceBuild
-from trainstack.spec.models import Stack
+from trainstack.spec.models import CompilerCache, Stack
 
 VENV = "/opt/venv"
 CA = "/run/secrets/ca"
@@ -26,6 +28,7 @@ DEBOOTSTRAP_PREFIX = "debootstrap:"
 WITH_CA = f"if [ -f {CA} ]; then export PIP_CERT={CA} GIT_SSL_CAINFO={CA} CURL_CA_BUNDLE={CA}; fi"
 SECRET = f"--mount=type=secret,id=ca,target={CA}"
 LOCKS = "/opt/trainstack/locks"
+COMPILER_CACHE = "/root/.cache/compiler"
 PIP = "pip install --no-deps --require-hashes --no-cache-dir"
 
 
@@ -73,7 +76,7 @@ def render_dockerfile(stack: Stack, layers: FlavourLayers) -> str:
     base = base_for(stack, layers.flavour.os)
     parts = [_header(base), _system(stack, layers), _torch(), _extras()]
     for src in layers.sources:
-        parts += [_fetch(src), _compile(src, bool(layers.toolchain.entries))]
+        parts += [_fetch(src), _compile(src, bool(layers.toolchain.entries), stack.build.compiler_cache)]
     parts.append(_final(stack, layers))
     return "\n".join(parts)
 
@@ -89,7 +92,8 @@ def _header(base: Base) -> str:
 
 def _system(stack: Stack, layers: FlavourLayers) -> str:
     py = layers.flavour.python
-    packages = sorted({*stack.build.system_packages, f"python{py}", f"python{py}-venv"})
+    ccache = ["ccache"] if stack.build.compiler_cache.kind == "ccache" and layers.sources else []
+    packages = sorted({*stack.build.system_packages, f"python{py}", f"python{py}-venv", *ccache})
     return (
         "FROM base AS system\n"
         'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
@@ -151,7 +155,7 @@ def _fetch(src: SourceBuild) -> str:
     )
 
 
-def _compile(src: SourceBuild, toolchain: bool) -> str:
+def _compile(src: SourceBuild, toolchain: bool, cache: CompilerCache) -> str:
     name = stage_name(src.component.key)
     budget = budget_for(src.component)
     arg = f"{name.upper().replace('-', '_')}_MAX_JOBS"
@@ -171,10 +175,23 @@ def _compile(src: SourceBuild, toolchain: bool) -> str:
         f"ARG {arg}=1\n"
         f"{tool}"
         f"RUN --mount=type=bind,from=fetch-{name},source=/src/{name},target=/src/{name},rw \\\n"
-        "    --mount=type=cache,target=/root/.cache/ccache \\\n"
-        f"    MAX_JOBS=${arg} CCACHE_DIR=/root/.cache/ccache {env} \\\n"
+        f"{_cache_mount(cache)}"
+        f"    MAX_JOBS=${arg} {_cache_env(cache)}{env} \\\n"
         f"    pip wheel --no-deps --no-build-isolation --no-cache-dir -w /wheels/{name} {target}\n"
     )
+
+
+def _cache_mount(cache: CompilerCache) -> str:
+    return "" if cache.kind == "none" else f"    --mount=type=cache,target={COMPILER_CACHE} \\\n"
+
+
+def _cache_env(cache: CompilerCache) -> str:
+    """The compiler cache inside the compile stage: a BuildKit cache mount, sized as the stack says."""
+    if cache.kind == "none":
+        return ""
+    # the system stage installs ccache; sccache is not a distribution package everywhere
+    env = compiler_cache_env(cache.model_copy(update={"dir": COMPILER_CACHE}), Path("/"), launcher=cache.kind == "ccache")
+    return "".join(f"{k}={v} " for k, v in sorted(env.items()))
 
 
 def _final(stack: Stack, layers: FlavourLayers) -> str:
