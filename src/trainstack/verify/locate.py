@@ -34,13 +34,16 @@ class BuiltFlavour:
         return [c.key for c in components_for(self.stack, self.flavour)]
 
     def locked(self) -> tuple[str, dict[str, str]] | None:
-        """(label, packages) of this flavour in the stack's lock manifest, if it was locked."""
-        path = manifest_path(self.stack_path)
-        if not path.is_file():
-            return None
-        manifest = load_manifest(path)
-        entry = manifest.flavours.get(self.flavour.slug)
-        return (f"{path} [{self.flavour.slug}]", entry.packages) if entry else None
+        return locked_packages(self.stack_path, self.flavour.slug)
+
+
+def locked_packages(stack_path: Path, slug: str) -> tuple[str, dict[str, str]] | None:
+    """(label, packages) of a flavour in the stack's lock manifest, if it was locked."""
+    path = manifest_path(stack_path)
+    if not path.is_file():
+        return None
+    entry = load_manifest(path).flavours.get(slug)
+    return (f"{path} [{slug}]", entry.packages) if entry else None
 
 
 def built_flavour(stack_path: Path, flavour: str | None, build_dir: Path) -> BuiltFlavour:

@@ -15,6 +15,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 
+from trainstack.rules import load_rules
 from trainstack.verify.report_model import NOT_FOUND
 from trainstack.verify.target import Target, run_probe
 
@@ -104,8 +105,6 @@ def _major_minor(version: str) -> str:
 
 def _ds_rule_reason(op: str, torch_version: str | None) -> str:
     """The rules' torch range for a DeepSpeed op (trainstack.rules, extensions.toml)."""
-    from trainstack.rules import load_rules
-
     rule = load_rules().extensions.deepspeed.ops.get(op)
     if rule is None or rule.torch is None or not torch_version:
         return ""
@@ -150,8 +149,6 @@ def _hardware_reason(spec: dict[str, Any], torch: dict[str, Any]) -> str:
         return "no GPU"
     rule = spec.get("min_arch_rule")
     if rule == "flash_attn":
-        from trainstack.rules import load_rules
-
         flash = load_rules().extensions.flash_attn
         old = [c for c in torch["capabilities"] if int(c) < int(flash.min_arch)]
         if old:

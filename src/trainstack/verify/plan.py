@@ -7,7 +7,7 @@ from pathlib import Path
 from trainstack.errors import UsageError
 from trainstack.spec import load_stack, select_flavour
 from trainstack.spec.matrix import components_for
-from trainstack.verify.locate import built_flavour
+from trainstack.verify.locate import built_flavour, locked_packages
 from trainstack.verify.run import PARTS, Plan
 from trainstack.verify.target import Target, open_target
 
@@ -48,7 +48,5 @@ def _stack_on_python(stack: Path, flavour: str | None, python: Path, skip: list[
     components = [c.key for c in (components_for(spec, chosen) if chosen else spec.components.values())]
     plan = Plan(stack_path=stack, stack=spec, flavour=chosen.slug if chosen else None, components=components, skip=skip)
     if chosen is not None:
-        from trainstack.verify.locate import BuiltFlavour
-
-        plan.locked = BuiltFlavour(stack, spec, chosen, Path()).locked()
+        plan.locked = locked_packages(stack, chosen.slug)
     return open_target(python), plan, None

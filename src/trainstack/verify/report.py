@@ -13,7 +13,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from trainstack import proc
-from trainstack.verify.drift import compute_drift
+from trainstack.verify.drift import compute_drift, same_version
 from trainstack.verify.gpus import read_gpus
 from trainstack.verify.probes.report_probe import ALLOC_ENV
 from trainstack.verify.report_model import (
@@ -151,8 +151,6 @@ def _fact(name: str, built: str, runtime: str) -> BuildFact:
     built = str(built)
     if runtime == NOT_FOUND:
         return BuildFact(name=name, built=built, runtime=runtime, match=False)
-    from trainstack.verify.drift import same_version
-
     match = same_version(built, runtime) or _same_prefix(built, runtime)
     return BuildFact(name=name, built=built, runtime=runtime, match=match)
 

@@ -48,8 +48,6 @@ class VerifyResult(BaseModel):
 class Plan(BaseModel):
     """What to verify, decided from the stack (or defaults for a bare --python)."""
 
-    model_config = {"arbitrary_types_allowed": True}
-
     stack_path: Path | None = None
     stack: Stack | None = None
     flavour: str | None = None
