@@ -108,6 +108,11 @@ def test_torch_flavour_separates_fetch_from_compile(torch_render: Path) -> None:
         assert f"fetch-{name}" in stages and f"compile-{name}" in stages
         assert f"--mount=type=bind,from=fetch-{name}" in text
         assert f"--mount=type=bind,from=compile-{name},source=/wheels/{name}" in text
+    compile_ds = text.split("AS compile-deepspeed", 1)[1].split("\nFROM ", 1)[0]
+    assert "CCACHE_DIR=/root/.cache/compiler CCACHE_MAXSIZE=20G" in compile_ds and "type=cache" in compile_ds
+    assert "DS_BUILD_CCL_COMM=0" in compile_ds and "DS_BUILD_CPU_ADAM=1" in compile_ds
+    assert "ARG DEEPSPEED_MAX_JOBS=1" in compile_ds and "MAX_JOBS=$DEEPSPEED_MAX_JOBS" in compile_ds
+    assert re.search(r"apt-get install [^\n]*\bccache\b", text)
     final = text.split("FROM extras AS final", 1)[1]
     assert "COPY" not in final and "/src/" not in final
     assert "torch==2.11.0" in (torch_render / TORCH_SLUG / "torch.txt").read_text()
