@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_verify_fixtures import numpy_python, planted_torch  # noqa: F401 - fixture
+from tests.test_verify_fixtures import cuda_venv, numpy_python, planted_torch  # noqa: F401 - fixture
 from trainstack.cli import main
 from trainstack.errors import UsageError
 from trainstack.verify.report import collect_report
@@ -100,3 +100,16 @@ def test_report_cli_json_is_the_fixed_schema(numpy_python: Path, capsys: pytest.
     assert EnvReport.model_validate(data).torch.version == NOT_FOUND
     assert main(["report", "--python", str(numpy_python)]) == 0
     assert "environment report" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_report_on_cuda_torch_venv_reads_loaded_libraries_from_the_memory_map(cuda_venv: Path) -> None:  # noqa: F811
+    report = collect_report(open_target(cuda_venv / "bin" / "python"), gpus=NO_GPU)
+    assert report.torch.cuda != NOT_FOUND and "+cu" in report.torch.version
+    assert isinstance(report.torch.arch_list, list) and "sm_90" in report.torch.arch_list
+    assert report.cudnn.compiled != NOT_FOUND and report.cudnn.runtime == report.cudnn.compiled
+    assert report.nccl.runtime != NOT_FOUND and report.nccl.compiled == report.nccl.runtime
+    venv = str(cuda_venv)
+    for loaded in (report.cudnn.loaded, report.nccl.loaded):
+        assert isinstance(loaded, list) and loaded and all(path.startswith(venv) for path in loaded)
+    assert any(path.endswith("libcudnn.so.9") for path in report.cudnn.loaded)

@@ -3,12 +3,11 @@ a torch whose import kills the interpreter."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_verify_fixtures import numpy_python, planted_torch  # noqa: F401 - fixture
+from tests.test_verify_fixtures import make_venv, numpy_python, planted_torch  # noqa: F401 - fixture
 from trainstack.verify.smoke import KNOWN, run_smoke
 from trainstack.verify.target import open_target
 
@@ -46,9 +45,10 @@ def test_unknown_check_fails(numpy_python: Path) -> None:  # noqa: F811
 
 
 @pytest.mark.slow
-def test_all_checks_with_this_machines_torch(tmp_path: Path) -> None:
+def test_all_checks_in_a_venv_over_this_machines_torch(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    results = by_name(run_smoke(open_target(Path(sys.executable)), list(KNOWN), ["torch", "numpy"], tmp_path))
+    python = make_venv(tmp_path_factory, "system-torch-venv", [], system_site=True)
+    results = by_name(run_smoke(open_target(python), list(KNOWN), ["torch", "numpy"], tmp_path))
     for check in ("matmul", "sdpa", "compile", "cpp_extension", "distributed"):
         cpu = results[f"{check}[cpu]"]
         assert cpu.status == "pass", (check, cpu.reason)
