@@ -15,12 +15,14 @@ with the process capped at the budget (an allocation beyond it fails as on a sma
 The training step is bench's: bf16 autocast over fp32 weights, fused AdamW, zero_grad to
 None, cuDNN/flash attention. Reported per variant: measured max allocated and max reserved,
 the memory model's prediction for the same choices and its error, tokens/s (median step).
-First the GPU's bf16 matmul rate and copy bandwidth are measured (the planner's roofline),
-and the host's time per op (eager, under full and under selective recompute); the plans use
-those. Uncapped runs then show what the memory model cannot see (library workspaces,
-allocator overhead) against the overheads the model assumes (memplan/overheads.py).
+First the GPU's bf16 matmul rate and copy bandwidth are measured, and the host's time per
+op (eager, under full and under selective recompute): the roofline memplan falls back on
+without a GPU. Uncapped runs then show what the memory model cannot see (library
+workspaces, allocator overhead) against the overheads it assumes (memplan/overheads.py).
+Each case's plan takes its recompute costs from one real block timed per choice, as
+plan_memory does on a GPU; each case starts with an untimed warm-up run.
 
-Usage: python benchmarks/memplan_h200.py [--out benchmarks/results] [--time-budget 330]
+Usage: python benchmarks/memplan_h200.py [--out benchmarks/results] [--time-budget 300] [--skip-compile]
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ from trainstack.bench import device as dev
 from trainstack.bench.model import Block, Transformer, rope_tables
 from trainstack.bench.presets import PRESETS
 from trainstack.memplan.apply import apply_choices, unwrap, wrap
-from trainstack.memplan.calibrate import Roofline, block_op_counts, calibrate
-from trainstack.memplan.memory import breakdown
+from trainstack.memplan.calibrate import Roofline, block_op_counts, calibrate, time_block
+from trainstack.memplan.memory import breakdown, with_measured_times
 from trainstack.memplan.overheads import default_overheads
 from trainstack.memplan.plan import Choice, Overheads
 from trainstack.memplan.planner import choose
@@ -204,7 +206,7 @@ def train(model, opt, batches, *, warmup: int = WARMUP, steps: int = STEPS) -> t
 class Case:
     """One model and optimizer, trained under several recompute choices at one budget."""
 
-    def __init__(self, preset: str, batch: int, seq: int, budget: int | None, roofline: Roofline, overheads: Overheads) -> None:
+    def __init__(self, preset: str, batch: int, seq: int, budget: int | None, roofline: Roofline, overheads: Overheads, *, timed: bool = True) -> None:
         self.preset, self.batch, self.seq, self.budget = preset, batch, seq, budget
         self.cfg = PRESETS[preset]
         self.name = f"{preset} b{batch} s{seq} " + (f"{budget / GiB:.0f}GiB" if budget else "uncapped")
@@ -215,6 +217,8 @@ class Case:
             except Exception as exc:  # noqa: BLE001 - fake CUDA tensors unsupported: calibrate on fake CPU ones
                 print(f"calibration on fake cuda tensors failed ({exc!r}); using fake cpu tensors", flush=True)
                 self.profile = calibrate(self.cfg, batch=batch, seq=seq, device="cpu", roofline=roofline, label=preset)
+            if timed:
+                self.profile = with_measured_times(self.profile, time_block(self.cfg, batch=batch, seq=seq, device="cuda"))
         clean()
         cap(None)
         torch.manual_seed(0)
@@ -259,7 +263,7 @@ def measure_overheads(roofline: Roofline, rows: list[Row]) -> dict:
     """Uncapped runs: measured minus predicted allocated (library workspace), reserved / allocated - 1."""
     residuals, ratios = [], []
     for preset, batch, seq in (("125m", 8, 2048), ("1b", 4, 4096)):
-        case = Case(preset, batch, seq, None, roofline, Overheads())
+        case = Case(preset, batch, seq, None, roofline, Overheads(), timed=False)
         n = case.cfg.n_layers
         for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
             row = case.run(f"{choice} (uncapped)", (choice,) * n)
@@ -283,6 +287,7 @@ def run_grid(case_spec, roofline: Roofline, overheads: Overheads, rows: list[Row
         summary["planned"] = f"no plan: {exc}"
         case.close()
         return summary
+    case.run("warm-up", (Choice.FULL,) * n)  # untimed: the first run of a case pays for clocks and allocator
     planned = case.run("planned", plan.choices, note=plan.summary())
     rows.append(planned)
     summary.update(planned=planned, plan=plan.summary())

@@ -74,3 +74,10 @@ def test_breakdown_adds_up(profile) -> None:
     parts = b.weights + b.grads + b.optimizer + b.saved_activations + b.transient + b.workspace
     assert parts == b.allocated_peak
     assert b.optimizer == 2 * (b.weights - profile.buffer_bytes)  # AdamW: two fp32 states per weight
+
+
+def test_a_real_block_is_timed_per_choice() -> None:
+    from trainstack.memplan.calibrate import time_block
+
+    seconds = time_block(TINY, batch=1, seq=32, device="cpu", steps=2)
+    assert set(seconds) == set(Choice) and all(s > 0 for s in seconds.values())

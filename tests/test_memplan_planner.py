@@ -140,3 +140,16 @@ def test_impossible_budget_says_how_short_and_what_fits() -> None:
     assert "would fit: batch " in msg and "sharding over 2 GPUs" in msg
     suggested = int(msg.split("would fit: batch ")[1].split()[0])
     assert peak_bytes(at(suggested), choices_for(6, 0, 0)) <= budget < peak_bytes(at(suggested + 1), choices_for(6, 0, 0))
+
+
+def test_measured_block_times_replace_the_roofline() -> None:
+    from trainstack.memplan.memory import with_measured_times
+
+    profile = synthetic(random.Random(13), n=6)
+    timed = with_measured_times(profile, {Choice.KEEP: 0.010, Choice.SELECTIVE: 0.016, Choice.FULL: 0.013})
+    assert timed.options[Choice.SELECTIVE].recompute_seconds == pytest.approx(0.006)
+    assert timed.options[Choice.FULL].recompute_seconds == pytest.approx(0.003)
+    assert timed.step_host_seconds == 0 and all(o.host_seconds == 0 for o in timed.options.values())
+    # selective now costs more than full: a tight budget is met with full recompute only
+    plan = choose(timed, budget_bytes=peak_bytes(timed, choices_for(6, 0, 0)))
+    assert plan.counts[Choice.SELECTIVE] == 0

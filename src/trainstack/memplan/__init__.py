@@ -29,16 +29,22 @@ def plan_memory(
     world_size: int = 1,
     overheads: Overheads | None = None,
     device: str | None = None,
+    time_blocks: bool | None = None,
 ) -> Plan:
     """The plan of least recompute cost whose predicted peak fits ``budget_bytes``.
 
-    Raises BudgetError (how much is missing, and the batch or sharding that would fit).
+    Memory comes from fake-tensor calibration. Recompute costs come from timing one real
+    block per choice when ``time_blocks`` (default: when a CUDA GPU is present), else from
+    a roofline with H200 rates. Raises BudgetError (how much is missing, and the batch or
+    sharding that would fit).
     """
     from trainstack.memplan.calibrate import calibrate
     from trainstack.memplan.overheads import default_overheads
     from trainstack.memplan.planner import choose
 
     profile = calibrate(cfg, batch=batch, seq=seq, device=device)
+    if time_blocks or (time_blocks is None and _cuda()):
+        profile = _timed(profile, cfg, batch, seq)
     return choose(
         profile,
         budget_bytes=budget_bytes,
@@ -46,6 +52,29 @@ def plan_memory(
         overheads=overheads if overheads is not None else default_overheads(),
         profile_at=cache(lambda b: calibrate(cfg, batch=b, seq=seq, device=device)),
     )
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _timed(profile: Profile, cfg: ModelConfig, batch: int, seq: int) -> Profile:
+    """Recompute costs from one real block timed on the GPU; the roofline ones if it does not fit."""
+    import torch
+
+    from trainstack.memplan.calibrate import time_block
+    from trainstack.memplan.memory import with_measured_times
+
+    device = "cuda" if _cuda() else "cpu"
+    try:
+        return with_measured_times(profile, time_block(cfg, batch=batch, seq=seq, device=device))
+    except torch.OutOfMemoryError:
+        return profile
+    finally:
+        if device == "cuda":
+            torch.cuda.empty_cache()
 
 
 def apply(model: nn.Module, plan: Plan) -> nn.Module:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from trainstack.memplan.apply import save_ops, wrap
+from trainstack.memplan.apply import save_ops, unwrap, wrap
 from trainstack.memplan.plan import BlockCost, Choice, HeadCost, Profile
 
 if TYPE_CHECKING:
@@ -30,14 +30,16 @@ class Roofline:
     Host: ``host_op_s`` per op issued in eager mode; ``full_op_s`` and ``selective_op_s``
     added per op of a block's forward when the block is fully or selectively recomputed
     (selective runs every op through a Python dispatch mode, twice). Defaults: as
-    benchmarks/memplan_h200.py measured them on an H200 (benchmarks/results/memplan_h200.txt).
+    benchmarks/memplan_h200.py measured them on an H200, torch 2.11
+    (benchmarks/results/memplan_h200_b74b7db.txt). Where a GPU is at hand, ``time_block``
+    replaces these estimates by measured block times.
     """
 
-    flops_per_s: float = 7.68e14
-    bytes_per_s: float = 3.87e12
-    host_op_s: float = 0.0
-    full_op_s: float = 0.0
-    selective_op_s: float = 0.0
+    flops_per_s: float = 7.84e14
+    bytes_per_s: float = 4.13e12
+    host_op_s: float = 6.07e-6
+    full_op_s: float = 14.14e-6
+    selective_op_s: float = 36.22e-6
 
     def seconds(self, flops: float, nbytes: int) -> float:
         return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
@@ -315,10 +317,62 @@ def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = No
         step_flops=n * (keep_fwd.flops + keep_bwd.flops) + head_cost.flops,
         step_seconds=n * (keep_fwd.seconds + keep_bwd.seconds) + head_cost.seconds,
         step_host_seconds=(n * (keep_fwd.ops + keep_bwd.ops) + head_cost.ops) * roofline.host_op_s,
+        head_seconds=head_cost.seconds,
         batch=batch,
         seq=seq,
         label=label,
     )
+
+
+def time_block(cfg: ModelConfig, *, batch: int, seq: int, device: str, steps: int = 5) -> dict[Choice, float]:
+    """Median seconds of one real block's forward + backward on ``device``, per choice.
+
+    The short real step of calibration: it sees what a roofline cannot (kernels below peak,
+    the host's dispatch cost, selective recompute's per-op policy).
+    """
+    import statistics
+    import time
+
+    import torch
+
+    from trainstack.bench.model import Block, rope_tables
+
+    dev = torch.device(device)
+    with dev:
+        block = Block(cfg)
+        cos, sin = (t[:seq] for t in rope_tables(cfg))
+    x = torch.randn(batch, seq, cfg.dim, device=dev, requires_grad=True)
+    gy = torch.randn_like(x)
+
+    def once() -> None:
+        with _autocast(dev.type):
+            y = block(x, cos, sin)
+        y.backward(gy)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    def timed(choice: Choice) -> float:
+        wrap(block, choice)
+        sync()
+        start = time.perf_counter()
+        once()
+        sync()
+        block.zero_grad(set_to_none=True)
+        x.grad = None
+        return time.perf_counter() - start
+
+    choices = (Choice.KEEP, Choice.SELECTIVE, Choice.FULL)
+    for choice in choices * 2:  # warm-up: kernel selection, allocator, caches
+        timed(choice)
+    # round robin, so drift in clocks or load falls on every choice alike
+    times: dict[Choice, list[float]] = {c: [] for c in choices}
+    for _ in range(steps):
+        for choice in choices:
+            times[choice].append(timed(choice))
+    unwrap(block)
+    return {c: statistics.median(t) for c, t in times.items()}
 
 
 def block_op_counts(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = None) -> tuple[int, int]:

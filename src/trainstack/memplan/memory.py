@@ -9,6 +9,7 @@ forward to its backward. The peak is the largest sum over those phases. Pure ari
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import accumulate
 
 from trainstack.memplan.plan import Breakdown, Choice, Overheads, Profile
@@ -81,6 +82,17 @@ def _largest_transients(profile: Profile) -> dict[str, int]:
 
 def peak_bytes(profile: Profile, choices: Sequence[Choice], *, world_size: int = 1, overheads: Overheads = Overheads()) -> int:
     return breakdown(profile, choices, world_size=world_size, overheads=overheads).reserved_peak
+
+
+def with_measured_times(profile: Profile, block_seconds: dict[Choice, float]) -> Profile:
+    """The profile with recompute costs from a timed block (forward + backward, per choice).
+
+    A timed block includes what the roofline leaves out: kernels below their peak rates and
+    the host's dispatch (selective recompute runs each op through a Python dispatch mode).
+    """
+    keep = block_seconds[Choice.KEEP]
+    options = {c: replace(o, recompute_seconds=max(0.0, block_seconds[c] - keep), host_seconds=0.0) for c, o in profile.options.items()}
+    return replace(profile, options=options, step_seconds=profile.n_blocks * keep + profile.head_seconds, step_host_seconds=0.0)
 
 
 def step_seconds(profile: Profile, counts: dict[Choice, int]) -> float:

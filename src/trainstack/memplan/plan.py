@@ -75,6 +75,7 @@ class Profile:
     step_flops: float  # forward + backward of the whole model, no recompute
     step_seconds: float  # roofline estimate of the same work on the GPU
     step_host_seconds: float  # the host's time to issue it (per-op dispatch)
+    head_seconds: float = 0.0  # roofline estimate of embedding, norm and loss
     batch: int = 0
     seq: int = 0
     optimizer_states: int = 2  # AdamW keeps two fp32 tensors per parameter
