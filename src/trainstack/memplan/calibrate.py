@@ -16,7 +16,6 @@ from trainstack.memplan.apply import save_ops, unwrap, wrap
 from trainstack.memplan.plan import BlockCost, Choice, HeadCost, Profile
 
 if TYPE_CHECKING:
-    import torch
     from torch import nn
 
     from trainstack.bench.model import ModelConfig
