@@ -39,18 +39,20 @@ def _reference_forward(model: Transformer, tokens: torch.Tensor) -> torch.Tensor
     x = model.tok_embeddings.weight[tokens]
     for blk in model.layers:
         a = blk.attention
+        wq, wk, wv = a.wqkv.weight.split([cfg.dim, cfg.kv_dim, cfg.kv_dim])
         h = rms(x, blk.attention_norm.weight)
-        q = (h @ a.wq.weight.T).view(b, t, cfg.n_heads, hd).transpose(1, 2)
-        k = (h @ a.wk.weight.T).view(b, t, cfg.n_kv_heads, hd).transpose(1, 2)
-        v = (h @ a.wv.weight.T).view(b, t, cfg.n_kv_heads, hd).transpose(1, 2)
+        q = (h @ wq.T).view(b, t, cfg.n_heads, hd).transpose(1, 2)
+        k = (h @ wk.T).view(b, t, cfg.n_kv_heads, hd).transpose(1, 2)
+        v = (h @ wv.T).view(b, t, cfg.n_kv_heads, hd).transpose(1, 2)
         rep = cfg.n_heads // cfg.n_kv_heads
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
         q, k = rope(q), rope(k)
         att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd) + mask, dim=-1)
         x = x + ((att @ v).transpose(1, 2).reshape(b, t, -1)) @ a.wo.weight.T
         f = blk.feed_forward
+        w1, w3 = f.w13.weight.split(cfg.ffn_dim)
         h = rms(x, blk.ffn_norm.weight)
-        x = x + (F.silu(h @ f.w1.weight.T) * (h @ f.w3.weight.T)) @ f.w2.weight.T
+        x = x + (F.silu(h @ w1.T) * (h @ w3.T)) @ f.w2.weight.T
     return rms(x, model.norm.weight) @ model.output.weight.T
 
 

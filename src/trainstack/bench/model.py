@@ -49,7 +49,7 @@ class ModelConfig:
         return self.n_kv_heads * self.head_dim
 
     def block_params(self) -> int:
-        """Parameters of one block: q, k, v, o projections, SwiGLU, two norms."""
+        """Parameters of one block: q, k, v, o projections, SwiGLU (gate, up, down), two norms."""
         attn = self.dim * self.dim * 2 + self.dim * self.kv_dim * 2
         ffn = 3 * self.dim * self.ffn_dim
         return attn + ffn + 2 * self.dim
@@ -100,16 +100,17 @@ class Attention(nn.Module):
         self.n_heads = cfg.n_heads
         self.n_kv_heads = cfg.n_kv_heads
         self.head_dim = cfg.head_dim
-        self.wq = nn.Linear(cfg.dim, cfg.dim, bias=False)
-        self.wk = nn.Linear(cfg.dim, cfg.kv_dim, bias=False)
-        self.wv = nn.Linear(cfg.dim, cfg.kv_dim, bias=False)
+        # q, k and v projections in one matrix (rows: q, then k, then v): one larger GEMM
+        self.wqkv = nn.Linear(cfg.dim, cfg.dim + 2 * cfg.kv_dim, bias=False)
         self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.split = (cfg.dim, cfg.kv_dim, cfg.kv_dim)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape  # (B, T, C)
-        q = self.wq(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
-        k = self.wk(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        v = self.wv(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        q, k, v = self.wqkv(x).split(self.split, dim=-1)
+        q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = k.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        v = v.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
         return self.wo(y.transpose(1, 2).reshape(b, t, -1))  # (B, T, C)
@@ -118,12 +119,13 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.w1 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
-        self.w3 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        # gate (w1) and up (w3) projections in one matrix, gate rows first
+        self.w13 = nn.Linear(cfg.dim, 2 * cfg.ffn_dim, bias=False)
         self.w2 = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))  # (B, T, C)
+        gate, up = self.w13(x).chunk(2, dim=-1)  # (B, T, F) each
+        return self.w2(F.silu(gate) * up)  # (B, T, C)
 
 
 class Block(nn.Module):
