@@ -145,3 +145,17 @@ def test_summary_line_parsing() -> None:
     assert read_summary("...\n= 2 failed, 40 passed, 1 error in 3.21s =\n").failed == 3
     assert read_summary("FF.\n2 failed, 1 passed, 3 warnings in 0.10s\n").counts == {"failed": 2, "passed": 1}
     assert read_summary("no summary here") is None
+
+
+def test_xml_and_summary_that_disagree_fail_the_suite(suites_dir: Path) -> None:
+    """A conftest that hides failures from the terminal summary, not from the XML."""
+    (suites_dir / "hidden").mkdir()
+    (suites_dir / "hidden" / "conftest.py").write_text(textwrap.dedent('''
+        def pytest_terminal_summary(terminalreporter):
+            terminalreporter.stats.pop("failed", None)
+    '''))
+    (suites_dir / "hidden" / "test_hidden.py").write_text("def test_a():\n    assert False\n")
+    result = gate(suites_dir, pytest_suite("hidden", "hidden", max_failed=1, rerun_failed=False), max_failed_tests=1)
+    [suite] = result.suites
+    assert suite.xml_failed == 1 and suite.summary_failed == 0
+    assert suite.status == "failed" and "DISAGREE" in suite.reason
