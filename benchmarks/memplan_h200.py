@@ -11,6 +11,7 @@ with the process capped at the budget (an allocation beyond it fails as on a sma
   none         no recompute (expected to run out of memory at the tighter budgets)
   compile@r    blocks compiled with torch._functorch.config.activation_memory_budget = r,
                r bisected to the fastest whose measured peak is within the planned run's
+  planned+compile  the plan applied, then the blocks compiled (compiled against compiled)
 
 The training step is bench's: bf16 autocast over fp32 weights, fused AdamW, zero_grad to
 None, cuDNN/flash attention. Reported per variant: measured max allocated and max reserved,
@@ -311,6 +312,7 @@ def run_grid(case_spec, roofline: Roofline, overheads: Overheads, rows: list[Row
     if compile_too and case_spec == COMPILE_CASE and planned.status == "ok":
         try:
             summary["compile"] = compile_budget(case, planned, rows)
+            summary["planned+compile"] = planned_compiled(case, plan.choices, rows)
         except Exception:  # noqa: BLE001 - report the compiler's failure, keep the other figures
             traceback.print_exc()
             rows.append(Row(case.name, "compile", "", "error", note=traceback.format_exc().splitlines()[-1][:160]))
@@ -346,6 +348,22 @@ def compile_budget(case: Case, planned: Row, rows: list[Row], rounds: int = 3) -
     return best
 
 
+def planned_compiled(case: Case, choices: tuple[Choice, ...], rows: list[Row]) -> Row:
+    """The plan applied, then each block compiled (default partitioner): compile against compile."""
+    import torch._dynamo
+
+    apply_choices(case.model, choices)
+    torch._dynamo.reset()
+    for block in case.model.layers:
+        block.compile()
+    row = case.run("planned+compile", None, note="plan applied, blocks compiled")
+    rows.append(row)
+    for block in case.model.layers:
+        block._compiled_call_impl = None
+    torch._dynamo.reset()
+    return row
+
+
 def gib(n: int | None) -> str:
     return "-" if n is None else f"{n / GiB:7.2f}"
 
@@ -379,6 +397,9 @@ def verdicts(summaries: list[dict]) -> list[str]:
         if "compile" in s:
             c = s["compile"]
             parts.append(f"{c.variant} {c.tokens_per_s:.0f} tok/s at {c.allocated / GiB:.2f} GiB, planned/compile {p.tokens_per_s / c.tokens_per_s:.3f}" if c else "no compiled run within the planned peak")
+            pc = s.get("planned+compile")
+            if c and pc is not None and pc.status == "ok":
+                parts.append(f"planned+compile {pc.tokens_per_s:.0f} tok/s at {pc.allocated / GiB:.2f} GiB, (planned+compile)/compile {pc.tokens_per_s / c.tokens_per_s:.3f}")
         lines.append(f"{s['case']}: " + "; ".join(parts))
     return lines
 
