@@ -35,8 +35,9 @@ def test_without_torch(numpy_python: Path) -> None:  # noqa: F811
 
 def test_crashing_import_fails_the_check_never_drops_it(tmp_path_factory: pytest.TempPathFactory) -> None:
     python = planted_torch(tmp_path_factory, "crashing-torch", "import os\nos.abort()\n")
-    [result] = run_smoke(open_target(python), ["sdpa"], [])
-    assert result.status == "fail" and "signal 6" in result.reason
+    results = run_smoke(open_target(python), ["imports", "sdpa"], ["torch"])
+    assert [(r.name, r.status) for r in results] == [("import torch", "fail"), ("sdpa", "fail")]
+    assert all("signal 6" in r.reason for r in results)
 
 
 def test_unknown_check_fails(numpy_python: Path) -> None:  # noqa: F811

@@ -124,8 +124,10 @@ def judge(report: EnvReport | None, ops: OpTable | None, links: LinkReport | Non
         reasons += [f"drift: {name} is locked but not installed" for name in drift.missing]
         reasons += [f"drift: {c.name} locked {c.locked}, installed {c.installed}" for c in drift.different]
         reasons += [f"build: built with {f.name} {f.built}, runs {f.runtime}" for f in report.build.facts if f.match is False]
+        reasons += [f"report: {report.errors['probe']}"] if "probe" in report.errors else []
     if ops is not None:
         reasons += [f"op {r.package}/{r.name} is installed but unusable: {r.why_not}" for r in ops.broken]
+        reasons += [f"op table: the probe failed: {ops.error}"] if ops.error else []
     if links is not None:
         reasons += [f"link: {i.file}: {i.library}: {i.detail}" for i in links.errors]
     reasons += [f"smoke {s.name}: {s.reason}" for s in smoke if s.status == "fail"]

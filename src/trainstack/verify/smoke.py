@@ -29,17 +29,22 @@ def run_smoke(target: Target, checks: list[str], components: list[str], workdir:
         where = workdir or Path(tmp)
         for check in checks:
             err.print(f"[dim]smoke: {check}[/dim]", highlight=False)
-            results += run_check(target, check, components, where)
+            if check == "imports":
+                # one interpreter per component: an import that crashes costs only its own row
+                for component in components:
+                    results += run_check(target, check, [component], where, name=f"import {component}")
+            else:
+                results += run_check(target, check, [], where)
     return results
 
 
-def run_check(target: Target, check: str, components: list[str], workdir: Path) -> list[SmokeResult]:
+def run_check(target: Target, check: str, components: list[str], workdir: Path, *, name: str = "") -> list[SmokeResult]:
     if check not in KNOWN:
         return [SmokeResult(name=check, status="fail", reason=f"unknown smoke check (known: {', '.join(KNOWN)})", seconds=0)]
     start = time.perf_counter()
-    args = [check, str(workdir), *(components if check == "imports" else [])]
-    data, reason = run_probe(target, "smoke_probe.py", args, timeout=TIMEOUTS.get(check, 300.0))
+    data, reason = run_probe(target, "smoke_probe.py", [check, str(workdir), *components], timeout=TIMEOUTS.get(check, 300.0))
     if data is None:
         # the interpreter died or hung: the check fails, it is never dropped
-        return [SmokeResult(name=check, status="fail", reason=reason, seconds=round(time.perf_counter() - start, 3))]
+        seconds = round(time.perf_counter() - start, 3)
+        return [SmokeResult(name=name or check, status="fail", reason=reason, seconds=seconds)]
     return [SmokeResult.model_validate(item) for item in data]  # type: ignore[union-attr]

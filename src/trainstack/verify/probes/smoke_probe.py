@@ -86,7 +86,11 @@ def module_for(dist):
     modules = [m for m, dists in metadata.packages_distributions().items()
                if any(d.lower().replace("-", "_").replace(".", "_") == wanted for d in dists)]
     if not modules:
-        return None
+        try:
+            metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+        return wanted  # installed without a RECORD or top_level.txt: try the usual module name
     if wanted in modules:
         return wanted
     public = sorted(m for m in modules if not m.startswith("_"))
