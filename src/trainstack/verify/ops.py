@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
+import sys
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -18,6 +18,11 @@ from pydantic import BaseModel
 from trainstack.rules import load_rules
 from trainstack.verify.report_model import NOT_FOUND
 from trainstack.verify.target import Target, run_probe
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 MISSING_LIB_RE = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
 

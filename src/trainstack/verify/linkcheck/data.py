@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from fnmatch import fnmatch
 from functools import lru_cache
 from importlib import resources
 
 from pydantic import BaseModel, ConfigDict
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 class DlopenRule(BaseModel):

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import re
-import tomllib
+import sys
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Annotated
@@ -19,6 +19,11 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.errors import SpecError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 class KnownIssue(BaseModel):
