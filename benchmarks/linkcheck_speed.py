@@ -73,9 +73,9 @@ def main() -> None:
             rows.append(("full check, files already read once", statistics.median(time_linkcheck(venv, cache=True) for _ in range(REPEATS))))
             rows.append(("CLI, files already read once", statistics.median(time_cli(venv, True) for _ in range(REPEATS))))
         print(f"{len(files)} ELF objects in {venv}; {workers} CPUs; median of {REPEATS} runs")
-        print(f"{'ldd over the same files (' + str(workers) + ' ldd processes)':<45} {ldd:7.3f} s")
+        print(f"{'ldd over the same files (' + str(workers) + ' ldd processes)':<52} {ldd:7.3f} s")
         for label, seconds in rows:
-            print(f"{'linkcheck: ' + label:<45} {seconds:7.3f} s   ldd/linkcheck = {ldd / seconds:5.2f}x")
+            print(f"{'linkcheck: ' + label:<52} {seconds:7.3f} s   ldd/linkcheck = {ldd / seconds:5.2f}x")
 
 
 if __name__ == "__main__":
