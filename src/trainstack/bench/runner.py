@@ -87,7 +87,9 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
     mode = parse_mode(spec.mode)
     model, plan = build(spec, mode, device, dist)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, fused=device.type == "cuda")
-    batches = torch.randint(0, spec.cfg.vocab_size, (_BATCHES, spec.batch, spec.seq + 1), device=device)
+    # a generator of its own: the same tokens in every mode, whatever a mode draws from the global one
+    gen = torch.Generator(device).manual_seed(spec.seed + dist.rank)
+    batches = torch.randint(0, spec.cfg.vocab_size, (_BATCHES, spec.batch, spec.seq + 1), device=device, generator=gen)
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and not dist.enabled else nullcontext()
 
     def step(i: int) -> torch.Tensor:
