@@ -38,6 +38,8 @@ class Resolver:
     cache: dict[tuple[str, int], str]
     ld_library_path: list[str] = field(default_factory=list)
     _listings: dict[str, frozenset[str]] = field(default_factory=dict)
+    _prefixes: dict[str, dict[str, str]] = field(default_factory=dict)
+    _cache_prefixes: dict[tuple[str, int], str] | None = None
 
     @classmethod
     def from_environment(cls, env: dict[str, str] | None = None) -> Resolver:
@@ -87,13 +89,38 @@ class Resolver:
         dirs = [d for d, _ in self.search_dirs(origin, rpath, runpath, elf_class)]
         dirs += list(DEFAULT_DIRS_64 if elf_class == 64 else DEFAULT_DIRS_32)
         for directory in dirs:
-            for entry in self.names_in(directory):
-                if entry.startswith(stem + "."):
-                    return os.path.join(directory, entry)
-        for (soname, cls), path in self.cache.items():
-            if cls == elf_class and soname.startswith(stem + "."):
-                return path
-        return None
+            versioned = self._versions_in(directory).get(stem)
+            if versioned:
+                return os.path.join(directory, versioned)
+        return self._cached_versions().get((stem, elf_class))
+
+    def _versions_in(self, directory: str) -> dict[str, str]:
+        """{"libfoo.so": "libfoo.so.1.2", "libfoo.so.1": "libfoo.so.1.2"} for one directory."""
+        if directory not in self._prefixes:
+            index: dict[str, str] = {}
+            for entry in sorted(self.names_in(directory)):
+                for prefix in version_prefixes(entry):
+                    index.setdefault(prefix, entry)
+            self._prefixes[directory] = index
+        return self._prefixes[directory]
+
+    def _cached_versions(self) -> dict[tuple[str, int], str]:
+        if self._cache_prefixes is None:
+            self._cache_prefixes = {}
+            for (soname, elf_class), path in self.cache.items():
+                for prefix in version_prefixes(soname):
+                    self._cache_prefixes.setdefault((prefix, elf_class), path)
+        return self._cache_prefixes
+
+
+def version_prefixes(name: str) -> list[str]:
+    """'libfoo.so.1.2' -> ['libfoo.so', 'libfoo.so.1']: the names it answers for a dlopen of a
+    name without its full version."""
+    base, sep, version = name.partition(".so.")
+    if not sep:
+        return []
+    parts = version.split(".")
+    return [base + ".so"] + [f"{base}.so.{'.'.join(parts[:n])}" for n in range(1, len(parts))]
 
 
 def expand(entry: str, origin: str) -> str:
