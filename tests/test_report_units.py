@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from trainstack.verify.drift import compute_drift, same_version
 from trainstack.verify.gpus import read_gpus
+from trainstack.verify.report import from_probe
 
 
 def test_drift_missing_different_extra() -> None:
@@ -85,3 +86,59 @@ def test_nvml_without_driver_gives_not_found_with_reason() -> None:
 def test_nvml_on_this_machine_never_raises() -> None:
     info = read_gpus()
     assert info.gpus or info.reason
+
+
+# report_probe.py's output on an H200 machine (torch 2.11.0+cu130 from PyPI, driver 580.159.04),
+# recorded after the probe's conv initialised cuDNN; the package list is shortened.
+H200_PROBE = {'os': {'name': 'Ubuntu 24.04.3 LTS', 'kernel': '6.18.44-fc-v973-gpu', 'machine': 'x86_64'},
+ 'libc': {'name': 'glibc', 'version': '2.39'},
+ 'python': {'version': '3.12.3',
+            'implementation': 'CPython',
+            'executable': '/opt/torch/.venv/bin/python3',
+            'prefix': '/opt/torch/.venv',
+            'base_prefix': '/usr',
+            'is_venv': True},
+ 'packages': {'torch': '2.11.0',
+              'numpy': '2.5.2',
+              'triton': '3.6.0',
+              'nvidia-cudnn-cu13': '9.19.0.56',
+              'nvidia-nccl-cu13': '2.28.9'},
+ 'env': {'LD_LIBRARY_PATH': '/usr/local/nvidia/lib64:/usr/local/nvidia/lib'},
+ 'torch': {'version': '2.11.0+cu130',
+           'path': '/opt/torch/.venv/lib/python3.12/site-packages/torch',
+           'cuda': '13.0',
+           'hip': None,
+           'debug': False,
+           'arch_list': ['sm_75', 'sm_80', 'sm_86', 'sm_90', 'sm_100', 'sm_120'],
+           'cuda_available': True,
+           'device_count': 1,
+           'devices': [{'name': 'NVIDIA H200', 'capability': '9.0', 'memory': 150109880320}]},
+ 'cudnn': {'compiled': '9.19.0',
+           'runtime': '9.19.0',
+           'loaded': ['/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn.so.9',
+                      '/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn_engines_precompiled.so.9',
+                      '/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn_engines_runtime_compiled.so.9',
+                      '/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn_graph.so.9',
+                      '/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn_heuristic.so.9']},
+ 'nccl': {'compiled': '2.28.9',
+          'runtime': '2.28.9',
+          'loaded': ['/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2'],
+          'cuda_loaded': ['/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13',
+                          '/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13',
+                          '/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13',
+                          '/usr/local/nvidia/lib64/libcuda.so.580.159.04']},
+ 'errors': {}}
+
+
+def test_recorded_gpu_probe_maps_onto_the_schema() -> None:
+    gpus = read_gpus(RecordedNvml())
+    report = from_probe(H200_PROBE, "/opt/torch/.venv/bin/python3", {}, gpus)
+    assert report.torch.cuda_available is True and report.torch.devices == ["NVIDIA H200 (sm_90)"]
+    assert (report.cudnn.compiled, report.cudnn.runtime) == ("9.19.0", "9.19.0")
+    loaded = [path.rsplit("/", 1)[-1] for path in report.cudnn.loaded]
+    assert "libcudnn_engines_precompiled.so.9" in loaded and "libcudnn_heuristic.so.9" in loaded
+    assert report.nccl.loaded[0].endswith("libnccl.so.2")
+    assert any("libcuda.so." in path for path in report.cuda_libraries)
+    assert report.allocator_env["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64:/usr/local/nvidia/lib"
+    assert report.allocator_env["PYTORCH_CUDA_ALLOC_CONF"] == "not set"
+    assert report.python.is_venv is True and report.libc.version == "2.39"

@@ -49,28 +49,32 @@ def collect_report(
         raw, second = run_probe(target, "report_probe.py", ["--no-torch", f"torch import crashed: {reason}"])
         if raw is None:
             raw = {"errors": {"probe": f"{reason}; without torch: {second}"}}
+    report = from_probe(raw, str(target.python), find_compilers(target), gpus if gpus is not None else read_gpus())
+    if locked is not None:
+        report.drift = compute_drift(locked[1], report.packages, locked[0])
+    report.build = build_facts(build_record, report)
+    return report
+
+
+def from_probe(raw: dict[str, Any], target: str, compilers: dict[str, Compiler], gpus: GpuInfo) -> EnvReport:
+    """Pure: the probe's JSON (as report_probe.py prints it) on the fixed schema."""
     installed = {canonicalize_name(k): v for k, v in (raw.get("packages") or {}).items()}
-    report = EnvReport(
-        target=str(target.python),
+    return EnvReport(
+        target=target,
         os=OsInfo(**_present(raw.get("os"))),
         libc=LibcInfo(**_present(raw.get("libc"))),
-        compilers=find_compilers(target),
+        compilers=compilers,
         python=PythonInfo(**_present(raw.get("python"), drop=("base_prefix",))),
         torch=_torch(raw.get("torch")),
         cudnn=_library(raw.get("cudnn")),
         nccl=_library(raw.get("nccl")),
         cuda_libraries=(raw.get("nccl") or {}).get("cuda_loaded") or NOT_FOUND,
-        gpus=gpus if gpus is not None else read_gpus(),
+        gpus=gpus,
         allocator_env={name: (raw.get("env") or {}).get(name, "not set") for name in ALLOC_ENV},
         packages=dict(sorted(installed.items())),
         errors=raw.get("errors") or {},
+        drift=Drift(lock="not found: no lock manifest for this target"),
     )
-    if locked is not None:
-        report.drift = compute_drift(locked[1], installed, locked[0])
-    else:
-        report.drift = Drift(lock="not found: no lock manifest for this target")
-    report.build = build_facts(build_record, report)
-    return report
 
 
 def _present(section: Any, drop: tuple[str, ...] = ()) -> dict[str, Any]:
