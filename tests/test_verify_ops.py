@@ -97,3 +97,17 @@ def test_gpu_only_module_on_a_cpu_machine_is_not_judged() -> None:
     }
     [row] = build_table(raw).rows
     assert (row.installed, row.compatible, row.why_not) == (True, None, "no GPU")
+
+
+def test_recorded_h200_probe_triton_is_compatible() -> None:
+    """ops_probe.py's output recorded on an H200 with torch 2.11.0+cu130 from PyPI."""
+    raw = {
+        "torch": {"version": "2.11.0+cu130", "cuda": "13.0", "capabilities": ["90"]},
+        "deepspeed": None,
+        "extensions": [*NO_EXTENSIONS[:4],
+                       {"name": "triton", "version": "3.6.0", "modules": [{"module": "triton", "present": True, "error": None}]}],
+    }
+    table = build_table(raw)
+    [row] = table.rows
+    assert (row.package, row.installed, row.compatible, row.why_not) == ("triton", True, True, "")
+    assert table.absent == ["deepspeed", "apex", "flash-attn", "transformer-engine", "xformers"]
