@@ -268,13 +268,8 @@ class _Checker:
         for name in info.strings:
             if name in own or name in info.needed:
                 continue
-            stem = name
-            resolved = self.resolver.find_prefix(stem, os.path.dirname(info.path), info.rpath, info.runpath, info.elf_class)
+            resolved = self.resolver.find_prefix(name, os.path.dirname(info.path), info.rpath, info.runpath, info.elf_class)
             self.candidates.append(DlopenCandidate(library=name, found_in=info.path, resolved=resolved))
-
-    def _inside(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        return any(real == root or real.startswith(root + os.sep) for root in self.roots)
 
     def _banned(self) -> None:
         """A banned library (and every host driver library) must not be shipped inside the env."""
