@@ -140,11 +140,12 @@ def build_facts(record: Path | None, report: EnvReport) -> BuildFacts:
         data = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         return BuildFacts(record=f"{record}: unreadable ({exc})")
-    tools = data.get("tools") or {}
+    # the versions may sit at the top level, under "built_against" or among the tools
+    sources = [data, data.get("built_against") or {}, data.get("tools") or {}]
+    aliases = {"torch": ("torch",), "cuda": ("cuda", "nvcc"), "python": ("python",)}
     built = {
-        "torch": data.get("torch") or tools.get("torch"),
-        "cuda": data.get("cuda") or tools.get("cuda") or tools.get("nvcc"),
-        "python": data.get("python") or tools.get("python"),
+        name: next((str(src[key]) for src in sources for key in keys if src.get(key)), None)
+        for name, keys in aliases.items()
     }
     runtime = {"torch": report.torch.version, "cuda": report.torch.cuda, "python": report.python.version}
     facts = [_fact(name, built[name], runtime[name]) for name in built if built[name]]
