@@ -140,6 +140,8 @@ def build_facts(record: Path | None, report: EnvReport) -> BuildFacts:
         data = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         return BuildFacts(record=f"{record}: unreadable ({exc})")
+    if not isinstance(data, dict):
+        return BuildFacts(record=f"{record}: unreadable (not a JSON object)")
     # the versions may sit at the top level, under "built_against" or among the tools
     sources = [data, data.get("built_against") or {}, data.get("tools") or {}]
     aliases = {"torch": ("torch",), "cuda": ("cuda", "nvcc"), "python": ("python",)}
