@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trainstack.verify.report_model import NOT_FOUND, EnvReport
@@ -36,23 +37,23 @@ def render_report(report: EnvReport, console: Console) -> None:
     rows += [(name, value) for name, value in report.allocator_env.items() if value != "not set"]
     rows.append(("packages", f"{len(report.packages)} installed"))
     for label, value in rows:
-        table.add_row(label, value)
+        table.add_row(label, escape(str(value)))
     console.print(table)
     _render_drift(report, console)
     _render_build(report, console)
     for section, message in report.errors.items():
-        console.print(f"[yellow]probe {section}:[/] {message}", highlight=False)
+        console.print(f"[yellow]probe {section}:[/] {escape(message)}", highlight=False)
 
 
 def _render_drift(report: EnvReport, console: Console) -> None:
     drift = report.drift
     if drift.lock.startswith(NOT_FOUND):
-        console.print(f"drift: {drift.lock}", highlight=False)
+        console.print(f"drift: {escape(drift.lock)}", highlight=False)
         return
     if not (drift.missing or drift.different or drift.extra):
-        console.print(f"drift: [green]none[/] against {drift.lock}", highlight=False)
+        console.print(f"drift: [green]none[/] against {escape(drift.lock)}", highlight=False)
         return
-    console.print(f"drift against {drift.lock}:", highlight=False)
+    console.print(f"drift against {escape(drift.lock)}:", highlight=False)
     for name in drift.missing:
         console.print(f"  [red]missing[/]   {name}", highlight=False)
     for change in drift.different:
