@@ -154,3 +154,21 @@ def test_fsdp2_under_torchrun_shards_and_reports_totals(tmp_path):
     # each rank holds half of every sharded parameter (tiny's dims split evenly in two)
     assert row["params_per_rank"] == PRESETS["tiny"].total_params() // 2
     assert done.stdout.count("trainstack bench: tiny") == 1  # only rank 0 prints
+
+
+def test_hf_config_of_another_architecture_runs_the_hf_model(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from trainstack.bench.hf import HfShape, resolve
+    from trainstack.bench.runner import run
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 500, "n_positions": 128}))
+    shape = resolve(config)
+    assert isinstance(shape, HfShape) and (shape.n_layers, shape.dim, shape.max_seq) == (2, 64, 128)
+    reference = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(str(config)))
+    assert shape.params == sum(p.numel() for p in reference.parameters())
+    # GPT-2 ties the output projection to the token embedding: that matrix product still counts
+    assert shape.non_embedding_params() == shape.params - 500 * 64 - 128 * 64 + 500 * 64
+    rows = [run(RunSpec("gpt2", shape, mode=m, batch=2, seq=32, steps=2, warmup=1, device="cpu")) for m in ("eager", "ac-full", "planned")]
+    assert [r["status"] for r in rows] == ["ok", "ok", "unavailable"]
+    assert rows[1]["loss_final"] == pytest.approx(rows[0]["loss_final"], rel=1e-5)

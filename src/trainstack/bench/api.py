@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trainstack.bench.device import dist_from_env
+from trainstack.bench.hf import HfShape
 from trainstack.bench.model import ModelConfig
 from trainstack.bench.modes import parse_modes
 from trainstack.bench.presets import preset
@@ -36,11 +37,13 @@ class BenchOptions:
     timeout_s: float = 1800.0
 
 
-def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig]:
+def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig | HfShape]:
     if opts.hf_config is not None:
-        from trainstack.bench.model import from_hf_config
+        from trainstack.bench.hf import resolve
 
-        return opts.hf_config.stem if opts.hf_config.is_file() else opts.hf_config.name, from_hf_config(str(opts.hf_config))
+        path = opts.hf_config
+        label = path.parent.name if path.is_file() and path.name == "config.json" else (path.stem if path.is_file() else path.name)
+        return label or "hf", resolve(path)
     return opts.model, preset(opts.model)
 
 
@@ -80,6 +83,10 @@ def benchmark(opts: BenchOptions) -> list[dict]:
         rows = [run(replace(spec, mode=modes[0]))]
     if lead:
         _publish(rows, spec, opts.out)
+    if not opts.ablation:
+        from trainstack.bench.device import close_process_group
+
+        close_process_group()
     return rows
 
 

@@ -49,6 +49,13 @@ def init_process_group(dist: Dist, device: torch.device) -> None:
         torch.distributed.init_process_group(backend, **kwargs)
 
 
+def close_process_group() -> None:
+    """Wait for every rank, then tear the group down, so no rank exits mid-collective."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)

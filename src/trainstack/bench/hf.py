@@ -1,7 +1,13 @@
-"""Read a Hugging Face causal-LM config (no download) into a ModelConfig."""
+"""Hugging Face causal-LM configs (read locally, no download).
+
+A Llama-family config maps onto the bench's own decoder (``model_config_from_hf``); any
+other causal-LM config is built with transformers' ``AutoModelForCausalLM.from_config``
+and wrapped so that the runner can checkpoint, compile and shard its decoder layers.
+"""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from trainstack.bench.model import ModelConfig
@@ -15,6 +21,8 @@ _FIELDS = {
     "ffn_dim": "intermediate_size",
     "vocab_size": "vocab_size",
 }
+# Architectures whose blocks are exactly the bench decoder's (no biases, untied head).
+_LLAMA_FAMILY = {"llama", "mistral"}
 
 
 def load_hf_config(path: str | Path):
@@ -33,6 +41,7 @@ def load_hf_config(path: str | Path):
 
 
 def model_config_from_hf(path: str | Path) -> ModelConfig:
+    """The bench decoder's config for a Llama-family Hugging Face config."""
     hf = load_hf_config(path)
     values: dict[str, int | float] = {}
     for ours, theirs in _FIELDS.items():
@@ -60,3 +69,81 @@ def _rope_theta(hf) -> float:
         params = getattr(hf, "rope_parameters", None) or {}
         theta = params.get("rope_theta") if isinstance(params, dict) else None
     return theta or 10000.0
+
+
+@dataclass(frozen=True)
+class HfShape:
+    """What the runner needs to know of a Hugging Face model, counted on the meta device."""
+
+    path: str
+    model_type: str
+    params: int
+    non_embedding: int  # without embedding tables; a tied output projection counts
+    n_layers: int
+    dim: int
+    n_heads: int
+    n_kv_heads: int
+    vocab_size: int
+    max_seq: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    def total_params(self) -> int:
+        return self.params
+
+    def non_embedding_params(self) -> int:
+        return self.non_embedding
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve(path: str | Path) -> ModelConfig | HfShape:
+    """The bench decoder's config for a Llama-family config, else the shape of the HF model."""
+    hf = load_hf_config(path)
+    if getattr(hf, "model_type", None) in _LLAMA_FAMILY:
+        return model_config_from_hf(path)
+    return hf_shape(path, hf)
+
+
+def hf_shape(path: str | Path, hf) -> HfShape:
+    import torch
+
+    with torch.device("meta"):
+        model = build_hf_model(path, hf)
+    inner = model.hf
+    embeddings = sum(p.numel() for m in inner.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters(recurse=False))
+    head = inner.get_output_embeddings()
+    tied = head is not None and head.weight is inner.get_input_embeddings().weight
+    params = sum(p.numel() for p in inner.parameters())
+    return HfShape(
+        path=str(path),
+        model_type=str(hf.model_type),
+        params=params,
+        non_embedding=params - embeddings + (head.weight.numel() if tied else 0),
+        n_layers=len(model.layers),
+        dim=int(hf.hidden_size),
+        n_heads=int(hf.num_attention_heads),
+        n_kv_heads=int(getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads),
+        vocab_size=int(hf.vocab_size),
+        max_seq=int(getattr(hf, "max_position_embeddings", None) or 2048),
+    )
+
+
+def build_hf_model(path: str | Path, hf=None):
+    """``HfCausalLM`` around ``AutoModelForCausalLM.from_config`` (random init, SDPA attention)."""
+    from transformers import AutoModelForCausalLM
+
+    from trainstack.bench.hf_model import HfCausalLM
+
+    hf = hf if hf is not None else load_hf_config(path)
+    try:
+        model = AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa")
+    except ValueError:
+        try:
+            model = AutoModelForCausalLM.from_config(hf)
+        except ValueError as exc:
+            raise SpecError(f"{path}: not a causal-LM config ({str(exc).splitlines()[0]})") from None
+    return HfCausalLM(model, path)

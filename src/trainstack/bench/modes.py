@@ -100,10 +100,10 @@ class Checkpointed(nn.Module):
         self.block = block
         self.selective = selective
 
-    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+    def forward(self, *args, **kwargs):
         if self.selective:
-            return checkpoint(self.block, *args, use_reentrant=False, context_fn=selective_context)
-        return checkpoint(self.block, *args, use_reentrant=False)
+            return checkpoint(self.block, *args, use_reentrant=False, context_fn=selective_context, **kwargs)
+        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
 
 
 def apply_checkpointing(model: nn.Module, mode: Mode) -> None:

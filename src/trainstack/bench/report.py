@@ -33,7 +33,8 @@ def results_table(rows: list[dict], title: str = "trainstack bench") -> Table:
     baseline = next((r for r in rows if r.get("mode") == "eager" and r.get("status") == "ok"), None)
     for row in rows:
         if row.get("status") != "ok":
-            table.add_row(row["mode"], f"[red]{row['status'].upper()}[/]", row.get("error") or "", *[""] * 8)
+            error = row.get("error") or ""
+            table.add_row(row["mode"], f"[red]{row['status'].upper()}[/]", error if len(error) <= 40 else error[:39] + "…", *[""] * 8)
             continue
         mfu = "unknown" if row["mfu"] is None else f"{row['mfu']:.1%}"
         table.add_row(
@@ -60,7 +61,7 @@ def explain(rows: list[dict]) -> list[str]:
         f"{FORMULA} = {row['flops_per_token'] / 1e9:.3f} GFLOP/token",
         f"timed steps {row['steps']} after {row['warmup_steps']} warm-up steps (warm-up s includes compilation); "
         + ("step times from CUDA events, one sync at the end of the timed window" if row["device_type"] == "cuda" else "step times from the wall clock"),
-    ] + [f"{r['mode']} plan: {r['plan']}" for r in rows if r.get("plan")]
+    ] + [f"{r['mode']} plan: {r['plan']}" for r in rows if r.get("plan")] + [f"{r['mode']}: {r['status']}: {r['error']}" for r in rows if r.get("status") != "ok" and r.get("error")]
 
 
 def _count(n: int) -> str:

@@ -19,6 +19,7 @@ import torch
 
 from trainstack.bench import device as dev
 from trainstack.bench.mfu import flops_per_token, mfu, peak_for
+from trainstack.bench.hf import HfShape
 from trainstack.bench.model import ModelConfig, Transformer
 from trainstack.bench.modes import Mode, ModeUnavailable, apply_checkpointing, apply_compile, apply_planned, parse_mode
 
@@ -29,7 +30,7 @@ _BATCHES = 4
 @dataclass
 class RunSpec:
     model: str
-    cfg: ModelConfig
+    cfg: ModelConfig | HfShape
     mode: str = "eager"
     batch: int = 1
     seq: int = 512
@@ -47,7 +48,8 @@ class RunSpec:
 
     @classmethod
     def from_json(cls, data: dict) -> RunSpec:
-        return cls(**{**data, "cfg": ModelConfig(**data["cfg"])})
+        cfg = HfShape(**data["cfg"]) if "path" in data["cfg"] else ModelConfig(**data["cfg"])
+        return cls(**{**data, "cfg": cfg})
 
 
 @dataclass
@@ -123,9 +125,10 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
 
 def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None]:
     """The model on ``device`` with checkpointing, compile and sharding applied, in that order."""
-    with device:
-        model = Transformer(spec.cfg)
+    model = _new_model(spec.cfg, device)
     plan = None
+    if mode.ac == "planned" and isinstance(spec.cfg, HfShape):
+        raise ModeUnavailable(f"unavailable: memplan plans the bench decoder, not a '{spec.cfg.model_type}' model")
     if mode.ac == "planned":
         budget = dev.memory_budget(device, spec.memory_cap_bytes)
         model, chosen = apply_planned(model, spec.cfg, batch=spec.batch, seq=spec.seq, budget_bytes=budget, world_size=dist.world_size)
@@ -139,7 +142,17 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
     return model, plan
 
 
-def shard(model: Transformer, device: torch.device) -> None:
+def _new_model(cfg: ModelConfig | HfShape, device: torch.device) -> torch.nn.Module:
+    if isinstance(cfg, HfShape):
+        from trainstack.bench.hf import build_hf_model
+
+        with device:
+            return build_hf_model(cfg.path).float()
+    with device:
+        return Transformer(cfg)
+
+
+def shard(model: torch.nn.Module, device: torch.device) -> None:
     """FSDP2: each block is one all-gather unit; the last block stays gathered for backward."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 

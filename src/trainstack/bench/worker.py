@@ -15,14 +15,12 @@ from trainstack.fsutil import atomic_write_json
 
 def main(argv: list[str]) -> int:
     spec_path, result_path = (Path(a) for a in argv)
-    import torch.distributed
-
+    from trainstack.bench.device import close_process_group
     from trainstack.bench.runner import RunSpec, run
 
     row = run(RunSpec.from_json(json.loads(spec_path.read_text(encoding="utf-8"))))
     atomic_write_json(result_path, row)
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    close_process_group()
     return 0
 
 
