@@ -28,9 +28,15 @@ def test_cpu_step_timer_measures_each_step():
     assert len(seconds) == 3 and all(s > 0 for s in seconds)
 
 
-def test_single_process_without_torchrun():
-    assert dev.dist_from_env() == dev.Dist() or dev.dist_from_env().world_size >= 1
-    assert not dev.Dist().enabled and dev.Dist(world_size=2).enabled
+def test_rank_and_world_size_come_from_torchrun_variables(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert dev.dist_from_env() == dev.Dist() and not dev.Dist().enabled
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert dev.dist_from_env() == dev.Dist(rank=1, world_size=2, local_rank=1)
+    assert dev.dist_from_env().enabled
 
 
 def test_cpu_has_no_allocator_peaks_and_no_gpu_name():
