@@ -85,7 +85,7 @@ def run(spec: RunSpec) -> dict:
 
 def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
     dev.cap_memory(device, spec.memory_cap_bytes)
-    torch.manual_seed(spec.seed + dist.rank)
+    torch.manual_seed(spec.seed)  # the same initial weights on every rank; data differs by rank
     mode = parse_mode(spec.mode)
     model, plan = build(spec, mode, device, dist)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, fused=device.type == "cuda")
