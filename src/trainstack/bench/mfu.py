@@ -13,12 +13,16 @@ score matrix, NOT the causal half, so MFU figures compare with the usual publish
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 from trainstack.bench.model import ModelConfig
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 
 FORMULA = (
     "FLOPs/token = 6*N + 12*L*d*T  (N = parameters without the input embedding, output projection included; "
