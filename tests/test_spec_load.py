@@ -172,3 +172,13 @@ def _to_toml(document: dict) -> str:
         return "{" + ", ".join(f"{value(k)} = {value(x)}" for k, x in v.items()) + "}"
 
     return "".join(f"{k} = {value(v)}\n" for k, v in document.items())
+
+
+def test_a_misspelt_field_is_named_before_the_missing_one_it_hides(tmp_path):
+    text = (EXAMPLES / "cpu-minimal.toml").read_text().replace('\npython = ["3.11"]', '\npyton = ["3.11"]')
+    path = tmp_path / "typo.toml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_stack(path)
+    line = text.splitlines().index('pyton = ["3.11"]') + 1
+    assert str(info.value) == f"{path}:{line}: matrix.pyton: unknown field; did you mean 'python'?"

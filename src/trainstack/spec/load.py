@@ -48,7 +48,8 @@ def parse_stack(text: str, path: Path) -> Stack:
 
 def _describe(exc: ValidationError, text: str, path: Path) -> str:
     """The first validation error as one line: file:line: field: message."""
-    error = exc.errors()[0]
+    # an unknown field usually explains a "missing" one beside it (a typo), so name it first
+    error = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
     loc = tuple(str(part) for part in error["loc"] if not str(part).startswith("function-"))
     field = ".".join(loc) or "(top level)"
     line = locate(text, loc)
