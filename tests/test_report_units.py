@@ -1,4 +1,4 @@
-"""Pure parts of the report: drift, NVML reading (recorded values), version matching."""
+"""Pure parts of the report: drift, NVML reading (through a stand-in), version matching, a recorded probe."""
 
 from __future__ import annotations
 
@@ -30,8 +30,10 @@ class NvmlError(Exception):
     pass
 
 
-class RecordedNvml:
-    """Values as nvidia-ml-py returned them on an H100 host (driver 570.133.20)."""
+class StandInNvml:
+    """No NVML on this machine: a stand-in with the calls read_gpus makes, returning NVML's types.
+    Name, driver, compute capability and memory are what an H200 machine reported (nvidia-smi
+    for the driver, torch for the memory); the CUDA driver version and UUID are illustrative."""
 
     def __init__(self, fail: str | None = None) -> None:
         self.fail = fail
@@ -45,13 +47,13 @@ class RecordedNvml:
         self.shut = True
 
     def nvmlSystemGetDriverVersion(self) -> str:
-        return "570.133.20"
+        return "580.159.04"
 
     def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
-        return 12080
+        return 13000
 
     def nvmlDeviceGetCount(self) -> int:
-        return 2
+        return 1
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         return index
@@ -60,25 +62,25 @@ class RecordedNvml:
         return (9, 0)
 
     def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
-        return SimpleNamespace(total=85520809984, free=0, used=0)
+        return SimpleNamespace(total=150109880320, free=0, used=0)
 
     def nvmlDeviceGetName(self, handle: int) -> str:
-        return "NVIDIA H100 80GB HBM3"
+        return "NVIDIA H200"
 
     def nvmlDeviceGetUUID(self, handle: int) -> str:
         return f"GPU-0000000{handle}"
 
 
-def test_nvml_recorded_values() -> None:
-    nvml = RecordedNvml()
+def test_nvml_values_on_the_schema() -> None:
+    nvml = StandInNvml()
     info = read_gpus(nvml)
-    assert (info.driver, info.cuda_driver, info.reason) == ("570.133.20", "12.8", "")
-    assert [(g.index, g.capability, g.memory_mib) for g in info.gpus] == [(0, "9.0", 81559), (1, "9.0", 81559)]
+    assert (info.driver, info.cuda_driver, info.reason) == ("580.159.04", "13.0", "")
+    assert [(g.index, g.name, g.capability, g.memory_mib) for g in info.gpus] == [(0, "NVIDIA H200", "9.0", 143155)]
     assert nvml.shut
 
 
 def test_nvml_without_driver_gives_not_found_with_reason() -> None:
-    info = read_gpus(RecordedNvml(fail="NVML Shared Library Not Found"))
+    info = read_gpus(StandInNvml(fail="NVML Shared Library Not Found"))
     assert info.driver == "not found" and info.gpus == []
     assert info.reason == "NVML: NVML Shared Library Not Found"
 
@@ -131,7 +133,7 @@ H200_PROBE = {'os': {'name': 'Ubuntu 24.04.3 LTS', 'kernel': '6.18.44-fc-v973-gp
 
 
 def test_recorded_gpu_probe_maps_onto_the_schema() -> None:
-    gpus = read_gpus(RecordedNvml())
+    gpus = read_gpus(StandInNvml())
     report = from_probe(H200_PROBE, "/opt/torch/.venv/bin/python3", {}, gpus)
     assert report.torch.cuda_available is True and report.torch.devices == ["NVIDIA H200 (sm_90)"]
     assert (report.cudnn.compiled, report.cudnn.runtime) == ("9.19.0", "9.19.0")

@@ -1,5 +1,6 @@
-"""The op table: DeepSpeed's own op builders in a real venv, and the reasons computed from
-probe facts recorded on GPU machines (which this machine is not)."""
+"""The op table: DeepSpeed's own op builders in a real venv; one probe output recorded on an
+H200; and probe-shaped facts for cases this machine cannot produce (no GPU, no apex or
+flash-attn builds), to test how the reasons are worked out."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_nothing_installed(numpy_python: Path) -> None:  # noqa: F811
     assert table.rows == [] and "deepspeed" in table.absent and "triton" in table.absent
 
 
-def test_recorded_flash_attn_on_a_t4_is_arch_too_old() -> None:
+def test_flash_attn_on_a_t4_is_arch_too_old() -> None:
     raw = {
         "torch": {"version": "2.11.0+cu128", "cuda": "12.8", "capabilities": ["75"]},
         "deepspeed": None,
@@ -46,7 +47,7 @@ def test_recorded_flash_attn_on_a_t4_is_arch_too_old() -> None:
     assert row.why_not.startswith("GPU arch too old: sm75 < sm80")
 
 
-def test_recorded_missing_library_and_undefined_symbol() -> None:
+def test_missing_library_and_undefined_symbol() -> None:
     raw = {
         "torch": {"version": "2.11.0+cu128", "cuda": "12.8", "capabilities": ["90"]},
         "deepspeed": None,
@@ -68,7 +69,7 @@ def test_recorded_missing_library_and_undefined_symbol() -> None:
     assert {row.name for row in table.broken} == {"amp_C", "fused_layer_norm_cuda"}
 
 
-def test_recorded_deepspeed_ops_built_for_another_cuda_and_torch_range() -> None:
+def test_deepspeed_ops_built_for_another_cuda_and_torch_range() -> None:
     raw = {
         "torch": {"version": "2.11.0+cu128", "cuda": "12.8", "capabilities": []},
         "deepspeed": {
