@@ -8,7 +8,7 @@ from trainstack.verify.report_model import NOT_FOUND, Gpu, GpuInfo
 
 
 def read_gpus(nvml: Any | None = None) -> GpuInfo:
-    """Query NVML; ``nvml`` is the pynvml module (a recorded stand-in in tests)."""
+    """Query NVML; ``nvml`` is the pynvml module (a stand-in in tests on machines without NVML)."""
     if nvml is None:
         try:
             import pynvml as nvml
