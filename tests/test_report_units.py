@@ -90,7 +90,7 @@ def test_nvml_on_this_machine_never_raises() -> None:
     assert info.gpus or info.reason
 
 
-# report_probe.py's output on an H200 machine (torch 2.11.0+cu130 from PyPI, driver 580.159.04),
+# report_probe.py's output on an H200 machine (torch 2.11.0+cu130 and the nvidia wheels in a venv, driver 580.159.04),
 # recorded after the probe's conv initialised cuDNN; the package list is shortened.
 H200_PROBE = {'os': {'name': 'Ubuntu 24.04.3 LTS', 'kernel': '6.18.44-fc-v973-gpu', 'machine': 'x86_64'},
  'libc': {'name': 'glibc', 'version': '2.39'},

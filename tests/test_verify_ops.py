@@ -101,7 +101,7 @@ def test_gpu_only_module_on_a_cpu_machine_is_not_judged() -> None:
 
 
 def test_recorded_h200_probe_triton_is_compatible() -> None:
-    """ops_probe.py's output recorded on an H200 with torch 2.11.0+cu130 from PyPI."""
+    """ops_probe.py's output recorded on an H200 with torch 2.11.0+cu130 in a venv."""
     raw = {
         "torch": {"version": "2.11.0+cu130", "cuda": "13.0", "capabilities": ["90"]},
         "deepspeed": None,
