@@ -26,7 +26,8 @@ from trainstack.render.layers import FlavourLayers
 BACKENDS = ("venv", "oci")
 
 
-def make_backend(name: str, inputs: Inputs) -> Backend:
+def make_backend(name: str) -> Backend:
+    """The backend called ``name``; UsageError for an unknown one, ToolMissingError when its tools are absent."""
     if name == "venv":
         from trainstack.build.venv import VenvBackend
 
@@ -48,10 +49,8 @@ def build_stack(
     force: bool = False,
 ) -> list[BuildRecord]:
     """Build the selected flavours; a failure leaves each flavour's previous good build in place."""
-    if backend not in BACKENDS:
-        raise UsageError(f"--backend: unknown backend '{backend}'", hint=f"one of: {', '.join(BACKENDS)}")
+    chosen = make_backend(backend)
     inputs = load_inputs(stack_path, flavour)
-    chosen = make_backend(backend, inputs)
     tools = chosen.tools()
     cpus = effective_cpus()
     return [
