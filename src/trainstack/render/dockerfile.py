@@ -60,6 +60,12 @@ def source_file(src: SourceBuild) -> str:
     return f"sources/{stage_name(src.component.key)}.txt"
 
 
+def locked_commit(src: SourceBuild) -> str:
+    """The full sha the lock pinned (servers fetch by full sha only), else the stack's commit."""
+    match = re.search(r"@([0-9a-f]{40})\s*$", src.entry_text.strip())
+    return match.group(1) if match else str(src.component.commit)
+
+
 def labels(stack: Stack, layers: FlavourLayers) -> dict[str, str]:
     return {
         "org.opencontainers.image.title": stack.stack.image_ref,
@@ -133,7 +139,7 @@ def _fetch(src: SourceBuild) -> str:
     if comp.git is not None:
         get = (
             f"git init -q /src/{name} \\\n"
-            f"    && git -C /src/{name} fetch -q --depth 1 {shlex.quote(comp.git)} {comp.commit} \\\n"
+            f"    && git -C /src/{name} fetch -q --depth 1 {shlex.quote(comp.git)} {locked_commit(src)} \\\n"
             f"    && git -C /src/{name} checkout -q FETCH_HEAD"
         )
     elif comp.path is not None:
