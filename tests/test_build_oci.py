@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tarfile
+import time
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_build_fixtures import copy_example, make_lock
+from tests.test_build_fixtures import copy_example, git, git_package, make_lock
 from trainstack.build.oci import BuildahBackend
 from trainstack.cli import main
 
@@ -115,3 +117,69 @@ def test_bumping_an_extra_keeps_the_torch_layer(built: dict[str, object]) -> Non
     assert first[:4] == second[:4]
     assert first[4] != second[4] and first[5] != second[5]
     assert "debootstrap-bookworm" not in [s["name"] for s in built["second"]["steps"]]  # base reused
+
+
+SOURCE_STACK = """
+[stack]
+name = "cpu-src"
+release = "2026.12.0"
+image = "trainstack/cpu-src"
+
+[components]
+numpy = ">=2.2,<2.5"
+tsdemo = {{ git = "{url}", commit = "{sha}", build_env = {{ TS_BUILD_FLAG = "on" }}, jobs = {{ divisor = 1, cap = 3 }} }}
+
+[matrix]
+cuda = ["cpu"]
+os = ["debian12"]
+python = ["3.11"]
+
+[build]
+base = {{ debian12 = "debootstrap:bookworm" }}
+system_packages = ["ca-certificates", "git"]
+min_free_disk_gb = 1
+
+[toolchain]
+packages = ["setuptools", "wheel"]
+nvcc = false
+"""
+
+
+@pytest.fixture()
+def git_daemon(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """The source repository served over git:// on loopback (chroot builds share the host's network)."""
+    _, sha = git_package(tmp_path, "tsdemo")
+    git(tmp_path / "tsdemo-repo", "config", "uploadpack.allowAnySHA1InWant", "true")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon = subprocess.Popen(
+        ["git", "daemon", "--export-all", f"--base-path={tmp_path}", f"--port={port}", "--listen=127.0.0.1", "--reuseaddr"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"git://127.0.0.1:{port}/tsdemo-repo"
+    for _ in range(50):
+        if subprocess.run(["git", "ls-remote", url], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.1)
+    yield url, sha
+    daemon.terminate()
+    daemon.wait()
+
+
+def test_git_source_fetched_and_compiled_in_stages(built: dict[str, object], git_daemon: tuple[str, str], tmp_path: Path) -> None:
+    url, sha = git_daemon
+    stack = tmp_path / "cpu-src.toml"
+    stack.write_text(SOURCE_STACK.format(url=url, sha=sha))
+    make_lock(stack)
+    assert main(["build", str(stack), "--backend", "oci", "--build-dir", str(tmp_path / "build")]) == 0
+    record = json.loads((tmp_path / "build" / f"{SLUG}.oci" / "build.json").read_text())
+    jobs = record["max_jobs"]["tsdemo"]
+    container = buildah("from", "--quiet", record["image"]).strip()
+    try:
+        probe = "import os, tsdemo, tsdemo_buildinfo as b; print(tsdemo.VALUE, b.MAX_JOBS, b.BUILD_FLAG, os.path.exists('/src'))"
+        out = buildah("run", "--isolation", "chroot", container, "--", "python", "-c", probe)
+    finally:
+        buildah("rm", container)
+    assert out.split() == ["42", str(jobs), "on", "False"]  # built with its env and budget; no source left behind
