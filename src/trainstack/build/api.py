@@ -139,6 +139,7 @@ def _run(
         layers=output.layers,
     )
     atomic_write_json(staging / "build.json", record.model_dump(mode="json"))
+    (staging / "build.json").chmod(0o644)  # a record for everyone, not only the builder
     return record
 
 
