@@ -92,7 +92,6 @@ def test_bad_thresholds_file_gives_one_line_and_exit_2(capsys, tmp_path):
     assert str(bad) in err.replace("\n", "") and "gemm_bf16_tflops.warn_below" in err.replace("\n", "")
 
 
-@pytest.mark.xfail(reason="cli.main drops the exit code that click returns with standalone_mode=False", strict=False)
 def test_entry_point_exits_with_the_verdict(no_driver):
     proc = subprocess.run([sys.executable, "-m", "trainstack.cli", "health"], capture_output=True, text=True,
                           timeout=120)
