@@ -427,7 +427,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--time-budget", type=float, default=300.0, help="seconds; later cases are skipped once spent")
     ap.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile memory-budget comparison")
+    ap.add_argument("--cases", default="", help="run only these cases, e.g. '125m:8:2048:8,1b:4:4096:45' (preset:batch:seq:GiB)")
     args = ap.parse_args()
+    cases = [c for c in CASES if not args.cases or ":".join(map(str, c)) in args.cases.split(",")]
     if not torch.cuda.is_available():
         print("skip: no GPU")
         return 0
@@ -450,7 +452,7 @@ def main() -> int:
     print(header[-1], flush=True)
     summaries: list[dict] = []
     skipped: list = []
-    for spec in CASES:
+    for spec in cases:
         if time.perf_counter() - t0 > args.time_budget:
             skipped.append(spec)
             continue
