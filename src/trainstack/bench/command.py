@@ -8,7 +8,7 @@ import typer
 
 
 def command(
-    model: str = typer.Option("125m", "--model", "-m", help="Preset: tiny, 125m, 1b, 3b, 8b."),
+    model: str = typer.Option("125m", "--preset", "--model", "-m", help="Preset: tiny, 125m, 1b, 3b, 8b."),
     hf_config: Path | None = typer.Option(None, "--hf-config", help="A Hugging Face config.json (or its folder) instead of a preset; no download."),
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences per GPU per step."),
     seq: int | None = typer.Option(None, "--seq", "-s", help="Sequence length [default: 2048, or the model's max_seq if smaller]."),
@@ -26,7 +26,7 @@ def command(
 
     Under torchrun the model is sharded with FSDP2 and figures are per GPU and in total.
 
-    Example: trainstack bench --model 1b --batch 4 --seq 4096 --ablation --out results
+    Example: trainstack bench --preset 1b --batch 4 --seq 4096 --ablation --out results
     """
     from trainstack.bench import api
 
