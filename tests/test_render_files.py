@@ -130,3 +130,27 @@ def test_bad_inputs_give_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert "perhaps you meant 'cpu-debian12-py311-release'" in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
+
+
+def test_python_from_the_os_archive_where_it_ships_one(cpu_render: Path) -> None:
+    system = _stage(cpu_render / SLUG / "Dockerfile", "system")
+    assert "python3.11-venv" in system and "python3.11 -m venv /opt/venv" in system
+    assert "uv python install" not in system
+
+
+def test_standalone_python_with_the_locking_uv_where_the_os_has_none(torch_render: Path) -> None:
+    # Ubuntu 24.04's archive packages Python 3.12 only; the flavour wants 3.11
+    from trainstack.lock import load_manifest
+
+    uv_version = load_manifest(torch_render.parent / "torch-cuda.lock" / "stack.lock.json").uv_version
+    system = _stage(torch_render / TORCH_SLUG / "Dockerfile", "system")
+    assert "python3.11" not in system.replace("--python 3.11", "")
+    assert f"pip install --no-cache-dir uv=={uv_version}" in system
+    assert "uv python install 3.11" in system and "uv venv --seed --python 3.11 /opt/venv" in system
+
+
+def _stage(dockerfile: Path, name: str) -> str:
+    text = dockerfile.read_text()
+    start = text.index(f" AS {name}\n")
+    end = text.find("\nFROM ", start)
+    return text[start : end if end != -1 else None]

@@ -11,7 +11,7 @@ from trainstack.spec.models import Stack
 
 # Bumped when the rendered build (Dockerfile layers, build scripts) changes in a way
 # that makes old cache entries wrong even though no lock changed.
-TEMPLATE_VERSION = "1"
+TEMPLATE_VERSION = "2"
 
 
 def cache_key(

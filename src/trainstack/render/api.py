@@ -14,7 +14,7 @@ from trainstack.render.stackfiles import render_bake, render_environment, render
 def flavour_files(inputs: Inputs, layers: FlavourLayers) -> dict[str, str]:
     """A flavour's build context: its Dockerfile and the lock files its stages bind-mount."""
     files = {
-        "Dockerfile": render_dockerfile(inputs.stack, layers),
+        "Dockerfile": render_dockerfile(inputs.stack, layers, inputs.manifest.uv_version),
         "torch.txt": layers.torch.text(),
         "extras.txt": layers.extras.text(),
         "toolchain.txt": layers.toolchain.text(),

@@ -18,14 +18,17 @@ from dataclasses import dataclass
 from trainstack.build.ccache import compiler_cache_env
 from trainstack.build.cpu import budget_for
 from trainstack.errors import SpecError
+from trainstack.rules import os_pythons
 from trainstack.render.layers import FlavourLayers, SourceBuild
 from trainstack.spec.models import CompilerCache, Stack
 
 VENV = "/opt/venv"
+UV_HOME = "/opt/uv"  # the uv that installs a standalone Python where the OS has none
+STANDALONE_PYTHONS = "/opt/python"
 CA = "/run/secrets/ca"
 DEBOOTSTRAP_PREFIX = "debootstrap:"
-# Uses the CA secret when the build was given one; pip, git and curl each read their own variable.
-WITH_CA = f"if [ -f {CA} ]; then export PIP_CERT={CA} GIT_SSL_CAINFO={CA} CURL_CA_BUNDLE={CA}; fi"
+# Uses the CA secret when the build was given one; pip, git, curl and uv each read their own variable.
+WITH_CA = f"if [ -f {CA} ]; then export PIP_CERT={CA} GIT_SSL_CAINFO={CA} CURL_CA_BUNDLE={CA} SSL_CERT_FILE={CA}; fi"
 SECRET = f"--mount=type=secret,id=ca,target={CA}"
 LOCKS = "/opt/trainstack/locks"
 COMPILER_CACHE = "/root/.cache/compiler"
@@ -78,9 +81,9 @@ def labels(stack: Stack, layers: FlavourLayers) -> dict[str, str]:
     }
 
 
-def render_dockerfile(stack: Stack, layers: FlavourLayers) -> str:
+def render_dockerfile(stack: Stack, layers: FlavourLayers, uv_version: str) -> str:
     base = base_for(stack, layers.flavour.os)
-    parts = [_header(base), _system(stack, layers), _torch(), _extras()]
+    parts = [_header(base), _system(stack, layers, uv_version), _torch(), _extras()]
     for src in layers.sources:
         parts += [_fetch(src), _compile(src, bool(layers.toolchain.entries), stack.build.compiler_cache)]
     parts.append(_final(stack, layers))
@@ -96,10 +99,12 @@ def _header(base: Base) -> str:
     return f"# syntax=docker/dockerfile:1.7\n{origin}FROM {base.ref} AS base\n"
 
 
-def _system(stack: Stack, layers: FlavourLayers) -> str:
+def _system(stack: Stack, layers: FlavourLayers, uv_version: str) -> str:
     py = layers.flavour.python
     ccache = ["ccache"] if stack.build.compiler_cache.kind == "ccache" and layers.sources else []
-    packages = sorted({*stack.build.system_packages, f"python{py}", f"python{py}-venv", *ccache})
+    from_archive = py in os_pythons(layers.flavour.os)
+    pythons = [f"python{py}", f"python{py}-venv"] if from_archive else ["python3", "python3-venv"]
+    packages = sorted({*stack.build.system_packages, *pythons, *ccache})
     return (
         "FROM base AS system\n"
         'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
@@ -109,8 +114,20 @@ def _system(stack: Stack, layers: FlavourLayers) -> str:
         "    apt-get update \\\n"
         f"    && apt-get install -y --no-install-recommends {' '.join(packages)} \\\n"
         "    && rm -rf /var/lib/apt/lists/* \\\n"
-        f"    && python{py} -m venv {VENV}\n"
-        f"ENV VIRTUAL_ENV={VENV} PATH={VENV}/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1\n"
+        + (f"    && python{py} -m venv {VENV}\n" if from_archive else _standalone_python(py, uv_version))
+        + f"ENV VIRTUAL_ENV={VENV} PATH={VENV}/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1\n"
+    )
+
+
+def _standalone_python(py: str, uv_version: str) -> str:
+    """The flavour's Python where the OS archive has none: uv's standalone build, with the
+    uv release that made the lock, in a venv seeded with pip for the later stages."""
+    pin = f"=={uv_version}" if re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", uv_version) else ""
+    return (
+        f"    && python3 -m venv {UV_HOME} \\\n"
+        f"    && {UV_HOME}/bin/pip install --no-cache-dir uv{pin} \\\n"
+        f"    && UV_PYTHON_INSTALL_DIR={STANDALONE_PYTHONS} {UV_HOME}/bin/uv python install {py} \\\n"
+        f"    && UV_PYTHON_INSTALL_DIR={STANDALONE_PYTHONS} {UV_HOME}/bin/uv venv --seed --python {py} {VENV}\n"
     )
 
 

@@ -108,3 +108,9 @@ def python_platform(os_name: str) -> str:
             f"OS '{os_name}' is not in the rules data (known: {', '.join(platforms.os)})", hint=platforms.glibc.source
         )
     return platforms.os[os_name].platform
+
+
+def os_pythons(os_name: str) -> list[str]:
+    """Python versions the OS's own archive packages (pythonX.Y); [] when the rules don't know."""
+    platform = load_rules().platforms.os.get(os_name)
+    return list(platform.pythons) if platform else []

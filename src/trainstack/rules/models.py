@@ -56,6 +56,8 @@ class OsPlatform(Data):
     glibc: str
     platform: str
     source: str
+    pythons: list[str] = []  # pythonX.Y packages of the OS's own archive
+    pythons_source: str = ""
 
 
 class PlatformRules(Data):
