@@ -63,4 +63,4 @@ class ElfCache:
         try:
             atomic_write_text(self.path, json.dumps({"version": VERSION, "entries": self.entries}))
         except OSError:
-            pass  # a read-only home only costs speed
+            return  # a read-only home only costs speed: the next run reads the files again
