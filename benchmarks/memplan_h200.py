@@ -57,7 +57,7 @@ from trainstack.errors import BudgetError
 
 GiB = 1 << 30
 MiB = 1 << 20
-WARMUP, STEPS = 2, 3
+WARMUP, STEPS = 2, 5
 
 # (preset, batch, seq, budget GiB): budgets between "everything recomputed" and "nothing".
 CASES = [

@@ -24,6 +24,9 @@ from trainstack.errors import UsageError  # noqa: E402
         ("ac-selective+compile", Mode(compile=True, ac="selective"), "compile+ac-selective"),
         ("planned", Mode(ac="planned"), "planned"),
         ("compile+planned", Mode(compile=True, ac="planned"), "compile+planned"),
+        ("bf16", Mode(bf16=True), "eager+bf16"),
+        ("bf16+compile", Mode(compile=True, bf16=True), "compile+bf16"),
+        ("ac-full+bf16", Mode(ac="full", bf16=True), "ac-full+bf16"),
     ],
 )
 def test_parse_mode(text, mode, name):

@@ -4,6 +4,9 @@ A mode string joins parts with '+': ``eager``, ``compile``, ``ac-none``, ``ac-fu
 ``ac-every-N`` (every N-th block, starting with the first), ``ac-selective`` (per op:
 matrix products and attention are saved, cheap element-wise ops recomputed) and
 ``planned`` (what memplan chooses for the memory budget); e.g. ``compile+ac-selective``.
+On one GPU the weights are fp32 under bf16 autocast, unless the mode has the part ``bf16``:
+bf16 parameters with fp32 master weights and AdamW state (bench.precision), e.g.
+``compile+bf16``.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 
 from trainstack.errors import TrainstackError, UsageError
 
-ACCEPTED = "eager, compile, ac-none, ac-full, ac-every-N, ac-selective, planned, or parts joined by '+'"
-DEFAULT_ABLATION = ("eager", "compile", "ac-full", "ac-every-2", "ac-selective", "compile+ac-selective", "planned")
+ACCEPTED = "eager, compile, bf16, ac-none, ac-full, ac-every-N, ac-selective, planned, or parts joined by '+'"
+DEFAULT_ABLATION = ("eager", "compile", "compile+bf16", "ac-full", "ac-every-2", "ac-selective", "compile+ac-selective", "planned")
 
 _AC_PART = re.compile(r"^ac-(none|full|selective|every-([1-9][0-9]*))$")
 
@@ -33,22 +36,27 @@ class Mode:
     compile: bool = False
     ac: str = "none"  # none | full | every | selective | planned
     every: int = 0
+    bf16: bool = False  # bf16 parameters, fp32 master weights and optimizer state
 
     @property
     def name(self) -> str:
         ac = {"none": "", "every": f"ac-every-{self.every}", "planned": "planned"}.get(self.ac, f"ac-{self.ac}")
         parts = (["compile"] if self.compile else []) + ([ac] if ac else [])
-        return "+".join(parts) or "eager"
+        parts = (parts or ["eager"]) + (["bf16"] if self.bf16 else [])
+        return "+".join(parts)
 
 
 def parse_mode(text: str) -> Mode:
-    compiled, ac, every, seen_ac = False, "none", 0, False
+    compiled, ac, every, seen_ac, bf16 = False, "none", 0, False, False
     for part in text.strip().lower().split("+"):
         match = _AC_PART.match(part)
         if part == "eager":
             continue
         if part == "compile":
             compiled = True
+            continue
+        if part == "bf16":
+            bf16 = True
             continue
         if part != "planned" and match is None:
             raise UsageError(f"--modes: unknown mode part '{part}' in '{text}'; accepted: {ACCEPTED}")
@@ -63,7 +71,7 @@ def parse_mode(text: str) -> Mode:
             ac = match.group(1)
     if compiled and "eager" in text.lower().split("+"):
         raise UsageError(f"--modes: '{text}' is both eager and compile; accepted: {ACCEPTED}")
-    return Mode(compile=compiled, ac=ac, every=every)
+    return Mode(compile=compiled, ac=ac, every=every, bf16=bf16)
 
 
 def parse_modes(text: str) -> list[Mode]:

@@ -56,12 +56,24 @@ def explain(rows: list[dict]) -> list[str]:
     basis = f"dense bf16 peak {peak:g} TFLOP/s per GPU" if peak else "MFU unknown: this device is not in the GPU peak table"
     return [
         f"model {row['model']}: {_count(row['params'])} parameters, {_count(row['non_embedding_params'])} without the input embedding; "
-        f"batch {row['batch']} x seq {row['seq']} per GPU; {row['world_size']} x {row['device_name']}; {row['precision']}; torch {row['torch']}",
+        f"batch {row['batch']} x seq {row['seq']} per GPU; {row['world_size']} x {row['device_name']}; torch {row['torch']}",
+        _precisions(rows),
         f"MFU basis: {basis}",
         f"{FORMULA} = {row['flops_per_token'] / 1e9:.3f} GFLOP/token",
         f"timed steps {row['steps']} after {row['warmup_steps']} warm-up steps (warm-up s includes compilation); "
         + ("step times from CUDA events, one sync at the end of the timed window" if row["device_type"] == "cuda" else "step times from the wall clock"),
     ] + [f"{r['mode']} plan: {r['plan']}" for r in rows if r.get("plan")] + [f"{r['mode']}: {r['status']}: {r['error']}" for r in rows if r.get("status") != "ok" and r.get("error")]
+
+
+def _precisions(rows: list[dict]) -> str:
+    """'precision: X' when every mode shares it, else each precision with its modes."""
+    modes: dict[str, list[str]] = {}
+    for r in rows:
+        if r.get("precision"):
+            modes.setdefault(r["precision"], []).append(r["mode"])
+    if len(modes) == 1:
+        return f"precision: {next(iter(modes))}"
+    return "precision: " + "; ".join(f"{p} ({', '.join(m)})" for p, m in modes.items())
 
 
 def _count(n: int) -> str:

@@ -2,7 +2,8 @@
 
 Runs in the calling process. Under torchrun (WORLD_SIZE > 1) every block and then the
 whole model are sharded with FSDP2 (bf16 parameters for compute, fp32 master weights
-and gradient reduction); on one GPU the model keeps fp32 weights under bf16 autocast.
+and gradient reduction); on one GPU the model keeps fp32 weights under bf16 autocast,
+or, in a ``bf16`` mode, bf16 parameters with fp32 master weights and AdamW state.
 """
 
 from __future__ import annotations
@@ -88,11 +89,12 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
     torch.manual_seed(spec.seed)  # the same initial weights on every rank; data differs by rank
     mode = parse_mode(spec.mode)
     model, plan = build(spec, mode, device, dist)
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, fused=device.type == "cuda")
+    opt = optimizer(model, mode, spec.lr, device, dist)
     # a generator of its own: the same tokens in every mode, whatever a mode draws from the global one
     gen = torch.Generator(device).manual_seed(spec.seed + dist.rank)
     batches = torch.randint(0, spec.cfg.vocab_size, (_BATCHES, spec.batch, spec.seq + 1), device=device, generator=gen)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and not dist.enabled else nullcontext()
+    autocast = device.type == "cuda" and not dist.enabled and not mode.bf16
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if autocast else nullcontext()
 
     def step(i: int) -> torch.Tensor:
         tokens = batches[i % _BATCHES]
@@ -140,6 +142,16 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
     if dist.enabled:
         shard(model, device)
     return model, plan
+
+
+def optimizer(model: torch.nn.Module, mode: Mode, lr: float, device: torch.device, dist: dev.Dist):
+    """Fused AdamW on the model's parameters; for a ``bf16`` mode on one process, the
+    parameters become bf16 and AdamW runs on fp32 master copies (bench.precision)."""
+    if mode.bf16 and not dist.enabled:
+        from trainstack.bench.precision import to_bf16_with_master
+
+        return to_bf16_with_master(model, lr=lr, compiled=mode.compile)
+    return torch.optim.AdamW(model.parameters(), lr=lr, fused=device.type == "cuda")
 
 
 def _new_model(cfg: ModelConfig | HfShape, device: torch.device) -> torch.nn.Module:
@@ -207,7 +219,7 @@ def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
         "world_size": dist.world_size,
         "device_type": device.type,
         "device_name": dev.device_name(device),
-        "precision": _precision(device, dist),
+        "precision": _precision(device, dist, parse_mode(spec.mode)),
         "params": cfg.total_params(),
         "non_embedding_params": cfg.non_embedding_params(),
         "flops_per_token": flops_per_token(cfg, spec.seq),
@@ -220,9 +232,11 @@ def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
     }
 
 
-def _precision(device: torch.device, dist: dev.Dist) -> str:
+def _precision(device: torch.device, dist: dev.Dist, mode: Mode) -> str:
     if dist.enabled:
         return f"FSDP2 over {dist.world_size} ranks, " + ("bf16 params, fp32 master and reduction" if device.type == "cuda" else "fp32")
+    if mode.bf16:
+        return "bf16 params, fp32 master weights and AdamW state"
     return "bf16 autocast, fp32 weights" if device.type == "cuda" else "fp32"
 
 
