@@ -89,6 +89,23 @@ def test_chunked_loss_matches_full_cross_entropy(tiny):
         torch.testing.assert_close(param.grad, want[name], msg=name)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="skip: no GPU")
+def test_chunked_loss_on_a_gpu_in_bf16_matches_fp32_cross_entropy():
+    """The GPU path: bf16 logits, the weight gradient accumulated by fp32-output products."""
+    torch.manual_seed(0)
+    h = torch.randn(300, 64, device="cuda")
+    w = torch.randn(1000, 64, device="cuda") * 0.1
+    targets = torch.randint(0, 1000, (300,), device="cuda")
+    ref_h, ref_w = h.clone().requires_grad_(), w.clone().requires_grad_()
+    F.cross_entropy(ref_h @ ref_w.t(), targets).backward()
+    hb, wb = h.bfloat16().requires_grad_(), w.bfloat16().requires_grad_()
+    loss = chunked_cross_entropy(hb, wb, targets, chunk=128)
+    loss.backward()
+    torch.testing.assert_close(loss, F.cross_entropy(h @ w.t(), targets), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(hb.grad.float(), ref_h.grad, rtol=5e-2, atol=2e-3)
+    torch.testing.assert_close(wb.grad.float(), ref_w.grad, rtol=5e-2, atol=2e-3)
+
+
 def test_forward_with_targets_returns_the_loss(tiny):
     tokens, targets = torch.randint(0, 512, (2, 32)), torch.randint(0, 512, (2, 32))
     with torch.no_grad():

@@ -246,13 +246,13 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             n = h.shape[0]
             total = torch.zeros((), dtype=torch.float32, device=h.device)
             grad_h = torch.empty_like(h)
-            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            grad_w = None
             for start in range(0, n, chunk):
                 hc, tc = h[start : start + chunk], targets[start : start + chunk]
                 loss, g = chunk_fn(hc @ weight.t(), tc)  # g (n, V)
                 total += loss
-                grad_h[start : start + chunk] = g @ weight
-                grad_w += g.t() @ hc
+                torch.mm(g, weight, out=grad_h[start : start + chunk])
+                grad_w = _add_t_mm_fp32(grad_w, g, hc)  # (V, C)
             ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
             ctx.n = n
         return total / n
@@ -262,6 +262,18 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_h, grad_w = ctx.saved_tensors
         scale = grad_loss / ctx.n
         return grad_h * scale.to(grad_h.dtype), grad_w * scale.to(grad_w.dtype), None, None, None
+
+
+def _add_t_mm_fp32(acc: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``acc + a.T @ b`` accumulated in fp32. On a GPU with 16-bit inputs one matrix product
+    writes the fp32 sum directly (cuBLAS's fp32 output), instead of a 16-bit partial product
+    read back and added: the (V, C) weight gradient is the loss's largest tensor."""
+    if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16) and hasattr(torch.ops.aten.addmm, "dtype"):
+        if acc is None:
+            return torch.mm(a.t(), b, out_dtype=torch.float32)
+        return torch.addmm(acc, a.t(), b, out_dtype=torch.float32)
+    partial = (a.t() @ b).float()
+    return partial if acc is None else acc.add_(partial)
 
 
 def from_hf_config(path: str) -> ModelConfig:

@@ -62,7 +62,16 @@ def explain(rows: list[dict]) -> list[str]:
         f"{FORMULA} = {row['flops_per_token'] / 1e9:.3f} GFLOP/token",
         f"timed steps {row['steps']} after {row['warmup_steps']} warm-up steps (warm-up s includes compilation); "
         + ("step times from CUDA events, one sync at the end of the timed window" if row["device_type"] == "cuda" else "step times from the wall clock"),
-    ] + [f"{r['mode']} plan: {r['plan']}" for r in rows if r.get("plan")] + [f"{r['mode']}: {r['status']}: {r['error']}" for r in rows if r.get("status") != "ok" and r.get("error")]
+    ] + _attention(rows) + [f"{r['mode']} plan: {r['plan']}" for r in rows if r.get("plan")] + [f"{r['mode']}: {r['status']}: {r['error']}" for r in rows if r.get("status") != "ok" and r.get("error")]
+
+
+def _attention(rows: list[dict]) -> list[str]:
+    """The attention kernel used, and each backend's measured forward+backward time."""
+    row = next((r for r in rows if r.get("sdpa_ms")), None)
+    if row is None:
+        return []
+    times = ", ".join(f"{name} {ms:.2f} ms" for name, ms in sorted(row["sdpa_ms"].items(), key=lambda kv: kv[1]))
+    return [f"attention: {row.get('sdpa_backend', '?')}, the fastest of the fused backends timed at these shapes (forward+backward: {times})"]
 
 
 def _precisions(rows: list[dict]) -> str:

@@ -106,7 +106,11 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
         return loss.detach()
 
     losses: list[torch.Tensor] = []
-    with dev.sdpa_context(device):
+    cfg = spec.cfg
+    order, sdpa_ms = dev.fastest_sdpa_order(
+        device, batch=spec.batch, seq=spec.seq, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim
+    )
+    with dev.sdpa_context(device, order):
         sdpa = _sdpa_choice(spec, device)
         start = time.perf_counter()
         for i in range(spec.warmup):
@@ -122,7 +126,8 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
         seconds = timer.step_seconds()
     allocated, reserved = dev.peak_memory(device)
     local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
-    return Measured(seconds, warmup_seconds, torch.stack(losses).tolist(), allocated, reserved, sdpa, plan, {"params_per_rank": local})
+    extra = {"params_per_rank": local, "sdpa_ms": {name.lower(): ms for name, ms in sdpa_ms.items()}}
+    return Measured(seconds, warmup_seconds, torch.stack(losses).tolist(), allocated, reserved, sdpa, plan, extra)
 
 
 def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None]:
