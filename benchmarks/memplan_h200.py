@@ -20,8 +20,9 @@ First the GPU's bf16 matmul rate and copy bandwidth are measured, and the host's
 op (eager, under full and under selective recompute): the roofline memplan falls back on
 without a GPU. Uncapped runs then show what the memory model cannot see (library
 workspaces, allocator overhead) against the overheads it assumes (memplan/overheads.py).
-Each case's plan takes its recompute costs from one real block timed per choice, as
-plan_memory does on a GPU; each case starts with an untimed warm-up run.
+Each case's plan takes its blocks' bytes from one real block measured per choice by the
+allocator, and its recompute costs from that block timed per choice, as plan_memory does
+on a GPU; each case starts with an untimed warm-up run.
 
 Usage: python benchmarks/memplan_h200.py [--out benchmarks/results] [--time-budget 300] [--skip-compile]
 """
@@ -47,9 +48,9 @@ import torch
 from trainstack.bench import device as dev
 from trainstack.bench.model import Block, Transformer, rope_tables
 from trainstack.bench.presets import PRESETS
-from trainstack.memplan.apply import apply_choices, unwrap, wrap
-from trainstack.memplan.calibrate import Roofline, block_op_counts, calibrate, time_block
-from trainstack.memplan.memory import breakdown, with_measured_times
+from trainstack.memplan.wrappers import apply_choices, unwrap, wrap
+from trainstack.memplan.calibrate import Roofline, block_memory, block_op_counts, calibrate, time_block
+from trainstack.memplan.memory import breakdown, with_measured_memory, with_measured_times
 from trainstack.memplan.overheads import default_overheads
 from trainstack.memplan.plan import Choice, Overheads
 from trainstack.memplan.planner import choose
@@ -218,6 +219,8 @@ class Case:
             except Exception as exc:  # noqa: BLE001 - fake CUDA tensors unsupported: calibrate on fake CPU ones
                 print(f"calibration on fake cuda tensors failed ({exc!r}); using fake cpu tensors", flush=True)
                 self.profile = calibrate(self.cfg, batch=batch, seq=seq, device="cpu", roofline=roofline, label=preset)
+            # the blocks' bytes from one real block, as plan_memory takes them on a GPU
+            self.profile = with_measured_memory(self.profile, block_memory(self.cfg, batch=batch, seq=seq))
             if timed:
                 self.profile = with_measured_times(self.profile, time_block(self.cfg, batch=batch, seq=seq, device="cuda"))
         clean()

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from trainstack.bench.model import Transformer  # noqa: E402
 from trainstack.bench.presets import PRESETS  # noqa: E402
 from trainstack.memplan import apply, plan_memory  # noqa: E402
-from trainstack.memplan.apply import apply_choices, choice_of, unwrap  # noqa: E402
+from trainstack.memplan.wrappers import apply_choices, choice_of, unwrap  # noqa: E402
 from trainstack.memplan.plan import Choice, Overheads  # noqa: E402
 
 TINY = PRESETS["tiny"]
@@ -70,3 +70,10 @@ def test_apply_a_real_plan_and_undo_it(model, tokens) -> None:
 def test_a_plan_for_another_depth_is_refused(model) -> None:
     with pytest.raises(ValueError, match="3 blocks"):
         apply_choices(copy.deepcopy(model), (K, K, K))
+
+
+def test_apply_stays_the_function_after_the_wrappers_module_is_imported() -> None:
+    import trainstack.memplan
+    import trainstack.memplan.wrappers  # noqa: F401
+
+    assert callable(trainstack.memplan.apply) and trainstack.memplan.apply.__module__ == "trainstack.memplan"

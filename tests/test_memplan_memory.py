@@ -81,3 +81,27 @@ def test_a_real_block_is_timed_per_choice() -> None:
 
     seconds = time_block(TINY, batch=1, seq=32, device="cpu", steps=2)
     assert set(seconds) == set(Choice) and all(s > 0 for s in seconds.values())
+
+
+def test_measured_block_bytes_replace_the_fake_ones(profile) -> None:
+    from dataclasses import replace
+
+    from trainstack.memplan.memory import with_measured_memory
+
+    real = {c: replace(o, saved=o.saved // 2, held=o.held // 2, fwd_peak=o.fwd_peak + 1, bwd_peak=o.bwd_peak + 2) for c, o in profile.options.items()}
+    measured = with_measured_memory(profile, real)
+    for c, o in measured.options.items():
+        assert (o.saved, o.held, o.fwd_peak, o.bwd_peak) == (real[c].saved, real[c].held, real[c].fwd_peak, real[c].bwd_peak)
+        assert (o.recompute_flops, o.recompute_seconds) == (profile.options[c].recompute_flops, profile.options[c].recompute_seconds)
+    assert breakdown(measured, [Choice.KEEP] * TINY.n_layers).saved_activations < breakdown(profile, [Choice.KEEP] * TINY.n_layers).saved_activations
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="skip: no GPU")
+def test_a_real_block_on_a_gpu_saves_at_most_what_fake_tensors_say() -> None:
+    from trainstack.memplan.calibrate import block_memory
+
+    fake = calibrate(TINY, batch=2, seq=64, device="cuda")
+    real = block_memory(TINY, batch=2, seq=64)
+    assert real[Choice.FULL].saved == fake.options[Choice.FULL].saved  # the input alone
+    assert 0 < real[Choice.KEEP].saved <= fake.options[Choice.KEEP].saved
+    assert real[Choice.FULL].saved < real[Choice.SELECTIVE].saved < real[Choice.KEEP].saved

@@ -33,9 +33,10 @@ def plan_memory(
 ) -> Plan:
     """The plan of least recompute cost whose predicted peak fits ``budget_bytes``.
 
-    Memory comes from fake-tensor calibration. Recompute costs come from timing one real
-    block per choice when ``time_blocks`` (default: when a CUDA GPU is present), else from
-    a roofline with H200 rates. Raises BudgetError (how much is missing, and the batch or
+    Memory comes from fake-tensor calibration, the blocks' bytes from one real block per
+    choice on a CUDA GPU. Recompute costs come from timing one real block per choice when
+    ``time_blocks`` (default: when a CUDA GPU is present), else from a roofline with H200
+    rates. Raises BudgetError (how much is missing, and the batch or
     sharding that would fit).
     """
     from trainstack.memplan.calibrate import calibrate
@@ -61,14 +62,17 @@ def _cuda() -> bool:
 
 
 def _timed(profile: Profile, cfg: ModelConfig, batch: int, seq: int) -> Profile:
-    """Recompute costs from one real block timed on the GPU; the roofline ones if it does not fit."""
+    """Recompute costs from one real block timed on the GPU, and there its bytes from the
+    allocator too; the fake-tensor figures where the block does not fit."""
     import torch
 
-    from trainstack.memplan.calibrate import time_block
-    from trainstack.memplan.memory import with_measured_times
+    from trainstack.memplan.calibrate import block_memory, time_block
+    from trainstack.memplan.memory import with_measured_memory, with_measured_times
 
     device = "cuda" if _cuda() else "cpu"
     try:
+        if device == "cuda":
+            profile = with_measured_memory(profile, block_memory(cfg, batch=batch, seq=seq, device=device))
         return with_measured_times(profile, time_block(cfg, batch=batch, seq=seq, device=device))
     except torch.OutOfMemoryError:
         return profile
@@ -79,6 +83,6 @@ def _timed(profile: Profile, cfg: ModelConfig, batch: int, seq: int) -> Profile:
 
 def apply(model: nn.Module, plan: Plan) -> nn.Module:
     """Wrap ``model.layers`` per ``plan``: keep, selective or full recompute for each block."""
-    from trainstack.memplan.apply import apply as _apply
+    from trainstack.memplan.wrappers import apply as _apply
 
     return _apply(model, plan)

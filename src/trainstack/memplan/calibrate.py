@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from trainstack.memplan.apply import save_ops, unwrap, wrap
+from trainstack.memplan.wrappers import save_ops, unwrap, wrap
 from trainstack.memplan.plan import BlockCost, Choice, HeadCost, Profile
 
 if TYPE_CHECKING:
@@ -374,6 +374,53 @@ def time_block(cfg: ModelConfig, *, batch: int, seq: int, device: str, steps: in
     return {c: statistics.median(t) for c, t in times.items()}
 
 
+def block_memory(cfg: ModelConfig, *, batch: int, seq: int, device: str = "cuda") -> dict[Choice, BlockCost]:
+    """One real block's bytes per choice, from the CUDA caching allocator's counters: the
+    same quantities ``_measure_block`` takes from fake tensors.
+
+    The real step sees what fake tensors cannot: under a Python dispatch mode some ops take
+    their composite form, which saves more than the device's fused kernel does (RMSNorm on
+    CUDA saves its input and the reciprocal RMS, its composite form also the normalised
+    fp32 output). Each choice runs twice; the second is measured, after cuBLAS workspaces
+    and kernel choices exist.
+    """
+    import torch
+
+    from trainstack.bench.model import Block, rope_tables
+
+    dev = torch.device(device)
+    with dev:
+        block = Block(cfg)
+        cos, sin = (t[:seq] for t in rope_tables(cfg))
+    allocated, peak = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
+
+    def once() -> BlockCost:
+        torch.cuda.synchronize(dev)
+        base = allocated(dev)
+        x = torch.randn(batch, seq, cfg.dim, device=dev, requires_grad=True)  # the residual stream stays fp32
+        torch.cuda.reset_peak_memory_stats(dev)
+        with _autocast(dev.type):
+            y = block(x, cos, sin)
+            held = allocated(dev) - base - y.untyped_storage().nbytes()
+        saved = allocated(dev) - base - y.untyped_storage().nbytes()
+        fwd_peak = peak(dev) - base
+        gy = torch.randn_like(y)
+        before = allocated(dev) - base
+        torch.cuda.reset_peak_memory_stats(dev)
+        y.backward(gy)
+        bwd_peak = peak(dev) - base - before + saved
+        block.zero_grad(set_to_none=True)
+        return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak)
+
+    costs = {}
+    for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
+        wrap(block, choice)
+        once()
+        costs[choice] = once()
+    unwrap(block)
+    return costs
+
+
 def block_op_counts(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = None) -> tuple[int, int]:
     """Ops dispatched by one kept block's forward and its backward: the unit of host cost."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -395,7 +442,7 @@ def fake_step_peak(cfg: ModelConfig, choices: tuple[Choice, ...], *, batch: int,
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from trainstack.bench.model import Transformer
-    from trainstack.memplan.apply import apply_choices
+    from trainstack.memplan.wrappers import apply_choices
 
     dev = _device(device)
     mode = _tracker(Roofline())

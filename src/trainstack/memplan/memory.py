@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from itertools import accumulate
 
-from trainstack.memplan.plan import Breakdown, Choice, Overheads, Profile
+from trainstack.memplan.plan import BlockCost, Breakdown, Choice, Overheads, Profile
 
 # FSDP keeps this many blocks' parameters unsharded at once (the one computing, the one prefetched).
 FSDP_UNSHARDED_BLOCKS = 2
@@ -82,6 +82,16 @@ def _largest_transients(profile: Profile) -> dict[str, int]:
 
 def peak_bytes(profile: Profile, choices: Sequence[Choice], *, world_size: int = 1, overheads: Overheads = Overheads()) -> int:
     return breakdown(profile, choices, world_size=world_size, overheads=overheads).reserved_peak
+
+
+def with_measured_memory(profile: Profile, blocks: dict[Choice, BlockCost]) -> Profile:
+    """The profile with each choice's bytes (saved, held, forward and backward peaks) from
+    a real block (calibrate.block_memory); recompute costs unchanged."""
+    options = {
+        c: replace(o, saved=blocks[c].saved, held=blocks[c].held, fwd_peak=blocks[c].fwd_peak, bwd_peak=blocks[c].bwd_peak)
+        for c, o in profile.options.items()
+    }
+    return replace(profile, options=options)
 
 
 def with_measured_times(profile: Profile, block_seconds: dict[Choice, float]) -> Profile:
