@@ -9,9 +9,10 @@ with the process capped at the budget (an allocation beyond it fails as on a sma
   full         every block recomputed
   every-N      every N-th block recomputed (N around the largest that memplan predicts fits)
   none         no recompute (expected to run out of memory at the tighter budgets)
+  planned+compile  memplan's plan for compiled blocks (one real compiled block measured
+               and timed per choice), applied, the blocks compiled
   compile@r    blocks compiled with torch._functorch.config.activation_memory_budget = r,
-               r bisected to the fastest whose measured peak is within the planned run's
-  planned+compile  the plan applied, then the blocks compiled (compiled against compiled)
+               r bisected to the fastest whose measured peak is within planned+compile's
 
 The training step is bench's: bf16 autocast over fp32 weights, fused AdamW, zero_grad to
 None, cuDNN/flash attention. Reported per variant: measured max allocated and max reserved,
@@ -314,8 +315,9 @@ def run_grid(case_spec, roofline: Roofline, overheads: Overheads, rows: list[Row
     summary["none"] = none
     if compile_too and case_spec == COMPILE_CASE and planned.status == "ok":
         try:
-            summary["compile"] = compile_budget(case, planned, rows)
-            summary["planned+compile"] = planned_compiled(case, plan.choices, rows)
+            compiled = planned_compiled(case, rows)
+            summary["planned+compile"] = compiled
+            summary["compile"] = compile_budget(case, compiled if compiled.status == "ok" else planned, rows)
         except Exception:  # noqa: BLE001 - report the compiler's failure, keep the other figures
             traceback.print_exc()
             rows.append(Row(case.name, "compile", "", "error", note=traceback.format_exc().splitlines()[-1][:160]))
@@ -324,7 +326,7 @@ def run_grid(case_spec, roofline: Roofline, overheads: Overheads, rows: list[Row
 
 
 def compile_budget(case: Case, planned: Row, rows: list[Row], rounds: int = 3) -> Row | None:
-    """Bisect activation_memory_budget for the fastest compiled run whose peak is within the planned one's."""
+    """Bisect activation_memory_budget for the fastest compiled run whose peak is within ``planned``'s."""
     import torch._dynamo
     import torch._functorch.config as fconfig
 
@@ -351,15 +353,23 @@ def compile_budget(case: Case, planned: Row, rows: list[Row], rounds: int = 3) -
     return best
 
 
-def planned_compiled(case: Case, choices: tuple[Choice, ...], rows: list[Row]) -> Row:
-    """The plan applied, then each block compiled (default partitioner): compile against compile."""
+def planned_compiled(case: Case, rows: list[Row]) -> Row:
+    """memplan planning for compiled blocks (plan_memory(compiled=True): one real compiled
+    block measured and timed per choice), the plan applied, each block compiled."""
     import torch._dynamo
 
-    apply_choices(case.model, choices)
+    cfg, batch, seq = case.cfg, case.batch, case.seq
+    profile = with_measured_memory(case.profile, block_memory(cfg, batch=batch, seq=seq, compiled=True))
+    profile = with_measured_times(profile, time_block(cfg, batch=batch, seq=seq, device="cuda", compiled=True))
+    clean()
+    plan = choose(profile, budget_bytes=case.budget, overheads=case.overheads)
+    apply_choices(case.model, plan.choices)
     torch._dynamo.reset()
     for block in case.model.layers:
         block.compile()
-    row = case.run("planned+compile", None, note="plan applied, blocks compiled")
+    row = case.run("planned+compile", None, note=plan.summary() + " (planned for compiled blocks)")
+    pred = breakdown(profile, plan.choices, overheads=case.overheads)
+    row.choices, row.predicted_allocated, row.predicted_reserved = describe(plan.choices), pred.allocated_peak, pred.reserved_peak
     rows.append(row)
     for block in case.model.layers:
         block._compiled_call_impl = None
@@ -402,7 +412,10 @@ def verdicts(summaries: list[dict]) -> list[str]:
             parts.append(f"{c.variant} {c.tokens_per_s:.0f} tok/s at {c.allocated / GiB:.2f} GiB, planned/compile {p.tokens_per_s / c.tokens_per_s:.3f}" if c else "no compiled run within the planned peak")
             pc = s.get("planned+compile")
             if c and pc is not None and pc.status == "ok":
-                parts.append(f"planned+compile {pc.tokens_per_s:.0f} tok/s at {pc.allocated / GiB:.2f} GiB, (planned+compile)/compile {pc.tokens_per_s / c.tokens_per_s:.3f}")
+                parts.append(
+                    f"planned+compile {pc.tokens_per_s:.0f} tok/s ({pc.note}) at {pc.allocated / GiB:.2f} GiB, prediction error {pc.error:+.1%}, "
+                    f"(planned+compile)/compile {pc.tokens_per_s / c.tokens_per_s:.3f}"
+                )
         lines.append(f"{s['case']}: " + "; ".join(parts))
     return lines
 

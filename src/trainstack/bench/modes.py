@@ -121,14 +121,15 @@ def apply_checkpointing(model: nn.Module, mode: Mode) -> None:
             model.layers[i] = Checkpointed(block, selective=mode.ac == "selective")
 
 
-def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: int, world_size: int):
-    """Let memplan choose what to recompute for ``budget_bytes``; returns (model, plan)."""
+def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: int, world_size: int, compiled: bool = False):
+    """Let memplan choose what to recompute for ``budget_bytes`` (for compiled blocks when
+    ``compiled``); returns (model, plan)."""
     try:
         from trainstack.memplan import apply, plan_memory
     except ImportError:
         raise ModeUnavailable("unavailable: memplan not installed") from None
     try:
-        plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size)
+        plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled)
     except TrainstackError as exc:
         raise ModeUnavailable(f"memplan: {exc}") from None
     return apply(model, plan), plan

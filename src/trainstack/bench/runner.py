@@ -138,7 +138,9 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
         raise ModeUnavailable(f"unavailable: memplan plans the bench decoder, not a '{spec.cfg.model_type}' model")
     if mode.ac == "planned":
         budget = dev.memory_budget(device, spec.memory_cap_bytes)
-        model, chosen = apply_planned(model, spec.cfg, batch=spec.batch, seq=spec.seq, budget_bytes=budget, world_size=dist.world_size)
+        model, chosen = apply_planned(
+            model, spec.cfg, batch=spec.batch, seq=spec.seq, budget_bytes=budget, world_size=dist.world_size, compiled=mode.compile
+        )
         plan = chosen.summary() if hasattr(chosen, "summary") else _first_line(chosen)
     else:
         apply_checkpointing(model, mode)

@@ -30,13 +30,15 @@ def plan_memory(
     overheads: Overheads | None = None,
     device: str | None = None,
     time_blocks: bool | None = None,
+    compiled: bool = False,
 ) -> Plan:
     """The plan of least recompute cost whose predicted peak fits ``budget_bytes``.
 
     Memory comes from fake-tensor calibration, the blocks' bytes from one real block per
     choice on a CUDA GPU. Recompute costs come from timing one real block per choice when
     ``time_blocks`` (default: when a CUDA GPU is present), else from a roofline with H200
-    rates. Raises BudgetError (how much is missing, and the batch or
+    rates. ``compiled``: the blocks will run under torch.compile, so on a GPU they are
+    measured compiled (the compiler saves less and recomputes faster). Raises BudgetError (how much is missing, and the batch or
     sharding that would fit).
     """
     from trainstack.memplan.calibrate import calibrate
@@ -45,7 +47,7 @@ def plan_memory(
 
     profile = calibrate(cfg, batch=batch, seq=seq, device=device)
     if time_blocks or (time_blocks is None and _cuda()):
-        profile = _timed(profile, cfg, batch, seq)
+        profile = _timed(profile, cfg, batch, seq, compiled)
     return choose(
         profile,
         budget_bytes=budget_bytes,
@@ -61,7 +63,7 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _timed(profile: Profile, cfg: ModelConfig, batch: int, seq: int) -> Profile:
+def _timed(profile: Profile, cfg: ModelConfig, batch: int, seq: int, compiled: bool = False) -> Profile:
     """Recompute costs from one real block timed on the GPU, and there its bytes from the
     allocator too; the fake-tensor figures where the block does not fit."""
     import torch
@@ -72,8 +74,8 @@ def _timed(profile: Profile, cfg: ModelConfig, batch: int, seq: int) -> Profile:
     device = "cuda" if _cuda() else "cpu"
     try:
         if device == "cuda":
-            profile = with_measured_memory(profile, block_memory(cfg, batch=batch, seq=seq, device=device))
-        return with_measured_times(profile, time_block(cfg, batch=batch, seq=seq, device=device))
+            profile = with_measured_memory(profile, block_memory(cfg, batch=batch, seq=seq, device=device, compiled=compiled))
+        return with_measured_times(profile, time_block(cfg, batch=batch, seq=seq, device=device, compiled=compiled))
     except torch.OutOfMemoryError:
         return profile
     finally:

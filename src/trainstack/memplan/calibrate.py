@@ -323,7 +323,7 @@ def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = No
     )
 
 
-def time_block(cfg: ModelConfig, *, batch: int, seq: int, device: str, steps: int = 5) -> dict[Choice, float]:
+def time_block(cfg: ModelConfig, *, batch: int, seq: int, device: str, steps: int = 5, compiled: bool = False) -> dict[Choice, float]:
     """Median seconds of one real block's forward + backward on ``device``, per choice.
 
     The short real step of calibration: it sees what a roofline cannot (kernels below peak,
@@ -334,67 +334,63 @@ def time_block(cfg: ModelConfig, *, batch: int, seq: int, device: str, steps: in
 
     import torch
 
-    from trainstack.bench.model import Block, rope_tables
+    from trainstack.bench.model import rope_tables
 
     dev = torch.device(device)
     with dev:
-        block = Block(cfg)
         cos, sin = (t[:seq] for t in rope_tables(cfg))
+    blocks = dict(_wrapped_blocks(cfg, dev, compiled))
     x = torch.randn(batch, seq, cfg.dim, device=dev, requires_grad=True)
     gy = torch.randn_like(x)
-
-    def once() -> None:
-        with _autocast(dev.type):
-            y = block(x, cos, sin)
-        y.backward(gy)
 
     def sync() -> None:
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
     def timed(choice: Choice) -> float:
-        wrap(block, choice)
         sync()
         start = time.perf_counter()
-        once()
+        with _autocast(dev.type):
+            y = blocks[choice](x, cos, sin)
+        y.backward(gy)
         sync()
-        block.zero_grad(set_to_none=True)
+        blocks[choice].zero_grad(set_to_none=True)
         x.grad = None
         return time.perf_counter() - start
 
-    choices = (Choice.KEEP, Choice.SELECTIVE, Choice.FULL)
-    for choice in choices * 2:  # warm-up: kernel selection, allocator, caches
+    for choice in tuple(blocks) * 2:  # warm-up: compilation, kernel selection, allocator, caches
         timed(choice)
     # round robin, so drift in clocks or load falls on every choice alike
-    times: dict[Choice, list[float]] = {c: [] for c in choices}
+    times: dict[Choice, list[float]] = {c: [] for c in blocks}
     for _ in range(steps):
-        for choice in choices:
+        for choice in blocks:
             times[choice].append(timed(choice))
-    unwrap(block)
+    del blocks
+    _reset_compiler(compiled)
     return {c: statistics.median(t) for c, t in times.items()}
 
 
-def block_memory(cfg: ModelConfig, *, batch: int, seq: int, device: str = "cuda") -> dict[Choice, BlockCost]:
+def block_memory(cfg: ModelConfig, *, batch: int, seq: int, device: str = "cuda", compiled: bool = False) -> dict[Choice, BlockCost]:
     """One real block's bytes per choice, from the CUDA caching allocator's counters: the
     same quantities ``_measure_block`` takes from fake tensors.
 
     The real step sees what fake tensors cannot: under a Python dispatch mode some ops take
     their composite form, which saves more than the device's fused kernel does (RMSNorm on
     CUDA saves its input and the reciprocal RMS, its composite form also the normalised
-    fp32 output). Each choice runs twice; the second is measured, after cuBLAS workspaces
-    and kernel choices exist.
+    fp32 output). ``compiled``: the wrapped block under torch.compile, as a compiled run
+    would use it (the compiler fuses ops and saves less). Each choice runs twice; the
+    second is measured, after compilation, cuBLAS workspaces and kernel choices exist.
     """
     import torch
 
-    from trainstack.bench.model import Block, rope_tables
+    from trainstack.bench.model import rope_tables
 
     dev = torch.device(device)
     with dev:
-        block = Block(cfg)
         cos, sin = (t[:seq] for t in rope_tables(cfg))
     allocated, peak = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
 
-    def once() -> BlockCost:
+    def once(block: Any) -> BlockCost:
         torch.cuda.synchronize(dev)
         base = allocated(dev)
         x = torch.randn(batch, seq, cfg.dim, device=dev, requires_grad=True)  # the residual stream stays fp32
@@ -413,12 +409,32 @@ def block_memory(cfg: ModelConfig, *, batch: int, seq: int, device: str = "cuda"
         return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak)
 
     costs = {}
-    for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
-        wrap(block, choice)
-        once()
-        costs[choice] = once()
-    unwrap(block)
+    for choice, block in _wrapped_blocks(cfg, dev, compiled):
+        once(block)
+        costs[choice] = once(block)
+        del block
+    _reset_compiler(compiled)
     return costs
+
+
+def _wrapped_blocks(cfg: ModelConfig, dev: Any, compiled: bool) -> Any:
+    """(choice, block) for each choice: a fresh block wrapped for it, compiled if asked,
+    built only when the previous one is no longer needed."""
+    import torch
+
+    from trainstack.bench.model import Block
+
+    for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
+        with dev:
+            block = wrap(Block(cfg), choice)
+        yield choice, (torch.compile(block) if compiled else block)
+
+
+def _reset_compiler(compiled: bool) -> None:
+    if compiled:
+        import torch._dynamo
+
+        torch._dynamo.reset()
 
 
 def block_op_counts(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = None) -> tuple[int, int]:
