@@ -116,3 +116,16 @@ def test_compiled_blocks_are_timed_per_choice() -> None:
 
     seconds = time_block(TINY, batch=1, seq=32, device="cpu", steps=1, compiled=True)
     assert set(seconds) == set(Choice) and all(s > 0 for s in seconds.values())
+
+
+def test_flops_of_the_fp32_output_matrix_products() -> None:
+    """The loss's GPU path uses mm/addmm with an out_dtype; their FLOPs are the plain products'."""
+    from torch.utils.flop_counter import flop_registry
+
+    from trainstack.memplan.calibrate import _flops
+
+    a, b = torch.empty(8, 16, device="meta", dtype=torch.bfloat16), torch.empty(16, 4, device="meta", dtype=torch.bfloat16)
+    acc = torch.empty(8, 4, device="meta")
+    aten = torch.ops.aten
+    for func, args in ((aten.mm.dtype, (a, b, torch.float32)), (aten.addmm.dtype, (acc, a, b, torch.float32))):
+        assert _flops(func, args, {}, func(*args), flop_registry) == 2 * 8 * 16 * 4

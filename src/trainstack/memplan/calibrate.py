@@ -150,6 +150,8 @@ def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, r
     Attention: 4*B*Hq*Tq*Tk*D forward (two products, no causal discount, as torch counts)
     and twice that backward, whatever the kernel and however many KV heads.
     """
+    import torch
+
     fwd, bwd = _attention_ops()
     name = func._schema.name
     if name in fwd or name in bwd:
@@ -158,7 +160,11 @@ def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, r
         flops = 4 * b * h * tq * k.shape[-2] * d
         return float(flops if name in fwd else 2 * flops)
     packet = func._overloadpacket
-    return float(registry[packet](*args, **kwargs, out_val=out)) if packet in registry else 0.0
+    if packet not in registry:
+        return 0.0
+    # the out_dtype overloads (mm.dtype, addmm.dtype) pass a dtype the shape formulas do not take
+    args = tuple(a for a in args if not isinstance(a, torch.dtype))
+    return float(registry[packet](*args, **kwargs, out_val=out))
 
 
 def _device(device: str | None) -> str:
