@@ -30,10 +30,11 @@ print("device:", torch.cuda.get_device_name(), "| torch", torch.__version__, "| 
       "| cuDNN", torch.backends.cudnn.version())
 PY
 
+# a mode that fails is a row of its own: measure the other model all the same
 "$py" -m trainstack.cli bench --model 1b --batch 4 --seq 4096 --ablation --modes "$modes_1b" \
-  --steps "$steps" --warmup "$warmup" --timeout 300 --out "$out"
+  --steps "$steps" --warmup "$warmup" --timeout 300 --out "$out" || echo "1b ablation exited $?"
 "$py" -m trainstack.cli bench --model 3b --batch 2 --seq 4096 --ablation --modes "$modes_3b" \
-  --steps "$steps" --warmup "$warmup" --timeout 300 --out "$out"
+  --steps "$steps" --warmup "$warmup" --timeout 300 --out "$out" || echo "3b ablation exited $?"
 
 "$py" - "$out" <<'PY'
 import json, sys

@@ -269,9 +269,14 @@ def _add_t_mm_fp32(acc: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor) -
     writes the fp32 sum directly (cuBLAS's fp32 output), instead of a 16-bit partial product
     read back and added: the (V, C) weight gradient is the loss's largest tensor."""
     if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16) and hasattr(torch.ops.aten.addmm, "dtype"):
-        if acc is None:
-            return torch.mm(a.t(), b, out_dtype=torch.float32)
-        return torch.addmm(acc, a.t(), b, out_dtype=torch.float32)
+        try:
+            if acc is None:
+                return torch.mm(a.t(), b, out_dtype=torch.float32)
+            return torch.addmm(acc, a.t(), b, out_dtype=torch.float32)
+        except TypeError:
+            # torch 2.11 on fake CUDA tensors (memplan's calibration) decomposes addmm with
+            # the out_dtype in beta's place; the plain form below gives the same result
+            pass
     partial = (a.t() @ b).float()
     return partial if acc is None else acc.add_(partial)
 
