@@ -50,8 +50,9 @@ from trainstack.bench import device as dev
 from trainstack.bench.model import Block, Transformer, rope_tables
 from trainstack.bench.presets import PRESETS
 from trainstack.memplan.wrappers import apply_choices, unwrap, wrap
-from trainstack.memplan.calibrate import Roofline, block_memory, block_op_counts, calibrate, time_block
-from trainstack.memplan.memory import breakdown, with_measured_memory, with_measured_times
+from trainstack.memplan import measure_real_block
+from trainstack.memplan.calibrate import Roofline, block_op_counts, calibrate
+from trainstack.memplan.memory import breakdown
 from trainstack.memplan.overheads import default_overheads
 from trainstack.memplan.plan import Choice, Overheads
 from trainstack.memplan.planner import choose
@@ -220,10 +221,8 @@ class Case:
             except Exception as exc:  # noqa: BLE001 - fake CUDA tensors unsupported: calibrate on fake CPU ones
                 print(f"calibration on fake cuda tensors failed ({exc!r}); using fake cpu tensors", flush=True)
                 self.profile = calibrate(self.cfg, batch=batch, seq=seq, device="cpu", roofline=roofline, label=preset)
-            # the blocks' bytes from one real block, as plan_memory takes them on a GPU
-            self.profile = with_measured_memory(self.profile, block_memory(self.cfg, batch=batch, seq=seq))
-            if timed:
-                self.profile = with_measured_times(self.profile, time_block(self.cfg, batch=batch, seq=seq, device="cuda"))
+            # the blocks' bytes (and times) from one real block, as plan_memory takes them on a GPU
+            self.profile = measure_real_block(self.profile, self.cfg, batch=batch, seq=seq, timed=timed)
         clean()
         cap(None)
         torch.manual_seed(0)
@@ -359,8 +358,7 @@ def planned_compiled(case: Case, rows: list[Row]) -> Row:
     import torch._dynamo
 
     cfg, batch, seq = case.cfg, case.batch, case.seq
-    profile = with_measured_memory(case.profile, block_memory(cfg, batch=batch, seq=seq, compiled=True))
-    profile = with_measured_times(profile, time_block(cfg, batch=batch, seq=seq, device="cuda", compiled=True))
+    profile = measure_real_block(case.profile, cfg, batch=batch, seq=seq, compiled=True)
     clean()
     plan = choose(profile, budget_bytes=case.budget, overheads=case.overheads)
     apply_choices(case.model, plan.choices)

@@ -129,3 +129,12 @@ def test_flops_of_the_fp32_output_matrix_products() -> None:
     aten = torch.ops.aten
     for func, args in ((aten.mm.dtype, (a, b, torch.float32)), (aten.addmm.dtype, (acc, a, b, torch.float32))):
         assert _flops(func, args, {}, func(*args), flop_registry) == 2 * 8 * 16 * 4
+
+
+def test_measure_real_block_times_each_choice_once_built(profile) -> None:
+    from trainstack.memplan import measure_real_block
+
+    timed = measure_real_block(profile, TINY, batch=BATCH, seq=SEQ)
+    assert all(o.recompute_seconds >= 0 for o in timed.options.values())
+    assert timed.options[Choice.KEEP].recompute_seconds == 0
+    assert timed.options[Choice.KEEP].saved == profile.options[Choice.KEEP].saved  # no GPU: the fake bytes stay

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from trainstack.bench.model import ModelConfig
 
-__all__ = ["Breakdown", "Choice", "Overheads", "Plan", "Profile", "apply", "plan_memory"]
+__all__ = ["Breakdown", "Choice", "Overheads", "Plan", "Profile", "apply", "measure_real_block", "plan_memory"]
 
 
 def plan_memory(
@@ -38,8 +38,8 @@ def plan_memory(
     choice on a CUDA GPU. Recompute costs come from timing one real block per choice when
     ``time_blocks`` (default: when a CUDA GPU is present), else from a roofline with H200
     rates. ``compiled``: the blocks will run under torch.compile, so on a GPU they are
-    measured compiled (the compiler saves less and recomputes faster). Raises BudgetError (how much is missing, and the batch or
-    sharding that would fit).
+    measured compiled (the compiler saves less and recomputes faster). Raises BudgetError
+    (how much is missing, and the batch or sharding that would fit).
     """
     from trainstack.memplan.calibrate import calibrate
     from trainstack.memplan.overheads import default_overheads
@@ -47,7 +47,7 @@ def plan_memory(
 
     profile = calibrate(cfg, batch=batch, seq=seq, device=device)
     if time_blocks or (time_blocks is None and _cuda()):
-        profile = _timed(profile, cfg, batch, seq, compiled)
+        profile = measure_real_block(profile, cfg, batch=batch, seq=seq, compiled=compiled)
     return choose(
         profile,
         budget_bytes=budget_bytes,
@@ -63,22 +63,29 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _timed(profile: Profile, cfg: ModelConfig, batch: int, seq: int, compiled: bool = False) -> Profile:
-    """Recompute costs from one real block timed on the GPU, and there its bytes from the
-    allocator too; the fake-tensor figures where the block does not fit."""
+def measure_real_block(profile: Profile, cfg: ModelConfig, *, batch: int, seq: int, compiled: bool = False, timed: bool = True) -> Profile:
+    """``profile`` with one real block per choice run where it will train: on a CUDA GPU its
+    bytes from the allocator; when ``timed``, its recompute costs from timing it. The
+    blocks are built (and compiled) once for both. Where they do not fit, ``profile``."""
     import torch
 
-    from trainstack.memplan.calibrate import block_memory, time_block
+    from trainstack.memplan.calibrate import block_memory, real_blocks, reset_compiler, time_block
     from trainstack.memplan.memory import with_measured_memory, with_measured_times
 
     device = "cuda" if _cuda() else "cpu"
+    blocks = None
     try:
+        blocks = real_blocks(cfg, device=device, compiled=compiled)
         if device == "cuda":
-            profile = with_measured_memory(profile, block_memory(cfg, batch=batch, seq=seq, device=device, compiled=compiled))
-        return with_measured_times(profile, time_block(cfg, batch=batch, seq=seq, device=device, compiled=compiled))
+            profile = with_measured_memory(profile, block_memory(cfg, batch=batch, seq=seq, device=device, blocks=blocks))
+        if timed:
+            profile = with_measured_times(profile, time_block(cfg, batch=batch, seq=seq, device=device, blocks=blocks))
+        return profile
     except torch.OutOfMemoryError:
         return profile
     finally:
+        del blocks
+        reset_compiler(compiled)
         if device == "cuda":
             torch.cuda.empty_cache()
 

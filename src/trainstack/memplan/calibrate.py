@@ -329,11 +329,14 @@ def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = No
     )
 
 
-def time_block(cfg: ModelConfig, *, batch: int, seq: int, device: str, steps: int = 5, compiled: bool = False) -> dict[Choice, float]:
+def time_block(
+    cfg: ModelConfig, *, batch: int, seq: int, device: str, steps: int = 5, compiled: bool = False, blocks: dict[Choice, Any] | None = None
+) -> dict[Choice, float]:
     """Median seconds of one real block's forward + backward on ``device``, per choice.
 
     The short real step of calibration: it sees what a roofline cannot (kernels below peak,
-    the host's dispatch cost, selective recompute's per-op policy).
+    the host's dispatch cost, selective recompute's per-op policy). ``blocks``: those of
+    ``real_blocks``, to share them (and their compilation) with ``block_memory``.
     """
     import statistics
     import time
@@ -345,7 +348,8 @@ def time_block(cfg: ModelConfig, *, batch: int, seq: int, device: str, steps: in
     dev = torch.device(device)
     with dev:
         cos, sin = (t[:seq] for t in rope_tables(cfg))
-    blocks = dict(_wrapped_blocks(cfg, dev, compiled))
+    owned = blocks is None
+    blocks = real_blocks(cfg, device=device, compiled=compiled) if blocks is None else blocks
     x = torch.randn(batch, seq, cfg.dim, device=dev, requires_grad=True)
     gy = torch.randn_like(x)
 
@@ -371,12 +375,15 @@ def time_block(cfg: ModelConfig, *, batch: int, seq: int, device: str, steps: in
     for _ in range(steps):
         for choice in blocks:
             times[choice].append(timed(choice))
-    del blocks
-    _reset_compiler(compiled)
+    if owned:
+        del blocks
+        reset_compiler(compiled)
     return {c: statistics.median(t) for c, t in times.items()}
 
 
-def block_memory(cfg: ModelConfig, *, batch: int, seq: int, device: str = "cuda", compiled: bool = False) -> dict[Choice, BlockCost]:
+def block_memory(
+    cfg: ModelConfig, *, batch: int, seq: int, device: str = "cuda", compiled: bool = False, blocks: dict[Choice, Any] | None = None
+) -> dict[Choice, BlockCost]:
     """One real block's bytes per choice, from the CUDA caching allocator's counters: the
     same quantities ``_measure_block`` takes from fake tensors.
 
@@ -386,6 +393,7 @@ def block_memory(cfg: ModelConfig, *, batch: int, seq: int, device: str = "cuda"
     fp32 output). ``compiled``: the wrapped block under torch.compile, as a compiled run
     would use it (the compiler fuses ops and saves less). Each choice runs twice; the
     second is measured, after compilation, cuBLAS workspaces and kernel choices exist.
+    ``blocks``: those of ``real_blocks``, as for ``time_block``.
     """
     import torch
 
@@ -414,29 +422,34 @@ def block_memory(cfg: ModelConfig, *, batch: int, seq: int, device: str = "cuda"
         block.zero_grad(set_to_none=True)
         return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak)
 
+    owned = blocks is None
+    blocks = real_blocks(cfg, device=device, compiled=compiled) if blocks is None else blocks
     costs = {}
-    for choice, block in _wrapped_blocks(cfg, dev, compiled):
+    for choice, block in blocks.items():
         once(block)
         costs[choice] = once(block)
-        del block
-    _reset_compiler(compiled)
+    if owned:
+        del blocks
+        reset_compiler(compiled)
     return costs
 
 
-def _wrapped_blocks(cfg: ModelConfig, dev: Any, compiled: bool) -> Any:
-    """(choice, block) for each choice: a fresh block wrapped for it, compiled if asked,
-    built only when the previous one is no longer needed."""
+def real_blocks(cfg: ModelConfig, *, device: str, compiled: bool = False) -> dict[Choice, Any]:
+    """One fresh block per choice, wrapped for it and compiled if asked: what ``block_memory``
+    and ``time_block`` run. ``reset_compiler`` drops the compiled code once they are done."""
     import torch
 
     from trainstack.bench.model import Block
 
+    blocks = {}
     for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
-        with dev:
+        with torch.device(device):
             block = wrap(Block(cfg), choice)
-        yield choice, (torch.compile(block) if compiled else block)
+        blocks[choice] = torch.compile(block) if compiled else block
+    return blocks
 
 
-def _reset_compiler(compiled: bool) -> None:
+def reset_compiler(compiled: bool) -> None:
     if compiled:
         import torch._dynamo
 
