@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +43,21 @@ def test_ablation_writes_json_lines_and_a_chart(ablation, capsys):
         assert row["world_size"] == 1 and row["params_per_rank"] == PRESETS["tiny"].total_params()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(jsonl.parent.glob(".*.tmp"))
+
+
+def test_profile_writes_a_trace_and_a_kernel_table(tmp_path, capsys):
+    prof = tmp_path / "prof"
+    assert main(["bench", *TINY, "--modes", "compile+ac-full", "--out", str(tmp_path), "--profile", str(prof)]) == 0
+    row = json.loads((tmp_path / "bench-tiny-b2-s64.jsonl").read_text().splitlines()[0])
+    trace, kernels = Path(row["profile"]["trace"]), Path(row["profile"]["kernels"])
+    assert trace.parent == prof.resolve() and trace.name == "profile-tiny-compile_ac-full-b2-s64.trace.json"
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("name") == "aten::mm" for e in events)  # the step's matrix products were recorded
+    table = kernels.read_text()
+    assert "2 steps, sorted by self_cpu_time_total" in table and "aten::mm" in table
+    assert str(kernels) in capsys.readouterr().out
+    assert row["timed_steps"] == 3  # profiled steps are extra, not timed
+    assert not list(prof.glob(".*.tmp"))
 
 
 def test_planted_oom_is_a_row_and_the_run_goes_on():

@@ -127,6 +127,8 @@ def test_flops_of_the_fp32_output_matrix_products() -> None:
     a, b = torch.empty(8, 16, device="meta", dtype=torch.bfloat16), torch.empty(16, 4, device="meta", dtype=torch.bfloat16)
     acc = torch.empty(8, 4, device="meta")
     aten = torch.ops.aten
+    if not hasattr(aten.mm, "dtype"):
+        pytest.skip("skip: this torch has no mm with an out_dtype")
     for func, args in ((aten.mm.dtype, (a, b, torch.float32)), (aten.addmm.dtype, (acc, a, b, torch.float32))):
         assert _flops(func, args, {}, func(*args), flop_registry) == 2 * 8 * 16 * 4
 
@@ -137,4 +139,5 @@ def test_measure_real_block_times_each_choice_once_built(profile) -> None:
     timed = measure_real_block(profile, TINY, batch=BATCH, seq=SEQ)
     assert all(o.recompute_seconds >= 0 for o in timed.options.values())
     assert timed.options[Choice.KEEP].recompute_seconds == 0
-    assert timed.options[Choice.KEEP].saved == profile.options[Choice.KEEP].saved  # no GPU: the fake bytes stay
+    if not torch.cuda.is_available():
+        assert timed.options[Choice.KEEP].saved == profile.options[Choice.KEEP].saved  # no GPU: the fake bytes stay

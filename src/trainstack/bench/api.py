@@ -35,6 +35,7 @@ class BenchOptions:
     device: str = "auto"
     memory_cap_gib: float | None = None
     timeout_s: float = 1800.0
+    profile: Path | None = None
 
 
 def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig | HfShape]:
@@ -62,7 +63,8 @@ def make_spec(opts: BenchOptions) -> RunSpec:
         if not ok:
             raise UsageError(message)
     cap = int(opts.memory_cap_gib * 2**30) if opts.memory_cap_gib else None
-    return RunSpec(label, cfg, batch=opts.batch, seq=seq, steps=opts.steps, warmup=opts.warmup, device=opts.device, memory_cap_bytes=cap)
+    profile = str(opts.profile.resolve()) if opts.profile is not None else None
+    return RunSpec(label, cfg, batch=opts.batch, seq=seq, steps=opts.steps, warmup=opts.warmup, device=opts.device, memory_cap_bytes=cap, profile_dir=profile)
 
 
 def benchmark(opts: BenchOptions) -> list[dict]:

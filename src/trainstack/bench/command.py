@@ -20,6 +20,7 @@ def command(
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
     memory_cap_gib: float | None = typer.Option(None, "--memory-cap-gib", help="Fail allocations beyond this many GiB per process, as on a smaller GPU."),
     timeout_s: float = typer.Option(1800.0, "--timeout", help="Seconds one ablation mode may take."),
+    profile: Path | None = typer.Option(None, "--profile", help="Folder: profile 2 more steps per mode after the timed ones; a Chrome trace and a table of the kernels by time."),
     compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Two result files A and B: print an A/B table with ratios, run nothing."),
 ) -> None:
     """Measure training throughput (tokens/s, MFU, memory, step-time spread) of a Llama-family decoder.
@@ -36,7 +37,7 @@ def command(
     from trainstack.bench.modes import DEFAULT_ABLATION
 
     chosen = modes or (",".join(DEFAULT_ABLATION) if ablation else "compile")
-    opts = api.BenchOptions(model, hf_config, batch, seq, steps, warmup, chosen, ablation, out, device, memory_cap_gib, timeout_s)
+    opts = api.BenchOptions(model, hf_config, batch, seq, steps, warmup, chosen, ablation, out, device, memory_cap_gib, timeout_s, profile)
     code = api.exit_code(api.benchmark(opts), ablation)
     if code:
         raise typer.Exit(code)

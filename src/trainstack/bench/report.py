@@ -62,7 +62,9 @@ def explain(rows: list[dict]) -> list[str]:
         f"{FORMULA} = {row['flops_per_token'] / 1e9:.3f} GFLOP/token",
         f"timed steps {row['steps']} after {row['warmup_steps']} warm-up steps (warm-up s includes compilation); "
         + ("step times from CUDA events, one sync at the end of the timed window" if row["device_type"] == "cuda" else "step times from the wall clock"),
-    ] + _attention(rows) + [f"{r['mode']} plan: {r['plan']}" for r in rows if r.get("plan")] + [f"{r['mode']}: {r['status']}: {r['error']}" for r in rows if r.get("status") != "ok" and r.get("error")]
+    ] + _attention(rows) + [f"{r['mode']} plan: {r['plan']}" for r in rows if r.get("plan")] + [
+        f"{r['mode']} profile: {r['profile']['kernels']} (kernels by time), {r['profile']['trace']} (Chrome trace)" for r in rows if r.get("profile")
+    ] + [f"{r['mode']}: {r['status']}: {r['error']}" for r in rows if r.get("status") != "ok" and r.get("error")]
 
 
 def _attention(rows: list[dict]) -> list[str]:

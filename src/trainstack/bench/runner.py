@@ -26,6 +26,7 @@ from trainstack.bench.modes import Mode, ModeUnavailable, apply_checkpointing, a
 
 # Distinct synthetic batches cycled through, generated on the device once.
 _BATCHES = 4
+PROFILE_STEPS = 2
 
 
 @dataclass
@@ -41,6 +42,7 @@ class RunSpec:
     memory_cap_bytes: int | None = None
     lr: float = 3e-4
     seed: int = 0
+    profile_dir: str | None = None  # profile PROFILE_STEPS more steps after the timed ones
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -124,10 +126,24 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
             losses.append(step(i))
             timer.mark()
         seconds = timer.step_seconds()
-    allocated, reserved = dev.peak_memory(device)
+        allocated, reserved = dev.peak_memory(device)
+        extra = _profile(spec, step, device, dist) if spec.profile_dir else {}
     local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
-    extra = {"params_per_rank": local, "sdpa_ms": {name.lower(): ms for name, ms in sdpa_ms.items()}}
+    extra |= {"params_per_rank": local, "sdpa_ms": {name.lower(): ms for name, ms in sdpa_ms.items()}}
     return Measured(seconds, warmup_seconds, torch.stack(losses).tolist(), allocated, reserved, sdpa, plan, extra)
+
+
+def _profile(spec: RunSpec, step, device: torch.device, dist: dev.Dist) -> dict:
+    """Profile a few more steps (after the timed ones, so their figures stand); the paths go in the row."""
+    from pathlib import Path
+
+    from trainstack.bench.profile import profile_steps
+
+    rank = f"-rank{dist.rank}" if dist.enabled else ""
+    mode = parse_mode(spec.mode).name.replace("+", "_")  # a name any file system and copy tool takes
+    stem = Path(spec.profile_dir) / f"profile-{spec.model}-{mode}-b{spec.batch}-s{spec.seq}{rank}"
+    first = spec.warmup + spec.steps
+    return {"profile": profile_steps(step, first, PROFILE_STEPS, stem, device)}
 
 
 def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None]:

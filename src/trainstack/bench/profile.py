@@ -1,0 +1,52 @@
+"""Profile a few training steps: a Chrome trace and a table of the kernels that take the time.
+
+``profile_steps`` runs the step function under torch.profiler after the timed steps, so
+the figures of the run are not affected; what it writes opens in chrome://tracing or
+Perfetto, and the table is torch.profiler's own, sorted by device time (CPU time on a CPU).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from trainstack.fsutil import atomic_write_text
+
+ROWS = 40  # kernels in the table
+
+
+def profile_steps(step: Callable[[int], object], first: int, n: int, stem: Path, device: torch.device) -> dict[str, str]:
+    """Run ``step(first) .. step(first + n - 1)`` under the profiler; write ``stem.trace.json``
+    and ``stem.kernels.txt``; returns their paths."""
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for i in range(first, first + n):
+            step(i)
+        if cuda:
+            torch.cuda.synchronize(device)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    trace = stem.with_name(stem.name + ".trace.json")
+    kernels = stem.with_name(stem.name + ".kernels.txt")
+    _export_trace(prof, trace)
+    sort_by = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort_by, row_limit=ROWS, max_name_column_width=90)
+    atomic_write_text(kernels, f"{n} steps, sorted by {sort_by}\n{table}\n")
+    return {"trace": str(trace), "kernels": str(kernels)}
+
+
+def _export_trace(prof: profile, path: Path) -> None:
+    """The profiler writes to a path; write beside it and rename, so no half trace is left."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
