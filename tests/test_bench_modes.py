@@ -7,9 +7,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trainstack.bench.model import Transformer  # noqa: E402
-from trainstack.bench.modes import Checkpointed, Mode, apply_checkpointing, apply_compile, parse_mode, parse_modes  # noqa: E402
+from trainstack.bench.modes import Mode, apply_checkpointing, apply_compile, parse_mode, parse_modes  # noqa: E402
 from trainstack.bench.presets import PRESETS  # noqa: E402
 from trainstack.errors import UsageError  # noqa: E402
+from trainstack.memplan.plan import Choice  # noqa: E402
+from trainstack.memplan.wrappers import choice_of  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -59,7 +61,9 @@ def test_every_n_wraps_every_nth_block():
     cfg = PRESETS["tiny"].__class__(**{**PRESETS["tiny"].to_dict(), "n_layers": 5})
     model = Transformer(cfg)
     apply_checkpointing(model, parse_mode("ac-every-2"))
-    assert [isinstance(b, Checkpointed) for b in model.layers] == [True, False, True, False, True]
+    assert [choice_of(b) for b in model.layers] == [Choice.FULL, Choice.KEEP, Choice.FULL, Choice.KEEP, Choice.FULL]
+    apply_checkpointing(model, parse_mode("ac-selective"))
+    assert {choice_of(b) for b in model.layers} == {Choice.SELECTIVE}
 
 
 def _loss_and_grads(mode: str, compiled: bool = False):

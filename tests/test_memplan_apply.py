@@ -77,3 +77,37 @@ def test_apply_stays_the_function_after_the_wrappers_module_is_imported() -> Non
     import trainstack.memplan.wrappers  # noqa: F401
 
     assert callable(trainstack.memplan.apply) and trainstack.memplan.apply.__module__ == "trainstack.memplan"
+
+
+@pytest.mark.slow
+def test_a_kept_block_compiled_under_a_memory_budget_saves_less_and_computes_the_same() -> None:
+    from trainstack.bench.model import Block, rope_tables
+    from trainstack.memplan.wrappers import compile_block
+
+    cfg, seq = PRESETS["tiny"], 64
+    cos, sin = (t[:seq] for t in rope_tables(cfg))
+    torch.manual_seed(0)
+    block = Block(cfg)
+    x = torch.randn(2, seq, cfg.dim)
+
+    def saved_and_grads(module):
+        nbytes = []
+
+        def pack(t):
+            nbytes.append(t.untyped_storage().nbytes())
+            return t
+
+        xi = x.clone().requires_grad_(True)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = module(xi, cos, sin)
+        y.square().sum().backward()
+        grads = [xi.grad] + [p.grad.clone() for p in block.parameters()]
+        block.zero_grad(set_to_none=True)
+        return sum(nbytes), y.detach(), grads
+
+    default_saved, y1, g1 = saved_and_grads(compile_block(block))
+    budget_saved, y0, g0 = saved_and_grads(compile_block(block, 0.0))
+    assert budget_saved < 0.6 * default_saved  # the partitioner recomputed inside the block
+    torch.testing.assert_close(y0, y1, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

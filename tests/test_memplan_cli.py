@@ -27,6 +27,16 @@ def test_prints_peak_and_plan(tmp_path) -> None:
     data = json.loads(out.read_text())
     assert data["predicted_reserved_bytes"] <= data["budget_bytes"] == 80 * 2**20
     assert len(data["choices"]) == 2
+    assert data["compiled"] is False and data["compiler_budget"] is None
+
+
+def test_compiled_plan_names_the_compiler_budget(tmp_path) -> None:
+    out = tmp_path / "plan.json"
+    result = trainstack("memplan", "--preset", "tiny", "--batch", "2", "--seq", "128", "--budget", "80MiB", "--compiled", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert data["compiled"] is True
+    assert data["compiler_budget"] == 1.0  # no GPU here: kept blocks cannot be measured under a smaller budget
 
 
 def test_impossible_budget_is_one_line_with_the_shortfall() -> None:

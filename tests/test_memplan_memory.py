@@ -141,3 +141,29 @@ def test_measure_real_block_times_each_choice_once_built(profile) -> None:
     assert timed.options[Choice.KEEP].recompute_seconds == 0
     if not torch.cuda.is_available():
         assert timed.options[Choice.KEEP].saved == profile.options[Choice.KEEP].saved  # no GPU: the fake bytes stay
+
+
+def test_a_compiled_plan_names_its_compiler_budget_and_an_eager_one_none() -> None:
+    from trainstack.memplan import COMPILER_BUDGETS, plan_memory
+
+    eager = plan_memory(TINY, batch=BATCH, seq=SEQ, budget_bytes=1 << 30, device="cpu", time_blocks=False)
+    compiled = plan_memory(TINY, batch=BATCH, seq=SEQ, budget_bytes=1 << 30, device="cpu", time_blocks=False, compiled=True)
+    assert eager.compiler_budget is None
+    assert compiled.compiler_budget in COMPILER_BUDGETS
+    if not torch.cuda.is_available():  # no allocator to measure kept blocks under a budget: the compiler's default
+        assert compiled.compiler_budget == 1.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="skip: no GPU")
+def test_compiled_kept_blocks_save_less_under_a_smaller_compiler_budget() -> None:
+    from trainstack.memplan import measure_compiled_blocks
+
+    cfg, batch, seq = PRESETS["125m"], 2, 1024
+    profile = calibrate(cfg, batch=batch, seq=seq, device="cuda")
+    profiles = measure_compiled_blocks(profile, cfg, batch=batch, seq=seq, budgets=(1.0, 0.5, 0.0))
+    kept = [profiles[b].options[Choice.KEEP].saved for b in (1.0, 0.5, 0.0)]
+    assert kept[0] >= kept[1] >= kept[2] and kept[2] < kept[0]
+    assert kept[2] <= 1.05 * profiles[0.0].options[Choice.FULL].saved  # budget 0: little more than the input
+    for b in (0.5, 0.0):  # the recomputed choices are the same blocks in every profile
+        assert profiles[b].options[Choice.FULL] == profiles[1.0].options[Choice.FULL]
+        assert profiles[b].options[Choice.SELECTIVE].saved == profiles[1.0].options[Choice.SELECTIVE].saved

@@ -153,3 +153,45 @@ def test_measured_block_times_replace_the_roofline() -> None:
     # selective now costs more than full: a tight budget is met with full recompute only
     plan = choose(timed, budget_bytes=peak_bytes(timed, choices_for(6, 0, 0)))
     assert plan.counts[Choice.SELECTIVE] == 0
+
+
+def _kept_under_budget(profile: Profile, budget: float, seconds_per_block: float) -> Profile:
+    """The profile with kept blocks as the compiler leaves them under an activation memory
+    budget: saved bytes scaled by it, each block slower by the ops recomputed inside it."""
+    from dataclasses import replace
+
+    keep = profile.options[Choice.KEEP]
+    full = profile.options[Choice.FULL]
+    saved = full.saved + int((keep.saved - full.saved) * budget)
+    kept = replace(keep, saved=saved, held=saved, fwd_peak=keep.fwd_peak - keep.saved + saved, bwd_peak=keep.bwd_peak - keep.saved + saved)
+    extra = (1 - budget) * seconds_per_block
+    options = {**profile.options, Choice.KEEP: kept}
+    options = {c: replace(o, recompute_seconds=max(0.0, o.recompute_seconds - extra)) if c is not Choice.KEEP else o for c, o in options.items()}
+    return replace(profile, options=options, step_seconds=profile.step_seconds + profile.n_blocks * extra, step_host_seconds=0.0)
+
+
+def test_over_compiler_budgets_the_fastest_plan_that_fits_wins() -> None:
+    from trainstack.memplan.planner import choose_over_budgets
+
+    base = synthetic(random.Random(17), n=8)
+    full_cost = base.options[Choice.FULL].recompute_seconds
+    # in-block recompute under the compiler's budget is cheap next to recomputing a block whole
+    profiles = {b: _kept_under_budget(base, b, seconds_per_block=0.05 * full_cost) for b in (1.0, 0.5, 0.0)}
+    generous = peak_bytes(profiles[1.0], choices_for(0, 0, 8))
+    plan = choose_over_budgets(profiles, budget_bytes=generous)
+    assert (plan.compiler_budget, plan.counts[Choice.KEEP]) == (1.0, 8)  # nothing to save: no recompute at all
+
+    half = peak_bytes(profiles[0.5], choices_for(0, 0, 8))
+    plan = choose_over_budgets(profiles, budget_bytes=half)
+    assert plan.compiler_budget == 0.5 and plan.counts[Choice.KEEP] == 8 and plan.peak_bytes <= half
+    assert "kept blocks compiled under activation memory budget 0.5" in plan.summary()
+    for budget, profile in profiles.items():  # no single budget's own best plan is faster
+        try:
+            assert step_seconds(plan.profile, plan.counts) <= step_seconds(profile, choose(profile, budget_bytes=half).counts)
+        except BudgetError:
+            continue
+
+    least = min(peak_bytes(p, choices_for(*counts)) for p in profiles.values() for counts in all_counts(8))
+    assert choose_over_budgets(profiles, budget_bytes=least).peak_bytes == least
+    with pytest.raises(BudgetError, match="short of the smallest plan"):
+        choose_over_budgets(profiles, budget_bytes=least - 1)

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import partial
-
-import torch
 from torch import nn
-from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from trainstack.errors import TrainstackError, UsageError
 
@@ -81,44 +77,15 @@ def parse_modes(text: str) -> list[Mode]:
     return modes
 
 
-def _saved_ops() -> frozenset:
-    """Ops whose outputs selective checkpointing keeps: matrix products and attention."""
-    aten = torch.ops.aten
-    names = (
-        "mm", "addmm", "bmm", "_scaled_mm",
-        "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
-    )  # fmt: skip
-    return frozenset(getattr(aten, n).default for n in names if hasattr(aten, n))
-
-
-def _selective_policy(saved: frozenset, ctx, op, *args, **kwargs) -> CheckpointPolicy:
-    return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
-
-
-def selective_context():
-    return create_selective_checkpoint_contexts(partial(_selective_policy, _saved_ops()))
-
-
-class Checkpointed(nn.Module):
-    """A block whose activations are recomputed in backward (all of them, or per a policy)."""
-
-    def __init__(self, block: nn.Module, selective: bool = False) -> None:
-        super().__init__()
-        self.block = block
-        self.selective = selective
-
-    def forward(self, *args, **kwargs):
-        if self.selective:
-            return checkpoint(self.block, *args, use_reentrant=False, context_fn=selective_context, **kwargs)
-        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
-
-
 def apply_checkpointing(model: nn.Module, mode: Mode) -> None:
-    """Wrap ``model.layers`` in place according to ``mode.ac`` (none, full, every, selective)."""
+    """Wrap ``model.layers`` in place according to ``mode.ac`` (none, full, every, selective),
+    as memplan wraps the blocks of a plan."""
+    from trainstack.memplan.plan import Choice
+    from trainstack.memplan.wrappers import wrap
+
     for i, block in enumerate(model.layers):
         if mode.ac in ("full", "selective") or (mode.ac == "every" and i % mode.every == 0):
-            model.layers[i] = Checkpointed(block, selective=mode.ac == "selective")
+            wrap(block, Choice.SELECTIVE if mode.ac == "selective" else Choice.FULL)
 
 
 def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: int, world_size: int, compiled: bool = False):
@@ -135,12 +102,15 @@ def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: 
     return apply(model, plan), plan
 
 
-def apply_compile(model: nn.Module) -> None:
-    """torch.compile each block (one graph, reused by every identical block) and the loss chunks.
+def apply_compile(model: nn.Module, keep_budget: float | None = None) -> None:
+    """torch.compile each block (one graph, reused by every identical block) and the loss chunks;
+    ``keep_budget``: the activation memory budget of the kept blocks (a plan's compiler_budget).
 
     Each block is replaced by its compiled wrapper rather than compiled in place, so that
     FSDP2's hooks, registered later on the wrapper, run outside the compiled graph.
     """
+    from trainstack.memplan.wrappers import compile_block
+
     for i, block in enumerate(model.layers):
-        model.layers[i] = torch.compile(block)
+        model.layers[i] = compile_block(block, keep_budget)
     model.compile_loss()

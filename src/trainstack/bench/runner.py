@@ -149,7 +149,7 @@ def _profile(spec: RunSpec, step, device: torch.device, dist: dev.Dist) -> dict:
 def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None]:
     """The model on ``device`` with checkpointing, compile and sharding applied, in that order."""
     model = _new_model(spec.cfg, device)
-    plan = None
+    plan, keep_budget = None, None
     if mode.ac == "planned" and isinstance(spec.cfg, HfShape):
         raise ModeUnavailable(f"unavailable: memplan plans the bench decoder, not a '{spec.cfg.model_type}' model")
     if mode.ac == "planned":
@@ -158,10 +158,11 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
             model, spec.cfg, batch=spec.batch, seq=spec.seq, budget_bytes=budget, world_size=dist.world_size, compiled=mode.compile
         )
         plan = chosen.summary() if hasattr(chosen, "summary") else _first_line(chosen)
+        keep_budget = getattr(chosen, "compiler_budget", None)
     else:
         apply_checkpointing(model, mode)
     if mode.compile:
-        apply_compile(model)
+        apply_compile(model, keep_budget)
     if dist.enabled:
         shard(model, device)
     return model, plan

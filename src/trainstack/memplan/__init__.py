@@ -7,6 +7,7 @@ imported only when these are called.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,12 @@ if TYPE_CHECKING:
 
     from trainstack.bench.model import ModelConfig
 
-__all__ = ["Breakdown", "Choice", "Overheads", "Plan", "Profile", "apply", "measure_real_block", "plan_memory"]
+__all__ = ["COMPILER_BUDGETS", "Breakdown", "Choice", "Overheads", "Plan", "Profile", "apply", "measure_compiled_blocks", "measure_real_block", "plan_memory"]
+
+
+# The activation memory budgets a compiled plan may give its kept blocks: torch.compile's
+# partitioner recomputes cheap ops inside a block until its saved bytes fit the fraction.
+COMPILER_BUDGETS = (1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0.0)
 
 
 def plan_memory(
@@ -38,23 +44,28 @@ def plan_memory(
     choice on a CUDA GPU. Recompute costs come from timing one real block per choice when
     ``time_blocks`` (default: when a CUDA GPU is present), else from a roofline with H200
     rates. ``compiled``: the blocks will run under torch.compile, so on a GPU they are
-    measured compiled (the compiler saves less and recomputes faster). Raises BudgetError
-    (how much is missing, and the batch or sharding that would fit).
+    measured compiled, and the kept blocks also under each of ``COMPILER_BUDGETS`` (the
+    compiler's activation memory budget); the plan names the budget it chose. Raises
+    BudgetError (how much is missing, and the batch or sharding that would fit).
     """
     from trainstack.memplan.calibrate import calibrate
     from trainstack.memplan.overheads import default_overheads
-    from trainstack.memplan.planner import choose
+    from trainstack.memplan.planner import choose_over_budgets
 
     profile = calibrate(cfg, batch=batch, seq=seq, device=device)
-    if time_blocks or (time_blocks is None and _cuda()):
-        profile = measure_real_block(profile, cfg, batch=batch, seq=seq, compiled=compiled)
-    return choose(
-        profile,
+    profiles = {1.0: profile}
+    if compiled and _cuda():
+        profiles = measure_compiled_blocks(profile, cfg, batch=batch, seq=seq)
+    elif time_blocks or (time_blocks is None and _cuda()):
+        profiles = {1.0: measure_real_block(profile, cfg, batch=batch, seq=seq, compiled=compiled)}
+    plan = choose_over_budgets(
+        profiles,
         budget_bytes=budget_bytes,
         world_size=world_size,
         overheads=overheads if overheads is not None else default_overheads(),
         profile_at=cache(lambda b: calibrate(cfg, batch=b, seq=seq, device=device)),
     )
+    return plan if compiled else replace(plan, compiler_budget=None)
 
 
 def _cuda() -> bool:
@@ -67,6 +78,18 @@ def measure_real_block(profile: Profile, cfg: ModelConfig, *, batch: int, seq: i
     """``profile`` with one real block per choice run where it will train: on a CUDA GPU its
     bytes from the allocator; when ``timed``, its recompute costs from timing it. The
     blocks are built (and compiled) once for both. Where they do not fit, ``profile``."""
+    return _measured(profile, cfg, batch=batch, seq=seq, compiled=compiled, timed=timed, budgets=(1.0,)).get(1.0, profile)
+
+
+def measure_compiled_blocks(profile: Profile, cfg: ModelConfig, *, batch: int, seq: int, budgets: tuple[float, ...] = COMPILER_BUDGETS) -> dict[float, Profile]:
+    """One profile per activation memory budget of the kept blocks, all from real compiled
+    blocks measured by the CUDA allocator and timed in one round robin (so their times
+    compare); the selective and fully recomputed blocks are the same in each. Where the
+    blocks do not fit: ``{1.0: profile}``."""
+    return _measured(profile, cfg, batch=batch, seq=seq, compiled=True, timed=True, budgets=budgets)
+
+
+def _measured(profile: Profile, cfg: ModelConfig, *, batch: int, seq: int, compiled: bool, timed: bool, budgets: tuple[float, ...]) -> dict[float, Profile]:
     import torch
 
     from trainstack.memplan.calibrate import block_memory, real_blocks, reset_compiler, time_block
@@ -75,19 +98,26 @@ def measure_real_block(profile: Profile, cfg: ModelConfig, *, batch: int, seq: i
     device = "cuda" if _cuda() else "cpu"
     blocks = None
     try:
-        blocks = real_blocks(cfg, device=device, compiled=compiled)
-        if device == "cuda":
-            profile = with_measured_memory(profile, block_memory(cfg, batch=batch, seq=seq, device=device, blocks=blocks))
-        if timed:
-            profile = with_measured_times(profile, time_block(cfg, batch=batch, seq=seq, device=device, blocks=blocks))
-        return profile
+        blocks = real_blocks(cfg, device=device, compiled=compiled, keep_budgets=tuple(b for b in budgets if b < 1))
+        memory = block_memory(cfg, batch=batch, seq=seq, device=device, blocks=blocks) if device == "cuda" else None
+        seconds = time_block(cfg, batch=batch, seq=seq, device=device, blocks=blocks) if timed else None
     except torch.OutOfMemoryError:
-        return profile
+        return {1.0: profile}
     finally:
         del blocks
         reset_compiler(compiled)
         if device == "cuda":
             torch.cuda.empty_cache()
+    profiles = {}
+    for budget in budgets:
+        keep = Choice.KEEP if budget >= 1 else budget
+
+        def per_choice(measured: dict) -> dict:
+            return {Choice.KEEP: measured[keep], Choice.SELECTIVE: measured[Choice.SELECTIVE], Choice.FULL: measured[Choice.FULL]}
+
+        p = with_measured_memory(profile, per_choice(memory)) if memory is not None else profile
+        profiles[budget] = with_measured_times(p, per_choice(seconds)) if seconds is not None else p
+    return profiles
 
 
 def apply(model: nn.Module, plan: Plan) -> nn.Module:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from trainstack.memplan.wrappers import save_ops, unwrap, wrap
+from trainstack.memplan.wrappers import compile_block, save_ops, wrap
 from trainstack.memplan.plan import BlockCost, Choice, HeadCost, Profile
 
 if TYPE_CHECKING:
@@ -330,8 +330,8 @@ def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = No
 
 
 def time_block(
-    cfg: ModelConfig, *, batch: int, seq: int, device: str, steps: int = 5, compiled: bool = False, blocks: dict[Choice, Any] | None = None
-) -> dict[Choice, float]:
+    cfg: ModelConfig, *, batch: int, seq: int, device: str, steps: int = 5, compiled: bool = False, blocks: dict[Any, Any] | None = None
+) -> dict[Any, float]:
     """Median seconds of one real block's forward + backward on ``device``, per choice.
 
     The short real step of calibration: it sees what a roofline cannot (kernels below peak,
@@ -371,7 +371,7 @@ def time_block(
     for choice in tuple(blocks) * 2:  # warm-up: compilation, kernel selection, allocator, caches
         timed(choice)
     # round robin, so drift in clocks or load falls on every choice alike
-    times: dict[Choice, list[float]] = {c: [] for c in blocks}
+    times: dict[Any, list[float]] = {c: [] for c in blocks}
     for _ in range(steps):
         for choice in blocks:
             times[choice].append(timed(choice))
@@ -382,8 +382,8 @@ def time_block(
 
 
 def block_memory(
-    cfg: ModelConfig, *, batch: int, seq: int, device: str = "cuda", compiled: bool = False, blocks: dict[Choice, Any] | None = None
-) -> dict[Choice, BlockCost]:
+    cfg: ModelConfig, *, batch: int, seq: int, device: str = "cuda", compiled: bool = False, blocks: dict[Any, Any] | None = None
+) -> dict[Any, BlockCost]:
     """One real block's bytes per choice, from the CUDA caching allocator's counters: the
     same quantities ``_measure_block`` takes from fake tensors.
 
@@ -434,18 +434,23 @@ def block_memory(
     return costs
 
 
-def real_blocks(cfg: ModelConfig, *, device: str, compiled: bool = False) -> dict[Choice, Any]:
+def real_blocks(cfg: ModelConfig, *, device: str, compiled: bool = False, keep_budgets: tuple[float, ...] = ()) -> dict[Any, Any]:
     """One fresh block per choice, wrapped for it and compiled if asked: what ``block_memory``
-    and ``time_block`` run. ``reset_compiler`` drops the compiled code once they are done."""
+    and ``time_block`` run, keyed by choice. ``keep_budgets``: also a kept block compiled
+    under each of these activation memory budgets, keyed by the budget. ``reset_compiler``
+    drops the compiled code once they are done."""
     import torch
 
     from trainstack.bench.model import Block
 
-    blocks = {}
+    blocks: dict[Any, Any] = {}
     for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
         with torch.device(device):
             block = wrap(Block(cfg), choice)
-        blocks[choice] = torch.compile(block) if compiled else block
+        blocks[choice] = compile_block(block) if compiled else block
+    for budget in keep_budgets:
+        with torch.device(device):
+            blocks[budget] = compile_block(Block(cfg), budget)
     return blocks
 
 

@@ -14,6 +14,7 @@ def command(
     budget: str = typer.Option("0.9", "--budget", help="Memory per GPU: bytes with a unit ('60GiB', '80GB') or a fraction of the GPU's memory ('0.8')."),
     world_size: int = typer.Option(1, "--world-size", min=1, help="GPUs the model is sharded over with FSDP."),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the plan as JSON to this file."),
+    compiled: bool = typer.Option(False, "--compiled", help="Plan for torch.compile'd blocks: on a GPU, kept blocks are also measured under the compiler's activation memory budgets, and the plan names one."),
 ) -> None:
     """Predict peak training memory (weights, gradients, AdamW state, activations, transients)
     and choose per block: keep, selective or full recompute, at the least recompute cost.
@@ -33,9 +34,9 @@ def command(
 
         raise UsageError(f"--seq: {seq} exceeds the {preset} preset's max_seq {cfg.max_seq}")
     budget_bytes = parse_budget(budget, gpu_memory_bytes)
-    plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size)
-    out.print(headline(plan), highlight=False)
+    plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled)
+    out.print(headline(plan), highlight=False, soft_wrap=True)
     out.print(blocks_table(plan))
     out.print(breakdown_table(plan))
     if json_out is not None:
-        atomic_write_json(json_out, {"preset": preset, "batch": batch, "seq": seq, **to_json(plan)})
+        atomic_write_json(json_out, {"preset": preset, "batch": batch, "seq": seq, "compiled": compiled, **to_json(plan)})

@@ -121,6 +121,9 @@ class Plan:
     recompute_flops_fraction: float  # recompute FLOPs over the step's FLOPs
     recompute_time_fraction: float  # roofline estimate of the recompute time over the step's
     profile: Profile = field(repr=False, compare=False)
+    # For compiled blocks: torch.compile's activation memory budget for the kept blocks (the
+    # partitioner recomputes cheap ops inside them down to this fraction); None: not chosen.
+    compiler_budget: float | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -132,4 +135,7 @@ class Plan:
 
     def summary(self) -> str:
         n = self.counts
-        return f"{n[Choice.KEEP]} keep, {n[Choice.SELECTIVE]} selective, {n[Choice.FULL]} full"
+        text = f"{n[Choice.KEEP]} keep, {n[Choice.SELECTIVE]} selective, {n[Choice.FULL]} full"
+        if self.compiler_budget is not None and self.compiler_budget < 1 and n[Choice.KEEP]:
+            text += f" (kept blocks compiled under activation memory budget {self.compiler_budget:g})"
+        return text

@@ -10,6 +10,7 @@ larger budget admits every plan a smaller one did.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from trainstack.errors import BudgetError
 from trainstack.memplan.memory import breakdown, peak_bytes, recompute_fractions, step_seconds
@@ -63,6 +64,21 @@ def choose(
     if best is None:
         raise BudgetError(_shortfall(profile, budget_bytes, world_size, overheads, profile_at))
     return make_plan(profile, choices_for(*best[1]), budget_bytes=budget_bytes, world_size=world_size, overheads=overheads)
+
+
+def choose_over_budgets(profiles: dict[float, Profile], **kwargs: object) -> Plan:
+    """``choose`` for each profile, keyed by the compiler's activation memory budget of the
+    kept blocks; of the plans that fit, the least estimated step time wins, then the smaller
+    peak, then the larger budget. BudgetError when none fits."""
+    plans, error = [], None
+    for budget, profile in profiles.items():
+        try:
+            plans.append(replace(choose(profile, **kwargs), compiler_budget=budget))  # type: ignore[arg-type]
+        except BudgetError as exc:
+            error = error or exc
+    if not plans:
+        raise error or ValueError("no profile to plan from")
+    return min(plans, key=lambda p: (step_seconds(p.profile, p.counts), p.peak_bytes, -(p.compiler_budget or 0.0)))
 
 
 def make_plan(profile: Profile, choices: tuple[Choice, ...], *, budget_bytes: int, world_size: int = 1, overheads: Overheads = Overheads()) -> Plan:

@@ -89,4 +89,5 @@ def to_json(plan: Plan) -> dict[str, Any]:
         },
         "recompute_flops_fraction": plan.recompute_flops_fraction,
         "recompute_time_fraction": plan.recompute_time_fraction,
+        "compiler_budget": plan.compiler_budget,
     }

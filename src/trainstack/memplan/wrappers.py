@@ -3,6 +3,8 @@
 Full and selective recompute go through torch.utils.checkpoint (non-reentrant); selective
 keeps the outputs of matrix products and attention and recomputes everything else
 (norms, rotary embeddings, activations, dtype casts). Blocks stay where they are.
+``compile_block`` compiles a block; a kept one can be given an activation memory budget,
+which torch.compile's partitioner meets by recomputing cheap ops inside it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def save_ops() -> frozenset[object]:
         "mm",
         "addmm",
         "bmm",
+        "_scaled_mm",
         "_scaled_dot_product_flash_attention",
         "_scaled_dot_product_efficient_attention",
         "_scaled_dot_product_cudnn_attention",
@@ -93,3 +96,31 @@ def apply_choices(model: nn.Module, choices: tuple[Choice, ...] | list[Choice]) 
 def apply(model: nn.Module, plan: Plan) -> nn.Module:
     """Wrap each block of ``model`` (its ``layers``) as ``plan`` says; returns the same model."""
     return apply_choices(model, plan.choices)
+
+
+def compile_block(block: nn.Module, budget: float | None = None) -> nn.Module:
+    """``torch.compile(block)``; a kept block with a ``budget`` below 1 is compiled under that
+    activation memory budget (for this block alone, not the process)."""
+    import torch
+
+    if budget is None or budget >= 1 or choice_of(block) is not Choice.KEEP:
+        return torch.compile(block)
+    return torch.compile(block, backend=budget_backend(budget))
+
+
+@cache
+def budget_backend(budget: float) -> Callable[..., Any]:
+    """Inductor, with the partitioner's activation memory budget set to ``budget`` while it
+    splits this graph into forward and backward (one backend per budget, so torch.compile
+    keeps one compiled graph per budget)."""
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        import torch._functorch.config as functorch_config
+        from torch._inductor.compile_fx import compile_fx
+
+        # no autograd cache: a graph partitioned under another budget must not be reused
+        with functorch_config.patch(activation_memory_budget=budget, enable_autograd_cache=False):
+            return compile_fx(gm, example_inputs)
+
+    backend.__name__ = f"inductor_memory_budget_{budget:g}"
+    return backend
