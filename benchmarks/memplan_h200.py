@@ -9,10 +9,16 @@ with the process capped at the budget (an allocation beyond it fails as on a sma
   full         every block recomputed
   every-N      every N-th block recomputed (N around the largest that memplan predicts fits)
   none         no recompute (expected to run out of memory at the tighter budgets)
-  planned+compile  memplan's plan for compiled blocks (one real compiled block measured
-               and timed per choice), applied, the blocks compiled
+  planned+compile  memplan's plan for compiled blocks (plan_memory(compiled=True): real
+               compiled blocks measured and timed per choice, the kept one also under each
+               of memplan's compiler budgets), applied, the blocks compiled as bench does
   compile@r    blocks compiled with torch._functorch.config.activation_memory_budget = r,
                r bisected to the fastest whose measured peak is within planned+compile's
+
+Every variant that runs is run twice, the second time in reverse order (planned+compile
+and the best compile@r too), and its figures are the median over both runs' timed steps
+and the higher of their peaks; "retries" counts the allocator's frees-and-retries at the
+cap (torch.cuda.memory_stats num_alloc_retries), which cost time near a budget.
 
 The training step is bench's: bf16 autocast over fp32 weights, fused AdamW, zero_grad to
 None, cuDNN/flash attention. Reported per variant: measured max allocated and max reserved,
@@ -49,13 +55,13 @@ import torch
 from trainstack.bench import device as dev
 from trainstack.bench.model import Block, Transformer, rope_tables
 from trainstack.bench.presets import PRESETS
-from trainstack.memplan.wrappers import apply_choices, unwrap, wrap
-from trainstack.memplan import measure_real_block
+from trainstack.memplan.wrappers import apply_choices, compile_block, unwrap, wrap
+from trainstack.memplan import measure_compiled_blocks, measure_real_block
 from trainstack.memplan.calibrate import Roofline, block_op_counts, calibrate
 from trainstack.memplan.memory import breakdown
 from trainstack.memplan.overheads import default_overheads
 from trainstack.memplan.plan import Choice, Overheads
-from trainstack.memplan.planner import choose
+from trainstack.memplan.planner import choose, choose_over_budgets
 from trainstack.errors import BudgetError
 
 GiB = 1 << 30
@@ -93,6 +99,8 @@ class Row:
     tokens_per_s: float | None = None
     step_s: list[float] = field(default_factory=list)
     note: str = ""
+    alloc_retries: int = 0  # times the allocator hit the cap, freed its cache and tried again
+    repeats: int = 1
 
     @property
     def error(self) -> float | None:
@@ -171,6 +179,24 @@ def describe(choices: tuple[Choice, ...]) -> str:
     return "".join({Choice.KEEP: "k", Choice.SELECTIVE: "s", Choice.FULL: "f"}[c] for c in choices)
 
 
+def parse_choices(text: str) -> tuple[Choice, ...]:
+    return tuple({"k": Choice.KEEP, "s": Choice.SELECTIVE, "f": Choice.FULL}[c] for c in text)
+
+
+def fold(row: Row, again: Row, batch_tokens: int, budget: int | None) -> None:
+    """Fold a repeat of ``row``'s run into it: every timed step, the higher peaks."""
+    if again.status != "ok":
+        row.status, row.note = again.status, (row.note + f" (repeat: {again.status} {again.note})").strip()
+        return
+    row.step_s += again.step_s
+    row.allocated, row.reserved = max(row.allocated, again.allocated), max(row.reserved, again.reserved)
+    row.alloc_retries += again.alloc_retries
+    row.repeats += 1
+    row.tokens_per_s = batch_tokens / statistics.median(row.step_s)
+    if budget is not None and row.reserved > budget:
+        row.status = "over"
+
+
 def cap(budget: int | None) -> None:
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(1.0 if budget is None else min(1.0, budget / total))
@@ -182,8 +208,8 @@ def clean() -> None:
     torch.cuda.empty_cache()
 
 
-def train(model, opt, batches, *, warmup: int = WARMUP, steps: int = STEPS) -> tuple[int, int, list[float]]:
-    """bench's step; returns (max allocated, max reserved, step seconds) over the timed steps."""
+def train(model, opt, batches, *, warmup: int = WARMUP, steps: int = STEPS) -> tuple[int, int, list[float], int]:
+    """bench's step; returns (max allocated, max reserved, step seconds, allocator retries) over the timed steps."""
 
     def step(i: int) -> None:
         tokens = batches[i % len(batches)]
@@ -198,13 +224,15 @@ def train(model, opt, batches, *, warmup: int = WARMUP, steps: int = STEPS) -> t
             step(i)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+        retries_before = torch.cuda.memory_stats().get("num_alloc_retries", 0)
         timer = dev.StepTimer(torch.device("cuda"))
         timer.mark()
         for i in range(warmup, warmup + steps):
             step(i)
             timer.mark()
         seconds = timer.step_seconds()
-    return torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(), seconds
+    retries = torch.cuda.memory_stats().get("num_alloc_retries", 0) - retries_before
+    return torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(), seconds, retries
 
 
 class Case:
@@ -246,7 +274,7 @@ class Case:
         if pred is not None:
             row.predicted_allocated, row.predicted_reserved = pred.allocated_peak, pred.reserved_peak
         try:
-            row.allocated, row.reserved, row.step_s = train(self.model, self.opt, self.batches)
+            row.allocated, row.reserved, row.step_s, row.alloc_retries = train(self.model, self.opt, self.batches)
             row.tokens_per_s = self.batch * self.seq / statistics.median(row.step_s)
             if self.budget is not None and row.reserved > self.budget:
                 row.status = "over"
@@ -309,14 +337,23 @@ def run_grid(case_spec, roofline: Roofline, overheads: Overheads, rows: list[Row
     rows.extend(uniform)
     none = case.run("none", (Choice.KEEP,) * n)
     rows.append(none)
+    # the same runs again in reverse order: drift in clocks or temperature over the case
+    # falls on every variant alike, and each figure is the median of both runs' steps
+    for row in reversed([planned, *uniform, none]):
+        if row.status == "ok":
+            fold(row, case.run(row.variant, parse_choices(row.choices)), case.batch * case.seq, budget)
     ok = [r for r in uniform if r.status == "ok"]
     summary["best_uniform"] = max(ok, key=lambda r: r.tokens_per_s) if ok else None
     summary["none"] = none
     if compile_too and case_spec == COMPILE_CASE and planned.status == "ok":
         try:
-            compiled = planned_compiled(case, rows)
+            plan = plan_compiled(case)
+            compiled = planned_compiled(case, plan)
+            rows.append(compiled)
             summary["planned+compile"] = compiled
             summary["compile"] = compile_budget(case, compiled if compiled.status == "ok" else planned, rows)
+            if compiled.status == "ok":  # once more, after the compiler's runs
+                fold(compiled, planned_compiled(case, plan), case.batch * case.seq, case.budget)
         except Exception:  # noqa: BLE001 - report the compiler's failure, keep the other figures
             traceback.print_exc()
             rows.append(Row(case.name, "compile", "", "error", note=traceback.format_exc().splitlines()[-1][:160]))
@@ -325,53 +362,69 @@ def run_grid(case_spec, roofline: Roofline, overheads: Overheads, rows: list[Row
 
 
 def compile_budget(case: Case, planned: Row, rows: list[Row], rounds: int = 3) -> Row | None:
-    """Bisect activation_memory_budget for the fastest compiled run whose peak is within ``planned``'s."""
-    import torch._dynamo
-    import torch._functorch.config as fconfig
-
+    """Bisect activation_memory_budget for the fastest compiled run whose peak is within
+    ``planned``'s; the best one is run once more (after the others) and folded in."""
     apply_choices(case.model, (Choice.KEEP,) * case.cfg.n_layers)
-    lo, hi, best = 0.0, 1.0, None
+    lo, hi, best, best_r = 0.0, 1.0, None, None
     r = 0.5
     for _ in range(rounds):
-        torch._dynamo.reset()
-        fconfig.activation_memory_budget = r
-        for i, block in enumerate(case.model.layers):
-            case.model.layers[i] = unwrap(block)
-            case.model.layers[i].compile()
-        row = case.run(f"compile@{r:.3f}", None)
+        row = compiled_at(case, r)
         rows.append(row)
         fits = row.status == "ok" and row.allocated <= planned.allocated
         if fits and (best is None or row.tokens_per_s > best.tokens_per_s):
-            best = row
+            best, best_r = row, r
         lo, hi = (r, hi) if fits else (lo, r)
         r = (lo + hi) / 2
-    fconfig.activation_memory_budget = 1.0
-    for block in case.model.layers:
-        block._compiled_call_impl = None
-    torch._dynamo.reset()
+    if best is not None:
+        fold(best, compiled_at(case, best_r), case.batch * case.seq, case.budget)
     return best
 
 
-def planned_compiled(case: Case, rows: list[Row]) -> Row:
-    """memplan planning for compiled blocks (plan_memory(compiled=True): one real compiled
-    block measured and timed per choice), the plan applied, each block compiled."""
+def compiled_at(case: Case, r: float) -> Row:
+    """The blocks compiled in place with torch._functorch.config.activation_memory_budget = r."""
+    import torch._dynamo
+    import torch._functorch.config as fconfig
+
+    torch._dynamo.reset()
+    fconfig.activation_memory_budget = r
+    try:
+        for i, block in enumerate(case.model.layers):
+            case.model.layers[i] = unwrap(block)
+            case.model.layers[i].compile()
+        return case.run(f"compile@{r:.3f}", None)
+    finally:
+        fconfig.activation_memory_budget = 1.0
+        for block in case.model.layers:
+            block._compiled_call_impl = None
+        torch._dynamo.reset()
+
+
+def plan_compiled(case: Case):
+    """memplan's plan for compiled blocks, as plan_memory(compiled=True) makes it: real
+    compiled blocks measured and timed per choice and per compiler budget of the kept ones."""
+    profiles = measure_compiled_blocks(case.profile, case.cfg, batch=case.batch, seq=case.seq)
+    clean()
+    return choose_over_budgets(profiles, budget_bytes=case.budget, overheads=case.overheads)
+
+
+def planned_compiled(case: Case, plan) -> Row:
+    """``plan`` applied, each block compiled as bench compiles it (compile_block, with the
+    plan's compiler budget for kept blocks); the model's blocks restored afterwards."""
     import torch._dynamo
 
-    cfg, batch, seq = case.cfg, case.batch, case.seq
-    profile = measure_real_block(case.profile, cfg, batch=batch, seq=seq, compiled=True)
-    clean()
-    plan = choose(profile, budget_bytes=case.budget, overheads=case.overheads)
     apply_choices(case.model, plan.choices)
+    originals = list(case.model.layers)
     torch._dynamo.reset()
-    for block in case.model.layers:
-        block.compile()
-    row = case.run("planned+compile", None, note=plan.summary() + " (planned for compiled blocks)")
-    pred = breakdown(profile, plan.choices, overheads=case.overheads)
+    try:
+        for i, block in enumerate(originals):
+            case.model.layers[i] = compile_block(block, plan.compiler_budget)
+        row = case.run("planned+compile", None, note=plan.summary() + " (planned for compiled blocks)")
+    finally:
+        for i, block in enumerate(originals):
+            case.model.layers[i] = block
+        torch._dynamo.reset()
+    pred = breakdown(plan.profile, plan.choices, overheads=case.overheads)
     row.choices, row.predicted_allocated, row.predicted_reserved = describe(plan.choices), pred.allocated_peak, pred.reserved_peak
-    rows.append(row)
-    for block in case.model.layers:
-        block._compiled_call_impl = None
-    torch._dynamo.reset()
     return row
 
 
@@ -380,12 +433,12 @@ def gib(n: int | None) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    head = f"{'case':24} {'variant':16} {'status':6} {'pred alloc':>10} {'meas alloc':>10} {'error':>7} {'pred rsv':>8} {'meas rsv':>8} {'tokens/s':>10}  note"
+    head = f"{'case':24} {'variant':16} {'status':6} {'pred alloc':>10} {'meas alloc':>10} {'error':>7} {'pred rsv':>8} {'meas rsv':>8} {'tokens/s':>10} {'runs':>4} {'retries':>7}  note"
     lines = [head, "-" * len(head)]
     for r in rows:
         err = "-" if r.error is None else f"{r.error:+.1%}"
         tps = "-" if r.tokens_per_s is None else f"{r.tokens_per_s:10.0f}"
-        lines.append(f"{r.case:24} {r.variant:16} {r.status:6} {gib(r.predicted_allocated):>10} {gib(r.allocated):>10} {err:>7} {gib(r.predicted_reserved):>8} {gib(r.reserved):>8} {tps:>10}  {r.note}")
+        lines.append(f"{r.case:24} {r.variant:16} {r.status:6} {gib(r.predicted_allocated):>10} {gib(r.allocated):>10} {err:>7} {gib(r.predicted_reserved):>8} {gib(r.reserved):>8} {tps:>10} {r.repeats:>4} {r.alloc_retries:>7}  {r.note}")
     return "\n".join(lines)
 
 

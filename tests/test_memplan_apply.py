@@ -49,6 +49,35 @@ def test_loss_and_grads_are_identical(model, tokens, choices) -> None:
         assert torch.equal(grads[name], g), name
 
 
+class DropoutBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+        self.dropout = torch.nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.dropout(torch.relu(self.linear(x)))
+
+
+@pytest.mark.parametrize("choice", [F, S])
+def test_recompute_replays_the_dropout_masks_of_the_forward(choice) -> None:
+    torch.manual_seed(0)
+    reference = torch.nn.Module()
+    reference.layers = torch.nn.ModuleList(DropoutBlock() for _ in range(2))
+    planned = apply_choices(copy.deepcopy(reference), (choice, choice))
+    x = torch.randn(4, 16)
+    grads = []
+    for model in (reference, planned):
+        torch.manual_seed(7)
+        out = x
+        for block in model.layers:
+            out = block(out)
+        out.square().sum().backward()
+        grads.append([p.grad for p in model.parameters()])
+    for got, want in zip(grads[1], grads[0]):
+        assert torch.equal(got, want)
+
+
 def test_apply_a_real_plan_and_undo_it(model, tokens) -> None:
     from trainstack.memplan.planner import choices_for
     from trainstack.memplan.calibrate import calibrate

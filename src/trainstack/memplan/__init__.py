@@ -99,8 +99,9 @@ def _measured(profile: Profile, cfg: ModelConfig, *, batch: int, seq: int, compi
     blocks = None
     try:
         blocks = real_blocks(cfg, device=device, compiled=compiled, keep_budgets=tuple(b for b in budgets if b < 1))
-        memory = block_memory(cfg, batch=batch, seq=seq, device=device, blocks=blocks) if device == "cuda" else None
-        seconds = time_block(cfg, batch=batch, seq=seq, device=device, blocks=blocks) if timed else None
+        with _compiled_graphs_allowed(len(blocks)):
+            memory = block_memory(cfg, batch=batch, seq=seq, device=device, blocks=blocks) if device == "cuda" else None
+            seconds = time_block(cfg, batch=batch, seq=seq, device=device, blocks=blocks) if timed else None
     except torch.OutOfMemoryError:
         return {1.0: profile}
     finally:
@@ -118,6 +119,15 @@ def _measured(profile: Profile, cfg: ModelConfig, *, batch: int, seq: int, compi
         p = with_measured_memory(profile, per_choice(memory)) if memory is not None else profile
         profiles[budget] = with_measured_times(p, per_choice(seconds)) if seconds is not None else p
     return profiles
+
+
+def _compiled_graphs_allowed(n: int):
+    """Let torch.compile keep ``n`` graphs of one forward (one per budget's backend) instead
+    of falling back to eager past its recompile limit."""
+    import torch._dynamo.config as dynamo_config
+
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    return dynamo_config.patch({name: max(getattr(dynamo_config, name), n + 2)})
 
 
 def apply(model: nn.Module, plan: Plan) -> nn.Module:

@@ -52,8 +52,9 @@ def _checkpointed(forward: Callable[..., Any], choice: Choice) -> Callable[..., 
     if choice is Choice.SELECTIVE:
         extra["context_fn"] = partial(create_selective_checkpoint_contexts, save_matmuls_policy)
 
+    # the RNG state is kept so that a block with dropout recomputes the same masks
     def recomputed(*args: Any, **kwargs: Any) -> Any:
-        return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=False, **extra, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True, **extra, **kwargs)
 
     return recomputed
 
