@@ -175,26 +175,16 @@ def uniform_every(n: int, every: int) -> tuple[Choice, ...]:
     return tuple(Choice.FULL if i % every == 0 else Choice.KEEP for i in range(n))
 
 
+LETTERS = {Choice.KEEP: "k", Choice.SELECTIVE: "s", Choice.FULL: "f"}
+
+
 def describe(choices: tuple[Choice, ...]) -> str:
-    return "".join({Choice.KEEP: "k", Choice.SELECTIVE: "s", Choice.FULL: "f"}[c] for c in choices)
+    return "".join(LETTERS[c] for c in choices)
 
 
 def parse_choices(text: str) -> tuple[Choice, ...]:
-    return tuple({"k": Choice.KEEP, "s": Choice.SELECTIVE, "f": Choice.FULL}[c] for c in text)
-
-
-def fold(row: Row, again: Row, batch_tokens: int, budget: int | None) -> None:
-    """Fold a repeat of ``row``'s run into it: every timed step, the higher peaks."""
-    if again.status != "ok":
-        row.status, row.note = again.status, (row.note + f" (repeat: {again.status} {again.note})").strip()
-        return
-    row.step_s += again.step_s
-    row.allocated, row.reserved = max(row.allocated, again.allocated), max(row.reserved, again.reserved)
-    row.alloc_retries += again.alloc_retries
-    row.repeats += 1
-    row.tokens_per_s = batch_tokens / statistics.median(row.step_s)
-    if budget is not None and row.reserved > budget:
-        row.status = "over"
+    by_letter = {letter: c for c, letter in LETTERS.items()}
+    return tuple(by_letter[letter] for letter in text)
 
 
 def cap(budget: int | None) -> None:
@@ -275,9 +265,7 @@ class Case:
             row.predicted_allocated, row.predicted_reserved = pred.allocated_peak, pred.reserved_peak
         try:
             row.allocated, row.reserved, row.step_s, row.alloc_retries = train(self.model, self.opt, self.batches)
-            row.tokens_per_s = self.batch * self.seq / statistics.median(row.step_s)
-            if self.budget is not None and row.reserved > self.budget:
-                row.status = "over"
+            self.settle(row)
         except torch.OutOfMemoryError as exc:
             row.status, row.note = "oom", (note + " " + str(exc).splitlines()[0][:120]).strip()
         finally:
@@ -285,6 +273,23 @@ class Case:
             cap(None)
             clean()
         return row
+
+    def settle(self, row: Row) -> None:
+        """tokens/s from the median of the row's steps; "over" where it reserved past the budget."""
+        row.tokens_per_s = self.batch * self.seq / statistics.median(row.step_s)
+        if self.budget is not None and row.reserved > self.budget:
+            row.status = "over"
+
+    def fold(self, row: Row, again: Row) -> None:
+        """Fold a repeat of ``row``'s run into it: every timed step, the higher peaks."""
+        if again.status != "ok":
+            row.status, row.note = again.status, (row.note + f" (repeat: {again.status} {again.note})").strip()
+            return
+        row.step_s += again.step_s
+        row.allocated, row.reserved = max(row.allocated, again.allocated), max(row.reserved, again.reserved)
+        row.alloc_retries += again.alloc_retries
+        row.repeats += 1
+        self.settle(row)
 
     def close(self) -> None:
         del self.model, self.opt, self.batches
@@ -341,7 +346,7 @@ def run_grid(case_spec, roofline: Roofline, overheads: Overheads, rows: list[Row
     # falls on every variant alike, and each figure is the median of both runs' steps
     for row in reversed([planned, *uniform, none]):
         if row.status == "ok":
-            fold(row, case.run(row.variant, parse_choices(row.choices)), case.batch * case.seq, budget)
+            case.fold(row, case.run(row.variant, parse_choices(row.choices)))
     ok = [r for r in uniform if r.status == "ok"]
     summary["best_uniform"] = max(ok, key=lambda r: r.tokens_per_s) if ok else None
     summary["none"] = none
@@ -353,7 +358,7 @@ def run_grid(case_spec, roofline: Roofline, overheads: Overheads, rows: list[Row
             summary["planned+compile"] = compiled
             summary["compile"] = compile_budget(case, compiled if compiled.status == "ok" else planned, rows)
             if compiled.status == "ok":  # once more, after the compiler's runs
-                fold(compiled, planned_compiled(case, plan), case.batch * case.seq, case.budget)
+                case.fold(compiled, planned_compiled(case, plan))
         except Exception:  # noqa: BLE001 - report the compiler's failure, keep the other figures
             traceback.print_exc()
             rows.append(Row(case.name, "compile", "", "error", note=traceback.format_exc().splitlines()[-1][:160]))
@@ -376,7 +381,7 @@ def compile_budget(case: Case, planned: Row, rows: list[Row], rounds: int = 3) -
         lo, hi = (r, hi) if fits else (lo, r)
         r = (lo + hi) / 2
     if best is not None:
-        fold(best, compiled_at(case, best_r), case.batch * case.seq, case.budget)
+        case.fold(best, compiled_at(case, best_r))
     return best
 
 

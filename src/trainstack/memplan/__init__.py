@@ -7,6 +7,7 @@ imported only when these are called.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from functools import cache
 from typing import TYPE_CHECKING
@@ -99,7 +100,7 @@ def _measured(profile: Profile, cfg: ModelConfig, *, batch: int, seq: int, compi
     blocks = None
     try:
         blocks = real_blocks(cfg, device=device, compiled=compiled, keep_budgets=tuple(b for b in budgets if b < 1))
-        with _compiled_graphs_allowed(len(blocks)):
+        with _compiled_graphs_allowed(len(blocks)) if compiled else nullcontext():
             memory = block_memory(cfg, batch=batch, seq=seq, device=device, blocks=blocks) if device == "cuda" else None
             seconds = time_block(cfg, batch=batch, seq=seq, device=device, blocks=blocks) if timed else None
     except torch.OutOfMemoryError:
