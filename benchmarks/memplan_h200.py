@@ -487,7 +487,7 @@ def write(out: Path, header: list[str], rows: list[Row], summaries: list[dict], 
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "roofline": roofline.__dict__,
-        "overheads": {"workspace": overheads.workspace, "fragmentation": overheads.fragmentation},
+        "overheads": {"workspace": overheads.workspace, "fragmentation": overheads.fragmentation, "largest_room": overheads.largest_room},
         "rows": [{**r.__dict__, "error": r.error} for r in rows],
     }
     (out / "memplan_h200.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -519,7 +519,8 @@ def main() -> int:
     header.append(
         f"uncapped: measured - predicted allocated {measured['workspace_min'] / MiB:.1f} to {measured['workspace_max'] / MiB:.1f} MiB "
         f"(model's workspace {overheads.workspace / MiB:.0f} MiB), reserved/allocated - 1 up to {measured['reserved_over_allocated_max']:.3f} "
-        f"(model's allocator overhead {overheads.fragmentation:.3f})"
+        f"(model's room above the allocated peak: {overheads.largest_room:g} x the step's largest allocation, "
+        f"at least {overheads.fragmentation:.3f} x the peak)"
     )
     print(header[-1], flush=True)
     summaries: list[dict] = []

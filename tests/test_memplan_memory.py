@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainstack.bench.model import Block, rope_tables  # noqa: E402
+from trainstack.bench.model import LOSS_CHUNK_ROWS, Block, rope_tables  # noqa: E402
 from trainstack.bench.presets import PRESETS  # noqa: E402
 from trainstack.memplan.calibrate import calibrate, fake_step_peak  # noqa: E402
 from trainstack.memplan.memory import breakdown  # noqa: E402
@@ -48,6 +48,11 @@ def test_kept_block_saves_what_calibration_predicts(profile) -> None:
     cos, sin = (t[:SEQ] for t in rope_tables(TINY))
     x = torch.randn(BATCH, SEQ, TINY.dim, requires_grad=True)
     assert measured_saved_bytes(block, x, cos, sin) == profile.options[Choice.KEEP].saved
+
+
+def test_largest_allocation_is_the_loss_chunks_fp32_logits(profile) -> None:
+    rows = min(LOSS_CHUNK_ROWS, BATCH * SEQ)
+    assert profile.largest_allocation == rows * TINY.vocab_size * 4
 
 
 def test_recomputed_block_keeps_only_its_input(profile) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -110,6 +111,15 @@ def test_overheads_enter_the_reserved_peak() -> None:
     padded = breakdown(profile, choices_for(0, 0, 4), overheads=Overheads(workspace=64 * MiB, fragmentation=0.02))
     assert padded.allocated_peak == plain.allocated_peak + 64 * MiB
     assert padded.reserved_peak == padded.allocated_peak + int(padded.allocated_peak * 0.02)
+
+
+def test_allocator_room_is_the_larger_of_its_two_rules() -> None:
+    profile = replace(synthetic(random.Random(3), n=4), largest_allocation=300 * MiB)
+    choices = choices_for(0, 0, 4)
+    by_largest = breakdown(profile, choices, overheads=Overheads(largest_room=0.9, fragmentation=1e-9))
+    assert by_largest.allocator_overhead == int(300 * MiB * 0.9)
+    by_fraction = breakdown(profile, choices, overheads=Overheads(largest_room=0.9, fragmentation=0.5))
+    assert by_fraction.allocator_overhead == int(by_fraction.allocated_peak * 0.5) > by_largest.allocator_overhead
 
 
 def test_sharding_divides_weights_grads_and_optimizer_state() -> None:

@@ -54,7 +54,7 @@ def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 
     name, grads, live_saved, transient = max(phases, key=lambda p: p[1] + p[2] + p[3])
 
     allocated = static + grads + live_saved + transient + overheads.workspace
-    overhead = int(allocated * overheads.fragmentation)
+    overhead = max(int(allocated * overheads.fragmentation), int(profile.largest_allocation * overheads.largest_room))
     return Breakdown(
         weights=weights + profile.buffer_bytes,
         grads=grads,

@@ -76,6 +76,7 @@ class Profile:
     step_seconds: float  # roofline estimate of the same work on the GPU
     step_host_seconds: float  # the host's time to issue it (per-op dispatch)
     head_seconds: float = 0.0  # roofline estimate of embedding, norm and loss
+    largest_allocation: int = 0  # the step's largest single tensor (the loss chunk's fp32 logits)
     batch: int = 0
     seq: int = 0
     optimizer_states: int = 2  # AdamW keeps two fp32 tensors per parameter
@@ -87,11 +88,14 @@ class Overheads:
     """What fake-tensor calibration cannot see, measured on a GPU (benchmarks/memplan_h200.py).
 
     ``workspace``: bytes the GPU libraries take through the caching allocator (cuBLAS
-    workspaces). ``fragmentation``: reserved over allocated, minus one, at the peak.
+    workspaces). The allocator's room above the allocated peak is the larger of
+    ``fragmentation`` (a fraction of the allocated peak) and ``largest_room`` (a fraction of
+    the step's largest single allocation).
     """
 
     workspace: int = 0
     fragmentation: float = 0.0
+    largest_room: float = 0.0
 
 
 @dataclass(frozen=True)
