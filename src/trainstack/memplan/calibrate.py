@@ -57,13 +57,13 @@ class _OpCost:
     seconds: float = 0.0
     saved_flops: float = 0.0  # the part selective recompute keeps (matmuls, attention)
     saved_seconds: float = 0.0
+    largest: int = 0  # the largest single allocation, temporaries included
 
 
 @dataclass
 class _State:
     live: dict[int, tuple[Any, int]] = field(default_factory=dict)  # storage id -> (weak ref, bytes)
     peak: int = 0
-    largest: int = 0  # the largest single allocation seen, temporaries included
     cost: _OpCost = field(default_factory=_OpCost)
 
 
@@ -109,11 +109,11 @@ def _tracker(roofline: Roofline) -> Any:
                 if ref.cdata not in in_ids and ref.cdata not in self.state.live:
                     self.state.live[ref.cdata] = (ref, storage.nbytes())
                     new_bytes += storage.nbytes()
-                    self.state.largest = max(self.state.largest, storage.nbytes())
+                    self.state.cost.largest = max(self.state.cost.largest, storage.nbytes())
             live = sum(n for _, n in self.state.live.values())
             temporary = _temporary_bytes(func, args)
             self.state.peak = max(self.state.peak, live + temporary)
-            self.state.largest = max(self.state.largest, temporary)
+            self.state.cost.largest = max(self.state.cost.largest, temporary)
             self.state.cost.ops += 1
             if new_bytes:  # views and in-place ops move no bytes of their own here
                 flops = _flops(func, args, kwargs, out, flop_registry)
@@ -189,9 +189,8 @@ def _param_bytes(module: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in module.parameters())
 
 
-def _measure_block(block: nn.Module, choice: Choice, x_shape: tuple[int, ...], args: tuple[Any, ...], device: str, roofline: Roofline) -> tuple[BlockCost, _OpCost, _OpCost, int]:
-    """Forward and backward of one wrapped block; returns its cost, the forward and backward
-    op costs, and its largest single allocation."""
+def _measure_block(block: nn.Module, choice: Choice, x_shape: tuple[int, ...], args: tuple[Any, ...], device: str, roofline: Roofline) -> tuple[BlockCost, _OpCost, _OpCost]:
+    """Forward and backward of one wrapped block; returns its cost and the forward and backward op costs."""
     import torch
 
     wrapped = wrap(block, choice)
@@ -220,7 +219,7 @@ def _measure_block(block: nn.Module, choice: Choice, x_shape: tuple[int, ...], a
         bwd_cost = mode.state.cost
     for p in block.parameters():
         p.grad = None
-    return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak), fwd_cost, bwd_cost, mode.state.largest
+    return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak), fwd_cost, bwd_cost
 
 
 @dataclass(frozen=True)
@@ -245,9 +244,8 @@ def _build(cfg: ModelConfig, seq: int, device: str) -> _Built:
     return _Built(model=model, block=block, args=(model.rope_cos[:seq], model.rope_sin[:seq]))
 
 
-def _measure_head(model: nn.Module, batch: int, seq: int, vocab: int, device: str, roofline: Roofline) -> tuple[HeadCost, _OpCost, int]:
-    """Embedding, final norm and loss: forward and backward with no blocks in between; also
-    the largest single allocation among them (the loss chunk's fp32 logits)."""
+def _measure_head(model: nn.Module, batch: int, seq: int, vocab: int, device: str, roofline: Roofline) -> tuple[HeadCost, _OpCost]:
+    """Embedding, final norm and loss: forward and backward with no blocks in between."""
     import torch
 
     marks: dict[str, int] = {}
@@ -279,7 +277,7 @@ def _measure_head(model: nn.Module, batch: int, seq: int, vocab: int, device: st
         for p in model.parameters():
             p.grad = None
     head = HeadCost(fwd_peak=fwd_peak, bwd_peak=marks["bwd_peak"], after_bwd=marks["after_bwd"], embed_bwd_peak=embed_bwd_peak)
-    return head, cost, mode.state.largest
+    return head, cost
 
 
 def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = None, roofline: Roofline = Roofline(), label: str = "") -> Profile:
@@ -297,12 +295,12 @@ def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = No
         options: dict[Choice, BlockCost] = {}
         largest = 0
         for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
-            cost, fwd, bwd, block_largest = _measure_block(built.block, choice, x_shape, built.args, dev, roofline)
+            cost, fwd, bwd = _measure_block(built.block, choice, x_shape, built.args, dev, roofline)
             options[choice] = cost
-            largest = max(largest, block_largest)
+            largest = max(largest, fwd.largest, bwd.largest)
             if choice is Choice.KEEP:
                 keep_fwd, keep_bwd = fwd, bwd
-        head, head_cost, head_largest = _measure_head(built.model, batch, seq, cfg.vocab_size, dev, roofline)
+        head, head_cost = _measure_head(built.model, batch, seq, cfg.vocab_size, dev, roofline)
         block_params = _param_bytes(built.block)
         other_params = _param_bytes(built.model)
         buffers = sum(b.untyped_storage().nbytes() for b in built.model.buffers())
@@ -331,7 +329,7 @@ def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = No
         step_seconds=n * (keep_fwd.seconds + keep_bwd.seconds) + head_cost.seconds,
         step_host_seconds=(n * (keep_fwd.ops + keep_bwd.ops) + head_cost.ops) * roofline.host_op_s,
         head_seconds=head_cost.seconds,
-        largest_allocation=max(largest, head_largest),
+        largest_allocation=max(largest, head_cost.largest),
         batch=batch,
         seq=seq,
         label=label,
@@ -477,7 +475,7 @@ def block_op_counts(cfg: ModelConfig, *, batch: int, seq: int, device: str | Non
     dev = _device(device)
     with FakeTensorMode():
         built = _build(cfg, seq, dev)
-        _, fwd, bwd, _ = _measure_block(built.block, Choice.KEEP, (batch, seq, cfg.dim), built.args, dev, Roofline())
+        _, fwd, bwd = _measure_block(built.block, Choice.KEEP, (batch, seq, cfg.dim), built.args, dev, Roofline())
     return fwd.ops, bwd.ops
 
 

@@ -12,8 +12,8 @@ the cap. Those retries (torch.cuda.memory_stats num_alloc_retries) slow a step b
 the budget. Of the 55 capped eager runs of the 50b4f9e and 962760e grids, 11 of the 12
 left with 0.30-0.77 of it retried 20-66 times in 20 steps (the other, twice); none of the
 43 left with 0.92 or more retried more than twice (3b every-3 at 75 GiB, 3.5% of the
-budget to spare: no retry; 125m every-3 at 12 GiB, 3.1% to spare: 64). 0.9 of the largest allocation is
-planned for.
+budget to spare: no retry; 125m every-3 at 12 GiB, 3.1% to spare: 64). 0.9 of the
+largest allocation is planned for.
 """
 
 from __future__ import annotations
