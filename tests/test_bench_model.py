@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
-from trainstack.bench.model import Transformer, chunked_cross_entropy  # noqa: E402
+from trainstack.bench.model import Transformer, chunked_cross_entropy, softmax_xent_grad, softmax_xent_grad_  # noqa: E402
 from trainstack.bench.presets import PRESETS, preset  # noqa: E402
 from trainstack.errors import UsageError  # noqa: E402
 
@@ -87,6 +87,48 @@ def test_chunked_loss_matches_full_cross_entropy(tiny):
     torch.testing.assert_close(loss, full)
     for name, param in tiny.named_parameters():
         torch.testing.assert_close(param.grad, want[name], msg=name)
+
+
+def test_in_place_chunk_gives_the_loss_and_gradient_of_the_functional_one():
+    torch.manual_seed(0)
+    logits = (torch.randn(40, 300) * 4).bfloat16()
+    targets = torch.randint(0, 300, (40,))
+    want_loss, want_grad = softmax_xent_grad(logits, targets)
+    grad = logits.clone()
+    loss = softmax_xent_grad_(grad, targets, torch.empty(grad.shape))
+    torch.testing.assert_close(loss, want_loss)
+    torch.testing.assert_close(grad, want_grad)
+
+
+class _LargeAllocations(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the new tensors of at least ``numel`` elements that ops return."""
+
+    def __init__(self, numel: int) -> None:
+        super().__init__()
+        self.numel, self.count = numel, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+        for t in torch.utils._pytree.tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.numel() >= self.numel and t.untyped_storage().data_ptr() not in inputs:
+                self.count += 1
+        return out
+
+
+def test_the_loss_allocates_its_logits_buffers_once_not_per_chunk():
+    torch.manual_seed(0)
+    h = torch.randn(100, 16, requires_grad=True)
+    w = torch.randn(512, 16, requires_grad=True)
+    targets = torch.randint(0, 512, (100,))
+    counts = {}
+    for name, fn in (("in place", None), ("functional", softmax_xent_grad)):
+        for chunk in (50, 25):  # 2 and 4 chunks
+            with _LargeAllocations(chunk * 512) as mode:
+                chunked_cross_entropy(h, w, targets, chunk=chunk, chunk_fn=fn)
+            counts[name, chunk] = mode.count
+    # in place: the logits buffer and its fp32 scratch, whatever the chunks; functional: logits per chunk
+    assert counts == {("in place", 50): 2, ("in place", 25): 2, ("functional", 50): 2, ("functional", 25): 4}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="skip: no GPU")

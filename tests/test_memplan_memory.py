@@ -178,3 +178,14 @@ def test_compiled_kept_blocks_save_less_under_a_smaller_compiler_budget() -> Non
             got, want = profiles[b].options[choice], profiles[1.0].options[choice]
             # recompute times are relative to the profile's kept block, which differs by budget
             assert replace(got, recompute_seconds=0.0) == replace(want, recompute_seconds=0.0)
+
+
+def test_fake_addmm_into_out_returns_out_without_running_the_failing_fake_kernel() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from trainstack.memplan.calibrate import _run_op
+
+    with FakeTensorMode():
+        acc, a, b = torch.empty(8, 4), torch.empty(8, 16, dtype=torch.bfloat16), torch.empty(16, 4, dtype=torch.bfloat16)
+        assert _run_op(torch.ops.aten.addmm.dtype_out, (acc, a, b, torch.float32), {"out": acc}) is acc
+        assert _run_op(torch.ops.aten.mm.default, (a.float(), b.float()), {}).shape == (8, 4)

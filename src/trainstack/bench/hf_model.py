@@ -17,7 +17,7 @@ class HfCausalLM(nn.Module):
     def __init__(self, hf_model: nn.Module, path: object = "config") -> None:
         super().__init__()
         self.hf = hf_model
-        self.loss_chunk_fn: Callable = softmax_xent_grad
+        self.loss_chunk_fn: Callable | None = None  # None: the in-place eager chunk
         # kept outside the module tree: the list is already registered inside ``hf``
         object.__setattr__(self, "_layers", decoder_layers(hf_model, path))
 

@@ -9,7 +9,7 @@ computed in row chunks so the fp32 logits of the whole vocabulary never exist at
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 import torch
@@ -152,7 +152,7 @@ class Transformer(nn.Module):
         cos, sin = rope_tables(cfg, device=self.output.weight.device)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        self.loss_chunk_fn: Callable = softmax_xent_grad
+        self.loss_chunk_fn: Callable | None = None  # None: the in-place eager chunk
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -211,14 +211,17 @@ def chunked_cross_entropy(
 
     h (N, C), weight (V, C), targets (N,). The gradients are computed chunk by chunk in
     the forward pass (the softmax is at hand there), so backward needs no logits at all.
-    ``chunk_fn`` replaces ``softmax_xent_grad`` (e.g. by its torch.compile'd version).
+    Without ``chunk_fn`` every chunk reuses two buffers (its logits, their fp32 copy), so
+    the loss allocates nothing of the logits' size after its first chunk; ``chunk_fn``
+    (e.g. the torch.compile'd ``softmax_xent_grad``) takes a chunk's logits and returns
+    its loss and gradient instead.
     """
     dtype = _compute_dtype(h)
     h, weight = h.to(dtype), weight.to(dtype)
     if not (torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)):
         with torch.autocast(h.device.type, enabled=False):
             return _loss_only(h, weight, targets, chunk)
-    return _ChunkedLinearCrossEntropy.apply(h, weight, targets, chunk, chunk_fn or softmax_xent_grad)
+    return _ChunkedLinearCrossEntropy.apply(h, weight, targets, chunk, chunk_fn)
 
 
 def softmax_xent_grad(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -231,12 +234,43 @@ def softmax_xent_grad(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torc
     return loss, grad.to(logits.dtype)
 
 
+def softmax_xent_grad_(logits: torch.Tensor, targets: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """``softmax_xent_grad`` in place: returns the chunk's summed cross-entropy and overwrites
+    ``logits`` (n, V) with its gradient, computed in ``scratch`` (n, V) fp32. Unlike
+    logsumexp, which allocates exp(x - max) beside x, nothing of the logits' size is allocated."""
+    target_logit = logits.gather(1, targets[:, None]).squeeze(1).float()  # (n,)
+    x = scratch.copy_(logits)  # (n, V) fp32
+    rowmax = x.amax(dim=-1, keepdim=True)  # (n, 1)
+    x.sub_(rowmax).exp_()
+    total = x.sum(dim=-1, keepdim=True)  # (n, 1)
+    lse = (rowmax + total.log()).squeeze(1)  # (n,)
+    x.div_(total).scatter_add_(1, targets[:, None], torch.full_like(total, -1.0))
+    logits.copy_(x)
+    return (lse - target_logit).sum()
+
+
 def _loss_only(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
     total = torch.zeros((), dtype=torch.float32, device=h.device)
     for start in range(0, h.shape[0], chunk):
         logits = (h[start : start + chunk] @ weight.t()).float()  # (n, V)
         total += F.cross_entropy(logits, targets[start : start + chunk], reduction="sum")
     return total / h.shape[0]
+
+
+def _chunks(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int, chunk_fn: Callable | None) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """(first row, summed loss, gradient wrt the logits) of each chunk of ``chunk`` rows."""
+    n = h.shape[0]
+    if chunk_fn is not None:
+        for start in range(0, n, chunk):
+            loss, g = chunk_fn(h[start : start + chunk] @ weight.t(), targets[start : start + chunk])
+            yield start, loss, g
+        return
+    logits = h.new_empty((min(chunk, n), weight.shape[0]))  # (chunk, V), reused by every chunk
+    scratch = torch.empty(logits.shape, dtype=torch.float32, device=h.device)
+    for start in range(0, n, chunk):
+        hc = h[start : start + chunk]  # (rows, C)
+        g = torch.mm(hc, weight.t(), out=logits[: hc.shape[0]])
+        yield start, softmax_xent_grad_(g, targets[start : start + chunk], scratch[: hc.shape[0]]), g
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -247,12 +281,12 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             total = torch.zeros((), dtype=torch.float32, device=h.device)
             grad_h = torch.empty_like(h)
             grad_w = None
-            for start in range(0, n, chunk):
-                hc, tc = h[start : start + chunk], targets[start : start + chunk]
-                loss, g = chunk_fn(hc @ weight.t(), tc)  # g (n, V)
+            for start, loss, g in _chunks(h, weight, targets, chunk, chunk_fn):  # g (rows, V)
                 total += loss
-                torch.mm(g, weight, out=grad_h[start : start + chunk])
-                grad_w = _add_t_mm_fp32(grad_w, g, hc)  # (V, C)
+                rows = slice(start, start + g.shape[0])
+                torch.mm(g, weight, out=grad_h[rows])
+                grad_w = _add_t_mm_fp32(grad_w, g, h[rows])  # (V, C)
+            del g  # the last chunk's logits: freed before the weight gradient's copy below
             ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
             ctx.n = n
         return total / n
@@ -265,14 +299,15 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 
 
 def _add_t_mm_fp32(acc: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``acc + a.T @ b`` accumulated in fp32. On a GPU with 16-bit inputs one matrix product
-    writes the fp32 sum directly (cuBLAS's fp32 output), instead of a 16-bit partial product
-    read back and added: the (V, C) weight gradient is the loss's largest tensor."""
+    """``acc + a.T @ b`` accumulated in fp32, into ``acc`` once it exists. On a GPU with 16-bit
+    inputs one matrix product adds the fp32 result into ``acc`` (cuBLAS's fp32 output),
+    instead of a 16-bit partial product read back and added, and without a second copy of
+    the (V, C) weight gradient: the loss's largest tensor after the logits."""
     if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16) and hasattr(torch.ops.aten.addmm, "dtype"):
         try:
             if acc is None:
                 return torch.mm(a.t(), b, out_dtype=torch.float32)
-            return torch.addmm(acc, a.t(), b, out_dtype=torch.float32)
+            return torch.addmm(acc, a.t(), b, out_dtype=torch.float32, out=acc)
         except TypeError:
             # torch 2.11 on fake CUDA tensors (memplan's calibration) decomposes addmm with
             # the out_dtype in beta's place; the plain form below gives the same result

@@ -22,7 +22,7 @@ from trainstack.memplan.plan import Overheads
 
 MiB = 1 << 20
 
-H200 = Overheads(workspace=65 * MiB, largest_room=0.9)
+H200 = Overheads(workspace=65 * MiB, largest_room=0.25)
 
 
 def default_overheads() -> Overheads:
