@@ -4,16 +4,16 @@
 every uncapped run of benchmarks/memplan_h200.py (125m and 1b, kept and fully recomputed,
 torch 2.11): cuBLAS's workspaces, which go through the caching allocator.
 
-``largest_room``: the room the caching allocator (expandable segments) needs above the
-allocated peak so that it never has to release cached memory and retry an allocation at
-the cap. Those retries (torch.cuda.memory_stats num_alloc_retries) slow a step by up to
-16%. What decides them is the room left relative to the step's largest single allocation
-(the loss chunk's fp32 logits: 0.49 GiB for 125m, 1.96 GiB for 1b and 3b), not relative to
-the budget. Of the 55 capped eager runs of the 50b4f9e and 962760e grids, 11 of the 12
-left with 0.30-0.77 of it retried 20-66 times in 20 steps (the other, twice); none of the
-43 left with 0.92 or more retried more than twice (3b every-3 at 75 GiB, 3.5% of the
-budget to spare: no retry; 125m every-3 at 12 GiB, 3.1% to spare: 64). 0.9 of the
-largest allocation is planned for.
+The room above the allocated peak: what the caching allocator (expandable segments) holds
+beyond what is allocated, so that at the cap it need not release its cache and retry an
+allocation (torch.cuda.memory_stats num_alloc_retries; such retries slowed steps by up to
+16% while the loss allocated its chunk's logits afresh in every chunk). Since the loss
+reuses one logits buffer across its chunks, no capped run of the grid of 2026-12-03 retried
+(40 runs, 12 cases from 125m to 3b), also with 0.23-0.31 GiB left below the cap, and the
+reserved peak exceeded the allocated one by at most 0.30 GiB (0.4%) where any block was
+kept. The room planned for is the larger of 0.2% of the allocated peak and 0.1 of the
+step's largest single allocation (the loss's fp32 logits buffer: 0.49 GiB for 125m, 1.96
+GiB for 1b and 3b).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from trainstack.memplan.plan import Overheads
 
 MiB = 1 << 20
 
-H200 = Overheads(workspace=65 * MiB, largest_room=0.25)
+H200 = Overheads(workspace=65 * MiB, fragmentation=0.002, largest_room=0.1)
 
 
 def default_overheads() -> Overheads:
