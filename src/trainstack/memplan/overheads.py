@@ -9,9 +9,9 @@ beyond what is allocated, so that at the cap it need not release its cache and r
 allocation (torch.cuda.memory_stats num_alloc_retries; such retries slowed steps by up to
 16% while the loss allocated its chunk's logits afresh in every chunk). Since the loss
 reuses one logits buffer across its chunks, no capped run of the grid of 2026-12-03 retried
-(40 runs, 12 cases from 125m to 3b), also with 0.23-0.31 GiB left below the cap, and the
-reserved peak exceeded the allocated one by at most 0.30 GiB (0.4%) where any block was
-kept. The room planned for is the larger of 0.2% of the allocated peak and 0.1 of the
+(40 runs, 12 cases from 125m to 3b), also with 0.23-0.31 GiB left below the cap, and where
+any block was kept the reserved peak exceeded the allocated one by at most 0.30 GiB (0.0-1.1%
+of it). The room planned for is the larger of 0.2% of the allocated peak and 0.1 of the
 step's largest single allocation (the loss's fp32 logits buffer: 0.49 GiB for 125m, 1.96
 GiB for 1b and 3b).
 """
