@@ -257,20 +257,21 @@ def _loss_only(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chu
     return total / h.shape[0]
 
 
-def _chunks(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int, chunk_fn: Callable | None) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-    """(first row, summed loss, gradient wrt the logits) of each chunk of ``chunk`` rows."""
+def _chunks(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int, chunk_fn: Callable | None) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
+    """(its rows, summed loss, gradient wrt the logits) of each chunk of ``chunk`` rows."""
     n = h.shape[0]
-    if chunk_fn is not None:
-        for start in range(0, n, chunk):
-            loss, g = chunk_fn(h[start : start + chunk] @ weight.t(), targets[start : start + chunk])
-            yield start, loss, g
-        return
-    logits = h.new_empty((min(chunk, n), weight.shape[0]))  # (chunk, V), reused by every chunk
-    scratch = torch.empty(logits.shape, dtype=torch.float32, device=h.device)
+    if chunk_fn is None:
+        logits = h.new_empty((min(chunk, n), weight.shape[0]))  # (chunk, V), reused by every chunk
+        scratch = torch.empty(logits.shape, dtype=torch.float32, device=h.device)
     for start in range(0, n, chunk):
-        hc = h[start : start + chunk]  # (rows, C)
-        g = torch.mm(hc, weight.t(), out=logits[: hc.shape[0]])
-        yield start, softmax_xent_grad_(g, targets[start : start + chunk], scratch[: hc.shape[0]]), g
+        rows = slice(start, min(start + chunk, n))
+        hc, tc = h[rows], targets[rows]  # (r, C), (r,)
+        if chunk_fn is None:
+            g = torch.mm(hc, weight.t(), out=logits[: hc.shape[0]])  # (r, V)
+            yield rows, softmax_xent_grad_(g, tc, scratch[: hc.shape[0]]), g
+        else:
+            loss, g = chunk_fn(hc @ weight.t(), tc)
+            yield rows, loss, g
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -281,9 +282,8 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             total = torch.zeros((), dtype=torch.float32, device=h.device)
             grad_h = torch.empty_like(h)
             grad_w = None
-            for start, loss, g in _chunks(h, weight, targets, chunk, chunk_fn):  # g (rows, V)
+            for rows, loss, g in _chunks(h, weight, targets, chunk, chunk_fn):  # g (r, V)
                 total += loss
-                rows = slice(start, start + g.shape[0])
                 torch.mm(g, weight, out=grad_h[rows])
                 grad_w = _add_t_mm_fp32(grad_w, g, h[rows])  # (V, C)
             del g  # the last chunk's logits: freed before the weight gradient's copy below
@@ -304,14 +304,9 @@ def _add_t_mm_fp32(acc: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor) -
     instead of a 16-bit partial product read back and added, and without a second copy of
     the (V, C) weight gradient: the loss's largest tensor after the logits."""
     if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16) and hasattr(torch.ops.aten.addmm, "dtype"):
-        try:
-            if acc is None:
-                return torch.mm(a.t(), b, out_dtype=torch.float32)
-            return torch.addmm(acc, a.t(), b, out_dtype=torch.float32, out=acc)
-        except TypeError:
-            # torch 2.11 on fake CUDA tensors (memplan's calibration) decomposes addmm with
-            # the out_dtype in beta's place; the plain form below gives the same result
-            pass
+        if acc is None:
+            return torch.mm(a.t(), b, out_dtype=torch.float32)
+        return torch.addmm(acc, a.t(), b, out_dtype=torch.float32, out=acc)
     partial = (a.t() @ b).float()
     return partial if acc is None else acc.add_(partial)
 

@@ -134,11 +134,12 @@ def _run_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``func(*args, **kwargs)``, except addmm with an fp32 out_dtype into ``out=`` on fake
     tensors: torch 2.11's fake kernel for it fails (its decomposition takes the dtype for
     beta), and the op's whole effect on a fake run is its ``out=`` tensor, already shaped."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
     target = kwargs.get("out")
-    if func._schema.name == "aten::addmm" and func._overloadname == "dtype_out" and isinstance(target, FakeTensor):
-        return target
+    if target is not None and func._overloadname == "dtype_out" and func._schema.name == "aten::addmm":
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if isinstance(target, FakeTensor):
+            return target
     return func(*args, **kwargs)
 
 
