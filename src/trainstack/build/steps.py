@@ -17,6 +17,10 @@ from trainstack.retry import TransientFailure, with_retries
 
 T = TypeVar("T")
 
+# Given a failed network step's output and command line: the command line of another attempt
+# and why it is needed, or None when the failure is final.
+Recover = Callable[[str, list[str | Path]], tuple[Sequence[str | Path], str] | None]
+
 # What uv, pip, git, apt and debootstrap print when the network (not the input) failed.
 _TRANSIENT = re.compile(
     r"timed? ?out|connection (reset|refused|closed|aborted)|temporar(y|ily)|could not resolve|"
@@ -53,14 +57,27 @@ class Steps:
         cwd: Path | None = None,
         network: bool = False,
         free_disk_gb: float | None = None,
+        recover: Recover | None = None,
     ) -> proc.Result:
-        """Run a command as one step; BuildError naming the step, its exit and its log when it fails."""
+        """Run a command as one step; BuildError naming the step, its exit and its log when it fails.
+
+        A network step is tried again when its output looks transient, or when ``recover``
+        turns the failed output into the command line of another attempt.
+        """
         log = self.log_path(name)
+        current = list(argv)
 
         def once() -> proc.Result:
-            result = proc.run(argv, env=env, cwd=cwd, log=log, echo=False)
-            if not result.ok and network and looks_transient(result.stdout + result.stderr):
+            nonlocal current
+            result = proc.run(current, env=env, cwd=cwd, log=log, echo=False)
+            if result.ok or not network:
+                return result
+            if looks_transient(result.stdout + result.stderr):
                 raise TransientFailure(_last_line(result))
+            retry = recover(result.stdout + result.stderr, current) if recover is not None else None
+            if retry is not None:
+                current, why = list(retry[0]), retry[1]
+                raise TransientFailure(why)
             return result
 
         def attempt() -> proc.Result:

@@ -7,6 +7,7 @@ the rename keeps its scripts working.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -41,6 +42,7 @@ class VenvBackend:
             ["uv", "pip", "sync", "--python", python, "--require-hashes", job.staging / "locks" / "install.txt"],
             env=env,
             network=True,
+            recover=refresh_missing_pins,
         )
         if job.skip_sources:
             for src in job.layers.sources:
@@ -70,6 +72,28 @@ class VenvBackend:
             env={**env, **_compile_env(job, comp.key, comp.build_env, python)},
             free_disk_gb=round(free, 2),
         )
+
+
+# uv's words for a pin that the index page does not list (not a hash or platform mismatch)
+_MISSING_PIN = re.compile(r"there is no version of ([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s,]+)")
+
+
+def refresh_missing_pins(output: str, argv: list[str | Path]) -> tuple[list[str | Path], str] | None:
+    """Another `uv pip sync` attempt when the index page omits a version the lock pins.
+
+    The lock saw that version on the index, so the page uv got was stale: uv's HTTP cache,
+    a proxy's or a CDN node's. The next attempt revalidates those packages' pages.
+    """
+    missing = _MISSING_PIN.findall(" ".join(output.split()))  # uv may wrap its message
+    if not missing:
+        return None
+    refresh = [f"--refresh-package={name}" for name, _ in missing if f"--refresh-package={name}" not in argv]
+    pins = ", ".join(f"{name}=={version}" for name, version in missing)
+    why = (
+        f"the index lists no {pins}, which the lock pins: a stale index page, or the version was "
+        f"removed from the index (then `trainstack lock --upgrade-package {missing[0][0]}` pins another)"
+    )
+    return [*argv, *refresh], why
 
 
 def _install_lock(job: BuildJob) -> LockFile:
