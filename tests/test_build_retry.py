@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,8 @@ import pytest
 from trainstack.build.download import Fetcher, download_sdist
 from trainstack.build.steps import Steps, looks_transient
 from trainstack.errors import BuildError, NetworkError
+
+from tests.loopback import serve
 
 SDIST = b"not really a tarball, but bytes with a known hash"
 DIGEST = hashlib.sha256(SDIST).hexdigest()
@@ -54,12 +55,8 @@ class FlakyIndex(BaseHTTPRequestHandler):
 def index() -> Iterator[str]:
     FlakyIndex.failures = {}
     FlakyIndex.requests = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FlakyIndex)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
-    server.shutdown()
-    server.server_close()
+    with serve(FlakyIndex) as url:
+        yield url
 
 
 def test_download_succeeds_after_two_failures(index: str, tmp_path: Path) -> None:

@@ -12,10 +12,9 @@ import hashlib
 import io
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,8 @@ import pytest
 from trainstack.build.steps import Steps
 from trainstack.build.venv import refresh_missing_pins
 from trainstack.errors import NetworkError
+
+from tests.loopback import serve
 
 PAGE = "/simple/demo-pkg/"
 
@@ -89,11 +90,8 @@ class StaleIndex(BaseHTTPRequestHandler):
 def index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     StaleIndex.stale, StaleIndex.page_requests = 0, 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), StaleIndex)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
-    server.shutdown()
-    server.server_close()
+    with serve(StaleIndex) as url:
+        yield url
 
 
 def _sync_argv(index: str, tmp_path: Path) -> list[str | Path]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.server
 import socket
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,8 @@ import pytest
 from trainstack.cli import main
 from trainstack.errors import LockError, NetworkError, RuleViolation
 from trainstack.lock import check_lock_current, load_manifest, lock_dir, lock_stack, manifest_path
+
+from tests.loopback import serve
 
 SMALL = """\
 [stack]
@@ -130,13 +131,9 @@ class _Failing(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def failing_index():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     _Failing.hits = 0
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
-    server.shutdown()
-    server.server_close()
+    with serve(_Failing) as url:
+        yield url
 
 
 def test_index_answering_500_is_retried_then_named(write_stack, failing_index) -> None:

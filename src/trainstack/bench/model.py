@@ -257,7 +257,9 @@ def _loss_only(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chu
     return total / h.shape[0]
 
 
-def _chunks(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int, chunk_fn: Callable | None) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
+def _chunks(
+    h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int, chunk_fn: Callable | None
+) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
     """(its rows, summed loss, gradient wrt the logits) of each chunk of ``chunk`` rows."""
     n = h.shape[0]
     if chunk_fn is None:
