@@ -1,16 +1,23 @@
-"""The command line: parses arguments and calls one function per verb. Nothing else."""
+"""The command line: parses arguments and calls one function per verb. Nothing else.
+
+Conventions every verb follows (README, "Conventions"): errors are one line on stderr that
+starts with ``error:``; ``--json`` prints the verb's result as JSON on stdout and
+``--output FILE`` writes it; options that take a list accept commas (``--skip a,b``); sizes
+need a unit. Only the verb being run is imported, so ``trainstack --help`` stays fast.
+"""
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import typer
 
 from trainstack import __version__
-from trainstack.console import err
+from trainstack.console import print_error, print_hint
 from trainstack.errors import TrainstackError, UsageError
 
 # verb -> module exposing `command`, in the order a release flows through them.
@@ -29,6 +36,24 @@ VERBS: dict[str, str] = {
     "memplan": "trainstack.memplan.command",
 }
 
+# What `trainstack --help` lists, so that listing the verbs imports none of them.
+SUMMARIES: dict[str, str] = {
+    "check": "Check every flavour against the compatibility rules; exit 3 when one is broken.",
+    "lock": "Resolve every flavour with uv and write the lock files and stack.lock.json.",
+    "keys": "Print the cache key of every locked flavour.",
+    "render": "Render a Dockerfile per flavour, docker-bake.hcl, a CI workflow and environment.yml.",
+    "build": "Build each flavour as a uv venv or an OCI image.",
+    "report": "Report what an environment contains: OS, compilers, Python, torch, CUDA, GPUs, drift.",
+    "linkcheck": "Resolve the NEEDED and dlopen'ed libraries of every ELF object, as ld.so would.",
+    "verify": "Report, op table, link check, smoke checks and test suites; one verdict.",
+    "release": "Write release notes (Markdown, JSON, HTML) from two lock manifests and results.",
+    "health": "Check whether this node can run a training job; exit 0 ok, 1 warn, 2 critical, 3 unknown.",
+    "bench": "Measure training throughput (tokens/s, MFU, memory) of a Llama-family decoder. Needs torch.",
+    "memplan": "Predict peak training memory and choose what to recompute to fit a budget. Needs torch.",
+}
+
+PROG = "trainstack"
+
 
 def _version(value: bool) -> None:
     if value:
@@ -39,23 +64,37 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
-    """Declare, lock, build, verify, benchmark and release GPU training stacks."""
+    """Declare, lock, build, verify, benchmark and release GPU training stacks.
+
+    Run 'trainstack VERB --help' for a verb's options, exit codes and an example.
+    """
 
 
-def build_app(verbs: Iterable[str] = VERBS) -> typer.Typer:
-    """The typer app with ``verbs`` registered (importing only their modules)."""
+def build_app(verbs: Iterable[str] = VERBS, *, summaries_only: bool = False) -> typer.Typer:
+    """The typer app with ``verbs`` registered (importing only their modules).
+
+    ``summaries_only``: every verb is listed with its summary and none is imported (the
+    root help); such an app can show help but run no verb.
+    """
     app = typer.Typer(
-        name="trainstack",
+        name=PROG,
         help="Declare, lock, build, verify, benchmark and release GPU training stacks.",
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
-        rich_markup_mode="rich",
+        rich_markup_mode=None,  # help is plain text: '[verify.links]' stays as written
     )
     app.callback()(_root)
     for verb in verbs:
-        app.command(verb)(importlib.import_module(VERBS[verb]).command)
+        if summaries_only:
+            app.command(verb, help=SUMMARIES[verb], short_help=SUMMARIES[verb])(_listed_only)
+        else:
+            app.command(verb)(importlib.import_module(VERBS[verb]).command)
     return app
+
+
+def _listed_only() -> None:
+    raise UsageError("this app only lists the verbs")
 
 
 def __getattr__(name: str) -> typer.Typer:
@@ -65,11 +104,15 @@ def __getattr__(name: str) -> typer.Typer:
     raise AttributeError(name)
 
 
+def _verb_in(argv: list[str]) -> str | None:
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 def _app_for(argv: list[str]) -> typer.Typer:
     """Only the verb being run is imported: each verb's modules cost start-up time."""
-    verb = next((arg for arg in argv if not arg.startswith("-")), None)
+    verb = _verb_in(argv)
     if verb is None:
-        return build_app()
+        return build_app(summaries_only=True)
     if verb not in VERBS:
         close = difflib.get_close_matches(verb, VERBS, n=1)
         hint = f"perhaps you meant '{close[0]}'?" if close else f"verbs: {', '.join(VERBS)}"
@@ -77,26 +120,95 @@ def _app_for(argv: list[str]) -> typer.Typer:
     return build_app([verb])
 
 
+def _plain_help(command: object) -> None:
+    """Help that reads as words: NAME placeholders instead of '<int range>', ranges spelt out."""
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)
+    if getattr(command, "help", None):
+        command.help = _keep_examples(command.help)
+    for param in getattr(command, "params", []):
+        if param.param_type_name == "argument":
+            _plain_argument(param)
+        elif param.metavar is None and not getattr(param, "is_flag", False):
+            longest = max(param.opts, key=len)
+            param.metavar = longest.lstrip("-").replace("-", "_").upper()
+        if hasattr(param, "_get_number_range_help_str"):
+            param._get_number_range_help_str = _range_words(param)
+
+
+def _keep_examples(text: str) -> str:
+    """Example paragraphs kept on one line each (click's '\\b'), so they can be copied whole."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(f"\b\n{p}" if p.startswith("Example") else p for p in paragraphs)
+
+
+def _plain_argument(param: object) -> None:
+    """An argument shows as its NAME (with '...' when it takes several), without a type label."""
+    name = param.metavar or (param.name or "").upper()
+    many = "..." if param.nargs != 1 else ""
+    param.display_type_rich = lambda ctx: None
+    param._rich_display_name = lambda: name + many
+    param._usage_display_name = lambda: (name if param.required else f"[{name}]") + many
+
+
+def _range_words(param: object) -> Callable[[], str | None]:
+    low, high = getattr(param, "min", None), getattr(param, "max", None)
+
+    def words() -> str | None:
+        if low is not None and high is not None:
+            return f"{low} to {high}"
+        if low is not None:
+            return f"at least {low}"
+        return f"at most {high}" if high is not None else None
+
+    return words
+
+
+def _run(argv: list[str]) -> int:
+    command = typer.main.get_command(_app_for(argv))
+    _plain_help(command)
+    # without standalone mode click returns a command's typer.Exit code instead of exiting
+    code = command.main(args=argv, prog_name=PROG, standalone_mode=False)
+    return code if isinstance(code, int) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one place where user errors become a one-line message and an exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        # without standalone mode click returns a command's typer.Exit code instead of exiting
-        args = list(sys.argv[1:] if argv is None else argv)
-        code = _app_for(args)(args=args, standalone_mode=False)
+        return _run(args)
     except TrainstackError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        print_error(str(exc))
         return exc.exit_code
+    except ModuleNotFoundError as exc:
+        from trainstack.extras import from_import_error
+
+        missing = from_import_error(exc, _verb_in(args))
+        if missing is None:
+            raise
+        print_error(str(missing))
+        return missing.exit_code
     except KeyboardInterrupt:
-        err.print("[bold red]interrupted[/]")
+        print_error("interrupted")
         return 130
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:
+        print_error("aborted")
         return 1
     except _click_errors() as exc:
-        exc.show()
-        return exc.exit_code
-    return code if isinstance(code, int) else 0
+        return _usage_error(exc)
+    except BrokenPipeError:
+        return 0
+
+
+def _usage_error(exc: Exception) -> int:
+    """A click usage error as 'error: ...' and one line saying where the help is."""
+    print_error(exc.format_message())
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        print_hint(f"{ctx.get_usage()}  (see '{ctx.command_path} --help')")
+    return getattr(exc, "exit_code", 2)
 
 
 def _click_errors() -> tuple[type[Exception], ...]:

@@ -1,0 +1,49 @@
+"""Optional dependencies: which extra brings each one, and the one-line error when it is missing.
+
+trainstack installs without torch; bench, memplan and health levels 2 and 3 need it. A verb
+calls ``require`` before its heavy imports, and ``cli.main`` turns any other missing optional
+module into the same one-line error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from trainstack.errors import ToolMissingError
+
+# module -> what to install for it
+INSTALL: dict[str, str] = {
+    "torch": "pip install 'trainstack[torch]'",
+    "transformers": "pip install transformers",
+    "jsonschema": "pip install jsonschema",
+}
+
+
+class ExtraMissingError(ToolMissingError):
+    """An optional Python dependency is not installed."""
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing(module: str, needed_by: str) -> ExtraMissingError:
+    how = INSTALL.get(module, f"pip install {module}")
+    return ExtraMissingError(f"{needed_by} needs {module}, which is not installed", hint=f"install it with: {how}")
+
+
+def require(module: str, needed_by: str) -> None:
+    """Raise the one-line error naming the install command when ``module`` cannot be imported."""
+    if not installed(module):
+        raise missing(module, needed_by)
+
+
+def from_import_error(exc: ModuleNotFoundError, verb: str | None) -> ExtraMissingError | None:
+    """The one-line error for an optional dependency found missing at import time, else None."""
+    top = (exc.name or "").split(".")[0]
+    if top not in INSTALL or installed(top):
+        return None
+    return missing(top, f"trainstack {verb}" if verb else "trainstack")
