@@ -76,3 +76,9 @@ class BudgetError(TrainstackError):
     """No plan fits the memory budget: says by how much, and what would fit."""
 
     exit_code = 9
+
+
+class OutputError(TrainstackError):
+    """An output could not be written (disk full, no permission); the previous one is unchanged."""
+
+    exit_code = 10

@@ -1,13 +1,28 @@
-"""Atomic writes: a reader sees the old file or the new one, never half of one."""
+"""Atomic writes: a reader sees the old file or the new one, never half of one.
+
+A set of files that belongs together (a lock directory, rendered files, release notes) is
+replaced as one directory (``replace_tree``): written in full beside the old one, then swapped
+in by one rename, under an exclusive lock so two writers take turns.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
+import fcntl
 import json
+import math
 import os
 import shutil
+import stat
 import tempfile
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
 from typing import Any
+
+from trainstack.errors import OutputError
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -45,11 +60,191 @@ def write_if_changed(path: Path, text: str) -> bool:
 
 
 def dump_json(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    """Strict JSON: NaN and Infinity are refused (ValueError), never written as invalid JSON."""
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def loads_strict(text: str) -> Any:
+    """json.loads that refuses NaN, Infinity and -Infinity (ValueError) instead of reading them."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def finite(value: float | None) -> bool:
+    return value is None or math.isfinite(value)
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, dump_json(data))
+
+
+def read_regular(path: Path, what: str = "file") -> bytes:
+    """The bytes of ``path``, refusing what is not a regular file before opening it (a FIFO
+    would block, a device would never end). Raises OSError subclasses with one-line text."""
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, f"is a directory, not a {what}")
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, f"is not a regular file ({_kind(st.st_mode)}), not a {what}")
+    with open(path, "rb", opener=_nonblocking) as handle:
+        # the name may have been swapped for a FIFO between stat and open: check what was opened
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(errno.EINVAL, f"is not a regular file, not a {what}")
+        return handle.read()
+
+
+def _nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def describe_os_error(exc: OSError) -> str:
+    """'No space left on device' rather than '[Errno 28] No space left on device: '/x''."""
+    return exc.strerror or str(exc)
+
+
+@contextmanager
+def exclusive(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive flock on ``path`` (a file or a directory, opened read-only).
+
+    A second holder waits until the first is done; ``on_wait`` is called once if it has to.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def read_tree(root: Path) -> dict[str, bytes] | None:
+    """Relative path -> bytes of every regular file under ``root``; None when ``root`` is absent.
+
+    Anything else in the tree (a link, a FIFO, a device) makes it None too: such a tree is
+    never equal to one that ``replace_tree`` writes, so it is replaced.
+    """
+    if not root.is_dir():
+        return None
+    found: dict[str, bytes] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink() or not (path.is_dir() or path.is_file()):
+            return None
+        if path.is_file():
+            found[path.relative_to(root).as_posix()] = path.read_bytes()
+    return found
+
+
+def replace_tree(final: Path, files: Mapping[str, bytes], *, mode: int | None = None) -> bool:
+    """Make the directory ``final`` hold exactly ``files`` (relative path -> bytes), as one step.
+
+    The new tree is written in full to a staging directory beside ``final`` and swapped in
+    with one rename; a reader (or a process killed at any point) sees the old tree or the new
+    one, never a mix. Writers take turns through an exclusive lock on the parent directory,
+    and clean up what a killed writer left. Unchanged content writes nothing: returns False.
+    A failed write (disk full, permission) raises OutputError and leaves ``final`` as it was.
+    """
+    parent = final.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with exclusive(parent):
+            _recover(final)
+            if read_tree(final) == dict(files):
+                return False
+            staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.staging-", dir=parent))
+            try:
+                _write_staging(staging, files, mode)
+                swap_dir(staging, final)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    except OSError as exc:
+        raise OutputError(
+            f"{final}: cannot write: {describe_os_error(exc)}", hint="nothing was replaced"
+        ) from None
+    return True
+
+
+def _write_staging(staging: Path, files: Mapping[str, bytes], mode: int | None) -> None:
+    umask = _umask()
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes 0700; the tree gets what mkdir would give
+    for relative, data in sorted(files.items()):
+        parts = PurePosixPath(relative).parts
+        if not parts or PurePosixPath(relative).is_absolute() or ".." in parts:
+            raise ValueError(f"{relative!r}: not a path inside the output directory")
+        target = staging.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "xb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(target, mode if mode is not None else 0o666 & ~umask)
+    _fsync_dirs(staging)
+
+
+def _fsync_dirs(root: Path) -> None:
+    for directory in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _recover(final: Path) -> None:
+    """Undo what an interrupted writer left: a moved-aside tree put back, staging trees removed."""
+    old = final.with_name(f".{final.name}.old")
+    if old.exists() and not final.exists():
+        os.replace(old, final)  # killed between the two renames of the fallback swap
+    for leftover in final.parent.glob(f".{final.name}.staging-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    if old.exists():
+        shutil.rmtree(old, ignore_errors=True)
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def exchange_dirs(a: Path, b: Path) -> bool:
+    """Linux renameat2(RENAME_EXCHANGE): both names swap in one step. False where unsupported."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    func = getattr(libc, "renameat2", None)
+    if func is None:
+        return False
+    if func(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False  # this kernel or filesystem cannot exchange
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def swap_dir(staging: Path, final: Path) -> None:
+    """Put the finished ``staging`` at ``final``; the previous tree ends at ``staging`` (for removal).
+
+    One rename when ``final`` is new, one exchange when it exists; where the filesystem cannot
+    exchange, the old tree is moved aside first (``replace_tree`` puts it back if interrupted).
+    """
+    if not final.exists():
+        os.rename(staging, final)
+        return
+    if exchange_dirs(staging, final):
+        return
+    replace_dir(staging, final)
 
 
 def replace_dir(staging: Path, final: Path) -> None:

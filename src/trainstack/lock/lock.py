@@ -1,7 +1,8 @@
 """`trainstack lock`: resolve every flavour with uv, write lock files and the manifest.
 
-Every flavour is resolved before anything is written, and each file is replaced
-atomically, so a failed lock leaves the previous lock files untouched.
+Every flavour is resolved before anything is written, and the lock directory (manifest,
+flavour and layer locks) is replaced as one unit, so a failed or interrupted lock leaves
+the previous lock whole; concurrent locks of one stack take turns.
 """
 
 from __future__ import annotations
@@ -9,19 +10,21 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from trainstack.errors import LockError, SpecError
-from trainstack.fsutil import dump_json, write_if_changed
+from trainstack.fsutil import dump_json, exclusive, replace_tree
 from trainstack.lock.git import pin_source
 from trainstack.lock.keys import flavour_cache_key
-from trainstack.lock.manifest import LockedFlavour, Manifest, load_manifest, lock_dir, manifest_path
-from trainstack.lock.plan import FlavourPlan, plan_flavour, stack_inputs_hash
+from trainstack.lock.manifest import MANIFEST_NAME, LockedFlavour, Manifest, load_manifest, lock_dir, manifest_path
+from trainstack.lock.plan import FlavourPlan, plan_flavour, require_one_release, stack_inputs_hash
 from trainstack.lock.resolve import compile_request, uv_version
 from trainstack.rules.check import require_rules
 from trainstack.spec import expand_flavours, load_stack, select_flavour
@@ -31,8 +34,16 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)", 
 
 
 def lock_stack(stack_path: Path, *, flavour: str | None = None, upgrade: Sequence[str] = ()) -> Manifest:
-    """Resolve the stack (or one flavour of it) and write its lock directory."""
+    """Resolve the stack (or one flavour of it) and replace its lock directory as one unit.
+
+    One lock of a stack runs at a time: a second waits, then starts from the first's result.
+    """
     stack_path = Path(stack_path)
+    with _one_at_a_time(stack_path):
+        return _lock(stack_path, flavour, upgrade)
+
+
+def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str]) -> Manifest:
     stack = load_stack(stack_path)
     chosen = select_flavour(stack, flavour)
     # the whole matrix must hold: the inputs hash covers every flavour, not just ``chosen``
@@ -47,8 +58,6 @@ def lock_stack(stack_path: Path, *, flavour: str | None = None, upgrade: Sequenc
         entry, texts = _lock_flavour(stack, plan, directory, upgrade, header, str(stack_path))
         locked[plan.flavour.slug] = entry
         files.update(texts)
-    for relative, text in sorted(files.items()):
-        write_if_changed(directory / relative, text)
     slugs = {p.flavour.slug for p in plans}
     kept = {s: f for s, f in (previous.flavours.items() if previous else ()) if s in slugs and s not in locked}
     manifest = Manifest(
@@ -61,9 +70,45 @@ def lock_stack(stack_path: Path, *, flavour: str | None = None, upgrade: Sequenc
         flavours=dict(sorted({**kept, **locked}.items())),
     )
     manifest = _keep_timestamp(manifest, previous)
-    write_if_changed(manifest_path(stack_path), dump_json(manifest.model_dump(mode="json")))
-    _remove_unlisted(directory, manifest)
+    tree = _carried(directory, kept.values())
+    tree.update({relative: text.encode("utf-8") for relative, text in files.items()})
+    tree[MANIFEST_NAME] = dump_json(manifest.model_dump(mode="json")).encode("utf-8")
+    replace_tree(directory, tree)
     return manifest
+
+
+@contextmanager
+def _one_at_a_time(stack_path: Path) -> Iterator[None]:
+    """An exclusive lock on the stack file for the whole run (nothing to lock when it cannot be
+    read: load_stack then says why)."""
+    try:
+        regular = stat.S_ISREG(stack_path.stat().st_mode)
+        guard = exclusive(stack_path, on_wait=lambda: _waiting(stack_path)) if regular else nullcontext()
+        guard.__enter__()
+    except OSError:
+        guard = nullcontext()
+    try:
+        yield
+    finally:
+        guard.__exit__(None, None, None)
+
+
+def _waiting(stack_path: Path) -> None:
+    from trainstack.console import err
+
+    err.print(f"waiting for another lock of {stack_path} to finish", highlight=False, markup=False)
+
+
+def _carried(directory: Path, kept: Iterable[LockedFlavour]) -> dict[str, bytes]:
+    """The files of flavours this run does not re-lock, as they are: the lock directory holds
+    stack.lock.json and the files it lists, nothing else."""
+    tree: dict[str, bytes] = {}
+    for entry in kept:
+        for relative in (entry.lock_file, *entry.layers.values()):
+            path = directory / relative
+            if path.is_file():
+                tree[relative] = path.read_bytes()
+    return tree
 
 
 def check_lock_current(stack_path: Path, flavour: str | None = None) -> Manifest:
@@ -112,6 +157,8 @@ def _lock_flavour(
                 request, previous=directory / relative, constraints=constraints, upgrade=upgrade,
                 header=header, component_names=names, attempts=attempts,
             ).text  # fmt: skip
+    for relative, text in sorted(texts.items()):
+        require_one_release(plan.flavour, relative, parse_pins(text), where)
     lock_bytes = full.text.encode() + json.dumps(sources, sort_keys=True).encode()
     entry = LockedFlavour(
         **plan.flavour.as_dict(),
@@ -146,14 +193,6 @@ def _keep_timestamp(manifest: Manifest, previous: Manifest | None) -> Manifest:
     if manifest.model_dump(exclude={"generated_at"}) == previous.model_dump(exclude={"generated_at"}):
         return manifest.model_copy(update={"generated_at": previous.generated_at})
     return manifest
-
-
-def _remove_unlisted(directory: Path, manifest: Manifest) -> None:
-    listed = {f.lock_file for f in manifest.flavours.values()}
-    listed |= {layer for f in manifest.flavours.values() for layer in f.layers.values()}
-    for path in (directory / "locks").glob("*.txt"):
-        if f"locks/{path.name}" not in listed:
-            path.unlink()
 
 
 def _sha256(data: bytes) -> str:

@@ -1,17 +1,16 @@
 """The release verb's work: read the inputs, render every output in memory, write, consume fragments.
 
-Nothing is written unless all three outputs rendered, and fragments are consumed only after
-all three were written.
+Nothing is written unless all three outputs rendered; the three replace the previous three as
+one unit, and fragments are consumed only after that.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack.errors import UsageError
-from trainstack.fsutil import atomic_write_text, dump_json
+from trainstack.fsutil import dump_json, replace_tree
 from trainstack.lock import check_lock_current
 from trainstack.lock.manifest import Manifest, load_manifest
 from trainstack.release.drivers import rules_lookup
@@ -119,9 +118,22 @@ def gather(
 
 
 def write_outputs(target: Path, texts: dict[str, str]) -> list[Path]:
-    written = []
-    for name in OUTPUTS:
-        atomic_write_text(target / name, texts[name])
-        os.chmod(target / name, 0o644)  # pages to publish: readable by a web server, not private temp files
-        written.append(target / name)
-    return written
+    """Replace ``target`` with the three outputs as one unit: a reader (or a kill at any point)
+    finds the previous three files or the new three, never a mix."""
+    _check_own_directory(target)
+    # pages to publish: readable by a web server, not private temp files
+    replace_tree(target, {name: texts[name].encode("utf-8") for name in OUTPUTS}, mode=0o644)
+    return [target / name for name in OUTPUTS]
+
+
+def _check_own_directory(target: Path) -> None:
+    if not target.exists() and not target.is_symlink():
+        return
+    if target.is_symlink() or not target.is_dir():
+        raise UsageError(f"--out {target}: is not a directory", hint="give a directory for the release notes alone")
+    for entry in sorted(target.iterdir()):
+        if entry.name not in OUTPUTS or entry.is_symlink() or not entry.is_file():
+            raise UsageError(
+                f"--out {target}: {entry} is not a release output",
+                hint="give a directory for the release notes alone: it is replaced as a whole",
+            )

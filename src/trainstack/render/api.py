@@ -1,10 +1,12 @@
-"""render_stack: every rendered file computed in memory first, then written atomically."""
+"""render_stack: every rendered file computed in memory first, then the output directory
+replaced as one unit (the old rendered files or the new ones, never a mix)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from trainstack.fsutil import write_if_changed
+from trainstack.errors import UsageError
+from trainstack.fsutil import replace_tree
 from trainstack.render.dockerfile import render_dockerfile, source_file
 from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.render.layers import FlavourLayers
@@ -41,6 +43,42 @@ def stack_files(inputs: Inputs) -> dict[str, str]:
 
 
 def render_stack(stack_path: Path, out: Path, flavour: str | None = None) -> list[Path]:
-    """Write the rendered files under ``out``; returns the paths whose content changed."""
-    files = stack_files(load_inputs(stack_path, flavour))
-    return [out / name for name, text in sorted(files.items()) if write_if_changed(out / name, text)]
+    """Write the rendered files under ``out``; returns the paths whose content changed.
+
+    Files of flavours not rendered this time are kept; ``out`` is replaced as a whole, so it
+    must hold nothing but rendered files.
+    """
+    files = {name: text.encode("utf-8") for name, text in stack_files(load_inputs(stack_path, flavour)).items()}
+    previous = _rendered(out)
+    replace_tree(out, {**previous, **files})
+    return [out / name for name, data in sorted(files.items()) if previous.get(name) != data]
+
+
+STACK_FILES = ("docker-bake.hcl", "workflow.yml", "environment.yml")
+
+
+def _rendered(out: Path) -> dict[str, bytes]:
+    """What an earlier render left in ``out``; UsageError for anything render does not write."""
+    if not out.exists() and not out.is_symlink():
+        return {}
+    if out.is_symlink() or not out.is_dir():
+        raise _foreign(out, out, "is not a directory")
+    found: dict[str, bytes] = {}
+    for entry in sorted(out.iterdir()):
+        if entry.is_symlink() or not (entry.is_dir() or entry.name in STACK_FILES and entry.is_file()):
+            raise _foreign(out, entry, "is not a file render writes")
+        if entry.is_file():
+            found[entry.name] = entry.read_bytes()
+            continue
+        for path in sorted(entry.iterdir()):
+            if path.is_symlink() or not path.is_file():
+                raise _foreign(out, path, "is not a file render writes")
+            found[f"{entry.name}/{path.name}"] = path.read_bytes()
+    return found
+
+
+def _foreign(out: Path, entry: Path, why: str) -> UsageError:
+    return UsageError(
+        f"--out {out}: {entry} {why}",
+        hint="render into a directory of its own (default build/render): it is replaced as a whole",
+    )
