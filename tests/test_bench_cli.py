@@ -92,7 +92,7 @@ def test_unknown_gpu_shows_mfu_unknown(ablation, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["-m", "70b"], "--model: unknown preset '70b'; accepted: tiny, 125m, 1b, 3b, 8b"),
+        (["-m", "70b"], "--preset: unknown preset '70b'; accepted: tiny, 125m, 1b, 3b, 8b"),
         (["-m", "tiny", "--seq", "4096"], "--seq 4096: accepted: 2 to 256"),
         (["-m", "tiny", "--modes", "turbo"], "unknown mode part 'turbo'"),
         (["-m", "tiny", "--modes", "eager,compile"], "accepted: one mode, or several with --ablation"),

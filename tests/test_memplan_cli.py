@@ -20,7 +20,7 @@ def trainstack(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_prints_peak_and_plan(tmp_path) -> None:
     out = tmp_path / "plan.json"
-    result = trainstack("memplan", "--preset", "tiny", "--batch", "2", "--seq", "128", "--budget", "80MiB", "--json", str(out))
+    result = trainstack("memplan", "--preset", "tiny", "--batch", "2", "--seq", "128", "--budget", "80MiB", "--output", str(out))
     assert result.returncode == 0, result.stderr
     assert "predicted peak" in result.stdout and "recompute overhead" in result.stdout
     assert "saved activations, all blocks" in result.stdout
@@ -32,7 +32,7 @@ def test_prints_peak_and_plan(tmp_path) -> None:
 
 def test_compiled_plan_names_the_compiler_budget(tmp_path) -> None:
     out = tmp_path / "plan.json"
-    result = trainstack("memplan", "--preset", "tiny", "--batch", "2", "--seq", "128", "--budget", "80MiB", "--compiled", "--json", str(out))
+    result = trainstack("memplan", "--preset", "tiny", "--batch", "2", "--seq", "128", "--budget", "80MiB", "--compiled", "--output", str(out))
     assert result.returncode == 0, result.stderr
     data = json.loads(out.read_text())
     assert data["compiled"] is True
@@ -62,12 +62,30 @@ def test_help_shows_the_example() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("60GiB", 60 * 2**30), ("80GB", 80 * 10**9), ("1.5 GiB", int(1.5 * 2**30)), ("4096", 4096), ("0.5", 50), ("1", 100)],
+    [("60GiB", 60 * 2**30), ("80GB", 80 * 10**9), ("1.5 GiB", int(1.5 * 2**30)), ("4096B", 4096), ("0.5", 50), ("1", 100)],
 )
 def test_budget_parsing(text: str, expected: int) -> None:
     assert parse_budget(text, lambda: 100) == expected
 
 
+def test_a_size_without_a_unit_is_an_error_naming_the_unit() -> None:
+    with pytest.raises(UsageError, match="'60' has no unit; write bytes with a unit such as '60GiB'"):
+        parse_budget("60", lambda: 100)
+
+
 def test_fraction_without_a_gpu_asks_for_bytes() -> None:
     with pytest.raises(UsageError, match="no GPU was found"):
         parse_budget("0.8", lambda: None)
+
+
+def test_json_prints_the_plan_and_output_writes_it(tmp_path) -> None:
+    out = tmp_path / "plan.json"
+    result = trainstack("memplan", "--preset", "tiny", "--seq", "64", "--budget", "80MiB", "--json", "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads(out.read_text())
+
+
+def test_json_with_a_file_name_says_to_use_output(tmp_path) -> None:
+    result = trainstack("memplan", "--preset", "tiny", "--seq", "64", "--budget", "80MiB", "--json", str(tmp_path / "plan.json"))
+    assert result.returncode == 2 and result.stdout == ""
+    assert f"to write a file: --output {tmp_path / 'plan.json'}" in result.stderr

@@ -34,6 +34,7 @@ VERBS: dict[str, str] = {
     "health": "trainstack.health.command",
     "bench": "trainstack.bench.command",
     "memplan": "trainstack.memplan.command",
+    "run": "trainstack.run.command",
 }
 
 # What `trainstack --help` lists, so that listing the verbs imports none of them.
@@ -50,6 +51,7 @@ SUMMARIES: dict[str, str] = {
     "health": "Check whether this node can run a training job; exit 0 ok, 1 warn, 2 critical, 3 unknown.",
     "bench": "Measure training throughput (tokens/s, MFU, memory) of a Llama-family decoder. Needs torch.",
     "memplan": "Predict peak training memory and choose what to recompute to fit a budget. Needs torch.",
+    "run": "Run a training job with on-demand profiling, OOM snapshots and the memory plan; no code change.",
 }
 
 PROG = "trainstack"
@@ -131,7 +133,8 @@ def _plain_help(command: object) -> None:
             _plain_argument(param)
         elif param.metavar is None and not getattr(param, "is_flag", False):
             longest = max(param.opts, key=len)
-            param.metavar = longest.lstrip("-").replace("-", "_").upper()
+            name = longest.lstrip("-").replace("-", "_").upper()
+            param.metavar = "FILE" if name == "OUTPUT" else name
         if hasattr(param, "_get_number_range_help_str"):
             param._get_number_range_help_str = _range_words(param)
 

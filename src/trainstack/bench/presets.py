@@ -2,23 +2,42 @@
 
 from __future__ import annotations
 
-from trainstack.bench.model import ModelConfig
+from typing import TYPE_CHECKING
+
 from trainstack.errors import UsageError
 
-PRESETS: dict[str, ModelConfig] = {
+if TYPE_CHECKING:
+    from trainstack.bench.model import ModelConfig
+
+# Plain numbers, so that a preset's name and max_seq are checked without importing torch;
+# PRESETS (the ModelConfig of each) is built on first use.
+SHAPES: dict[str, dict[str, int]] = {
     # small enough for CPU tests: two blocks, GQA with 2 query heads per KV head
-    "tiny": ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=176, vocab_size=512, max_seq=256),
+    "tiny": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=176, vocab_size=512, max_seq=256),
     # GPT-3 Small width and depth with a Llama-2-sized vocabulary: about 125M parameters
-    "125m": ModelConfig(dim=768, n_layers=12, n_heads=12, n_kv_heads=4, ffn_dim=2048, vocab_size=32000, max_seq=8192),
-    "1b": ModelConfig(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_dim=8192, vocab_size=128256, max_seq=8192),
-    "3b": ModelConfig(dim=3072, n_layers=28, n_heads=24, n_kv_heads=8, ffn_dim=8192, vocab_size=128256, max_seq=8192),
+    "125m": dict(dim=768, n_layers=12, n_heads=12, n_kv_heads=4, ffn_dim=2048, vocab_size=32000, max_seq=8192),
+    "1b": dict(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_dim=8192, vocab_size=128256, max_seq=8192),
+    "3b": dict(dim=3072, n_layers=28, n_heads=24, n_kv_heads=8, ffn_dim=8192, vocab_size=128256, max_seq=8192),
     # Llama-3 8B
-    "8b": ModelConfig(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim=14336, vocab_size=128256, max_seq=8192),
+    "8b": dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim=14336, vocab_size=128256, max_seq=8192),
 }
 
 
-def preset(name: str) -> ModelConfig:
+def shape(name: str) -> dict[str, int]:
+    """The preset's numbers (dim, n_layers, ..., max_seq); UsageError naming the presets if unknown."""
     try:
-        return PRESETS[name]
+        return SHAPES[name]
     except KeyError:
-        raise UsageError(f"--model: unknown preset '{name}'; accepted: {', '.join(PRESETS)}") from None
+        raise UsageError(f"--preset: unknown preset '{name}'; accepted: {', '.join(SHAPES)}") from None
+
+
+def preset(name: str) -> ModelConfig:
+    from trainstack.bench.model import ModelConfig
+
+    return ModelConfig(**shape(name))
+
+
+def __getattr__(name: str) -> dict[str, ModelConfig]:
+    if name == "PRESETS":
+        return {key: preset(key) for key in SHAPES}
+    raise AttributeError(name)

@@ -29,6 +29,8 @@ def parse_budget(text: str, gpu_bytes: Callable[[], int | None]) -> int:
     if not m or m.group(2).lower() not in _UNITS:
         raise UsageError(f"--budget: '{text}' is not a budget; accepted: {ACCEPTED}")
     value, unit = float(m.group(1)), m.group(2).lower()
+    if unit == "" and value > 1:
+        raise UsageError(f"--budget: '{text}' has no unit; write bytes with a unit such as '{m.group(1)}GiB' or '{m.group(1)}GB', or a fraction of the GPU's memory such as '0.8'")
     if unit == "" and value <= 1:
         if value <= 0:
             raise UsageError(f"--budget: fraction '{text}' must be above 0")

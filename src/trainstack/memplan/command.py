@@ -13,30 +13,47 @@ def command(
     seq: int = typer.Option(2048, "--seq", "-s", min=1, help="Sequence length."),
     budget: str = typer.Option("0.9", "--budget", help="Memory per GPU: bytes with a unit ('60GiB', '80GB') or a fraction of the GPU's memory ('0.8')."),
     world_size: int = typer.Option(1, "--world-size", min=1, help="GPUs the model is sharded over with FSDP."),
-    json_out: Path | None = typer.Option(None, "--json", help="Also write the plan as JSON to this file."),
+    json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout instead of the tables."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write the plan as JSON to this file."),
     compiled: bool = typer.Option(False, "--compiled", help="Plan for torch.compile'd blocks: on a GPU, kept blocks are also measured under the compiler's activation memory budgets, and the plan names one."),
+    stray: list[str] = typer.Argument(None, hidden=True),
 ) -> None:
     """Predict peak training memory (weights, gradients, AdamW state, activations, transients)
     and choose per block: keep, selective or full recompute, at the least recompute cost.
 
+    Exit 0 with a plan, 9 when no plan fits the budget, 2 on bad input, 6 without torch.
+
     Example: trainstack memplan --preset 3b --batch 2 --seq 4096 --budget 60GiB
     """
     from trainstack.bench.presets import preset as get_preset
-    from trainstack.console import out
-    from trainstack.fsutil import atomic_write_json
-    from trainstack.memplan import plan_memory
+    from trainstack.bench.presets import shape
+    from trainstack.errors import UsageError
+    from trainstack.extras import require
     from trainstack.memplan.budget import gpu_memory_bytes, parse_budget
+
+    if stray:
+        hint = f"; to write a file: --output {stray[0]}" if json_out else ""
+        raise UsageError(f"unexpected argument '{stray[0]}'{hint} (--json prints the plan on stdout and takes no file name)")
+    max_seq = shape(preset)["max_seq"]
+    if seq > max_seq:
+        raise UsageError(f"--seq: {seq} exceeds the {preset} preset's max_seq {max_seq}")
+    budget_bytes = parse_budget(budget, gpu_memory_bytes)
+    require("torch", "trainstack memplan")
+
+    from trainstack.console import out
+    from trainstack.fsutil import atomic_write_json, dump_json
+    from trainstack.memplan import plan_memory
     from trainstack.memplan.report import blocks_table, breakdown_table, headline, to_json
 
-    cfg = get_preset(preset)
-    if seq > cfg.max_seq:
-        from trainstack.errors import UsageError
-
-        raise UsageError(f"--seq: {seq} exceeds the {preset} preset's max_seq {cfg.max_seq}")
-    budget_bytes = parse_budget(budget, gpu_memory_bytes)
-    plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled)
+    plan = plan_memory(get_preset(preset), batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled)
+    document = {"preset": preset, "batch": batch, "seq": seq, "compiled": compiled, **to_json(plan)}
+    if output is not None:
+        atomic_write_json(output, document)
+    if json_out:
+        print(dump_json(document), end="")
+        return
     out.print(headline(plan), highlight=False, soft_wrap=True)
     out.print(blocks_table(plan))
     out.print(breakdown_table(plan))
-    if json_out is not None:
-        atomic_write_json(json_out, {"preset": preset, "batch": batch, "seq": seq, "compiled": compiled, **to_json(plan)})
+    if output is not None:
+        out.print(f"wrote {output}", highlight=False, soft_wrap=True)
