@@ -41,6 +41,16 @@ def require(module: str, needed_by: str) -> None:
         raise missing(module, needed_by)
 
 
+def require_cuda(needed_by: str) -> None:
+    """Raise the one-line error when torch sees no CUDA GPU (a CPU build of torch, or no GPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    why = "this torch is a CPU build" if torch.version.cuda is None else "torch sees no GPU"
+    raise ToolMissingError(f"{needed_by} needs a CUDA GPU: {why}", hint="run with --device cpu, or on a machine with an NVIDIA GPU")
+
+
 def from_import_error(exc: ModuleNotFoundError, verb: str | None) -> ExtraMissingError | None:
     """The one-line error for an optional dependency found missing at import time, else None."""
     top = (exc.name or "").split(".")[0]

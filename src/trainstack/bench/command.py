@@ -29,11 +29,20 @@ def command(
 
     Example: trainstack bench --preset 1b --batch 4 --seq 4096 --ablation --out results
     """
-    from trainstack.bench import api
-
     if compare is not None:
-        api.compare(*compare)
+        from trainstack.bench.compare import print_compare
+
+        print_compare(*compare)
         return
+    from trainstack.bench.presets import shape
+    from trainstack.extras import require, require_cuda
+
+    if hf_config is None:
+        shape(model)  # an unknown preset is rejected before torch is imported
+    require("torch", "trainstack bench")
+    if device == "cuda":
+        require_cuda("trainstack bench --device cuda")
+    from trainstack.bench import api
     from trainstack.bench.modes import DEFAULT_ABLATION
 
     chosen = modes or (",".join(DEFAULT_ABLATION) if ablation else "compile")

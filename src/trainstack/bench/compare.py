@@ -1,12 +1,66 @@
-"""A/B of two result files: rows matched by model, mode, batch, sequence and GPU count."""
+"""A/B of two result files: rows matched by model, mode, batch, sequence and GPU count.
+
+Reads JSON lines only: nothing here imports torch, so a comparison takes well under a second.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from rich.console import Console
 from rich.table import Table
 
-from trainstack.bench.report import fmt, read_rows
+from trainstack.errors import SpecError
+
+ACCEPTED = "a JSON-lines file written by 'trainstack bench'"
+
+
+def read_rows(path: Path) -> list[dict]:
+    """Rows from a JSON-lines file (or a JSON list); errors name the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or "not UTF-8 text"
+        raise SpecError(f"{path}: cannot read ({why}); accepted: {ACCEPTED}") from None
+    rows = _parse_list(path, text) if text.lstrip().startswith("[") else _parse_lines(path, text)
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict) or not {"model", "mode", "status"} <= row.keys():
+            raise SpecError(f"{path}: row {number} lacks 'model', 'mode' or 'status'; accepted: rows written by 'trainstack bench'")
+    if not rows:
+        raise SpecError(f"{path}: no result rows; accepted: {ACCEPTED}")
+    return rows
+
+
+def _parse_list(path: Path, text: str) -> list:
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    return rows if isinstance(rows, list) else [rows]
+
+
+def _parse_lines(path: Path, text: str) -> list:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{path}:{number}: not a JSON object ({exc.msg}); accepted: one result object per line") from None
+    return rows
+
+
+def fmt(value: float | None, spec: str = ",.0f", missing: str = "-") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def print_compare(path_a: Path, path_b: Path, console: Console | None = None) -> None:
+    """The A/B table on stdout: fitted to a terminal's width, unwrapped in a log."""
+    from trainstack.console import out
+
+    (console or out).print(compare_table(path_a, path_b))
 
 
 def _key(row: dict) -> tuple:
