@@ -113,7 +113,7 @@ def test_torch_flavour_separates_fetch_from_compile(torch_render: Path) -> None:
     assert "DS_BUILD_CCL_COMM=0" in compile_ds and "DS_BUILD_CPU_ADAM=1" in compile_ds
     assert "ARG DEEPSPEED_MAX_JOBS=1" in compile_ds and "MAX_JOBS=$DEEPSPEED_MAX_JOBS" in compile_ds
     assert re.search(r"apt-get install [^\n]*\bccache\b", text)
-    assert re.search(r"git -C /src/apex fetch -q --depth 1 file://\S+ [0-9a-f]{40} ", text)  # the locked full sha
+    assert re.search(r"git -C /src/apex fetch -q --depth 1 -- file://\S+ [0-9a-f]{40} ", text)  # the locked full sha
     final = text.split("FROM extras AS final", 1)[1]
     assert "COPY" not in final and "/src/" not in final
     assert "torch==2.11.0" in (torch_render / TORCH_SLUG / "torch.txt").read_text()

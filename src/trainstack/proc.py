@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack.errors import ToolMissingError
+from trainstack.redact import redact
 
 # Which Debian package (or pip package) provides each external program.
 INSTALL_HINTS: dict[str, str] = {
@@ -50,7 +51,8 @@ def require(program: str) -> str:
 
 
 def render(argv: Sequence[str]) -> str:
-    return shlex.join(str(a) for a in argv)
+    """The command line as a shell would take it, with credentials masked (it is shown and logged)."""
+    return redact(shlex.join(str(a) for a in argv))
 
 
 def run(
@@ -73,7 +75,9 @@ def run(
     if echo:
         from trainstack.console import err
 
-        err.print(f"[dim]$ {render(args)}[/dim]", highlight=False)
+        from rich.markup import escape
+
+        err.print(f"[dim]$ {escape(render(args))}[/dim]", highlight=False)
     full_env = {**os.environ, **(env or {})}
     start = time.perf_counter()
     proc = subprocess.run(
@@ -90,5 +94,6 @@ def run(
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a", encoding="utf-8") as fh:
-            fh.write(f"$ {render(args)}\n{proc.stdout}{proc.stderr}\n[exit {proc.returncode} after {seconds:.1f}s]\n")
+            output = redact(f"{proc.stdout}{proc.stderr}")
+            fh.write(f"$ {render(args)}\n{output}\n[exit {proc.returncode} after {seconds:.1f}s]\n")
     return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr, seconds)

@@ -1,14 +1,20 @@
 """The oci backend: the rendered Dockerfile built by buildah (chroot isolation) or docker buildx.
 
 A ``debootstrap:<suite>`` base is made from the distribution's archive with debootstrap and
-imported as a local image first. The CA bundle is handed over as the build secret "ca".
+imported as a local image first. The CA bundle is handed over as the build secret "ca", the
+index credentials (from the environment, trainstack.indexauth) as the build secret "netrc": a
+file in a private temporary directory that exists for the build only and is in no layer.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from trainstack import proc
@@ -16,6 +22,7 @@ from trainstack.build.backend import BuildJob, BuildOutput
 from trainstack.build.steps import Steps
 from trainstack.errors import BuildError, ToolMissingError
 from trainstack.fsutil import atomic_write_text
+from trainstack.indexauth import lock_index_urls, netrc_text
 from trainstack.render.api import flavour_files
 from trainstack.render.dockerfile import Base, base_for, stage_name
 from trainstack.render.stackfiles import image_tag
@@ -50,6 +57,22 @@ def write_context(job: BuildJob) -> Path:
     for name, text in flavour_files(job.inputs, layers).items():
         atomic_write_text(context / name, text)
     return context
+
+
+@contextmanager
+def netrc_secret(job: BuildJob) -> Iterator[list[str]]:
+    """``--secret id=netrc,src=FILE`` for the build command: the credentials of the lock's indexes
+    found in the environment (none: an empty file), readable by this user only, removed afterwards."""
+    default, extras = lock_index_urls(job.layers.full.options)
+    text = netrc_text(([default] if default else []) + extras, os.environ)
+    folder = Path(tempfile.mkdtemp(prefix="trainstack-netrc-"))
+    try:
+        path = folder / "netrc"
+        path.touch(mode=0o600)
+        path.write_text(text, encoding="utf-8")
+        yield ["--secret", f"id=netrc,src={path}"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def debootstrap_rootfs(steps: Steps, suite: str, work: Path) -> Path:
@@ -91,7 +114,8 @@ class BuildahBackend:
             argv += ["--secret", f"id=ca,src={job.ca_bundle}"]
         for key, value in build_args(job).items():
             argv += ["--build-arg", f"{key}={value}"]
-        steps.run("image", [*argv, "-f", context / "Dockerfile", context], network=True)
+        with netrc_secret(job) as secret:
+            steps.run("image", [*argv, *secret, "-f", context / "Dockerfile", context], network=True)
         return self._describe(tag)
 
     def _exists(self, ref: str) -> bool:
@@ -145,7 +169,8 @@ class DockerBackend:
             argv += ["--secret", f"id=ca,src={job.ca_bundle}"]
         for key, value in build_args(job).items():
             argv += ["--build-arg", f"{key}={value}"]
-        steps.run("image", [*argv, "-f", context / "Dockerfile", context], network=True)
+        with netrc_secret(job) as secret:
+            steps.run("image", [*argv, *secret, "-f", context / "Dockerfile", context], network=True)
         result = proc.run(["docker", "image", "inspect", tag], echo=False)
         data = json.loads(result.stdout)[0]
         return BuildOutput(

@@ -19,6 +19,7 @@ from trainstack.build.download import DEFAULT_INDEX, Fetcher, download_sdist
 from trainstack.build.git import fetch_git
 from trainstack.build.steps import Steps
 from trainstack.fsutil import atomic_write_text
+from trainstack.indexauth import lock_index_urls, uv_index_options
 from trainstack.render.layers import SourceBuild
 from trainstack.render.lockfile import LockFile, hashes, parse_lock
 
@@ -37,10 +38,12 @@ class VenvBackend:
         steps.run("venv", ["uv", "venv", "--quiet", "--relocatable", "--python", job.layers.flavour.python, venv], env=env)
         install = _install_lock(job)
         atomic_write_text(job.staging / "locks" / "install.txt", install.text())
+        # the lock names its indexes; their credentials reach uv only through its environment
+        index_argv, index_env = uv_index_options(*lock_index_urls(install.options), os.environ)
         steps.run(
             "install",
-            ["uv", "pip", "sync", "--python", python, "--require-hashes", job.staging / "locks" / "install.txt"],
-            env=env,
+            ["uv", "pip", "sync", "--python", python, "--require-hashes", *index_argv, job.staging / "locks" / "install.txt"],
+            env={**env, **index_env},
             network=True,
             recover=refresh_missing_pins,
         )

@@ -8,6 +8,7 @@ from urllib.parse import urlparse
 
 from trainstack import proc
 from trainstack.errors import LockError
+from trainstack.spec import grammar
 from trainstack.spec.models import Component
 
 FULL_SHA_LEN = 40
@@ -23,6 +24,11 @@ def pin_source(component: Component, stack_dir: Path, where: str) -> str:
         return path.as_uri()
     if component.git is None or component.commit is None:
         raise LockError(f"{where}: components.{component.name}: neither a git nor a path source")
+    try:  # again here: a component built without validation must not reach git as an option
+        grammar.git_url(component.git)
+        grammar.commit(component.commit)
+    except ValueError as exc:
+        raise LockError(f"{where}: components.{grammar.shown(component.name)}: {exc}") from None
     local = _local_repo(component.git)
     if local is not None:
         return f"git+{component.git}@{_resolve_local(local, component, where)}"
@@ -38,13 +44,11 @@ def _local_repo(url: str) -> Path | None:
     parsed = urlparse(url)
     if parsed.scheme == "file":
         return Path(parsed.path)
-    if parsed.scheme == "" and Path(url).exists():
-        return Path(url)
     return None
 
 
 def _resolve_local(repo: Path, component: Component, where: str) -> str:
-    argv = ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{component.commit}^{{commit}}"]
+    argv = ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options", f"{component.commit}^{{commit}}"]
     result = proc.run(argv, echo=False)
     if not result.ok:
         raise LockError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -11,6 +12,8 @@ from pathlib import Path
 
 from trainstack import proc
 from trainstack.errors import LockError
+from trainstack.indexauth import uv_index_options
+from trainstack.redact import redact, strip_userinfo
 from trainstack.lock.plan import Request
 from trainstack.retry import TransientFailure, with_retries
 
@@ -54,12 +57,16 @@ def compile_request(
     with tempfile.TemporaryDirectory(prefix="trainstack-lock-") as tmp:
         work = Path(tmp)
         argv = _argv(request, work, previous, constraints, upgrade, header)
+        # the indexes by name, their credentials (if any) only in uv's environment
+        index_argv, index_env = uv_index_options(request.index_url, request.extra_index_urls, os.environ)
+        argv += index_argv
 
         def step() -> Compiled:
-            result = proc.run(argv, env=UV_ENV, cwd=work)
+            result = proc.run(argv, env={**UV_ENV, **index_env}, cwd=work)
             if result.ok:
-                return Compiled((work / "out.txt").read_text(encoding="utf-8"), result.seconds)
-            message = result.stderr.strip() or result.stdout.strip()
+                text = (work / "out.txt").read_text(encoding="utf-8")
+                return Compiled(without_credentials(text), result.seconds)
+            message = redact(result.stderr.strip() or result.stdout.strip())
             if _NETWORK.search(message):
                 raise TransientFailure(_network_line(message, request))
             raise LockError(condense(message, component_names))
@@ -85,10 +92,6 @@ def _argv(
         argv += ["--config-file", "uv.toml"]
     else:
         argv.append("--no-config")
-    if request.index_url:
-        argv += ["--index-url", request.index_url]
-    for url in request.extra_index_urls:
-        argv += ["--extra-index-url", url]
     for url in request.find_links:
         argv += ["--find-links", url]
     if request.prerelease:
@@ -99,6 +102,13 @@ def _argv(
     for name in upgrade:
         argv += ["--upgrade-package", name]
     return argv
+
+
+def without_credentials(lock_text: str) -> str:
+    """A lock file's option lines (--index-url, --extra-index-url, --find-links) without user info."""
+    return "".join(
+        strip_userinfo(line) if line.startswith("-") else line for line in lock_text.splitlines(keepends=True)
+    )
 
 
 def _metadata_toml(request: Request) -> str:

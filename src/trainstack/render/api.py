@@ -3,10 +3,12 @@ replaced as one unit (the old rendered files or the new ones, never a mix)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from trainstack.errors import UsageError
 from trainstack.fsutil import replace_tree
+from trainstack.render import quote
 from trainstack.render.dockerfile import render_dockerfile, source_file
 from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.render.layers import FlavourLayers
@@ -30,11 +32,15 @@ def _source_lock(layers: FlavourLayers, entry_text: str) -> str:
     return "".join(f"{o}\n" for o in layers.full.options) + entry_text
 
 
+SLUG = re.compile(r"[a-z0-9][a-z0-9.-]*")
+
+
 def stack_files(inputs: Inputs) -> dict[str, str]:
     files: dict[str, str] = {}
     for layers in inputs.layers:
+        slug = quote.matching(layers.flavour.slug, SLUG, "matrix", "a flavour name of letters, digits, '.' and '-'")
         for name, text in flavour_files(inputs, layers).items():
-            files[f"{layers.flavour.slug}/{name}"] = text
+            files[f"{slug}/{name}"] = text
     files["docker-bake.hcl"] = render_bake(inputs.stack, inputs.layers)
     files["workflow.yml"] = render_workflow(inputs.stack, inputs.layers)
     default = next((lay for lay in inputs.layers if lay.flavour.channel == "release"), inputs.layers[0])

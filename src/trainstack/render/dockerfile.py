@@ -5,13 +5,16 @@ each source component gets a fetch stage (network, no compiler) and a compile st
 bind-mounts the fetched tree and leaves only a wheel; the final stage installs those wheels
 from bind mounts, so no source tree and no toolchain ends up in an image layer. Lock files are
 COPYed, not bind-mounted, so that every builder keys its layer cache on their content. The CA bundle
-arrives as the build secret "ca", never as ARG, ENV or COPY.
+arrives as the build secret "ca" and index credentials as the build secret "netrc" (pip reads
+~/.netrc), never as ARG, ENV or COPY.
+
+Every value from the stack is checked against its grammar again here and quoted for where it
+goes (trainstack.render.quote), so that even a stack that skipped validation renders no extra line.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from pathlib import Path
 from dataclasses import dataclass
 
@@ -19,8 +22,10 @@ from trainstack.build.ccache import compiler_cache_env
 from trainstack.build.cpu import budget_for
 from trainstack.errors import SpecError
 from trainstack.rules import os_pythons
+from trainstack.render import quote
 from trainstack.render.layers import FlavourLayers, SourceBuild
-from trainstack.spec.models import CompilerCache, Stack
+from trainstack.spec import grammar
+from trainstack.spec.models import PYTHON_RE, CompilerCache, Stack
 
 VENV = "/opt/venv"
 UV_HOME = "/opt/uv"  # the uv that installs a standalone Python where the OS has none
@@ -29,7 +34,9 @@ CA = "/run/secrets/ca"
 DEBOOTSTRAP_PREFIX = "debootstrap:"
 # Uses the CA secret when the build was given one; pip, git, curl and uv each read their own variable.
 WITH_CA = f"if [ -f {CA} ]; then export PIP_CERT={CA} GIT_SSL_CAINFO={CA} CURL_CA_BUNDLE={CA} SSL_CERT_FILE={CA}; fi"
-SECRET = f"--mount=type=secret,id=ca,target={CA}"
+NETRC = "/root/.netrc"
+# the CA bundle and the index credentials, present in the RUN steps that reach the network only
+SECRET = f"--mount=type=secret,id=ca,target={CA} --mount=type=secret,id=netrc,target={NETRC}"
 LOCKS = "/opt/trainstack/locks"
 COMPILER_CACHE = "/root/.cache/compiler"
 PIP = "pip install --no-deps --require-hashes --no-cache-dir"
@@ -49,6 +56,11 @@ def base_for(stack: Stack, os_name: str) -> Base:
             f"build.base: no base image for os '{os_name}' (bases given for: {known})",
             hint=f'add build.base."{os_name}" = "debootstrap:bookworm" or a registry ref',
         )
+    value = quote.one_line(value, f"build.base.{grammar.shown(os_name)}")
+    try:
+        grammar.base_image(value)
+    except ValueError as exc:
+        raise SpecError(f"build.base.{grammar.shown(os_name)}: {exc}") from None
     if value.startswith(DEBOOTSTRAP_PREFIX):
         suite = value.removeprefix(DEBOOTSTRAP_PREFIX)
         return Base(f"localhost/trainstack-base:{suite}", suite)
@@ -56,7 +68,10 @@ def base_for(stack: Stack, os_name: str) -> Base:
 
 
 def stage_name(component_key: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", component_key.lower()).strip("-")
+    name = re.sub(r"[^a-z0-9]+", "-", component_key.lower()).strip("-")
+    if not name:
+        raise SpecError(f"components.{grammar.shown(component_key)}: no stage name can be made of it")
+    return name
 
 
 def source_file(src: SourceBuild) -> str:
@@ -66,7 +81,8 @@ def source_file(src: SourceBuild) -> str:
 def locked_commit(src: SourceBuild) -> str:
     """The full sha the lock pinned (servers fetch by full sha only), else the stack's commit."""
     match = re.search(r"@([0-9a-f]{40})\s*$", src.entry_text.strip())
-    return match.group(1) if match else str(src.component.commit)
+    found = match.group(1) if match else str(src.component.commit)
+    return quote.matching(found, grammar.HEX_COMMIT, f"components.{src.component.name}.commit", "a git commit")
 
 
 def labels(stack: Stack, layers: FlavourLayers) -> dict[str, str]:
@@ -92,7 +108,8 @@ def render_dockerfile(stack: Stack, layers: FlavourLayers, uv_version: str) -> s
 
 def _header(base: Base) -> str:
     origin = (
-        f"# base: built from Debian's archive with 'debootstrap {base.debootstrap_suite}' and imported as {base.ref}\n"
+        f"# base: built from Debian's archive with 'debootstrap {quote.comment(base.debootstrap_suite)}' "
+        f"and imported as {quote.comment(base.ref)}\n"
         if base.debootstrap_suite
         else ""
     )
@@ -100,11 +117,15 @@ def _header(base: Base) -> str:
 
 
 def _system(stack: Stack, layers: FlavourLayers, uv_version: str) -> str:
-    py = layers.flavour.python
+    py = quote.matching(layers.flavour.python, PYTHON_RE, "matrix.python", "a Python version such as 3.12")
     ccache = ["ccache"] if stack.build.compiler_cache.kind == "ccache" and layers.sources else []
     from_archive = py in os_pythons(layers.flavour.os)
     pythons = [f"python{py}", f"python{py}-venv"] if from_archive else ["python3", "python3-venv"]
-    packages = sorted({*stack.build.system_packages, *pythons, *ccache})
+    packages = [
+        quote.shell(quote.matching(p, re.compile(r"[a-z0-9][a-z0-9+.-]+(=[0-9][A-Za-z0-9.+~:-]*)?"),
+                                   "build.system_packages", "a Debian package"), "build.system_packages")
+        for p in sorted({*stack.build.system_packages, *pythons, *ccache})
+    ]  # fmt: skip
     return (
         "FROM base AS system\n"
         'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
@@ -156,7 +177,7 @@ def _fetch(src: SourceBuild) -> str:
     if comp.git is not None:
         get = (
             f"git init -q /src/{name} \\\n"
-            f"    && git -C /src/{name} fetch -q --depth 1 {shlex.quote(comp.git)} {locked_commit(src)} \\\n"
+            f"    && git -C /src/{name} fetch -q --depth 1 -- {_git_url(comp.name, comp.git)} {locked_commit(src)} \\\n"
             f"    && git -C /src/{name} checkout -q FETCH_HEAD"
         )
     elif comp.path is not None:
@@ -178,11 +199,27 @@ def _fetch(src: SourceBuild) -> str:
     )
 
 
+def _git_url(component: str, url: str) -> str:
+    try:
+        grammar.git_url(url)
+    except ValueError as exc:
+        raise SpecError(f"components.{grammar.shown(component)}.git: {exc}") from None
+    return quote.shell(url, f"components.{component}.git")
+
+
+def _build_env(component: str, build_env: dict[str, str]) -> str:
+    what = f"components.{grammar.shown(component)}.build_env"
+    return " ".join(
+        f"{quote.matching(k, grammar.ENV_NAME, what, 'an environment variable name')}={quote.shell(v, what)}"
+        for k, v in sorted(build_env.items())
+    )
+
+
 def _compile(src: SourceBuild, toolchain: bool, cache: CompilerCache) -> str:
     name = stage_name(src.component.key)
     budget = budget_for(src.component)
     arg = f"{name.upper().replace('-', '_')}_MAX_JOBS"
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(src.component.build_env.items()))
+    env = _build_env(src.component.name, src.component.build_env)
     tool = (
         f"COPY toolchain.txt {LOCKS}/toolchain.txt\n"
         f"RUN {SECRET} \\\n"
@@ -214,7 +251,7 @@ def _cache_env(cache: CompilerCache) -> str:
         return ""
     # the system stage installs ccache; sccache is not a distribution package everywhere
     env = compiler_cache_env(cache.model_copy(update={"dir": COMPILER_CACHE}), Path("/"), launcher=cache.kind == "ccache")
-    return "".join(f"{k}={v} " for k, v in sorted(env.items()))
+    return "".join(f"{k}={quote.shell(v, 'build.compiler_cache')} " for k, v in sorted(env.items()))
 
 
 def _final(stack: Stack, layers: FlavourLayers) -> str:
@@ -225,6 +262,8 @@ def _final(stack: Stack, layers: FlavourLayers) -> str:
             f"RUN --mount=type=bind,from=compile-{name},source=/wheels/{name},target=/tmp/wheels/{name} \\\n"
             f"    pip install --no-deps --no-cache-dir /tmp/wheels/{name}/*.whl"
         )
-    label = " \\\n      ".join(f'{k}="{v}"' for k, v in labels(stack, layers).items())
+    label = " \\\n      ".join(
+        f"{quote.dockerfile_string(k)}={quote.dockerfile_string(v)}" for k, v in labels(stack, layers).items()
+    )
     lines.append(f"LABEL {label}")
     return "\n".join(lines) + "\n"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from trainstack.lock.manifest import Manifest
+from trainstack.redact import strip_userinfo
+from trainstack.render import quote
 from trainstack.render.dockerfile import labels
 from trainstack.render.layers import FlavourLayers
 from trainstack.spec.models import Stack
@@ -20,13 +20,21 @@ def image_tag(stack: Stack, slug: str) -> str:
 
 
 def _q(value: str) -> str:
-    return json.dumps(value)
+    return quote.hcl_string(value)
+
+
+_y = quote.yaml_string
 
 
 def render_bake(stack: Stack, all_layers: list[FlavourLayers]) -> str:
     slugs = [layers.flavour.slug for layers in all_layers]
     out = [
-        f"# docker buildx bake -f docker-bake.hcl [TARGET]: builds every flavour of {stack.stack.name} {stack.stack.release}",
+        f"# docker buildx bake -f docker-bake.hcl [TARGET]: builds every flavour of "
+        f"{quote.comment(stack.stack.name)} {quote.comment(stack.stack.release)}",
+        "# index credentials, if any: NETRC=/path/to/netrc (a build secret, in no layer)",
+        'variable "NETRC" {',
+        '  default = "/dev/null"',
+        "}",
         'variable "CA_BUNDLE" {',
         '  default = "/etc/ssl/certs/ca-certificates.crt"',
         "}",
@@ -47,7 +55,7 @@ def render_bake(stack: Stack, all_layers: list[FlavourLayers]) -> str:
             f"  tags       = [{_q(image_tag(stack, slug))}]",
             f"  cache-from = [{_q('type=registry,ref=' + ref)}]",
             f"  cache-to   = [{_q('type=registry,mode=max,ref=' + ref)}]",
-            '  secret     = ["id=ca,src=${CA_BUNDLE}"]',
+            '  secret     = ["id=ca,src=${CA_BUNDLE}", "id=netrc,src=${NETRC}"]',
             "  labels = {",
             *[f"    {_q(k)} = {_q(v)}" for k, v in labels(stack, layers).items()],
             "  }",
@@ -57,9 +65,11 @@ def render_bake(stack: Stack, all_layers: list[FlavourLayers]) -> str:
 
 
 def render_workflow(stack: Stack, all_layers: list[FlavourLayers]) -> str:
-    slugs = ", ".join(layers.flavour.slug for layers in all_layers)
-    return f"""# GitHub Actions: one job per flavour of {stack.stack.name}, each a bake target with its own cache.
-name: build {stack.stack.name}
+    """Every value a YAML string of its own; the flavour reaches the shell through an environment
+    variable, never by expanding an expression into the script."""
+    slugs = ", ".join(_y(layers.flavour.slug) for layers in all_layers)
+    return f"""# GitHub Actions: one job per flavour of {quote.comment(stack.stack.name)}, each a bake target with its own cache.
+name: {_y("build " + stack.stack.name)}
 on:
   workflow_dispatch:
   push:
@@ -78,7 +88,9 @@ jobs:
       - uses: actions/checkout@v4
       - uses: docker/setup-buildx-action@v3
       - name: bake ${{{{ matrix.flavour }}}}
-        run: docker buildx bake -f docker-bake.hcl --push "${{{{ matrix.flavour }}}}"
+        env:
+          FLAVOUR: ${{{{ matrix.flavour }}}}
+        run: docker buildx bake -f docker-bake.hcl --push "$FLAVOUR"
 """
 
 
@@ -87,16 +99,17 @@ def render_environment(stack: Stack, manifest: Manifest, layers: FlavourLayers) 
     pins = [f"{name}=={version}" for name, version in sorted(layers.locked.packages.items())]
     sources = {s.component.key for s in layers.sources}
     pip = [p for p in pins if p.split("==", 1)[0] not in sources]
-    index = [f"--extra-index-url {layers.locked.index}"] if layers.locked.index else []
+    index = [f"--extra-index-url {strip_userinfo(layers.locked.index)}"] if layers.locked.index else []
     lines = [
-        f"# conda env create -f environment.yml: {stack.stack.name} {manifest.release}, flavour {layers.flavour.slug}",
-        f"name: {stack.stack.name}",
+        f"# conda env create -f environment.yml: {quote.comment(stack.stack.name)} {quote.comment(manifest.release)}, "
+        f"flavour {quote.comment(layers.flavour.slug)}",
+        f"name: {_y(stack.stack.name)}",
         "channels:",
         "  - conda-forge",
         "dependencies:",
-        f"  - python={layers.flavour.python}",
+        f"  - {_y('python=' + layers.flavour.python)}",
         "  - pip",
         "  - pip:",
-        *[f"      - {item}" for item in index + pip],
+        *[f"      - {_y(item)}" for item in index + pip],
     ]
     return "\n".join(lines) + "\n"

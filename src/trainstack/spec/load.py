@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from trainstack.errors import SpecError
+from trainstack.spec import grammar
 from trainstack.spec.matrix import expand_flavours
 from trainstack.spec.models import Stack
 
@@ -35,7 +36,8 @@ def parse_stack(text: str, path: Path) -> Stack:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: TOML syntax error: {exc}") from None
+        raise SpecError(f"{path}: TOML syntax error: {grammar.shown(exc, 300)}") from None
+    _refuse_control_characters(data, text, path)
     try:
         stack = Stack.model_validate(data)
     except ValidationError as exc:
@@ -43,7 +45,72 @@ def parse_stack(text: str, path: Path) -> Stack:
     if not expand_flavours(stack):
         line = locate(text, ("matrix", "exclude"))
         raise SpecError(f"{path}:{line}: matrix: every cell is excluded; nothing would be built")
+    _require_bases(stack, text, path)
+    _confine_paths(stack, text, path)
     return stack
+
+
+def _located(text: str, path: Path, loc: tuple[str, ...], message: str) -> SpecError:
+    line = locate(text, loc)
+    where = f"{path}:{line}" if line else str(path)
+    field = ".".join(grammar.shown(part) for part in loc)
+    return SpecError(f"{where}: {field}: {message}")
+
+
+def _refuse_control_characters(data: object, text: str, path: Path, loc: tuple[str, ...] = ()) -> None:
+    """No string anywhere (keys included) holds a newline or another control character."""
+    items: list[tuple[str, object]] = []
+    if isinstance(data, dict):
+        items = [(str(key), value) for key, value in data.items()]
+        for key, _ in items:
+            if grammar.CONTROL.search(key):
+                raise _located(text, path, loc, f"the key '{grammar.shown(key)}' holds a control character")
+    elif isinstance(data, list):
+        items = [(str(number), value) for number, value in enumerate(data)]
+    elif isinstance(data, str):
+        try:
+            grammar.no_controls(data)
+        except ValueError as exc:
+            raise _located(text, path, loc, str(exc)) from None
+    for key, value in items:
+        _refuse_control_characters(value, text, path, (*loc, key))
+
+
+def _require_bases(stack: Stack, text: str, path: Path) -> None:
+    """With bases given (an image is meant to be built), each OS of the matrix needs one."""
+    bases = stack.build.base
+    if not bases:
+        return
+    for os_name in [*stack.matrix.os, *(cell.os for cell in stack.matrix.include)]:
+        if os_name not in bases:
+            raise _located(
+                text, path, ("build", "base"),
+                f"no base image for os '{os_name}' (bases given for: {', '.join(sorted(bases))}); "
+                f'add "{os_name}" = "debootstrap:SUITE" or an image reference such as "docker.io/library/debian:12"',
+            )  # fmt: skip
+
+
+def _confine_paths(stack: Stack, text: str, path: Path) -> None:
+    """Relative paths stay inside the stack's folder (symbolic links followed); absolute ones must exist."""
+    folder = path.parent.resolve()
+    given = [(("components", key, "path"), c.path) for key, c in stack.components.items()]
+    given += [(("build", "ca_bundle"), stack.build.ca_bundle), (("verify", "known_issues"), stack.verify.known_issues)]
+    for loc, value in given:
+        if value is None:
+            continue
+        value = value.removeprefix("file://")
+        target = Path(value).expanduser()
+        if target.is_absolute():
+            if not target.exists():
+                raise _located(text, path, loc, f"'{grammar.shown(value)}' does not exist (an absolute path must)")
+            continue
+        resolved = (folder / target).resolve()
+        if resolved != folder and folder not in resolved.parents:
+            raise _located(
+                text, path, loc,
+                f"'{grammar.shown(value)}' leads out of the stack's folder {folder}; give a path inside it, "
+                "or an absolute path",
+            )  # fmt: skip
 
 
 def _describe(exc: ValidationError, text: str, path: Path) -> str:
@@ -51,7 +118,7 @@ def _describe(exc: ValidationError, text: str, path: Path) -> str:
     # an unknown field usually explains a "missing" one beside it (a typo), so name it first
     error = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
     loc = tuple(str(part) for part in error["loc"] if not str(part).startswith("function-"))
-    field = ".".join(loc) or "(top level)"
+    field = ".".join(grammar.shown(part) for part in loc) or "(top level)"
     line = locate(text, loc)
     where = f"{path}:{line}" if line else str(path)
     kind = error["type"]
@@ -59,7 +126,7 @@ def _describe(exc: ValidationError, text: str, path: Path) -> str:
         return f"{where}: {field}: unknown field{_suggest(loc)}"
     if kind == "missing":
         return f"{where}: {field}: required field is missing"
-    message = str(error["msg"]).removeprefix("Value error, ")
+    message = grammar.shown(str(error["msg"]).removeprefix("Value error, "), 400)
     return f"{where}: {field}: {message}"
 
 

@@ -5,16 +5,20 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from trainstack.spec import grammar
 
 CUDA_RE = re.compile(r"^(cpu|\d+\.\d+)$")
 PYTHON_RE = re.compile(r"^3\.\d+$")
 OS_RE = re.compile(r"^[a-z]+[0-9.]*$")
-SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SHA_RE = grammar.HEX_COMMIT
+ENV_NAME_RE = grammar.ENV_NAME
+LIBRARY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
+# the smoke checks verify knows (trainstack.verify.smoke.KNOWN)
+SMOKE_CHECKS = ("imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed")
 
 Channel = Literal["release", "nightly"]
 
@@ -22,21 +26,77 @@ Channel = Literal["release", "nightly"]
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_control_characters(cls, value: object) -> object:
+        """No string anywhere in a stack file (keys included) holds a newline or another control character."""
+        _walk_strings(value)
+        return value
+
+
+def _walk_strings(value: object) -> None:
+    if isinstance(value, str):
+        grammar.no_controls(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _walk_strings(key)
+            _walk_strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _walk_strings(item)
+
 
 def _specifier(value: str) -> str:
-    try:
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        raise ValueError(f"'{value}' is not a version specifier (try '==2.9.1' or '>=2.8,<2.10')") from None
+    return grammar.specifier(value)
+
+
+def _each(check, values):
+    for value in values or ():
+        check(value)
+    return values
+
+
+def known_pythons() -> list[str]:
+    """Python versions the rules data knows: torch's wheels and the OS archives."""
+    from trainstack.rules.data import load_rules
+
+    rules = load_rules()
+    found = {py for release in rules.torch.releases.values() for py in release.pythons}
+    found |= {py for platform in rules.platforms.os.values() for py in platform.pythons}
+    return sorted(found, key=lambda v: tuple(int(p) for p in v.split(".")))
+
+
+def _python(value: str) -> str:
+    if not PYTHON_RE.match(value):
+        raise ValueError(f"'{grammar.shown(value)}' is not a Python version (try '3.12')")
+    known = known_pythons()
+    if value not in known:
+        raise ValueError(f"Python {value} is not in the rules data (known: {', '.join(known)})")
+    return value
+
+
+def _cuda(value: str) -> str:
+    if not CUDA_RE.match(value):
+        raise ValueError(f"'{grammar.shown(value)}' is not a CUDA version (try '12.8' or 'cpu')")
+    return value
+
+
+def _os(value: str) -> str:
+    if not OS_RE.match(value):
+        raise ValueError(f"'{grammar.shown(value)}' is not an OS name (try 'ubuntu24.04' or 'debian12')")
     return value
 
 
 class StackInfo(Strict):
-    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=100)]
     release: Annotated[str, Field(min_length=1)]
-    image: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._/-]*$")]
+    image: str
     registry: str = ""
     description: str = ""
+
+    _release = field_validator("release")(lambda v: grammar.oci_tag(v))
+    _image = field_validator("image")(lambda v: grammar.oci_repository(v))
+    _registry = field_validator("registry")(lambda v: grammar.oci_registry(v))
 
     @property
     def image_ref(self) -> str:
@@ -47,6 +107,16 @@ class Indexes(Strict):
     url: str | None = None
     extra: list[str] = []
     find_links: list[str] = []
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return None if v is None else grammar.index_url(v)
+
+    @field_validator("extra", "find_links")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        return _each(grammar.index_url, v)
 
 
 class JobBudget(Strict):
@@ -67,6 +137,11 @@ class FlavourFilter(Strict):
     def _specifiers(cls, v: str | None) -> str | None:
         return None if v is None else _specifier(v)
 
+    @field_validator("os")
+    @classmethod
+    def _os_names(cls, v: list[str] | None) -> list[str] | None:
+        return _each(_os, v)
+
 
 class Component(Strict):
     name: str = ""
@@ -84,34 +159,45 @@ class Component(Strict):
     # sdist whose metadata needs torch to generate, or a git/path source not fetched)
     requires: list[str] | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return grammar.pep508_name(v)
+
+    @field_validator("extras")
+    @classmethod
+    def _extras(cls, v: list[str]) -> list[str]:
+        return _each(grammar.pep508_extra, v)
+
     @field_validator("version")
     @classmethod
     def _version(cls, v: str | None) -> str | None:
         return None if v is None else _specifier(v)
 
+    @field_validator("git")
+    @classmethod
+    def _git(cls, v: str | None) -> str | None:
+        return None if v is None else grammar.git_url(v)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        return None if v is None else grammar.relative_path(v.removeprefix("file://"))
+
     @field_validator("commit")
     @classmethod
     def _commit(cls, v: str | None) -> str | None:
-        if v is not None and not SHA_RE.match(v):
-            raise ValueError(f"'{v}' is not a git commit (7 to 40 lowercase hex digits)")
-        return v
+        return None if v is None else grammar.commit(v)
 
     @field_validator("requires")
     @classmethod
     def _requires(cls, v: list[str] | None) -> list[str] | None:
-        for item in v or []:
-            try:
-                Requirement(item)
-            except InvalidRequirement:
-                raise ValueError(f"'{item}' is not a requirement (try 'einops' or 'torch>=2.4')") from None
-        return v
+        return _each(grammar.requirement, v)
 
     @field_validator("build_env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if not ENV_NAME_RE.match(key):
-                raise ValueError(f"'{key}' is not an environment variable name")
+        _each(grammar.env_name, v)
         return v
 
     @model_validator(mode="after")
@@ -147,13 +233,32 @@ class Component(Strict):
         return self.source == "sdist" or self.git is not None or self.path is not None
 
     def requirement(self) -> str:
-        """The PEP 508 line uv resolves for this component."""
+        """The PEP 508 line uv resolves for this component (each part checked again, so that a
+        component built without validation cannot turn into another line or an option)."""
+        _checked_again(self)
         extras = f"[{','.join(sorted(self.extras))}]" if self.extras else ""
         if self.git is not None:
             return f"{self.name}{extras} @ git+{self.git}@{self.commit}"
         if self.path is not None:
             return f"{self.name}{extras} @ file://{self.path}"
         return f"{self.name}{extras}{self.version or ''}"
+
+
+def _checked_again(component: Component) -> None:
+    from trainstack.errors import SpecError
+
+    try:
+        grammar.pep508_name(component.name)
+        _each(grammar.pep508_extra, component.extras)
+        if component.version is not None:
+            grammar.specifier(component.version)
+        if component.git is not None:
+            grammar.git_url(component.git)
+            grammar.commit(str(component.commit))
+        if component.path is not None:
+            grammar.relative_path(component.path.removeprefix("file://"))
+    except ValueError as exc:
+        raise SpecError(f"components.{grammar.shown(component.name)}: {exc}") from None
 
 
 class ExcludeCell(Strict):
@@ -168,6 +273,10 @@ class IncludeCell(Strict):
     os: str
     python: str
     channel: Channel = "release"
+
+    _cuda = field_validator("cuda")(lambda v: _cuda(v))
+    _os = field_validator("os")(lambda v: _os(v))
+    _python = field_validator("python")(lambda v: _python(v))
 
 
 class Matrix(Strict):
@@ -192,32 +301,25 @@ class Matrix(Strict):
     @field_validator("cuda")
     @classmethod
     def _cuda(cls, v: list[str]) -> list[str]:
-        for item in v:
-            if not CUDA_RE.match(item):
-                raise ValueError(f"'{item}' is not a CUDA version (try '12.8' or 'cpu')")
-        return v
+        return _each(_cuda, v)
 
     @field_validator("python")
     @classmethod
     def _python(cls, v: list[str]) -> list[str]:
-        for item in v:
-            if not PYTHON_RE.match(item):
-                raise ValueError(f"'{item}' is not a Python version (try '3.12')")
-        return v
+        return _each(_python, v)
 
     @field_validator("os")
     @classmethod
     def _os(cls, v: list[str]) -> list[str]:
-        for item in v:
-            if not OS_RE.match(item):
-                raise ValueError(f"'{item}' is not an OS name (try 'ubuntu24.04' or 'debian12')")
-        return v
+        return _each(_os, v)
 
 
 class CompilerCache(Strict):
     kind: Literal["ccache", "sccache", "none"] = "ccache"
     dir: str = ".cache/compiler"
     max_size: Annotated[str, Field(pattern=r"^\d+(\.\d+)?[KMGT]$")] = "10G"
+
+    _dir = field_validator("dir")(lambda v: grammar.relative_path(v))
 
 
 class Build(Strict):
@@ -228,10 +330,35 @@ class Build(Strict):
     retries: Annotated[int, Field(ge=1, le=20)] = 4
     ca_bundle: str | None = None
 
+    @field_validator("base")
+    @classmethod
+    def _bases(cls, v: dict[str, str]) -> dict[str, str]:
+        for os_name, ref in v.items():
+            _os(os_name)
+            grammar.base_image(ref)
+        return v
+
+    @field_validator("system_packages")
+    @classmethod
+    def _packages(cls, v: list[str]) -> list[str]:
+        return _each(grammar.debian_package, v)
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _ca(cls, v: str | None) -> str | None:
+        return None if v is None else grammar.relative_path(v)
+
 
 class Toolchain(Strict):
     packages: list[str] = ["ninja", "cmake"]
     nvcc: bool = True
+    # GPU targets of ahead-of-time extension builds: '90', '90a', '100' (sm_XX); [] leaves each package's default
+    archs: list[Annotated[str, Field(pattern=r"^\d{2,3}[af]?$")]] = []
+
+    @field_validator("packages")
+    @classmethod
+    def _packages(cls, v: list[str]) -> list[str]:
+        return _each(grammar.requirement, v)
 
 
 class Suite(Strict):
@@ -247,6 +374,14 @@ class Links(Strict):
     required: list[str] = []
     allow_stubs_rpath: bool = False
 
+    @field_validator("banned", "required")
+    @classmethod
+    def _libraries(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not LIBRARY_RE.match(name):
+                raise ValueError(f"'{grammar.shown(name)}' is not a library file name (such as 'libcuda.so.1')")
+        return v
+
 
 class Verify(Strict):
     smoke: list[str] = ["imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed"]
@@ -254,6 +389,19 @@ class Verify(Strict):
     known_issues: str | None = None
     max_failed_tests: Annotated[int, Field(ge=0)] = 0
     links: Links = Links()
+
+    @field_validator("smoke")
+    @classmethod
+    def _smoke(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name not in SMOKE_CHECKS:
+                raise ValueError(f"'{grammar.shown(name)}' is not a smoke check (one of: {', '.join(SMOKE_CHECKS)})")
+        return v
+
+    @field_validator("known_issues")
+    @classmethod
+    def _known(cls, v: str | None) -> str | None:
+        return None if v is None else grammar.relative_path(v)
 
 
 class Bench(Strict):

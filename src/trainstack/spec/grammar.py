@@ -1,0 +1,233 @@
+"""The grammar of every string a stack file hands to another program. Pure: each check returns
+the value or raises ValueError saying what would be accepted.
+
+A stack file is untrusted input: its strings become requirement lines for uv, Dockerfile
+instructions, shell words, image references, git arguments and YAML. Each kind of value is held
+to the grammar of the program that reads it, so none can carry a second instruction.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from urllib.parse import urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+# C0 and C1 controls (newline and tab included), DEL, and the Unicode line/paragraph separators
+# and bidirectional overrides that make text read differently from what it is.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+# PEP 508 names (and extras): letters, digits, '.', '_', '-'; starting and ending alphanumeric.
+PEP508_NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
+# Debian policy 5.6.1: lower case letters, digits, '+', '-', '.'; at least two, starting alphanumeric.
+DEBIAN_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+# Debian policy 5.6.12 (epoch:upstream-revision), as apt-get's name=version takes it.
+DEBIAN_VERSION = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~-]*$")
+# The OCI distribution reference grammar (github.com/distribution/reference).
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?"
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+OCI_REPOSITORY = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
+OCI_REGISTRY = re.compile(rf"^{_DOMAIN}(?:/{_PATH_COMPONENT})*$")
+OCI_TAG = re.compile(rf"^{_TAG}$", re.ASCII)
+OCI_REFERENCE = re.compile(
+    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$", re.ASCII
+)
+DEBOOTSTRAP_SUITE = re.compile(r"^[a-z][a-z0-9.-]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+HEX_COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
+# what a URL may hold: no whitespace, quotes, backslashes, shell or PEP 508 separators ('$;&|()`#')
+_URL_CHARS = re.compile(r"^[A-Za-z0-9._~:/@+,=%-]+$")
+_INDEX_URL_CHARS = re.compile(r"^[A-Za-z0-9._~:/?@+,=%-]+$")
+
+GIT_SCHEMES = ("https", "ssh", "git+ssh", "file", "git")
+INDEX_SCHEMES = ("https", "http", "file")
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A value as one printable line, for messages: control characters escaped, long text cut."""
+    text = json.dumps(str(value), ensure_ascii=True)[1:-1]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def no_controls(value: str) -> str:
+    found = CONTROL.search(value)
+    if found:
+        raise ValueError(
+            f"'{shown(value)}' holds the control character {shown(found.group(0))} "
+            "(no newlines, tabs or other control characters are accepted)"
+        )
+    return value
+
+
+def pep508_name(value: str) -> str:
+    if not PEP508_NAME.match(value):
+        raise ValueError(
+            f"'{shown(value)}' is not a package name (PEP 508: letters, digits, '.', '_', '-', "
+            "starting and ending with a letter or digit, such as 'flash-attn')"
+        )
+    return value
+
+
+def pep508_extra(value: str) -> str:
+    if not PEP508_NAME.match(value):
+        raise ValueError(f"'{shown(value)}' is not an extra (PEP 508 name such as 'cuda12' or 'dev')")
+    return value
+
+
+def specifier(value: str) -> str:
+    no_controls(value)
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError(f"'{shown(value)}' is not a version specifier (try '==2.9.1' or '>=2.8,<2.10')") from None
+    return value
+
+
+def requirement(value: str) -> str:
+    """A PEP 508 requirement by name, extras, specifier and marker; never a URL (a direct URL
+    makes uv fetch and build whatever it names)."""
+    no_controls(value)
+    try:
+        parsed = Requirement(value)
+    except InvalidRequirement:
+        raise ValueError(f"'{shown(value)}' is not a requirement (try 'einops' or 'torch>=2.4')") from None
+    if parsed.url is not None:
+        raise ValueError(
+            f"'{shown(value)}' is a direct URL requirement; give a name and version "
+            "(a source goes into its own component with git or path)"
+        )
+    if value.lstrip().startswith("-"):
+        raise ValueError(f"'{shown(value)}' is not a requirement (try 'einops' or 'torch>=2.4')")
+    return value
+
+
+def debian_package(value: str) -> str:
+    name, _, version = value.partition("=")
+    if not DEBIAN_NAME.match(name) or (version and not DEBIAN_VERSION.match(version)):
+        raise ValueError(
+            f"'{shown(value)}' is not a Debian package (a name of lower case letters, digits, '+', '-', '.', "
+            "optionally '=VERSION', such as 'libaio-dev' or 'git=1:2.39.5-0+deb12u2')"
+        )
+    return value
+
+
+def oci_repository(value: str) -> str:
+    if not OCI_REPOSITORY.match(value):
+        raise ValueError(
+            f"'{shown(value)}' is not an image repository (OCI reference grammar: lower case path components "
+            "separated by '/', such as 'ml/trainstack-torch')"
+        )
+    return value
+
+
+def oci_registry(value: str) -> str:
+    if value and not OCI_REGISTRY.match(value.rstrip("/")):
+        raise ValueError(
+            f"'{shown(value)}' is not a registry (OCI reference grammar: a host with an optional port and "
+            "path, such as 'registry.example.com/ml' or 'localhost:5000')"
+        )
+    return value
+
+
+def oci_tag(value: str) -> str:
+    if not OCI_TAG.match(value) or len(value) > 80:
+        raise ValueError(
+            f"'{shown(value)}' is not usable in an image tag (OCI tag grammar: letters, digits, '_', '.', '-', "
+            "not starting with '.' or '-', at most 80 characters, such as '2026.12.0')"
+        )
+    return value
+
+
+def base_image(value: str) -> str:
+    """An OCI reference, or 'debootstrap:SUITE' (a base made from the distribution's archive)."""
+    if value.startswith("debootstrap:"):
+        if not DEBOOTSTRAP_SUITE.match(value.removeprefix("debootstrap:")):
+            raise ValueError(f"'{shown(value)}' names no debootstrap suite (such as 'debootstrap:bookworm')")
+        return value
+    if not OCI_REFERENCE.match(value):
+        raise ValueError(
+            f"'{shown(value)}' is not an image reference (OCI reference grammar, such as "
+            "'docker.io/library/ubuntu:24.04', or 'debootstrap:bookworm')"
+        )
+    return value
+
+
+def env_name(value: str) -> str:
+    if not ENV_NAME.match(value):
+        raise ValueError(f"'{shown(value)}' is not an environment variable name (letters, digits, '_'; not a digit first)")
+    return value
+
+
+def commit(value: str) -> str:
+    if not HEX_COMMIT.match(value):
+        raise ValueError(f"'{shown(value)}' is not a git commit (7 to 40 lowercase hex digits)")
+    return value
+
+
+def git_url(value: str) -> str:
+    """https, ssh, file or git URLs with a host or path; never an option ('-...'), never a password."""
+    no_controls(value)
+    accepted = "an https://, ssh://, git:// or file:// URL of a repository, such as 'https://github.com/NVIDIA/apex'"
+    if value.startswith("-") or not _URL_CHARS.match(value):
+        raise ValueError(f"'{shown(value)}' is not {accepted}")
+    parts = urlsplit(value)
+    if parts.scheme not in GIT_SCHEMES or "::" in value:
+        raise ValueError(f"'{shown(value)}' is not {accepted}")
+    if parts.scheme == "file":
+        if parts.netloc or not parts.path.startswith("/"):
+            raise ValueError(f"'{shown(value)}' is not a file:// URL of an absolute path (file:///srv/git/apex)")
+    elif not parts.hostname or parts.hostname.startswith("-") or not parts.path.strip("/"):
+        raise ValueError(f"'{shown(value)}' is not {accepted}")
+    if parts.password is not None or (parts.username is not None and parts.scheme in ("https", "git")):
+        raise ValueError(
+            f"'{shown(redacted_url(value))}': credentials do not belong in a stack file; "
+            "give the URL without them (git reads them from its credential helper)"
+        )
+    return value
+
+
+def index_url(value: str) -> str:
+    """http(s) or file URLs of a package index; credentials come from the environment, never the stack."""
+    no_controls(value)
+    if value.startswith("-") or not _INDEX_URL_CHARS.match(value):
+        raise ValueError(f"'{shown(value)}' is not an index URL (such as 'https://pypi.example.com/simple')")
+    parts = urlsplit(value)
+    if parts.scheme not in INDEX_SCHEMES or (parts.scheme != "file" and not parts.hostname):
+        raise ValueError(
+            f"'{shown(value)}' is not an index URL (http://, https:// or file://, such as 'https://pypi.example.com/simple')"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            f"'{shown(redacted_url(value))}': credentials do not belong in a stack file; give the URL without "
+            "'user:password@' and set them in the environment (UV_INDEX_<NAME>_USERNAME and _PASSWORD, "
+            "see 'Private indexes' in the README)"
+        )
+    return value
+
+
+def redacted_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.username is None and parts.password is None:
+        return value
+    host = parts.netloc.rsplit("@", 1)[1]
+    return parts._replace(netloc=f"***@{host}").geturl()
+
+
+def relative_path(value: str) -> str:
+    """A path that stays inside its base folder when relative ('..' may not climb out)."""
+    no_controls(value)
+    if not value or value.startswith("-"):
+        raise ValueError(f"'{shown(value)}' is not a path")
+    if not value.startswith("/") and not value.startswith("~"):
+        normal = posixpath.normpath(value)
+        if normal == ".." or normal.startswith("../"):
+            raise ValueError(
+                f"'{shown(value)}' climbs out of the stack's folder; give a path inside it, or an absolute path"
+            )
+    return value
