@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -43,3 +44,93 @@ def test_unknown_option_is_a_usage_error_without_traceback():
 def test_version():
     proc = run("--version")
     assert proc.returncode == 0 and proc.stdout.startswith("trainstack ")
+
+
+# --- conventions shared by every verb -------------------------------------------------
+
+EXAMPLES = "examples/stacks"
+
+
+def test_error_text_is_printed_verbatim_not_as_markup():
+    for name in ("[/x].toml", "pattern '^*$' [bold]x[/bold].toml"):
+        proc = run("check", name)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == f"error: {name}: no such stack file\n"
+
+
+def test_print_error_never_reads_markup(capsys):
+    from trainstack.console import print_error
+
+    print_error("[/x] pattern '^*$' [red]not red[/]")
+    assert capsys.readouterr().err == "error: [/x] pattern '^*$' [red]not red[/]\n"
+
+
+def test_usage_errors_use_the_one_error_prefix_and_name_the_help():
+    for args in (("lock", "--bogus", "x"), ("lock",), ("memplan", "--seq", "x"), ("bench", "--batch", "many")):
+        proc = run(*args)
+        assert proc.returncode == 2, args
+        lines = proc.stderr.splitlines()
+        assert lines[0].startswith("error: ") and "Error:" not in proc.stderr, proc.stderr
+        assert f"see 'trainstack {args[0]} --help'" in lines[-1]
+        assert "Traceback" not in proc.stderr
+
+
+def test_root_help_imports_no_verb_and_is_fast():
+    code = (
+        "import sys, time; t = time.perf_counter(); from trainstack.cli import main; main(['--help']); "
+        "print(time.perf_counter() - t, file=sys.stderr); "
+        "assert not [m for m in sys.modules if m.startswith(('trainstack.bench', 'trainstack.lock', 'trainstack.verify', "
+        "'trainstack.build', 'trainstack.release', 'torch'))], 'a verb was imported'"
+    )
+    best = min(_wall(sys.executable, "-c", code) for _ in range(5))
+    # typer and rich are the floor; on a loaded machine everything slows, the floor too
+    floor = min(_wall(sys.executable, "-c", "import typer, rich.console") for _ in range(5))
+    assert best < 0.3 or best < 1.5 * floor, f"trainstack --help took {best:.2f} s (typer and rich alone {floor:.2f} s)"
+
+
+def _wall(*argv: str) -> float:
+    import time
+
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return time.perf_counter() - start
+
+
+HELP_NOISE = ("<bool>", "<int", "<str>", "<path>", "<list[", "x>=", "[default: ]")
+
+
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_help_reads_as_words(verb, capsys):
+    assert main([verb, "--help"]) == 0
+    text = capsys.readouterr().out
+    for noise in HELP_NOISE:
+        assert noise not in text, f"{verb} --help shows {noise!r}"
+    assert not re.search(r"\w \.(\s|$)", text), f"{verb} --help lost a word before a full stop"
+    assert max(len(line) for line in text.splitlines()) <= 200
+    example = next(line for line in text.splitlines() if line.strip().startswith("Example:"))
+    assert example.strip().startswith(f"Example: trainstack {verb}")  # one line, copyable whole
+
+
+def test_root_help_summaries_are_whole():
+    proc = run("--help")
+    assert not [line for line in proc.stdout.split("Commands:")[1].splitlines() if line.endswith("...")]
+    for verb, summary in __import__("trainstack.cli").cli.SUMMARIES.items():
+        assert verb in proc.stdout and summary.split()[-1] in proc.stdout
+
+
+def test_output_into_a_pipe_is_never_wrapped():
+    proc = run("check", f"{EXAMPLES}/torch-cuda.toml", "--verbose")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines and all(line.startswith(("info ", "warning ", "error ", "all rules hold")) for line in lines)
+    assert all(line.endswith(">") for line in lines[:-1])  # each finding and its source link on one line
+
+
+def test_a_terminal_width_is_honoured_when_set(monkeypatch):
+    from trainstack.console import make_console
+
+    monkeypatch.setenv("COLUMNS", "60")
+    assert make_console().width == 60
+    monkeypatch.delenv("COLUMNS")
+    assert make_console().width >= 1000  # not a terminal: unwrapped

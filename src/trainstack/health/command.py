@@ -36,6 +36,10 @@ def command(
         raise UsageError(f"--expect-gpus {expect_gpus}: accepted is a count >= 0")
     if duration <= 0 or allreduce_gib <= 0:
         raise UsageError("--duration and --allreduce-gib: accepted are positive numbers")
+    if level >= 2:
+        from trainstack.extras import require
+
+        require("torch", f"trainstack health --level {level}")
     opts = HealthOptions(level=level, expect_gpus=expect_gpus, thresholds_file=thresholds, min_driver=min_driver,
                          disk_path=disk, sustained_s=duration, allreduce_bytes=int(allreduce_gib * 1024**3))
     report = run_health(opts)
