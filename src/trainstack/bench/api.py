@@ -8,14 +8,14 @@ from pathlib import Path
 from trainstack.bench.device import dist_from_env
 from trainstack.bench.hf import HfShape
 from trainstack.bench.model import ModelConfig
-from trainstack.bench.modes import parse_modes
+from trainstack.bench.modes import Mode, parse_mode, parse_modes
 from trainstack.bench.presets import preset
 from trainstack.bench.report import explain, results_table, write_jsonl
 from trainstack.bench.runner import RunSpec
 from rich.console import Console
 
 from trainstack.console import err, out
-from trainstack.errors import UsageError
+from trainstack.errors import ToolMissingError, UsageError
 
 # Statuses that are results (the mode cannot run here), not failures of the benchmark.
 EXPECTED = {"ok", "oom", "unavailable"}
@@ -36,6 +36,7 @@ class BenchOptions:
     memory_cap_gib: float | None = None
     timeout_s: float = 1800.0
     profile: Path | None = None
+    parity: str | None = None  # "A,B": train both modes on the learnable task, compare the loss curves
 
 
 def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig | HfShape]:
@@ -67,13 +68,41 @@ def make_spec(opts: BenchOptions) -> RunSpec:
     return RunSpec(label, cfg, batch=opts.batch, seq=seq, steps=opts.steps, warmup=opts.warmup, device=opts.device, memory_cap_bytes=cap, profile_dir=profile)
 
 
+def parse_parity(text: str) -> tuple[Mode, Mode]:
+    modes = [parse_mode(part) for part in text.split(",") if part.strip()]
+    if len(modes) != 2:
+        raise UsageError(f"--parity '{text}': {len(modes)} modes; accepted: two modes A,B (e.g. compile+bf16,compile+bf16+fp8)")
+    return modes[0], modes[1]
+
+
+def check_fp8(modes: list[Mode], device: str) -> None:
+    """One line before anything runs when a float8 mode cannot run here (the GPU's compute
+    capability is checked where the mode runs)."""
+    fp8 = next((m.name for m in modes if m.fp8), None)
+    if fp8 is None:
+        return
+    from trainstack.bench.fp8 import EXTRA, MIN_CAPABILITY, torchao_missing
+
+    if torchao_missing():
+        raise ToolMissingError(f"--modes {fp8}: float8 training needs the 'torchao' package", hint=EXTRA)
+    import torch
+
+    if device == "cpu" or not torch.cuda.is_available():
+        raise UsageError(f"--modes {fp8}: float8 training needs an NVIDIA GPU of compute capability sm{''.join(map(str, MIN_CAPABILITY))} or newer; accepted here: modes without fp8")
+
+
 def benchmark(opts: BenchOptions) -> list[dict]:
-    """Run, print the table, write ``<out>/<label>.jsonl`` and ``.png``; returns the rows."""
+    """Run, print the table, write ``<out>/<label>.jsonl`` and ``.png``; returns the rows
+    (with ``--parity`` and no ablation: the two parity rows)."""
     spec = make_spec(opts)
     modes = [m.name for m in parse_modes(opts.modes)]
     if not opts.ablation and len(modes) > 1:
         raise UsageError(f"--modes '{opts.modes}' lists {len(modes)} modes; accepted: one mode, or several with --ablation")
+    parity_modes = parse_parity(opts.parity) if opts.parity else ()
+    check_fp8(parse_modes(opts.modes) + list(parity_modes), opts.device)
     lead = dist_from_env().rank == 0
+    if parity_modes:
+        return _with_parity(opts, spec, parity_modes, lead)
     if opts.ablation:
         from trainstack.bench.ablation import run_ablation
 
@@ -97,25 +126,56 @@ def _progress(row: dict) -> None:
     err.print(f"[dim]{row['mode']}: {row['status']} {speed}[/dim]", highlight=False)
 
 
-def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None) -> None:
+def _with_parity(opts: BenchOptions, spec: RunSpec, parity_modes: tuple[Mode, Mode], lead: bool) -> list[dict]:
+    """``--parity A,B``, after the ablation's modes when ``--ablation`` is given too: one chart."""
+    from trainstack.bench.ablation import run_ablation
+    from trainstack.bench.parity import parity_result
+
+    rows = []
+    if opts.ablation:
+        rows = run_ablation([replace(spec, mode=m) for m in [m.name for m in parse_modes(opts.modes)]], timeout_s=opts.timeout_s, on_row=_progress if lead else None)
+    from trainstack.bench.parity import LR
+
+    specs = [replace(spec, mode=m.name, task="markov", lr=LR) for m in parity_modes]
+    result = parity_result(run_ablation(specs, timeout_s=opts.timeout_s, on_row=_progress if lead else None))
+    if lead:
+        _publish(rows or result["rows"], spec, opts.out, result, stem_prefix="bench" if rows else "parity")
+    return rows + result["rows"]
+
+
+def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None, parity: dict | None = None, stem_prefix: str = "bench") -> None:
     title = f"trainstack bench: {spec.model}, batch {spec.batch} x seq {spec.seq}"
     _wide().print(results_table(rows, title))
     for line in explain(rows):
         out.print(line, highlight=False, soft_wrap=True)
+    if parity is not None:
+        from trainstack.bench.parity import describe
+
+        for line in describe(parity):
+            out.print(line, highlight=False, soft_wrap=True)
     if out_dir is None:
         return
-    stem = out_dir / f"bench-{spec.model}-b{spec.batch}-s{spec.seq}"
+    stem = out_dir / f"{stem_prefix}-{spec.model}-b{spec.batch}-s{spec.seq}"
     write_jsonl(stem.with_suffix(".jsonl"), rows)
     out.print(f"wrote {stem.with_suffix('.jsonl')}", highlight=False)
-    if len(rows) > 1:
+    if parity is not None:
+        from trainstack.fsutil import atomic_write_json
+
+        path = out_dir / f"parity-{spec.model}-b{spec.batch}-s{spec.seq}.json"
+        atomic_write_json(path, parity)
+        out.print(f"wrote {path}", highlight=False)
+    if len(rows) > 1 or parity is not None:
         from trainstack.bench.plot import write_chart
 
-        write_chart(stem.with_suffix(".png"), rows, title)
+        write_chart(stem.with_suffix(".png"), rows, title, parity=parity)
         out.print(f"wrote {stem.with_suffix('.png')}", highlight=False)
 
 
-def exit_code(rows: list[dict], ablation: bool) -> int:
-    """0 when the run measured what it could; 1 when a mode failed or nothing was measured."""
+def exit_code(rows: list[dict], ablation: bool, parity: bool = False) -> int:
+    """0 when the run measured what it could; 1 when a mode failed or nothing was measured,
+    or, with ``parity``, when either parity mode (the last two rows) has no loss curve."""
+    if parity and any(r.get("status") != "ok" for r in rows[-2:]):
+        return 1
     if any(r.get("status") not in EXPECTED for r in rows):
         return 1
     if not any(r.get("status") == "ok" for r in rows):

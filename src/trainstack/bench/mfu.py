@@ -36,6 +36,7 @@ class GpuPeak:
     match: str
     bf16_tflops: float
     source: str
+    fp8_tflops: float | None = None  # dense float8 tensor-core peak; None where the GPU has none
 
 
 @cache
@@ -61,3 +62,11 @@ def mfu(tokens_per_s_per_gpu: float, cfg: ModelConfig, seq: int, peak: GpuPeak |
     if peak is None:
         return None
     return tokens_per_s_per_gpu * flops_per_token(cfg, seq) / (peak.bf16_tflops * 1e12)
+
+
+def mfu_fp8(tokens_per_s_per_gpu: float, cfg: ModelConfig, seq: int, peak: GpuPeak | None) -> float | None:
+    """Fraction of the dense float8 peak (for float8 rows: a stricter figure than ``mfu``,
+    since attention and the output projection still run in bf16); None when unknown."""
+    if peak is None or not peak.fp8_tflops:
+        return None
+    return tokens_per_s_per_gpu * flops_per_token(cfg, seq) / (peak.fp8_tflops * 1e12)

@@ -6,7 +6,8 @@ matrix products and attention are saved, cheap element-wise ops recomputed) and
 ``planned`` (what memplan chooses for the memory budget); e.g. ``compile+ac-selective``.
 On one GPU the weights are fp32 under bf16 autocast, unless the mode has the part ``bf16``:
 bf16 parameters with fp32 master weights and AdamW state (bench.precision), e.g.
-``compile+bf16``.
+``compile+bf16``. The part ``fp8`` (tensorwise scaling) or ``fp8-rowwise`` trains the
+linear layers of the blocks in float8 through torchao (bench.fp8), e.g. ``compile+bf16+fp8``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from torch import nn
 
 from trainstack.errors import TrainstackError, UsageError
 
-ACCEPTED = "eager, compile, bf16, ac-none, ac-full, ac-every-N, ac-selective, planned, or parts joined by '+'"
+ACCEPTED = "eager, compile, bf16, fp8, fp8-rowwise, ac-none, ac-full, ac-every-N, ac-selective, planned, or parts joined by '+'"
 DEFAULT_ABLATION = ("eager", "compile", "compile+bf16", "ac-full", "ac-every-2", "ac-selective", "compile+ac-selective", "planned")
 
 _AC_PART = re.compile(r"^ac-(none|full|selective|every-([1-9][0-9]*))$")
+# fp8 mode part -> torchao float8 recipe (the scaling granularity)
+FP8_PARTS = {"fp8": "tensorwise", "fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}
 
 
 class ModeUnavailable(Exception):
@@ -33,18 +36,25 @@ class Mode:
     ac: str = "none"  # none | full | every | selective | planned
     every: int = 0
     bf16: bool = False  # bf16 parameters, fp32 master weights and optimizer state
+    fp8: str = ""  # "" (off), "tensorwise" or "rowwise": float8 linear layers (bench.fp8)
 
     @property
     def name(self) -> str:
         ac = {"none": "", "every": f"ac-every-{self.every}", "planned": "planned"}.get(self.ac, f"ac-{self.ac}")
         parts = (["compile"] if self.compile else []) + ([ac] if ac else [])
         parts = (parts or ["eager"]) + (["bf16"] if self.bf16 else [])
+        parts += {"": [], "tensorwise": ["fp8"]}.get(self.fp8, [f"fp8-{self.fp8}"])
         return "+".join(parts)
 
 
 def parse_mode(text: str) -> Mode:
-    compiled, ac, every, seen_ac, bf16 = False, "none", 0, False, False
+    compiled, ac, every, seen_ac, bf16, fp8 = False, "none", 0, False, False, ""
     for part in text.strip().lower().split("+"):
+        if part in FP8_PARTS:
+            if fp8:
+                raise UsageError(f"--modes: '{text}' names more than one fp8 part; accepted: at most one of {', '.join(FP8_PARTS)}")
+            fp8 = FP8_PARTS[part]
+            continue
         match = _AC_PART.match(part)
         if part == "eager":
             continue
@@ -67,7 +77,7 @@ def parse_mode(text: str) -> Mode:
             ac = match.group(1)
     if compiled and "eager" in text.lower().split("+"):
         raise UsageError(f"--modes: '{text}' is both eager and compile; accepted: {ACCEPTED}")
-    return Mode(compile=compiled, ac=ac, every=every, bf16=bf16)
+    return Mode(compile=compiled, ac=ac, every=every, bf16=bf16, fp8=fp8)
 
 
 def parse_modes(text: str) -> list[Mode]:

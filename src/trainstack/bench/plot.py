@@ -1,4 +1,5 @@
-"""A PNG chart of an ablation: tokens/s per GPU and MFU per mode; failed modes labelled."""
+"""A PNG chart of an ablation: tokens/s per GPU and MFU per mode, failed modes labelled; with
+a parity run, its loss curves and their relative gap."""
 
 from __future__ import annotations
 
@@ -8,17 +9,33 @@ from pathlib import Path
 from trainstack.fsutil import atomic_write_bytes
 
 
-def write_chart(path: Path, rows: list[dict], title: str) -> None:
+def write_chart(path: Path, rows: list[dict], title: str, parity: dict | None = None) -> None:
+    """Bars of tokens/s and MFU per mode; with ``parity`` (bench.parity's result) a row of
+    two more panels below: both loss curves, and their relative gap with the compared tail."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
+    bars = 0.5 * len(rows) + 2
+    fig = Figure(figsize=(11, bars + (4 if parity else 0)), layout="constrained")
+    if parity:
+        top, bottom = fig.subfigures(2, 1, height_ratios=[bars, 4])
+        _bars(top, rows)
+        _parity(bottom, parity)
+    else:
+        _bars(fig, rows)
+    fig.suptitle(title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _bars(fig, rows: list[dict]) -> None:
     modes = [r["mode"] for r in rows]
     ok = [r.get("status") == "ok" for r in rows]
     tps = [r["tokens_per_s_per_gpu"] if good else 0.0 for r, good in zip(rows, ok)]
     mfu = [100 * r["mfu"] if good and r.get("mfu") is not None else 0.0 for r, good in zip(rows, ok)]
-    fig = Figure(figsize=(11, 0.5 * len(rows) + 2), layout="constrained")
     left, right = fig.subplots(1, 2, sharey=True)
     y = range(len(rows))
     left.barh(y, tps, color=["tab:blue" if good else "lightgray" for good in ok])
@@ -35,7 +52,30 @@ def write_chart(path: Path, rows: list[dict], title: str) -> None:
             right.text(0, i, " unknown", va="center")
         else:
             right.text(mfu[i], i, f" {mfu[i]:.1f}", va="center")
-    fig.suptitle(title)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    atomic_write_bytes(path, buf.getvalue())
+
+
+def _parity(fig, parity: dict) -> None:
+    curves, gaps = fig.subplots(1, 2)
+    a, b = parity["modes"]
+    fig.suptitle(f"parity on {parity['task']}")
+    if parity.get("status") != "ok":
+        curves.text(0.5, 0.5, f"not measured: {parity.get('error', '')}"[:120], ha="center", va="center", color="tab:red", wrap=True)
+        gaps.set_axis_off()
+        return
+    raw = [r["losses"] for r in parity["rows"]]
+    for name, losses, smooth, color in zip((a, b), raw, parity["smoothed"], ("tab:blue", "tab:orange")):
+        curves.plot(losses, color=color, alpha=0.25, linewidth=0.8)
+        curves.plot(smooth, color=color, label=f"{name} (moving average of {parity['window']})")
+    curves.axhline(parity["entropy_nats"], color="gray", linestyle=":", label="entropy floor")
+    curves.set_xlabel("step")
+    curves.set_ylabel("loss (nats)")
+    curves.legend(fontsize="small")
+    sa, sb = parity["smoothed"]
+    gap = [100 * abs(y - x) / abs(x) for x, y in zip(sa, sb)]
+    gaps.plot(gap, color="tab:purple")
+    gaps.axvspan(parity["tail_from"], len(gap) - 1, color="tab:purple", alpha=0.1, label="compared tail")
+    gaps.set_ylim(0, max(1.0, 1.5 * max(gap[parity["tail_from"]:])))
+    gaps.set_xlabel("step")
+    gaps.set_ylabel("|B - A| / A % (moving averages)")
+    gaps.set_title(f"largest in the tail: {100 * parity['max_rel_gap']:.2f}%", fontsize="medium")
+    gaps.legend(fontsize="small")

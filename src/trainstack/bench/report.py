@@ -26,7 +26,7 @@ def results_table(rows: list[dict], title: str = "trainstack bench") -> Table:
     table = Table(title=title)
     for name, justify in (
         ("mode", "left"), ("status", "left"), ("tok/s/GPU", "right"), ("tok/s total", "right"), ("vs eager", "right"),
-        ("MFU", "right"), ("TFLOP/s/GPU", "right"), ("step ms median [p10-p90]", "right"),
+        ("MFU", "right"), ("MFU fp8 peak", "right"), ("TFLOP/s/GPU", "right"), ("step ms median [p10-p90]", "right"),
         ("mem GiB alloc/resv", "right"), ("warm-up s", "right"), ("loss first->final", "right"),
     ):  # fmt: skip
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -34,17 +34,24 @@ def results_table(rows: list[dict], title: str = "trainstack bench") -> Table:
     for row in rows:
         if row.get("status") != "ok":
             error = row.get("error") or ""
-            table.add_row(row["mode"], f"[red]{row['status'].upper()}[/]", error if len(error) <= 40 else error[:39] + "…", *[""] * 8)
+            table.add_row(row["mode"], f"[red]{row['status'].upper()}[/]", error if len(error) <= 40 else error[:39] + "…", *[""] * 9)
             continue
         mfu = "unknown" if row["mfu"] is None else f"{row['mfu']:.1%}"
         table.add_row(
             row["mode"], "ok", fmt(row["tokens_per_s_per_gpu"]), fmt(row["tokens_per_s_total"]), _speedup(row, baseline),
-            mfu, fmt(row["achieved_tflops_per_gpu"], ".1f"),
+            mfu, _mfu_fp8(row), fmt(row["achieved_tflops_per_gpu"], ".1f"),
             f"{row['step_ms_median']:.1f} [{row['step_ms_p10']:.1f}-{row['step_ms_p90']:.1f}]",
             f"{fmt(row['mem_allocated_gib'], '.1f', 'n/a')}/{fmt(row['mem_reserved_gib'], '.1f', 'n/a')}",
             f"{row['warmup_s']:.1f}", f"{row['loss_first']:.3f}->{row['loss_final']:.3f}",
         )  # fmt: skip
     return table
+
+
+def _mfu_fp8(row: dict) -> str:
+    """MFU against the dense float8 peak, for float8 rows only."""
+    if "mfu_fp8" not in row:
+        return "-"
+    return "unknown" if row["mfu_fp8"] is None else f"{row['mfu_fp8']:.1%}"
 
 
 def explain(rows: list[dict]) -> list[str]:
@@ -54,6 +61,9 @@ def explain(rows: list[dict]) -> list[str]:
         return []
     peak = next((r["peak_tflops"] for r in rows if r.get("peak_tflops")), None)
     basis = f"dense bf16 peak {peak:g} TFLOP/s per GPU" if peak else "MFU unknown: this device is not in the GPU peak table"
+    fp8_peak = next((r["peak_fp8_tflops"] for r in rows if r.get("peak_fp8_tflops")), None)
+    if fp8_peak:
+        basis += f" (every row, float8 ones too, so they compare); 'MFU fp8 peak': float8 rows against the dense float8 peak {fp8_peak:g} TFLOP/s"
     return [
         f"model {row['model']}: {_count(row['params'])} parameters, {_count(row['non_embedding_params'])} without the input embedding; "
         f"batch {row['batch']} x seq {row['seq']} per GPU; {row['world_size']} x {row['device_name']}; torch {row['torch']}",
@@ -63,6 +73,8 @@ def explain(rows: list[dict]) -> list[str]:
         f"timed steps {row['steps']} after {row['warmup_steps']} warm-up steps (warm-up s includes compilation); "
         + ("step times from CUDA events, one sync at the end of the timed window" if row["device_type"] == "cuda" else "step times from the wall clock"),
     ] + _attention(rows) + [f"{r['mode']} plan: {r['plan']}" for r in rows if r.get("plan")] + [
+        f"{r['mode']}: {r['fp8']}" for r in rows if r.get("fp8")
+    ] + [
         f"{r['mode']} profile: {r['profile']['kernels']} (kernels by time), {r['profile']['trace']} (Chrome trace)" for r in rows if r.get("profile")
     ] + [f"{r['mode']}: {r['status']}: {r['error']}" for r in rows if r.get("status") != "ok" and r.get("error")]
 

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 import torch
 
 from trainstack.bench import device as dev
-from trainstack.bench.mfu import flops_per_token, mfu, peak_for
+from trainstack.bench.mfu import flops_per_token, mfu, mfu_fp8, peak_for
 from trainstack.bench.hf import HfShape
 from trainstack.bench.model import ModelConfig, Transformer
 from trainstack.bench.modes import Mode, ModeUnavailable, apply_checkpointing, apply_compile, apply_planned, parse_mode
@@ -43,6 +43,7 @@ class RunSpec:
     lr: float = 3e-4
     seed: int = 0
     profile_dir: str | None = None  # profile PROFILE_STEPS more steps after the timed ones
+    task: str = "random"  # the tokens: "random" (uniform) or "markov" (learnable: bench.parity)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -90,16 +91,14 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
     dev.cap_memory(device, spec.memory_cap_bytes)
     torch.manual_seed(spec.seed)  # the same initial weights on every rank; data differs by rank
     mode = parse_mode(spec.mode)
-    model, plan = build(spec, mode, device, dist)
+    model, plan, fp8_note = build(spec, mode, device, dist)
     opt = optimizer(model, mode, spec.lr, device, dist)
-    # a generator of its own: the same tokens in every mode, whatever a mode draws from the global one
-    gen = torch.Generator(device).manual_seed(spec.seed + dist.rank)
-    batches = torch.randint(0, spec.cfg.vocab_size, (_BATCHES, spec.batch, spec.seq + 1), device=device, generator=gen)
+    batches = synthetic_batches(spec, device, dist)
     autocast = device.type == "cuda" and not dist.enabled and not mode.bf16
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if autocast else nullcontext()
 
     def step(i: int) -> torch.Tensor:
-        tokens = batches[i % _BATCHES]
+        tokens = batches[i % len(batches)]
         with amp:
             loss = model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
@@ -130,6 +129,8 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
         extra = _profile(spec, step, device, dist) if spec.profile_dir else {}
     local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
     extra |= {"params_per_rank": local, "sdpa_ms": {name.lower(): ms for name, ms in sdpa_ms.items()}}
+    if fp8_note:
+        extra["fp8"] = fp8_note
     return Measured(seconds, warmup_seconds, torch.stack(losses).tolist(), allocated, reserved, sdpa, plan, extra)
 
 
@@ -146,9 +147,29 @@ def _profile(spec: RunSpec, step, device: torch.device, dist: dev.Dist) -> dict:
     return {"profile": profile_steps(step, first, PROFILE_STEPS, stem, device)}
 
 
-def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None]:
-    """The model on ``device`` with checkpointing, compile and sharding applied, in that order."""
+def synthetic_batches(spec: RunSpec, device: torch.device, dist: dev.Dist) -> torch.Tensor:
+    """(n, batch, seq + 1) tokens, the same in every mode: uniform random tokens (a few
+    batches, cycled), or for the ``markov`` task one learnable batch per step."""
+    if spec.task == "markov":
+        from trainstack.bench.parity import markov_tokens
+
+        return markov_tokens(spec.cfg.vocab_size, (spec.warmup + spec.steps, spec.batch, spec.seq + 1), device=device, seed=spec.seed + dist.rank)
+    # a generator of its own: the same tokens in every mode, whatever a mode draws from the global one
+    gen = torch.Generator(device).manual_seed(spec.seed + dist.rank)
+    return torch.randint(0, spec.cfg.vocab_size, (_BATCHES, spec.batch, spec.seq + 1), device=device, generator=gen)
+
+
+def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None, str | None]:
+    """The model on ``device`` with float8 layers, checkpointing, compile and sharding applied,
+    in that order; returns it, memplan's plan and what float8 converted (None when unused)."""
+    fp8_note = None
+    if mode.fp8:
+        from trainstack.bench import fp8
+
+        fp8.require(device)
     model = _new_model(spec.cfg, device)
+    if mode.fp8:
+        fp8_note = fp8.convert(model, mode.fp8).summary()
     plan, keep_budget = None, None
     if mode.ac == "planned" and isinstance(spec.cfg, HfShape):
         raise ModeUnavailable(f"unavailable: memplan plans the bench decoder, not a '{spec.cfg.model_type}' model")
@@ -165,7 +186,7 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
         apply_compile(model, keep_budget)
     if dist.enabled:
         shard(model, device)
-    return model, plan
+    return model, plan, fp8_note
 
 
 def optimizer(model: torch.nn.Module, mode: Mode, lr: float, device: torch.device, dist: dev.Dist):
@@ -208,6 +229,7 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
     per_gpu = spec.batch * spec.seq / median
     peak = peak_for(row["device_name"]) if row["device_type"] == "cuda" else None
     fraction = mfu(per_gpu, spec.cfg, spec.seq, peak)
+    fp8_basis = {"mfu_fp8": mfu_fp8(per_gpu, spec.cfg, spec.seq, peak), "peak_fp8_tflops": peak.fp8_tflops if peak else None}
     final = m.losses[-1]
     return {
         "status": "ok" if math.isfinite(final) else "error",
@@ -217,6 +239,7 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
         "mfu": fraction,
         "peak_tflops": peak.bf16_tflops if peak else None,
         "peak_source": peak.source if peak else None,
+        **(fp8_basis if parse_mode(spec.mode).fp8 else {}),
         "achieved_tflops_per_gpu": per_gpu * row["flops_per_token"] / 1e12,
         "step_ms_median": median * 1e3,
         "step_ms_p10": deciles[0] * 1e3,
@@ -229,6 +252,7 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
         "loss_final": final,
         "sdpa_backend": m.sdpa,
         "plan": m.plan,
+        **({"losses": m.losses} if spec.task == "markov" else {}),
         **m.extra,
     }
 
@@ -259,9 +283,10 @@ def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
 def _precision(device: torch.device, dist: dev.Dist, mode: Mode) -> str:
     if dist.enabled:
         return f"FSDP2 over {dist.world_size} ranks, " + ("bf16 params, fp32 master and reduction" if device.type == "cuda" else "fp32")
+    fp8 = f" + float8 linear layers ({mode.fp8} scaling)" if mode.fp8 else ""
     if mode.bf16:
-        return "bf16 params, fp32 master weights and AdamW state"
-    return "bf16 autocast, fp32 weights" if device.type == "cuda" else "fp32"
+        return "bf16 params, fp32 master weights and AdamW state" + fp8
+    return ("bf16 autocast, fp32 weights" if device.type == "cuda" else "fp32") + fp8
 
 
 def _sdpa_choice(spec: RunSpec, device: torch.device) -> str:

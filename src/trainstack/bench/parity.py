@@ -1,0 +1,127 @@
+"""Convergence parity of two modes: same seed, same learnable tokens, loss curves compared.
+
+Uniform random tokens teach a model nothing beyond their frequencies, so any precision
+reaches the same loss (log of the vocabulary) and a parity check on them proves nothing.
+The parity task is a first-order Markov chain instead: each of ``STATES`` tokens is followed
+by one of ``len(SUCCESSOR_P)`` fixed successors with the probabilities ``SUCCESSOR_P``, so
+the loss falls from log(vocabulary) towards the chain's entropy as the model learns the
+table, and a precision that hurts learning shows as a gap between the curves.
+
+The gap is measured on moving averages (``window`` steps) over the last third of the
+steps, where both curves have left the steep start: the largest of |B - A| / A there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+STATES = 1024  # tokens the chain visits (the vocabulary's first ones)
+SUCCESSOR_P = (0.7, 0.2, 0.1)  # probabilities of a token's successors
+TABLE_SEED = 20240601  # the chain itself: the same for every run and rank
+TAIL_FRACTION = 1 / 3  # the gap is taken over the last third of the steps
+LR = 1e-3  # AdamW's learning rate for both modes: the chain is learnt within a few hundred steps
+
+
+def entropy_nats() -> float:
+    """The chain's entropy rate: the lowest mean loss a model can reach on it."""
+    return -sum(p * math.log(p) for p in SUCCESSOR_P)
+
+
+def markov_tokens(vocab_size: int, shape: tuple[int, ...], *, device, seed: int):
+    """Tokens of ``shape`` (..., length), each row a walk on the chain from a random start."""
+    import torch
+
+    states = min(STATES, vocab_size)
+    table_gen = torch.Generator("cpu").manual_seed(TABLE_SEED)
+    successors = torch.randint(0, states, (states, len(SUCCESSOR_P)), generator=table_gen).to(device)
+    gen = torch.Generator(device).manual_seed(seed)
+    *rows_shape, length = shape
+    rows = math.prod(rows_shape)
+    cumulative = torch.tensor(SUCCESSOR_P, dtype=torch.float64).cumsum(0)[:-1].to(device)
+    choice = torch.bucketize(torch.rand(rows, length, generator=gen, device=device, dtype=torch.float64), cumulative)
+    tokens = torch.empty(rows, length, dtype=torch.long, device=device)
+    tokens[:, 0] = torch.randint(0, states, (rows,), generator=gen, device=device)
+    for t in range(1, length):
+        tokens[:, t] = successors[tokens[:, t - 1], choice[:, t]]
+    return tokens.view(*shape)
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over up to ``window`` values (fewer at the start)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+@dataclass(frozen=True)
+class Gap:
+    window: int
+    tail_from: int  # first step (0-based) of the compared tail
+    max_rel: float  # largest |B - A| / A over the tail of the moving averages
+    at_step: int
+    final_rel: float  # |B - A| / A of the moving averages at the last step
+    smoothed_a: list[float]
+    smoothed_b: list[float]
+
+
+def loss_gap(losses_a: list[float], losses_b: list[float], window: int | None = None) -> Gap:
+    """The relative gap between two loss curves of the same length (see the module)."""
+    n = min(len(losses_a), len(losses_b))
+    if n < 3:
+        raise ValueError(f"{n} steps: a parity needs at least 3")
+    window = window or max(1, n // 20)
+    a, b = moving_average(losses_a[:n], window), moving_average(losses_b[:n], window)
+    tail = min(n - 1, int(n * (1 - TAIL_FRACTION)))
+    gaps = [abs(b[i] - a[i]) / abs(a[i]) for i in range(tail, n)]
+    worst = max(range(len(gaps)), key=gaps.__getitem__)
+    return Gap(window, tail, gaps[worst], tail + worst, gaps[-1], a, b)
+
+
+def parity_result(rows: list[dict]) -> dict:
+    """The parity summary of two result rows (each with its per-step ``losses``)."""
+    a, b = rows
+    result = {
+        "modes": [a["mode"], b["mode"]],
+        "model": a["model"],
+        "batch": a["batch"],
+        "seq": a["seq"],
+        "task": f"Markov chain over {min(STATES, a.get('config', {}).get('vocab_size', STATES))} tokens, successor probabilities {list(SUCCESSOR_P)}",
+        "lr": LR,
+        "entropy_nats": entropy_nats(),
+        "rows": rows,
+    }
+    if not all(r.get("status") == "ok" and r.get("losses") for r in rows):
+        failed = [f"{r['mode']}: {r.get('status')} {r.get('error') or ''}".strip() for r in rows if r.get("status") != "ok"]
+        return result | {"status": "error", "error": "; ".join(failed) or "no loss curve"}
+    gap = loss_gap(a["losses"], b["losses"])
+    return result | {
+        "status": "ok",
+        "steps": len(gap.smoothed_a),
+        "window": gap.window,
+        "tail_from": gap.tail_from,
+        "max_rel_gap": gap.max_rel,
+        "max_rel_gap_step": gap.at_step,
+        "final_rel_gap": gap.final_rel,
+        "smoothed": [gap.smoothed_a, gap.smoothed_b],
+    }
+
+
+def describe(result: dict) -> list[str]:
+    """The lines printed for a parity run."""
+    a, b = result["modes"]
+    head = f"parity {a} vs {b}: {result['model']}, batch {result['batch']} x seq {result['seq']}, {result['task']} (entropy floor {result['entropy_nats']:.3f} nats)"
+    if result["status"] != "ok":
+        return [head, f"parity not measured: {result['error']}"]
+    sa, sb = (s[-1] for s in result["smoothed"])
+    first = result["rows"][0]["losses"][0]
+    return [
+        head,
+        f"loss (moving average of {result['window']} steps, AdamW lr {result['lr']:g}): {a} {first:.3f} -> {sa:.4f}, {b} -> {sb:.4f} after {result['steps']} steps",
+        f"largest relative gap |B - A| / A over steps {result['tail_from'] + 1}-{result['steps']}: {result['max_rel_gap']:.2%} "
+        f"(step {result['max_rel_gap_step'] + 1}); at the last step {result['final_rel_gap']:.2%}",
+    ]
