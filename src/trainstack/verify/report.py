@@ -30,6 +30,7 @@ from trainstack.verify.report_model import (
     PythonInfo,
     TorchInfo,
 )
+from trainstack.verify.linkcheck.loaded import missing_dlopens
 from trainstack.verify.target import Target, run_probe
 
 COMPILERS = {"cc": ("cc", "gcc", "clang"), "c++": ("c++", "g++", "clang++"), "nvcc": ("nvcc",)}
@@ -50,10 +51,21 @@ def collect_report(
         if raw is None:
             raw = {"errors": {"probe": f"{reason}; without torch: {second}"}}
     report = from_probe(raw, str(target.python), find_compilers(target), gpus if gpus is not None else read_gpus())
+    missing = missing_dlopens(_loaded(report))
+    if missing:
+        report.errors["dlopen-missing"] = "; ".join(missing)
     if locked is not None:
         report.drift = compute_drift(locked[1], report.packages, locked[0])
     report.build = build_facts(build_record, report)
     return report
+
+
+def _loaded(report: EnvReport) -> list[str]:
+    """Every library path the probe saw mapped (cuDNN, NCCL, CUDA runtime and cuBLAS)."""
+    found: list[str] = []
+    for paths in (report.cudnn.loaded, report.nccl.loaded, report.cuda_libraries):
+        found += paths if isinstance(paths, list) else []
+    return found
 
 
 def from_probe(raw: dict[str, Any], target: str, compilers: dict[str, Compiler], gpus: GpuInfo) -> EnvReport:

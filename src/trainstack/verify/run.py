@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from trainstack.spec.load import locate
 from trainstack.spec.models import Stack, Verify
 from trainstack.verify.linkcheck.check import LinkReport, check_paths
+from trainstack.verify.linkcheck.confirm import confirm_in_target
 from trainstack.verify.ops import OpTable, op_table
 from trainstack.verify.report import collect_report
 from trainstack.verify.report_model import EnvReport
@@ -66,7 +67,7 @@ def run_verify(target: Target, plan: Plan) -> VerifyResult:
     wanted = [p for p in PARTS if p not in plan.skip]
     report = collect_report(target, locked=plan.locked, build_record=plan.build_record) if "report" in wanted else None
     ops = op_table(target) if "ops" in wanted else None
-    links = check_paths(target.library_roots(), plan.settings.links) if "linkcheck" in wanted else None
+    links = _links(target, plan) if "linkcheck" in wanted else None
     smoke = run_smoke(target, _smoke_checks(plan), _imports(plan, report)) if "smoke" in wanted else []
     gate = _gate(target, plan) if "suites" in wanted else None
     reasons = judge(report, ops, links, smoke, gate)
@@ -85,6 +86,11 @@ def run_verify(target: Target, plan: Plan) -> VerifyResult:
         verdict="fail" if reasons else "pass",
         reasons=reasons,
     )
+
+
+def _links(target: Target, plan: Plan) -> LinkReport:
+    """The static link check, its findings confirmed inside the target interpreter."""
+    return confirm_in_target(check_paths(target.library_roots(), plan.settings.links), target)
 
 
 def _smoke_checks(plan: Plan) -> list[str]:
@@ -129,7 +135,7 @@ def judge(report: EnvReport | None, ops: OpTable | None, links: LinkReport | Non
         reasons += [f"op {r.package}/{r.name} is installed but unusable: {r.why_not}" for r in ops.broken]
         reasons += [f"op table: the probe failed: {ops.error}"] if ops.error else []
     if links is not None:
-        reasons += [f"link: {i.file}: {i.library}: {i.detail}" for i in links.errors]
+        reasons += [f"link: {i.library} needed by {i.file}: {i.reason or i.detail}" for i in links.errors]
     reasons += [f"smoke {s.name}: {s.reason}" for s in smoke if s.status == "fail"]
     if gate is not None:
         reasons += gate.reasons

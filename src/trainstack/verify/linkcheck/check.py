@@ -29,6 +29,11 @@ class LinkIssue(BaseModel):
     file: str
     library: str
     detail: str
+    # how the target's own interpreter met it: broken | optional | resolved-at-run-time | unconfirmed
+    status: str | None = None
+    reason: str = ""  # why, in the words of that confirmation
+    chain: list[str] = []  # the objects that lead to ``file``, outermost first (ending with it)
+    provider: str = ""  # the package or command that provides ``library``
 
 
 class DlopenCandidate(BaseModel):
@@ -45,6 +50,9 @@ class LinkReport(BaseModel):
     workers: int
     issues: list[LinkIssue]
     candidates: list[DlopenCandidate]
+    confirmed_in: str | None = None  # the interpreter that confirmed the findings
+    confirmation: str = ""  # one line: how the findings were confirmed, or why they were not
+    confirm_seconds: float = 0.0
 
     @property
     def errors(self) -> list[LinkIssue]:
@@ -53,6 +61,11 @@ class LinkReport(BaseModel):
     @property
     def ok(self) -> bool:
         return not self.errors
+
+
+def _is_extension(path: str) -> bool:
+    base = os.path.basename(path)
+    return ".cpython-" in base or base.endswith(".abi3.so")
 
 
 def find_elf_files(paths: Iterable[Path]) -> list[str]:
@@ -168,7 +181,30 @@ class _Checker:
         self._required()
 
     def _add(self, kind: str, severity: Severity, file: str, library: str, detail: str) -> None:
-        self.issues.append(LinkIssue(kind=kind, severity=severity, file=file, library=library, detail=detail))
+        chain = self.chain(file) if kind in ("unresolved", "dlopen-missing") else []
+        self.issues.append(LinkIssue(kind=kind, severity=severity, file=file, library=library, detail=detail, chain=chain))
+
+    def chain(self, path: str) -> list[str]:
+        """Objects that load ``path``, outermost first: up the loaders (breadth first, so the
+        shortest way) to an extension module or an object nothing here links."""
+        parents: dict[str, str | None] = {path: None}
+        queue = [path]
+        top = path
+        while queue:
+            current = queue.pop(0)
+            top = current
+            if _is_extension(current):
+                break
+            for loader in self.loaders.get(current, []):
+                if loader.path not in parents:
+                    parents[loader.path] = current
+                    queue.append(loader.path)
+        ordered: list[str] = []
+        step: str | None = top
+        while step is not None:
+            ordered.append(step)
+            step = parents.get(step)
+        return ordered
 
     def _find(self, info: ElfInfo, name: str) -> tuple[str, str] | None:
         key = (info.path, name)
@@ -214,7 +250,8 @@ class _Checker:
             for name in info.needed:
                 found = self._find(info, name)
                 if found is not None:
-                    self.loaders.setdefault(os.path.normpath(found[0]), []).append(info)
+                    for key in {os.path.normpath(found[0]), os.path.realpath(found[0])}:
+                        self.loaders.setdefault(key, []).append(info)
 
     def _searched(self, info: ElfInfo) -> str:
         parts = []

@@ -17,9 +17,13 @@ def command(
     candidates: bool = typer.Option(False, "--candidates", help="List every dlopen candidate and where it was found."),
     strings: bool = typer.Option(True, "--strings/--no-strings", help="Scan read-only data for dlopen candidates."),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse what earlier runs read from unchanged files."),
+    python: Path | None = typer.Option(None, "--python", help="Confirm findings by loading them with this interpreter (default: the venv's own python when PATHS is one venv)."),
+    confirm: bool = typer.Option(True, "--confirm/--no-confirm", help="Confirm unresolved and dlopen-missing findings inside the target interpreter."),
 ) -> None:
     """Resolve the NEEDED and dlopen'ed libraries of every ELF object, the way ld.so would.
 
+    Findings are confirmed inside the target interpreter (its package imported first, then the
+    object loaded): broken, optional (which part) or resolved at run time; only broken fails.
     Exit 0 when nothing is broken, 1 when a link fails, 2 on bad input.
 
     Example: trainstack linkcheck build/cu128-ubuntu2404-py312-release/venv --stack examples/stacks/torch-cuda.toml
@@ -33,6 +37,7 @@ def command(
 
         links = load_stack(stack).verify.links
     report = check_paths(paths, links, scan_strings=strings, cache=cache)
+    report = _confirmed(report, paths, python, confirm)
     if json_out:
         out.print_json(report.model_dump_json())
     else:
@@ -41,3 +46,15 @@ def command(
         render_links(report, out, show_notes=notes)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _confirmed(report, paths: list[Path], python: Path | None, confirm: bool):  # type: ignore[no-untyped-def]
+    from trainstack.verify.linkcheck.confirm import confirm_in_target, unconfirmed, venv_python
+    from trainstack.verify.target import open_target
+
+    if not confirm:
+        return unconfirmed(report, "confirmation turned off (--no-confirm)")
+    python = python or venv_python(paths)
+    if python is None:
+        return unconfirmed(report)
+    return confirm_in_target(report, open_target(python))

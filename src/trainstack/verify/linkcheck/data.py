@@ -40,12 +40,34 @@ class Plugins(BaseModel):
     reason: str
 
 
+class Provider(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    library: str  # fnmatch pattern of the library name
+    package: str
+
+
+class OptionalPart(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    object: str  # fnmatch pattern of the object's path
+    what: str
+
+
 class DlopenData(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dlopen: list[DlopenRule]
     host: HostLibs
     plugins: Plugins
+    provider: list[Provider] = []
+    optional: list[OptionalPart] = []
+
+    def provider_of(self, library: str) -> str:
+        return next((p.package for p in self.provider if fnmatch(library, p.library)), "")
+
+    def optional_part(self, path: str) -> str:
+        return next((o.what for o in self.optional if fnmatch(path, o.object)), "")
 
     def rules_for(self, soname: str) -> list[DlopenRule]:
         return [rule for rule in self.dlopen if fnmatch(soname, rule.owner)]
