@@ -7,7 +7,9 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from trainstack import rules
+from trainstack.errors import LockError
 from trainstack.rules.check import torch_version
+from trainstack.rules.toolchain import release_message, release_mismatches, toolkit_requirement
 from trainstack.spec.matrix import Flavour, components_for
 from trainstack.spec.models import Component, Stack
 
@@ -85,12 +87,32 @@ def plan_flavour(stack: Stack, flavour: Flavour) -> FlavourPlan:
         layers["torch"] = Request(
             requirements=tuple(sorted(_line(c, flavour) for c in torch_group)), constrained=True, **base
         )
-    toolchain = list(stack.toolchain.packages)
-    if stack.toolchain.nvcc and flavour.cuda != "cpu":
-        toolchain.append(rules.nvcc_package(flavour.cuda))
+    toolchain = toolchain_requirements(stack, flavour)
     if toolchain:
         layers["toolchain"] = Request(requirements=tuple(sorted(toolchain)), constrained=True, **base)
     return FlavourPlan(flavour, full, layers, variant, sources)
+
+
+def toolchain_requirements(stack: Stack, flavour: Flavour) -> list[str]:
+    """The stack's build tools, and for a CUDA flavour nvcc with every component it compiles
+    with (crt, nvvm, cudart, cccl) from the flavour's CUDA release, through NVIDIA's metapackage
+    that pins one release exactly. Resolved against the full lock, the release is torch's own."""
+    wanted = list(stack.toolchain.packages)
+    if stack.toolchain.nvcc and flavour.cuda != "cpu":
+        wanted.append(rules.nvcc_package(flavour.cuda))
+        toolkit = toolkit_requirement(flavour.cuda)
+        if toolkit is not None:
+            wanted.append(toolkit)
+    return wanted
+
+
+def require_one_release(flavour: Flavour, lock_file: str, pins: dict[str, str], where: str) -> None:
+    """LockError when a resolved layer mixes CUDA releases (nvcc 13.0 with a crt of 13.5, say)."""
+    if flavour.cuda == "cpu":
+        return
+    mixed = release_mismatches(flavour.cuda, pins)
+    if mixed:
+        raise LockError(f"{where}: flavour {flavour.slug}, {lock_file}: {release_message(flavour.cuda, mixed)}")
 
 
 def stack_inputs_hash(stack: Stack, plans: list[FlavourPlan]) -> str:

@@ -10,7 +10,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from trainstack.errors import RuleViolation
-from trainstack.rules import data
+from trainstack.rules import data, toolchain
 from trainstack.spec.matrix import Flavour, components_for, expand_flavours
 from trainstack.spec.models import Component, Stack
 
@@ -36,7 +36,7 @@ def errors(findings: list[Finding]) -> list[Finding]:
 
 def check_flavour(stack: Stack, flavour: Flavour) -> list[Finding]:
     components = {c.key: c for c in components_for(stack, flavour)}
-    checks = (_os, _cuda, _torch, _flash_attn, _arch_lists, _deepspeed)
+    checks = (_os, _cuda, _torch, _flash_attn, _arch_lists, _deepspeed, _toolchain)
     found: list[Finding] = []
     for check in checks:
         found.extend(check(stack, flavour, components))
@@ -176,6 +176,26 @@ def _deepspeed(stack: Stack, flavour: Flavour, components: dict[str, Component])
             found.append(_finding(flavour, f"deepspeed.{name}", "error", op.message, op.source))
         if op.torch and torch is not None and Version(torch) not in SpecifierSet(op.torch):
             found.append(_finding(flavour, f"deepspeed.{name}", "error", f"{op.message} (torch is {torch})", op.source))
+    return found
+
+
+def _toolchain(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
+    """One CUDA release (the flavour's) for every toolchain component; targets its nvcc can build."""
+    cuda_rules = data.load_rules().cuda
+    if flavour.cuda == "cpu" or flavour.cuda not in cuda_rules.versions:
+        return []
+    rules = toolchain.toolchain_rules()
+    lines = list(stack.toolchain.packages) + [c.requirement() for c in components.values() if c.git is None and c.path is None]
+    found = []
+    mixed = toolchain.requirement_mismatches(flavour.cuda, lines)
+    if mixed:
+        text = toolchain.release_message(flavour.cuda, mixed)
+        found.append(_finding(flavour, "toolchain.release", "error", text, rules.release.source))
+    targets = cuda_rules.versions[flavour.cuda].archs
+    bad = toolchain.bad_archs(stack.toolchain.archs, targets)
+    if bad:
+        text = rules.archs.message.format(cuda=flavour.cuda, bad=", sm_".join(bad), archs=", sm_".join(targets))
+        found.append(_finding(flavour, "toolchain.archs", "error", text, rules.archs.source))
     return found
 
 

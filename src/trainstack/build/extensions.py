@@ -1,0 +1,269 @@
+"""Compiled extensions built ahead of time: a CUDA home from the locked toolchain wheels, a probe
+compile with it, the GPU targets as each package's variables, and a cache of built wheels.
+
+A built wheel is keyed by what went into it (package version or commit, torch and CUDA, GPU
+targets, toolchain pins, build environment, Python), so any flavour with the same key reuses
+it instead of compiling again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from trainstack import proc
+from trainstack.build.steps import Steps
+from trainstack.errors import BuildError
+from trainstack.fsutil import atomic_write_json
+from trainstack.rules.toolchain import toolchain_rules
+
+PROBE_KERNEL = "__global__ void trainstack_probe(float* x) { x[threadIdx.x] *= 2.0f; }\n"
+_TOOL_DIRS = ("bin", "include", "nvvm", "lib")
+
+
+class ExtensionRecord(BaseModel):
+    """build.json's entry for one compiled extension."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    cache: str  # "hit" | "miss"
+    compile_seconds: float  # of the build that made the wheel (0.0 on a hit: nothing compiled)
+    ccache_hit_rate: float | None  # None: no compiler cache, or nothing went through it
+    wheel: str
+    wheel_bytes: int
+
+
+@dataclass(frozen=True)
+class ExtensionKey:
+    package: str
+    version: str  # the locked version, or the git commit
+    torch: str
+    cuda: str
+    archs: str  # the arch variables the build saw
+    toolchain: tuple[tuple[str, str], ...]  # the toolchain layer's pins
+    build_env: tuple[tuple[str, str], ...]
+    python: str
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]
+
+
+def torch_arch_list(archs: list[str]) -> str:
+    """['90', '100a'] -> '9.0;10.0a' (TORCH_CUDA_ARCH_LIST, read by DeepSpeed, apex and torch)."""
+    parts = []
+    for arch in archs:
+        base, suffix = arch.rstrip("af"), arch[len(arch.rstrip("af")) :]
+        parts.append(f"{base[:-1]}.{base[-1]}{suffix}")
+    return ";".join(parts)
+
+
+def arch_env(archs: list[str]) -> dict[str, str]:
+    """The stack's GPU targets as each package's variable; {} leaves the packages' defaults."""
+    if not archs:
+        return {}
+    return {"TORCH_CUDA_ARCH_LIST": torch_arch_list(archs), "FLASH_ATTN_CUDA_ARCHS": ";".join(a.rstrip("f") for a in archs)}
+
+
+def nvcc_arch_flags(arch: str) -> list[str]:
+    """'90' -> -arch=sm_90; '90a' -> the -gencode form, which assembles arch-specific targets alone."""
+    if arch[-1] in "af":
+        return [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+    return [f"-arch=sm_{arch}"]
+
+
+def cuda_home(venv: Path, dest: Path) -> Path | None:
+    """A CUDA_HOME made of links into the toolchain's nvidia wheels: bin/nvcc, include, nvvm and a
+    lib64 that also holds the unversioned libcudart.so the linker of an extension asks for.
+
+    CUDA 13 wheels share one folder (nvidia/cu13); CUDA 12 wheels have one folder each
+    (nvidia/cuda_nvcc, nvidia/cuda_runtime, ...), merged here. None without an nvcc wheel.
+    """
+    roots = sorted(p for p in venv.glob("lib/python*/site-packages/nvidia/*") if p.is_dir())
+    if not any((root / "bin" / "nvcc").is_file() for root in roots):
+        return None
+    shutil.rmtree(dest, ignore_errors=True)
+    for root in roots:
+        for folder in _TOOL_DIRS:
+            source = root / folder
+            if source.is_dir():
+                _link_entries(source, dest / ("lib64" if folder == "lib" else folder))
+    lib = dest / "lib64"
+    for versioned in sorted(lib.glob("lib*.so.*")) if lib.is_dir() else []:
+        plain = lib / (versioned.name.split(".so.")[0] + ".so")
+        if not plain.exists():
+            plain.symlink_to(versioned.name)
+    return dest
+
+
+def _link_entries(source: Path, target: Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(source.iterdir()):
+        link = target / entry.name
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to(entry.resolve())
+
+
+def probe_compile(steps: Steps, home: Path, arch: str, workdir: Path) -> None:
+    """Compile a one-line kernel with the toolchain first, so a broken toolchain fails in seconds
+    with nvcc's own error (BuildError), not after minutes of an extension's build."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    kernel = workdir / "probe.cu"
+    kernel.write_text(PROBE_KERNEL, encoding="utf-8")
+    argv = [home / "bin" / "nvcc", *nvcc_arch_flags(arch), "-c", kernel, "-o", workdir / "probe.o"]
+    name = f"nvcc-probe-sm_{arch}"
+    log = steps.log_path(name)
+    try:
+        steps.run(name, argv, env={"PATH": f"{home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"})
+    except BuildError as exc:
+        first = _first_error(log)
+        raise BuildError(
+            f"the locked CUDA toolchain cannot compile a kernel for sm_{arch}: {first or exc.message}",
+            hint=f"every CUDA component must come from one release (trainstack check); full output in {log}",
+        ) from None
+
+
+def _first_error(log: Path) -> str:
+    """nvcc's first error line ('ptxas ..., line 9; fatal : Unsupported .version 9.5; ...'), paths dropped."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    found = next((line for line in lines if re.search(r"\b(error|fatal)\b", line)), "")
+    return re.sub(r"/\S*/(tmpxft_|probe)", r"\1", " ".join(found.split()))
+
+
+def probe_arch(archs: list[str], cuda: str) -> str:
+    """The first GPU target of the stack, else the oldest one the release's nvcc builds."""
+    from trainstack.rules import cuda_archs
+
+    return archs[0] if archs else cuda_archs(cuda)[0]
+
+
+def ccache_env(home: Path | None, workdir: Path) -> dict[str, str]:
+    """Route host compilers (a folder of ccache links first on PATH) and nvcc (PYTORCH_NVCC,
+    which torch.utils.cpp_extension reads) through ccache, when ccache is installed."""
+    program = shutil.which("ccache")
+    if program is None:
+        return {}
+    links = workdir / "ccache-bin"
+    links.mkdir(parents=True, exist_ok=True)
+    for name in ("cc", "c++", "gcc", "g++"):
+        if not (links / name).exists():
+            (links / name).symlink_to(program)
+    env = {"PATH": f"{links}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if home is not None:
+        env["PYTORCH_NVCC"] = f"{program} {home / 'bin' / 'nvcc'}"
+    return env
+
+
+def ccache_counts(env: dict[str, str]) -> dict[str, int]:
+    """ccache's hit and miss counters (ccache --print-stats) in the cache dir of ``env``."""
+    if shutil.which("ccache") is None or "CCACHE_DIR" not in env:
+        return {}
+    result = proc.run(["ccache", "--print-stats"], env=env, echo=False)
+    counts = {}
+    for line in result.stdout.splitlines() if result.ok else []:
+        name, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            counts[name.strip()] = int(value)
+    return counts
+
+
+def hit_rate(before: dict[str, int], after: dict[str, int]) -> float | None:
+    def delta(name: str) -> int:
+        return after.get(name, 0) - before.get(name, 0)
+
+    hits = delta("direct_cache_hit") + delta("preprocessed_cache_hit")
+    misses = delta("cache_miss")
+    return round(hits / (hits + misses), 3) if hits + misses else None
+
+
+class WheelCache:
+    """build/.extensions/<package>-<key>/: one built wheel and the record of its build."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def folder(self, key: ExtensionKey) -> Path:
+        return self.root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', key.package)}-{key.digest()}"
+
+    def lookup(self, key: ExtensionKey) -> tuple[Path, dict] | None:
+        folder = self.folder(key)
+        wheels = sorted(folder.glob("*.whl"))
+        try:
+            meta = json.loads((folder / "build.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return (wheels[0], meta) if len(wheels) == 1 else None
+
+    def store(self, key: ExtensionKey, wheel: Path, meta: dict) -> Path:
+        """Move ``wheel`` in under a staging name, then rename: a killed build leaves no half entry."""
+        folder = self.folder(key)
+        staging = folder.with_name(folder.name + f".tmp{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        shutil.move(str(wheel), staging / wheel.name)
+        atomic_write_json(staging / "build.json", {**meta, "key": asdict(key)})
+        shutil.rmtree(folder, ignore_errors=True)
+        staging.rename(folder)
+        return folder / wheel.name
+
+
+def build_wheel(
+    steps: Steps,
+    cache: WheelCache,
+    key: ExtensionKey,
+    *,
+    name: str,
+    target: Path | str,
+    python: Path,
+    env: dict[str, str],
+    out: Path,
+    free_disk_gb: float | None = None,
+) -> tuple[Path, ExtensionRecord]:
+    """The extension's wheel from the cache, or built now (uv build, no isolation: it compiles
+    against the environment's torch) and stored. Step ``compile-<name>`` either way."""
+    found = cache.lookup(key)
+    if found is not None:
+        wheel, meta = found
+        steps.timed(f"compile-{name}", lambda: None, detail=f"cache hit {cache.folder(key).name}")
+        record = ExtensionRecord(
+            key=key.digest(), cache="hit", compile_seconds=0.0, ccache_hit_rate=None,
+            wheel=wheel.name, wheel_bytes=wheel.stat().st_size,
+        )  # fmt: skip
+        return wheel, record
+    out.mkdir(parents=True, exist_ok=True)
+    before = ccache_counts(env)
+    start = time.perf_counter()
+    steps.run(
+        f"compile-{name}",
+        ["uv", "build", "--wheel", "--no-build-isolation", "--python", python, "--out-dir", out, target],
+        env=env,
+        free_disk_gb=free_disk_gb,
+    )
+    seconds = round(time.perf_counter() - start, 3)
+    rate = hit_rate(before, ccache_counts(env))
+    wheels = sorted(out.glob("*.whl"))
+    if len(wheels) != 1:
+        raise BuildError(f"step compile-{name}: expected one wheel in {out}, found {len(wheels)}")
+    stored = cache.store(key, wheels[0], {"compile_seconds": seconds, "ccache_hit_rate": rate})
+    record = ExtensionRecord(
+        key=key.digest(), cache="miss", compile_seconds=seconds, ccache_hit_rate=rate,
+        wheel=stored.name, wheel_bytes=stored.stat().st_size,
+    )  # fmt: skip
+    return stored, record
+
+
+def toolchain_pins(pins: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The pins of the toolchain that matter to a compiled wheel: CUDA components and build tools."""
+    names = {n for majors in toolchain_rules().release.components.values() for n in majors}
+    return tuple(sorted((n, v) for n, v in pins.items() if n in names or n in ("ninja", "cmake", "setuptools")))
