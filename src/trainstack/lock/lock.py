@@ -159,8 +159,6 @@ def _lock_flavour(
             ).text  # fmt: skip
     for relative, text in sorted(texts.items()):
         require_one_release(plan.flavour, relative, parse_pins(text), where)
-    for relative, text in sorted(texts.items()):
-        require_one_release(plan.flavour, relative, parse_pins(text), where)
     lock_bytes = full.text.encode() + json.dumps(sources, sort_keys=True).encode()
     entry = LockedFlavour(
         **plan.flavour.as_dict(),
