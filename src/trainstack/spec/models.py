@@ -354,8 +354,6 @@ class Toolchain(Strict):
     nvcc: bool = True
     # GPU targets of ahead-of-time extension builds: '90', '90a', '100' (sm_XX); [] leaves each package's default
     archs: list[Annotated[str, Field(pattern=r"^\d{2,3}[af]?$")]] = []
-    # GPU targets of ahead-of-time extension builds: '90', '90a', '100' (sm_XX); [] leaves each package's default
-    archs: list[Annotated[str, Field(pattern=r"^\d{2,3}[af]?$")]] = []
 
     @field_validator("packages")
     @classmethod
