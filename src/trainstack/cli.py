@@ -137,6 +137,8 @@ def _plain_help(command: object) -> None:
             param.metavar = "FILE" if name == "OUTPUT" else name
         if hasattr(param, "_get_number_range_help_str"):
             param._get_number_range_help_str = _range_words(param)
+        if getattr(param, "multiple", False) and _holds_text(param):
+            _accept_commas(param)
 
 
 def _keep_examples(text: str) -> str:
@@ -152,6 +154,28 @@ def _plain_argument(param: object) -> None:
     param.display_type_rich = lambda ctx: None
     param._rich_display_name = lambda: name + many
     param._usage_display_name = lambda: (name if param.required else f"[{name}]") + many
+
+
+def _holds_text(param: object) -> bool:
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is not None:
+        return descriptor.annotation in (list[str], list[str] | None)
+    return getattr(getattr(param, "type", None), "name", "") == "text"
+
+
+def _accept_commas(param: object) -> None:
+    """A repeatable text option also takes comma lists: '--skip a,b' is '--skip a --skip b'."""
+    process = param.process_value
+
+    def split_then_process(ctx: object, value: object) -> object:
+        if isinstance(value, (list, tuple)):
+            pieces = [piece.strip() for item in value for piece in str(item).split(",")]
+            value = type(value)(piece for piece in pieces if piece)
+        return process(ctx, value)
+
+    param.process_value = split_then_process
+    if param.help and "comma" not in param.help:
+        param.help = f"{param.help} Repeat the option, or separate values with commas."
 
 
 def _range_words(param: object) -> Callable[[], str | None]:

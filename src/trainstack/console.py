@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import TextIO
 
 from rich.console import Console
@@ -76,3 +77,15 @@ def print_error(message: str, *, prefix: str = "error:") -> None:
 def print_hint(message: str) -> None:
     """A second, dim line after an error: what to run or read next. Verbatim, like the error."""
     err.print(Text(message, style="dim"), highlight=False, soft_wrap=True)
+
+
+def emit_json(document: str, *, to_stdout: bool, output: Path | None) -> None:
+    """A verb's result: ``--output FILE`` writes the JSON document (atomically), ``--json`` prints it on stdout."""
+    text = document if document.endswith("\n") else document + "\n"
+    if output is not None:
+        from trainstack.fsutil import atomic_write_text
+
+        atomic_write_text(output, text)
+    if to_stdout:
+        sys.stdout.write(text)
+        sys.stdout.flush()

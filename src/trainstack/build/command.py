@@ -16,8 +16,12 @@ def command(
         False, "--skip-sources", help="Leave out components built from source (recorded in build.json)."
     ),
     force: bool = typer.Option(False, "--force", help="Rebuild even when build.json matches the lock."),
+    json_out: bool = typer.Option(False, "--json", help="Print the build records (build.json of each flavour) as a JSON list on stdout."),
 ) -> None:
     """Build each flavour: BUILD_DIR/<flavour>/ gets venv/ (or an image), build.json and logs/.
+
+    Exit 0 when built, 7 when a step fails (its log kept under BUILD_DIR/<flavour>/logs/), 5 on network
+    failure, 6 when a tool is missing, 4 when the lock is stale, 2 on bad input.
 
     Example: trainstack build examples/stacks/cpu-minimal.toml --backend venv
     """
@@ -27,6 +31,11 @@ def command(
     records = build_stack(
         stack, flavour=flavour, backend=backend, build_dir=build_dir, skip_sources=skip_sources, force=force
     )
+    if json_out:
+        from trainstack.console import emit_json
+
+        emit_json("[" + ",\n".join(r.model_dump_json(indent=2) for r in records) + "]", to_stdout=True, output=None)
+        return
     for record in records:
         made = record.image or str(build_dir / record.flavour / "venv")
         size = sum(record.sizes.values()) / 1024**2

@@ -13,6 +13,7 @@ def command(
     level: int = typer.Option(1, "--level", help="1: NVML and host (seconds); 2: + GEMM and copies (< 60 s a GPU); "
                               "3: + all-reduce and sustained GEMM."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (schema: HealthReport)."),
+    output: Path | None = typer.Option(None, "--output", help="Also write the report as JSON to this file."),
     expect_gpus: int | None = typer.Option(None, "--expect-gpus", help="GPUs this node must show."),
     thresholds: Path | None = typer.Option(None, "--thresholds", help="TOML file laid over the built-in thresholds."),
     min_driver: str | None = typer.Option(None, "--min-driver", help="Minimum driver version, e.g. 550.54.15."),
@@ -22,7 +23,8 @@ def command(
 ) -> None:
     """Check whether this node can run a training job. Exit 0 ok, 1 warn, 2 critical, 3 unknown.
 
-    The worst check sets the exit code, in the order ok < warn < unknown < critical.
+    The worst check sets the exit code, in the order ok < warn < unknown < critical. Levels 2
+    and 3 without torch installed: exit 6.
 
     Example: trainstack health --level 2 --expect-gpus 8 --json
     """
@@ -43,8 +45,10 @@ def command(
     opts = HealthOptions(level=level, expect_gpus=expect_gpus, thresholds_file=thresholds, min_driver=min_driver,
                          disk_path=disk, sustained_s=duration, allreduce_bytes=int(allreduce_gib * 1024**3))
     report = run_health(opts)
-    if json_out:
-        print(report.model_dump_json(indent=2))
-    else:
+    if json_out or output is not None:
+        from trainstack.console import emit_json
+
+        emit_json(report.model_dump_json(indent=2), to_stdout=json_out, output=output)
+    if not json_out:
         out.print(table(report))
     raise typer.Exit(report.exit_code)

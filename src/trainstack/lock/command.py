@@ -13,9 +13,12 @@ def command(
     upgrade_package: list[str] = typer.Option(
         [], "--upgrade-package", "-P", metavar="NAME", help="Let this package move to its newest allowed version (repeatable)."
     ),
+    json_out: bool = typer.Option(False, "--json", help="Print the lock manifest (stack.lock.json) on stdout instead of the summary."),
 ) -> None:
     """Resolve every flavour with uv (hashes, per-flavour Python and platform) and write
     <stack>.lock/stack.lock.json and locks/<flavour>.txt; unchanged inputs change no file.
+
+    Exit 0 when locked, 4 when resolution fails, 3 when a rule is broken, 5 on network failure, 2 on bad input.
 
     Example: trainstack lock examples/stacks/cpu-minimal.toml --upgrade-package numpy
     """
@@ -24,6 +27,11 @@ def command(
     from trainstack.lock.manifest import manifest_path
 
     manifest = lock_stack(stack, flavour=flavour, upgrade=upgrade_package)
+    if json_out:
+        from trainstack.console import emit_json
+
+        emit_json(manifest.model_dump_json(indent=2), to_stdout=True, output=None)
+        return
     for slug, locked in manifest.flavours.items():
         line = f"{slug}: {len(locked.packages)} packages, {len(locked.sources)} sources, key {locked.cache_key}"
         out.print(line, highlight=False, soft_wrap=True)

@@ -10,8 +10,11 @@ import typer
 def command(
     stack: Path = typer.Argument(..., metavar="STACK", help="The stack.toml whose lock to read.", show_default=False),
     flavour: str | None = typer.Option(None, "--flavour", metavar="SLUG", help="Print only this flavour's key."),
+    json_out: bool = typer.Option(False, "--json", help="Print {flavour: key} as JSON on stdout."),
 ) -> None:
     """Print <image>-<flavour slug>-<12 hex> per flavour, from a lock that matches the stack.
+
+    Exit 0 with the keys, 4 when the lock is missing or no longer matches the stack, 2 on bad input.
 
     Example: trainstack keys examples/stacks/cpu-minimal.toml
     """
@@ -19,6 +22,13 @@ def command(
     from trainstack.lock.lock import check_lock_current
 
     manifest = check_lock_current(stack, flavour)
-    for slug, locked in manifest.flavours.items():
-        if flavour is None or slug == flavour:
-            out.print(locked.cache_key, highlight=False)
+    keys = {slug: locked.cache_key for slug, locked in manifest.flavours.items() if flavour is None or slug == flavour}
+    if json_out:
+        import json
+
+        from trainstack.console import emit_json
+
+        emit_json(json.dumps(keys, indent=2), to_stdout=True, output=None)
+        return
+    for key in keys.values():
+        out.print(key, highlight=False, soft_wrap=True)

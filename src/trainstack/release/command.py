@@ -22,8 +22,11 @@ def command(
     out: Path | None = typer.Option(
         None, "--out", help="Output directory. Default: <stack>.release/<release>/ beside the stack file."
     ),
+    json_out: bool = typer.Option(False, "--json", help="Print release.json on stdout instead of the files written."),
 ) -> None:
     """Write release notes: version updates, images, driver requirements, verification, performance and prose.
+
+    Exit 0 when written, 4 when a lock manifest is missing or stale, 2 on bad input.
 
     Example: trainstack release examples/stacks/cpu-minimal.toml --previous old/stack.lock.json --results build
     """
@@ -33,8 +36,14 @@ def command(
     outcome = make_release(
         stack, previous, results=results, previous_results=previous_results, out=out, changes=changes
     )
+    if json_out:
+        from trainstack.console import emit_json
+        from trainstack.fsutil import dump_json
+
+        emit_json(dump_json(outcome.notes.model_dump(mode="json")), to_stdout=True, output=None)
+        return
     for path in outcome.written:
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {path}", highlight=False, soft_wrap=True)
     if outcome.consumed_to is not None:
         count = len(outcome.notes.fragments)
         console.print(f"consumed {count} fragment(s) into {outcome.consumed_to}", highlight=False)

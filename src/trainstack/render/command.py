@@ -11,8 +11,11 @@ def command(
     stack: Path = typer.Argument(..., help="The stack file (its lock must be current)."),
     out: Path = typer.Option(Path("build/render"), "--out", help="Directory for the rendered files."),
     flavour: str | None = typer.Option(None, "--flavour", help="Render one flavour (its slug); default: all."),
+    json_out: bool = typer.Option(False, "--json", help="Print the files changed as JSON on stdout."),
 ) -> None:
     """Render a Dockerfile per flavour plus docker-bake.hcl, a CI workflow and environment.yml.
+
+    Exit 0 when rendered, 4 when the lock is missing or stale, 2 on bad input.
 
     Example: trainstack render examples/stacks/torch-cuda.toml --out build/render
     """
@@ -20,6 +23,13 @@ def command(
     from trainstack.render import render_stack
 
     changed = render_stack(stack, out, flavour)
+    if json_out:
+        import json
+
+        from trainstack.console import emit_json
+
+        emit_json(json.dumps({"out": str(out), "changed": [str(p) for p in changed]}, indent=2), to_stdout=True, output=None)
+        return
     for path in changed:
         console.print(f"wrote {path}", highlight=False)
     console.print(f"{len(changed)} file(s) changed under {out}", highlight=False)

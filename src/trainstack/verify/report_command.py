@@ -14,8 +14,11 @@ def command(
     flavour: str | None = typer.Option(None, "--flavour", help="Flavour slug, with --stack."),
     build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Where 'trainstack build' put the flavours."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (every field always present)."),
+    output: Path | None = typer.Option(None, "--output", help="Also write the report as JSON to this file."),
 ) -> None:
     """Report OS, libc, compilers, Python, torch/CUDA/cuDNN/NCCL (compiled and loaded), GPUs, drift.
+
+    Exit 0 with a report, 2 on bad input (a path that is not a working Python interpreter included).
 
     Example: trainstack report --python build/cpu-debian12-py311-release/venv/bin/python --json
     """
@@ -31,7 +34,9 @@ def command(
         built = built_flavour(stack, flavour, build_dir)
         python, locked, record = built.python, built.locked(), built.record
     report = collect_report(open_target(python), locked=locked, build_record=record)
-    if json_out:
-        print(report.model_dump_json(indent=2))
-    else:
+    if json_out or output is not None:
+        from trainstack.console import emit_json
+
+        emit_json(report.model_dump_json(indent=2), to_stdout=json_out, output=output)
+    if not json_out:
         render_report(report, out)

@@ -13,6 +13,7 @@ def command(
     paths: list[Path] = typer.Argument(..., help="Environments, directories or ELF files to check."),
     stack: Path | None = typer.Option(None, "--stack", help="Take banned and required links from this stack's [verify.links]."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    output: Path | None = typer.Option(None, "--output", help="Also write the report as JSON to this file."),
     notes: bool = typer.Option(False, "--notes", help="Also list notes (driver libraries, optional plugins)."),
     candidates: bool = typer.Option(False, "--candidates", help="List every dlopen candidate and where it was found."),
     strings: bool = typer.Option(True, "--strings/--no-strings", help="Scan read-only data for dlopen candidates."),
@@ -38,9 +39,11 @@ def command(
         links = load_stack(stack).verify.links
     report = check_paths(paths, links, scan_strings=strings, cache=cache)
     report = _confirmed(report, paths, python, confirm)
-    if json_out:
-        out.print_json(report.model_dump_json())
-    else:
+    if json_out or output is not None:
+        from trainstack.console import emit_json
+
+        emit_json(report.model_dump_json(indent=2), to_stdout=json_out, output=output)
+    if not json_out:
         if candidates:
             render_candidates(report, out)
         render_links(report, out, show_notes=notes)
