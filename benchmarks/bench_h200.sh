@@ -4,9 +4,9 @@
 #   parity  125m, batch 4 x seq 1024: BENCH_PARITY (default compile+bf16 vs compile+bf16+fp8)
 #           trained 300 steps from one seed on the learnable Markov task
 #   1b      batch 4, modes BENCH_MODES_1B
-#   3b      batch 2, modes BENCH_MODES_3B
 #   8b      (Llama-3 8B) at each batch of BENCH_BATCHES_8B, modes BENCH_MODES_8B (memplan
 #           chooses the recompute that fits the GPU)
+#   3b      batch 2, modes BENCH_MODES_3B
 # Then checks the targets, each on what was measured (a target whose modes did not run is
 # MISSED): on 1b and 3b the best mode reaches 58% MFU (989 TFLOP/s dense bf16 basis) and
 # compile beats eager by at least 15% in each precision measured; the best fp8 mode beats
@@ -70,12 +70,12 @@ count() { tr ',' '\n' <<<"$1" | grep -c . || true; }
   "$py" -m trainstack.cli bench --model 125m --batch 4 --seq 1024 --parity "$parity" --steps "$parity_steps" --warmup 2 --out "$out"
 [[ -n "$modes_1b" ]] && section "1b batch 4" $((30 * $(count "$modes_1b"))) \
   bench --model 1b --batch 4 --seq 4096 --ablation --modes "$modes_1b"
-[[ -n "$modes_3b" ]] && section "3b batch 2" $((35 * $(count "$modes_3b"))) \
-  bench --model 3b --batch 2 --seq 4096 --ablation --modes "$modes_3b"
 for b in $batches_8b; do
-  [[ -n "$modes_8b" ]] && section "8b batch $b" $((90 * $(count "$modes_8b"))) \
+  [[ -n "$modes_8b" ]] && section "8b batch $b" $((75 * $(count "$modes_8b"))) \
     bench --model 8b --batch "$b" --seq 4096 --ablation --modes "$modes_8b"
 done
+[[ -n "$modes_3b" ]] && section "3b batch 2" $((35 * $(count "$modes_3b"))) \
+  bench --model 3b --batch 2 --seq 4096 --ablation --modes "$modes_3b"
 
 "$py" - "$out" <<'PY'
 import json, sys
