@@ -18,9 +18,13 @@ def pin_source(component: Component, stack_dir: Path, where: str) -> str:
     """'git+URL@FULLSHA' for a git component, 'file:///ABS/PATH' for a path component
     (a relative path is relative to the stack file)."""
     if component.path is not None:
-        path = (stack_dir / component.path.removeprefix("file://")).resolve()
+        given = Path(component.path.removeprefix("file://"))
+        path = (stack_dir / given).resolve()
         if not path.exists():
-            raise LockError(f"{where}: components.{component.name}.path: {path} does not exist")
+            raise LockError(f"{where}: components.{grammar.shown(component.name)}.path: {path} does not exist")
+        folder = stack_dir.resolve()
+        if not given.is_absolute() and path != folder and folder not in path.parents:
+            raise LockError(f"{where}: components.{grammar.shown(component.name)}.path: {path} is outside {folder}")
         return path.as_uri()
     if component.git is None or component.commit is None:
         raise LockError(f"{where}: components.{component.name}: neither a git nor a path source")

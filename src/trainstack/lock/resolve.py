@@ -14,6 +14,7 @@ from trainstack import proc
 from trainstack.errors import LockError
 from trainstack.indexauth import uv_index_options
 from trainstack.redact import redact, strip_userinfo
+from trainstack.spec import grammar
 from trainstack.lock.plan import Request
 from trainstack.retry import TransientFailure, with_retries
 
@@ -54,6 +55,7 @@ def compile_request(
     Network failures are retried with backoff, then NetworkError names the index; a
     resolution failure becomes a LockError naming the components involved.
     """
+    check_request(request)
     with tempfile.TemporaryDirectory(prefix="trainstack-lock-") as tmp:
         work = Path(tmp)
         argv = _argv(request, work, previous, constraints, upgrade, header)
@@ -72,6 +74,24 @@ def compile_request(
             raise LockError(condense(message, component_names))
 
         return with_retries(step, what=f"resolution against {', '.join(request.indexes)}", attempts=attempts)
+
+
+def check_request(request: Request) -> None:
+    """Every line uv will read is a requirement by name (never an option, a URL or a directory to
+    build) and every index a URL: checked here again, whatever built the stack."""
+    try:
+        for line in (*request.requirements, *(r for item in request.metadata for r in item.requires_dist)):
+            grammar.requirement(line)
+        for item in request.metadata:
+            grammar.pep508_name(item.name)
+            grammar.no_controls(item.version)
+        for url in (request.index_url, *request.extra_index_urls, *request.find_links):
+            if url is not None:
+                grammar.index_url(strip_userinfo(url))
+        grammar.no_controls(request.python)
+        grammar.no_controls(request.platform)
+    except ValueError as exc:
+        raise LockError(f"refusing to resolve: {exc}") from None
 
 
 def _argv(
