@@ -30,6 +30,11 @@ def profile_steps(step: Callable[[int], object], first: int, n: int, stem: Path,
             step(i)
         if cuda:
             torch.cuda.synchronize(device)
+    return write_profile(prof, n, stem, cuda=cuda)
+
+
+def write_profile(prof: profile, n: int, stem: Path, *, cuda: bool) -> dict[str, str]:
+    """Write a finished profile of ``n`` steps as ``stem.trace.json`` and ``stem.kernels.txt``."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     trace = stem.with_name(stem.name + ".trace.json")
     kernels = stem.with_name(stem.name + ".kernels.txt")

@@ -1,0 +1,157 @@
+"""The memory plan and compile for the model a job builds, through memplan.
+
+``trainstack.memplan.plan(model, batch, budget=)`` plans any model where memplan has it;
+otherwise trainstack's own decoder is planned from its config. A model memplan cannot plan
+gets a one-line reason (``Unplannable``), never a guessed plan.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainstack.errors import TrainstackError, UsageError
+from trainstack.memplan import Choice, Plan
+from trainstack.run.capture import Captured
+
+
+class Unplannable(Exception):
+    """memplan cannot plan this model: the message says what is missing."""
+
+
+def parse(budget: str, where: str) -> int:
+    """Bytes of a budget written as for ``memplan --budget``; a fraction is of this GPU."""
+    from trainstack.memplan.budget import parse_budget
+
+    try:
+        return parse_budget(budget, device_bytes)
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("--budget", where, 1)) from None
+
+
+def device_bytes() -> int | None:
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+
+
+def usable_bytes() -> int | None:
+    """What the job may allocate on its GPU: the device's memory times the process's cap."""
+    total = device_bytes()
+    if total is None:
+        return None
+    get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None) or getattr(torch.cuda.memory, "get_per_process_memory_fraction", None)
+    fraction = get_fraction() if get_fraction is not None else 1.0
+    return int(total * min(fraction, 1.0))
+
+
+def blocks(model: nn.Module) -> nn.ModuleList | None:
+    """The repeated blocks: the largest ModuleList whose children are all of one class."""
+    best = None
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) >= 2 and len({type(m) for m in module}) == 1:
+            if best is None or len(module) > len(best):
+                best = module
+    return best
+
+
+def _batch(captured: Captured) -> Any:
+    if captured.kwargs and not captured.args:
+        return captured.kwargs
+    return captured.args[0] if len(captured.args) == 1 and not captured.kwargs else captured.args
+
+
+def precision_of(captured: Captured) -> str:
+    """How the job computes, as memplan names it: bf16 parameters, bf16 autocast (around the
+    call, or inside the forward as accelerate wraps it), or fp32."""
+    params = next(iter(captured.model.parameters()), None)
+    if params is not None and params.dtype == torch.bfloat16:
+        return "bf16"
+    device = params.device.type if params is not None else "cpu"
+    wrapped = getattr(captured.root, "_original_forward", None) or getattr(captured.model, "_original_forward", None)
+    if captured.autocast or wrapped is not None:
+        return "autocast-bf16"
+    return "fp32"
+
+
+def plan_model(captured: Captured, budget_bytes: int, *, compiled: bool = False) -> Plan:
+    """The plan memplan chooses for the captured model and batch under ``budget_bytes``;
+    BudgetError where nothing fits, Unplannable where memplan cannot plan the model."""
+    from trainstack import memplan
+
+    model = captured.model
+    from trainstack.bench.model import Transformer
+
+    if isinstance(model, Transformer):
+        tokens = captured.args[0] if captured.args else None
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+            raise Unplannable("the decoder's first call did not take a (batch, seq) token tensor")
+        return memplan.plan_memory(model.cfg, batch=tokens.shape[0], seq=tokens.shape[1], budget_bytes=budget_bytes, compiled=compiled)
+    generic = getattr(memplan, "plan", None)
+    if not callable(generic):
+        raise Unplannable(f"this trainstack's memplan plans its own decoder, not a {type(model).__module__}.{type(model).__qualname__}")
+    optimizer = captured.optimizer if captured.optimizer is not None else "adamw"
+    return generic(model, _batch(captured), budget=budget_bytes, optimizer=optimizer, precision=precision_of(captured), loss_fn=job_loss)
+
+
+def job_loss(output: Any, _batch: Any) -> torch.Tensor:
+    """The step's loss as memplan should count it: the model's own (a scalar, or an output's
+    ``loss``), else the mean of its first floating output, standing in for the loss the job
+    computes outside the model (whose memory is the output's, already counted)."""
+    from collections.abc import Mapping
+
+    from torch.utils._pytree import tree_leaves
+
+    if isinstance(output, torch.Tensor) and output.numel() == 1:
+        return output
+    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        return loss
+    leaves = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if not leaves:
+        raise Unplannable(f"the model's output ({type(output).__name__}) holds no floating tensor to take a loss of")
+    return leaves[0].float().mean()
+
+
+def unplanned_peak(plan: Plan) -> int | None:
+    """The step's predicted peak with every block kept (what the job needs as it is)."""
+    try:
+        from trainstack.memplan.memory import peak_bytes
+        from trainstack.memplan.overheads import default_overheads
+
+        keep = [Choice.KEEP] * len(plan.choices)
+        return peak_bytes(plan.profile, keep, world_size=plan.world_size, overheads=default_overheads())
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def apply_plan(model: nn.Module, plan: Plan) -> None:
+    from trainstack import memplan
+
+    memplan.apply(model, plan)
+
+
+def compile_blocks(model: nn.Module, plan: Plan | None = None) -> int:
+    """Compile each repeated block in place (module names and state dict unchanged); a kept
+    block of a compiled plan under the compiler budget it chose. Returns the blocks compiled."""
+    from trainstack.memplan.wrappers import budget_backend, choice_of
+
+    found = blocks(model)
+    if found is None:
+        raise Unplannable(f"no repeated blocks found in {type(model).__qualname__} (a ModuleList of modules of one class)")
+    budget = plan.compiler_budget if plan is not None else None
+    for block in found:
+        if budget is not None and budget < 1 and choice_of(block) is Choice.KEEP:
+            block.compile(backend=budget_backend(budget))
+        else:
+            block.compile()
+    return len(found)
+
+
+def reason(exc: BaseException) -> str:
+    """One line for why a plan could not be made."""
+    if isinstance(exc, TrainstackError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]

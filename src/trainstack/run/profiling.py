@@ -1,0 +1,118 @@
+"""On-demand profiling of a running job: torch.profiler over N optimizer steps on a trigger.
+
+Steps are counted by a global optimizer step hook, so the job's loop is not touched. A
+trigger is a step range, a signal, or the file ``profile`` touched in the control folder
+(each touch profiles once; the signal touches it too, so every rank of a torchrun job
+starts at its next step). Each rank writes its own Chrome trace and kernel table through
+the bench's profile writer.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+
+from trainstack.bench.profile import write_profile
+from trainstack.run.settings import TRIGGER_FILE, Settings
+
+
+def _mtime(path: Path | None) -> float | None:
+    try:
+        return path.stat().st_mtime_ns if path is not None else None
+    except OSError:
+        return None
+
+
+class StepProfiler:
+    """Counts the job's optimizer steps and profiles the ones a trigger asks for."""
+
+    def __init__(self, settings: Settings, rank: int) -> None:
+        assert settings.profile_dir is not None
+        self.settings = settings
+        self.rank = rank
+        self.step = 0  # optimizer steps finished
+        self.optimizer_id: int | None = None  # steps of the first optimizer that steps are counted
+        self.trigger = settings.control_dir / TRIGGER_FILE if settings.control_dir is not None else None
+        self.seen = _mtime(self.trigger)
+        self.pending = False  # a signal arrived
+        self.prof: torch.profiler.profile | None = None
+        self.started_at = 0
+        self.remaining = 0
+        self.written: list[dict[str, str]] = []
+
+    def install(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(self.after_step)
+        if self.settings.profile_signal is not None:
+            signal.signal(self.settings.profile_signal, self.on_signal)
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        """Profile from this process's next step; the touched file tells the other ranks."""
+        self.pending = True
+        if self.trigger is not None:
+            try:
+                self.trigger.parent.mkdir(parents=True, exist_ok=True)
+                self.trigger.touch()
+            except OSError:
+                pass
+
+    def after_step(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+        if self.optimizer_id is None:
+            self.optimizer_id = id(optimizer)
+        elif id(optimizer) != self.optimizer_id:
+            return
+        self.step += 1
+        if self.prof is not None:
+            self.remaining -= 1
+            if self.remaining == 0:
+                self._finish()
+            return
+        count = self._triggered()
+        if count:
+            self._start(count)
+
+    def _triggered(self) -> int:
+        """Steps to profile from now on; 0: nothing asked."""
+        asked = 0
+        steps = self.settings.profile_steps
+        if steps is not None and steps[0] <= self.step < steps[1]:
+            asked = steps[1] - self.step
+        mtime = _mtime(self.trigger)
+        if mtime != self.seen:
+            self.seen = mtime
+            asked = asked or (self.settings.profile_count if mtime is not None else 0)
+        if self.pending:
+            self.pending = False
+            asked = asked or self.settings.profile_count
+        return asked
+
+    def _start(self, count: int) -> None:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.prof = torch.profiler.profile(activities=activities)
+        self.prof.start()
+        self.started_at = self.step
+        self.remaining = count
+
+    def _finish(self) -> None:
+        prof, self.prof = self.prof, None
+        assert prof is not None
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        if cuda:
+            torch.cuda.synchronize()
+        prof.stop()
+        n = self.step - self.started_at
+        stem = self.settings.profile_dir / f"steps{self.started_at}-{self.step - 1}-rank{self.rank}"
+        try:
+            paths = write_profile(prof, n, stem, cuda=cuda)
+        except OSError as exc:
+            print(f"trainstack run: rank {self.rank}: could not write the profile to {stem}: {exc}", file=sys.stderr)
+            return
+        self.written.append(paths)
+        print(f"trainstack run: rank {self.rank} (pid {os.getpid()}) profiled steps {self.started_at}-{self.step - 1}: {paths['trace']}", file=sys.stderr)
