@@ -81,13 +81,16 @@ def render_links(report: LinkReport, console: Console, *, show_notes: bool = Fal
     shown = [i for i in report.issues if show_notes or (i.severity != "note" or i.status) and i.status != "blocked"]
     blocked = [i for i in report.issues if i.status == "blocked" and i not in shown]
     if shown:
+        causes = group_by_cause(shown)
+        chains = any(chain_text(c.issues[0]) for c in causes)
         table = Table(title="link check, by missing library", show_lines=True)
-        for column in ("status", "library", "needed by", "chain", "provided by", "why"):
+        for column in ("status", "library", "needed by", *(["chain"] if chains else []), "provided by", "why"):
             table.add_column(column, overflow="fold")
-        for cause in group_by_cause(shown):
+        for cause in causes:
             first = cause.issues[0]
             status = STATUS.get(cause.status, f"[{STYLE[cause.severity]}]{cause.status}[/] {cause.kind}")
-            table.add_row(status, escape(cause.library), escape(needed_by(cause, report)), escape(chain_text(first)),
+            chain = [escape(chain_text(first))] if chains else []
+            table.add_row(status, escape(cause.library), escape(needed_by(cause, report)), *chain,
                           escape(provided_by(cause)), escape(first.reason or first.detail))
         console.print(table)
     if blocked:

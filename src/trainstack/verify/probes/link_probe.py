@@ -3,7 +3,7 @@
 Usage: python -I link_probe.py ITEMS.json
 
 ITEMS.json is a list of {"id", "package", "object", "library", "kind", "executable"}.
-For each owning package a child process imports it (so whatever it preloads is mapped), then
+For each owning package a child process (side by side, up to one per CPU) imports it (so whatever it preloads is mapped), then
 each finding is tried in a grandchild forked from that state: is the object already mapped
 (the import reached it), does loading it (ctypes.CDLL, as the loader links it) work, does the
 dlopen'ed library load, and where the library was mapped from. One JSON list on stdout.
@@ -75,8 +75,8 @@ def try_item(item):
     return result
 
 
-def run_forked(fn, arg):
-    """fn(arg) in a forked child; its JSON result, or a description of how the child died."""
+def start_forked(fn, arg):
+    """Run fn(arg) in a forked child that writes its JSON result to a pipe: (pid, pipe)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -86,9 +86,19 @@ def run_forked(fn, arg):
             data = json.dumps(fn(arg))
         except BaseException as exc:  # noqa: BLE001
             data = json.dumps({"probe_error": one_line(exc)})
-        os.write(write, data.encode())
+        _write_all(write, data.encode())
         os._exit(0)
     os.close(write)
+    return pid, read
+
+
+def _write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def finish_forked(pid, read):
+    """The child's JSON result, or a description of how it died."""
     chunks = []
     while True:
         chunk = os.read(read, 65536)
@@ -102,6 +112,10 @@ def run_forked(fn, arg):
     if os.WIFSIGNALED(status):
         return {"probe_error": "the process was killed by signal %d" % os.WTERMSIG(status)}
     return {"probe_error": "the process exited %d without a result" % os.WEXITSTATUS(status)}
+
+
+def run_forked(fn, arg):
+    return finish_forked(*start_forked(fn, arg))
 
 
 def package_group(group):
@@ -129,11 +143,15 @@ def main():
     for item in items:
         groups.setdefault(item.get("package") or "", []).append(item)
     results = []
-    for package in sorted(groups):
-        answer = run_forked(package_group, (package, groups[package]))
-        if isinstance(answer, dict):  # the import itself crashed the process
-            answer = [dict(answer, id=i["id"], import_error=answer.get("probe_error")) for i in groups[package]]
-        results.extend(answer)
+    packages = sorted(groups)
+    width = max(1, min(len(packages), os.cpu_count() or 1))
+    for start in range(0, len(packages), width):  # packages side by side, one process each
+        running = [(p, start_forked(package_group, (p, groups[p]))) for p in packages[start:start + width]]
+        for package, (pid, read) in running:
+            answer = finish_forked(pid, read)
+            if isinstance(answer, dict):  # the import itself took the process down
+                answer = [dict(answer, id=i["id"], import_error=answer.get("probe_error")) for i in groups[package]]
+            results.extend(answer)
     print(json.dumps(results))
 
 
