@@ -12,7 +12,7 @@ from pathlib import Path
 
 from trainstack import proc
 from trainstack.errors import LockError
-from trainstack.indexauth import uv_index_options
+from trainstack.indexauth import name_indexes, uv_index_options
 from trainstack.redact import redact, strip_userinfo
 from trainstack.spec import grammar
 from trainstack.lock.plan import Request
@@ -71,9 +71,25 @@ def compile_request(
             message = redact(result.stderr.strip() or result.stdout.strip())
             if _NETWORK.search(message):
                 raise TransientFailure(_network_line(message, request))
-            raise LockError(condense(message, component_names))
+            raise LockError(condense(message, component_names), hint=_credentials_hint(message, request))
 
         return with_retries(step, what=f"resolution against {', '.join(request.indexes)}", attempts=attempts)
+
+
+_NO_AUTH = re.compile(r"lack of valid authentication credentials|401 Unauthorized|403 Forbidden")
+
+
+def _credentials_hint(message: str, request: Request) -> str | None:
+    """Which variables carry the credentials, when an index refused uv for want of them."""
+    if not _NO_AUTH.search(message):
+        return None
+    urls = [m.group(0) for m in _URL.finditer(message)]
+    named = name_indexes(request.indexes)
+    index = next((i for i in named for u in urls if u.startswith(i.url.rstrip("/"))), named[0])
+    return (
+        f"index {index.url} asks for credentials: set {index.env_prefix}_USERNAME and "
+        f"{index.env_prefix}_PASSWORD in the environment"
+    )
 
 
 def check_request(request: Request) -> None:

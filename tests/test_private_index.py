@@ -1,0 +1,169 @@
+"""A private index that requires HTTP basic auth, on loopback: a stack whose credentials are only in
+the environment (uv's UV_INDEX_<NAME>_USERNAME/PASSWORD) locks, renders and builds a venv; afterwards
+the password is in no file under the stack's folder, lock, rendered files or build, in no log and
+in no output. Without the credentials the lock fails in one line.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from tests.loopback import serve
+from tests.test_build_stale_index import _wheel
+from trainstack.cli import main
+from trainstack.indexauth import name_indexes
+
+USER = "trainstack-ci"
+PASSWORD = f"pw-{uuid.uuid4().hex}"
+WHEELS = dict(_wheel("1.0") for _ in range(1))  # demo-pkg 1.0: one module, one real wheel
+
+STACK = """\
+# a stack resolved from a private index only
+[stack]
+name = "private"
+release = "2026.12.0"
+image = "trainstack/private"
+
+[index]
+url = "{url}"
+
+[components]
+demo-pkg = "==1.0"
+
+[matrix]
+cuda = ["cpu"]
+os = ["debian12"]
+python = ["3.11"]
+
+[build]
+base = {{ debian12 = "debootstrap:bookworm" }}
+min_free_disk_gb = 0
+retries = 1
+
+[toolchain]
+packages = []
+nvcc = false
+"""
+
+
+class AuthIndex(BaseHTTPRequestHandler):
+    """A PEP 503 index that answers 401 to any request without the right basic credentials."""
+
+    authorized = 0
+    refused = 0
+
+    def do_HEAD(self) -> None:  # noqa: N802 (http.server's name); uv asks for ranges, then GETs
+        self._reply(405, b"", "text/plain")
+
+    def do_GET(self) -> None:  # noqa: N802
+        expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        if self.headers.get("Authorization") != expected:
+            type(self).refused += 1
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="private"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        type(self).authorized += 1
+        if self.path.rstrip("/") == "/simple/demo-pkg":
+            links = "".join(
+                f'<a href="/files/{name}#sha256={hashlib.sha256(data).hexdigest()}">{name}</a>\n'
+                for name, data in WHEELS.items()
+            )
+            self._reply(200, f"<html><body>\n{links}</body></html>\n".encode(), "text/html")
+        elif self.path.startswith("/files/") and self.path[len("/files/") :] in WHEELS:
+            self._reply(200, WHEELS[self.path[len("/files/") :]], "application/octet-stream")
+        else:
+            self._reply(404, b"", "text/plain")
+
+    def _reply(self, status: int, body: bytes, kind: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    for var in ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX"):
+        monkeypatch.delenv(var, raising=False)
+    AuthIndex.authorized, AuthIndex.refused = 0, 0
+    with serve(AuthIndex) as url:
+        yield url
+
+
+def credentials_env(url: str) -> dict[str, str]:
+    prefix = name_indexes([url])[0].env_prefix  # UV_INDEX_127_0_0_1
+    return {f"{prefix}_USERNAME": USER, f"{prefix}_PASSWORD": PASSWORD}
+
+
+def leaks(root: Path, *texts: str) -> list[str]:
+    """Every file under ``root`` and every text that holds the password (plain or in basic auth form)."""
+    secrets = [PASSWORD.encode(), base64.b64encode(f"{USER}:{PASSWORD}".encode())]
+    found = [str(p) for p in root.rglob("*") if p.is_file() and not p.is_symlink() and any(s in p.read_bytes() for s in secrets)]
+    return found + [f"output {n}" for n, t in enumerate(texts) if any(s.decode() in t for s in secrets)]
+
+
+def test_without_credentials_the_lock_fails_in_one_line(index: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stack = tmp_path / "private.toml"
+    stack.write_text(STACK.format(url=index), encoding="utf-8")
+    assert main(["lock", str(stack)]) != 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and AuthIndex.refused >= 1 and AuthIndex.authorized == 0
+    assert len([line for line in err.splitlines() if not line.startswith("$ ")]) == 1, err
+    assert "asks for credentials: set UV_INDEX_127_0_0_1_USERNAME and UV_INDEX_127_0_0_1_PASSWORD" in err
+
+
+def test_credentials_from_the_environment_lock_render_and_build(
+    index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for key, value in credentials_env(index).items():
+        monkeypatch.setenv(key, value)
+    stack = tmp_path / "private.toml"
+    stack.write_text(STACK.format(url=index), encoding="utf-8")
+    assert main(["lock", str(stack)]) == 0
+    assert main(["render", str(stack), "--out", str(tmp_path / "render")]) == 0
+    locked = AuthIndex.authorized
+    shutil.rmtree(tmp_path / "uv-cache")  # the build fetches from the index again
+    build = tmp_path / "build"
+    assert main(["build", str(stack), "--backend", "venv", "--build-dir", str(build)]) == 0
+    assert AuthIndex.authorized > locked > 0
+    slug = "cpu-debian12-py311-release"
+    site = list((build / slug / "venv").glob("lib/python3.11/site-packages/demo_pkg.py"))
+    assert len(site) == 1 and "1.0" in site[0].read_text()
+    assert f"--index-url {index}" in (build / slug / "locks" / "install.txt").read_text()
+    assert f"--index-url {index}" in (tmp_path / "render" / slug / "torch.txt").read_text()
+    assert AuthIndex.authorized >= 2
+    captured = capsys.readouterr()
+    assert leaks(tmp_path, captured.out, captured.err) == []
+    probe = tmp_path / "build" / "probe"  # the search finds what it looks for
+    probe.write_text(f"x{PASSWORD}x")
+    assert leaks(tmp_path) == [str(probe)]
+
+
+def test_credentials_in_uv_index_url_are_used_but_never_written(
+    index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The older way (user:password inside UV_INDEX_URL): the lock holds the URL alone."""
+    with_creds = index.replace("http://", f"http://{USER}:{PASSWORD}@")
+    monkeypatch.setenv("UV_INDEX_URL", with_creds)
+    stack = tmp_path / "private.toml"
+    stack.write_text(STACK.format(url=index).replace(f'url = "{index}"', ""), encoding="utf-8")
+    assert main(["lock", str(stack)]) == 0
+    lock = (tmp_path / "private.lock" / "locks" / "cpu-debian12-py311-release.txt").read_text()
+    assert f"--index-url {index}" in lock
+    captured = capsys.readouterr()
+    assert leaks(tmp_path, captured.out, captured.err) == []
