@@ -1,10 +1,12 @@
 """Interpreter-start entry of the run hook: cheap when no ``TRAINSTACK_*`` switch is set.
 
-Imports nothing of trainstack or torch unless a switch is set. Installed into an
-environment as a copy (``_trainstack_run_boot.py``) beside a ``.pth`` line that calls
-``main()``, so an environment without trainstack only pays for reading the variables.
+Imports nothing of trainstack or torch. When a switch is set, the hook starts right after
+the job itself imports torch (a process that never does is left alone), by which time every
+site folder is on sys.path. Installed into an environment as a copy
+(``_trainstack_run_boot.py``) beside a ``.pth`` line that calls ``main()``.
 """
 
+import importlib.abc
 import os
 import sys
 
@@ -19,6 +21,37 @@ def main():
     _booted.append(True)
     if not any(os.environ.get(name, "") not in ("", "0") for name in SWITCHES):
         return
+    if "torch" in sys.modules:
+        _activate()
+    else:
+        sys.meta_path.insert(0, _AfterTorch())
+
+
+class _AfterTorch(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps torch's loader so the hook starts once torch is loaded."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            spec = finder.find_spec(name, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            exec_module = spec.loader.exec_module
+
+            def exec_then_activate(module):
+                exec_module(module)
+                _activate()
+
+            spec.loader.exec_module = exec_then_activate
+        return spec
+
+
+def _activate():
     try:
         from trainstack.run.hook import activate
     except ImportError:
