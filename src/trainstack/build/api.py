@@ -18,7 +18,7 @@ from trainstack.build.record import BuildRecord
 from trainstack.build.steps import Steps
 from trainstack.build.swap import swap_into_place
 from trainstack.console import err
-from trainstack.errors import BuildError, DiskSpaceError, UsageError
+from trainstack.errors import BuildError, DiskSpaceError, TrainstackError, UsageError
 from trainstack.fsutil import atomic_write_json
 from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.render.layers import FlavourLayers
@@ -90,10 +90,31 @@ def _build_one(
                 f"{build_dir}: no space left on the device while building {slug}",
                 hint="free some space; the previous build of this flavour is unchanged",
             ) from None
-        except BaseException:
+        except BaseException as exc:
+            _keep_failed_logs(staging, final, exc)
             shutil.rmtree(staging, ignore_errors=True)
             raise
     return record
+
+
+def _keep_failed_logs(staging: Path, final: Path, exc: BaseException) -> Path | None:
+    """Move a failed build's logs to <final>/logs/failed-<UTC time>/ (the staging folder is
+    removed) and point the error at them; the previous good build is otherwise untouched."""
+    logs = staging / "logs"
+    if not logs.is_dir() or not any(logs.iterdir()):
+        return None
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    kept = final / "logs" / f"failed-{stamp}"
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.move(str(logs), str(kept))
+    except OSError:
+        return None
+    if isinstance(exc, TrainstackError):
+        where = f"logs in {kept}"
+        exc.hint = exc.hint.replace(str(logs), str(kept)) if exc.hint and str(logs) in exc.hint else where if not exc.hint else f"{exc.hint}; {where}"
+    return kept
 
 
 def flavour_dir(build_dir: Path, slug: str, backend: str) -> Path:

@@ -5,14 +5,17 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from trainstack import proc
 from trainstack.build.record import StepRecord
+from rich.text import Text
+
 from trainstack.console import err
 from trainstack.build.disk import free_gb
-from trainstack.errors import BuildError, DiskSpaceError
+from trainstack.errors import BuildError, DiskSpaceError, NetworkError
 from trainstack.retry import TransientFailure, with_retries
 
 T = TypeVar("T")
@@ -30,6 +33,41 @@ _TRANSIENT = re.compile(
 )
 _NO_SPACE = re.compile(r"No space left on device|Disk quota exceeded", re.IGNORECASE)
 _NOT_TRANSIENT = re.compile(r"hash mismatch|not found|does not exist|no matching|404", re.IGNORECASE)
+_URL = re.compile(r"https?://[^\s'\"<>()\[\]`]+")
+# The summary of the failed step, beside its log; the build keeps both (build/<flavour>/logs/failed-<time>/).
+FAILURE_FILE = "failed.txt"
+TAIL_LINES = 30
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed step: what ran, how it ended, its last lines and the URL it last named."""
+
+    step: str
+    command: str
+    returncode: int | None
+    tail: tuple[str, ...]
+    url: str | None
+    log: Path
+
+    def text(self) -> str:
+        head = [f"step: {self.step}", f"command: {self.command}", f"exit: {self.returncode}"]
+        head += [f"url: {self.url}"] if self.url else []
+        return "\n".join([*head, f"log: {self.log.name}", f"last {len(self.tail)} lines:", *self.tail]) + "\n"
+
+
+def failure_of(step: str, argv: Sequence[str | Path], result: proc.Result | None, log: Path) -> Failure:
+    output = (result.stdout + "\n" + result.stderr) if result is not None else ""
+    urls = _URL.findall(output)
+    lines = [line.rstrip() for line in output.splitlines() if line.strip()]
+    return Failure(
+        step=step,
+        command=proc.render([str(a) for a in argv]),
+        returncode=result.returncode if result is not None else None,
+        tail=tuple(lines[-TAIL_LINES:]),
+        url=urls[-1].rstrip(".,;:") if urls else None,
+        log=log,
+    )
 
 
 def looks_transient(output: str) -> bool:
@@ -44,6 +82,7 @@ class Steps:
         self.records: list[StepRecord] = []
         self.retries = retries
         self.retry_wait = retry_wait
+        self.failure: Failure | None = None
 
     def log_path(self, name: str) -> Path:
         return self.root / "logs" / f"{len(self.records) + 1:02d}-{name}.log"
@@ -66,10 +105,12 @@ class Steps:
         """
         log = self.log_path(name)
         current = list(argv)
+        last: list[proc.Result] = []
 
         def once() -> proc.Result:
             nonlocal current
             result = proc.run(current, env=env, cwd=cwd, log=log, echo=False)
+            last[:] = [result]
             if result.ok or not network:
                 return result
             if looks_transient(result.stdout + result.stderr):
@@ -85,9 +126,15 @@ class Steps:
                 return once()
             return with_retries(once, what=f"step {name}", attempts=self.retries, initial=self.retry_wait)
 
-        result = self.timed(name, attempt, log=log, free_disk_gb=free_disk_gb)
+        try:
+            result = self.timed(name, attempt, log=log, free_disk_gb=free_disk_gb, ok=lambda r: r.ok)
+        except NetworkError as exc:
+            failure = self._failed(name, current, last[0] if last else None, log)
+            if failure.url and failure.url not in exc.message:
+                raise NetworkError(f"{exc.message} (last URL: {failure.url})", hint=f"full output in {log}") from None
+            raise
         if not result.ok:
-            self.records[-1] = self.records[-1].model_copy(update={"status": "failed"})
+            self._failed(name, current, result, log)
             if _NO_SPACE.search(result.stdout + result.stderr):
                 raise DiskSpaceError(
                     f"step {name}: no space left on the device ({free_gb(self.root):.2f} GiB free on {self.root})",
@@ -99,22 +146,49 @@ class Steps:
             )
         return result
 
+    def _failed(self, name: str, argv: Sequence[str | Path], result: proc.Result | None, log: Path) -> Failure:
+        """Remember the failure and write its summary beside the logs, which the build keeps."""
+        self.failure = failure_of(name, argv, result, log)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        (log.parent / FAILURE_FILE).write_text(self.failure.text(), encoding="utf-8")
+        return self.failure
+
     def timed(
-        self, name: str, fn: Callable[[], T], *, log: Path | None = None, free_disk_gb: float | None = None, detail: str = ""
+        self,
+        name: str,
+        fn: Callable[[], T],
+        *,
+        log: Path | None = None,
+        free_disk_gb: float | None = None,
+        detail: str = "",
+        ok: Callable[[T], bool] | None = None,
     ) -> T:
-        """Call ``fn`` under a spinner and record its duration."""
+        """Call ``fn`` under a spinner (a start line when not in a terminal) and record its duration.
+
+        The step is shown and recorded as failed when ``fn`` raises or ``ok(value)`` is false.
+        """
         start = time.perf_counter()
-        with err.status(f"[bold]{name}[/]"):
-            value = fn()
+        if not err.is_terminal:
+            err.print(Text(f"… {name}"), highlight=False)
+        try:
+            with err.status(Text(name, style="bold")):
+                value = fn()
+        except BaseException:
+            self._record(name, start, "failed", log, free_disk_gb, detail)
+            raise
+        self._record(name, start, "ok" if ok is None or ok(value) else "failed", log, free_disk_gb, detail)
+        return value
+
+    def _record(self, name: str, start: float, status: str, log: Path | None, free_disk_gb: float | None, detail: str) -> None:
         seconds = time.perf_counter() - start
         rel = str(log.relative_to(self.root)) if log is not None else None
-        self.records.append(StepRecord(name=name, seconds=round(seconds, 3), status="ok", log=rel, free_disk_gb=free_disk_gb, detail=detail))
-        err.print(f"[green]✓[/] {name} [dim]{seconds:.1f}s[/]", highlight=False)
-        return value
+        self.records.append(StepRecord(name=name, seconds=round(seconds, 3), status=status, log=rel, free_disk_gb=free_disk_gb, detail=detail))
+        mark = Text("✓", style="green") if status == "ok" else Text("✗", style="bold red")
+        err.print(Text.assemble(mark, " ", name, " ", (f"{seconds:.1f}s" + ("" if status == "ok" else " failed"), "dim")), highlight=False)
 
     def skipped(self, name: str, why: str) -> None:
         self.records.append(StepRecord(name=name, seconds=0.0, status="skipped", detail=why))
-        err.print(f"[yellow]-[/] {name} [dim]skipped: {why}[/]", highlight=False)
+        err.print(Text.assemble(("-", "yellow"), " ", name, " ", (f"skipped: {why}", "dim")), highlight=False)
 
 
 def _last_line(result: proc.Result) -> str:
