@@ -64,9 +64,11 @@ def test_writes_the_three_outputs_and_consumes_fragments_once(project):
     assert outcome.consumed_to == project / "changes" / "released" / "2026.12.0"
     assert sorted(p.name for p in outcome.consumed_to.iterdir()) == ["10.highlight.md", "11.fix.md"]
 
+    # the same release made again keeps the fragments it consumed the first time
     again = release(project)
-    assert again.notes.fragments == [] and again.consumed_to is None
-    assert "## Highlights" not in (project / "out" / "RELEASE.md").read_text()
+    assert again.notes.fragments == notes.fragments and again.consumed_to is None
+    assert (project / "out" / "RELEASE.md").read_text() == markdown
+    assert sorted(p.name for p in outcome.consumed_to.iterdir()) == ["10.highlight.md", "11.fix.md"]
 
 
 @pytest.mark.parametrize("breakage", ["bad fragment", "empty fragment", "bad verify", "other stack", "consumed before"])

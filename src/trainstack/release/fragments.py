@@ -2,7 +2,8 @@
 
 The type is the file-name suffix before ``.md`` (see model.SECTIONS). A fragment is read
 when the notes are made and moved to ``changes/released/<release>/`` only after the
-release has been written, so a failed release leaves every fragment in place.
+release has been written, so a failed release leaves every fragment in place. Making the
+same release again reads the fragments it consumed before as well, so its notes keep them.
 """
 
 from __future__ import annotations
@@ -61,6 +62,14 @@ def released_dir(changes: Path, release: str) -> Path:
     return changes / RELEASED_DIR / release
 
 
+def release_fragments(changes: Path, release: str) -> list[Fragment]:
+    """The fragments of ``release``: those it consumed when it was made before, and the new
+    ones in ``changes``, in name order; SpecError when a new one repeats a consumed name."""
+    new = read_fragments(changes)
+    check_consumable(changes, new, release)
+    return sorted(read_fragments(released_dir(changes, release)) + new, key=lambda f: _natural(f.name))
+
+
 def check_consumable(changes: Path, fragments: list[Fragment], release: str) -> None:
     """Refuse, before anything is written, a fragment whose name a release already consumed."""
     for fragment in fragments:
@@ -70,11 +79,13 @@ def check_consumable(changes: Path, fragments: list[Fragment], release: str) -> 
 
 
 def consume_fragments(changes: Path, fragments: list[Fragment], release: str) -> Path | None:
-    """Move the fragments a release used into ``changes/released/<release>/``; where they went."""
-    if not fragments:
-        return None
+    """Move the fragments a release used into ``changes/released/<release>/``; where they
+    went, or None when none was left to move (all consumed by an earlier run of the release)."""
     target = released_dir(changes, release)
+    waiting = [f for f in fragments if (changes / f.name).is_file()]
+    if not waiting:
+        return None
     target.mkdir(parents=True, exist_ok=True)
-    for fragment in fragments:
+    for fragment in waiting:
         os.replace(changes / fragment.name, target / fragment.name)
     return target

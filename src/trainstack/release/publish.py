@@ -14,7 +14,7 @@ from trainstack.fsutil import dump_json, replace_tree
 from trainstack.lock import check_lock_current
 from trainstack.lock.manifest import Manifest, load_manifest
 from trainstack.release.drivers import rules_lookup
-from trainstack.release.fragments import check_consumable, consume_fragments, read_fragments
+from trainstack.release.fragments import consume_fragments, release_fragments
 from trainstack.release.html import render_html
 from trainstack.release.markdown import render_markdown
 from trainstack.release.model import ReleaseNotes
@@ -103,8 +103,7 @@ def gather(
     current = check_lock_current(stack_path)  # a release describes what the stack file locks to now
     previous = load_manifest(previous_path)
     check_same_stack(previous, current, str(previous_path))
-    fragments = read_fragments(changes)
-    check_consumable(changes, fragments, current.release)
+    fragments = release_fragments(changes, current.release)
     return Inputs(
         current=current,
         previous=previous,

@@ -11,6 +11,7 @@ Fields read from ``verify.json`` (``trainstack verify`` writes it; anything else
 and what is missing is reported as not measured):
 
 - ``verdict``: "pass" or "fail"; ``reasons``: why it failed, one line each
+- ``skipped``: the parts left out; a "pass" with the suites skipped is reported "not run"
 - ``gate.suites[]``: ``tests`` (tests run), ``failed`` (ids still failing, not known),
   ``known[]`` = {``test``, ``reason``, ``link``} (failures accepted by the known-issues file)
 - ``gate.total_failed``: failed tests over all suites (else the count of ``failed`` ids)
@@ -38,6 +39,7 @@ from trainstack.errors import SpecError
 from trainstack.release.model import KnownIssue, ReleaseNotes, Verification
 
 VERIFY_NAME = "verify.json"
+NOT_RUN = "not run"  # the verdict of a verification whose test gate was skipped: never "pass"
 
 
 class _Tolerant(BaseModel):
@@ -64,6 +66,7 @@ class _Gate(_Tolerant):
 class _VerifyDoc(_Tolerant):
     verdict: str | None = None
     reasons: list[str] = []
+    skipped: list[str] = []  # parts left out (verify --skip): skipped suites are a gate not run
     gate: _Gate | None = None  # None: the suites were skipped or the stack has none
 
 
@@ -117,7 +120,10 @@ def parse_verify(text: str, slug: str, where: Path, source: str) -> Verification
     except ValidationError as exc:
         raise SpecError(f"{where}: {_first_error(exc)}") from None
     gate = doc.gate
-    verification = Verification(slug=slug, measured=True, verdict=doc.verdict, reasons=doc.reasons, source=source)
+    verdict, reasons = doc.verdict, doc.reasons
+    if "suites" in doc.skipped and verdict == "pass":
+        verdict, reasons = NOT_RUN, ["the test suites were skipped (verify --skip suites): no test gate ran"]
+    verification = Verification(slug=slug, measured=True, verdict=verdict, reasons=reasons, source=source)
     if gate is None:
         return verification
     known = [hit for suite in gate.suites for hit in suite.known]
