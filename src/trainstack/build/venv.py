@@ -55,7 +55,7 @@ class VenvBackend:
             for src in job.layers.sources:
                 self._source(job, steps, src, python, env)
         steps.run("check", ["uv", "pip", "check", "--python", python], env=env)
-        steps.timed("run-hook", lambda: install_into_venv(venv))  # TRAINSTACK_* variables reach jobs here; off unless set
+        install_into_venv(venv)  # the trainstack run hook: TRAINSTACK_* variables reach jobs here; off unless set
         shutil.rmtree(job.staging / "src", ignore_errors=True)  # sources are not part of the build
         return BuildOutput(sizes={"venv": tree_size(venv)})
 
