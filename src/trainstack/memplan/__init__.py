@@ -1,12 +1,45 @@
 """Memplan: predict the peak memory of a training step and choose what to recompute.
 
-``plan_memory(cfg, batch=, seq=, budget_bytes=)`` calibrates the model on fake tensors and
-returns the cheapest ``Plan`` that fits; ``apply(model, plan)`` wraps the blocks. torch is
-imported only when these are called.
+Any model::
+
+    from trainstack import memplan
+
+    plan = memplan.plan(model, example_batch, budget="60GiB")  # or bytes, or "0.9" of the GPU
+    memplan.apply(model, plan)  # wraps the planned blocks in place; returns the model
+    print(plan.summary(), plan.peak_bytes)
+
+``plan(model, example_batch, *, budget, optimizer="adamw", precision="autocast-bf16",
+world_size=1, blocks=None, loss_fn=None, device=None, measure=None, overheads=None)``:
+
+- ``model``: the nn.Module as it will train (before FSDP and torch.compile); its repeated
+  blocks are found (the longest run of identical modules in a ModuleList or Sequential,
+  the one holding the most parameters), or named by ``blocks`` ("model.layers").
+- ``example_batch``: what one step feeds it (a tensor, a tuple or a dict); its first
+  dimension is the batch. The step is ``loss_fn(model(**batch | *batch | batch), batch)``;
+  the default ``loss_fn`` takes the output itself when it is a scalar, else its ``loss``
+  (a Hugging Face model given ``labels``).
+- ``optimizer``: a name of ``memplan.optim.OPTIMIZERS`` (adamw, adamw-foreach, sgd,
+  sgd-momentum, adafactor, adamw8bit, ...) or a torch optimizer; ``precision``:
+  autocast-bf16 (weights as stored under bf16 autocast), bf16 (bf16 parameters, fp32
+  master weights and state) or fp32; ``world_size``: GPUs the model is sharded over (FSDP).
+- ``measure``: on a CUDA model, one real copy of a block per choice gives the blocks' bytes
+  and recompute times (default: when the model's parameters are on a CUDA device).
+
+Calibration runs on fake tensors, so it takes seconds and no memory whatever the size.
+A model memplan cannot plan raises ``UnplannableModel`` (a SpecError) whose message says
+why in one line; a budget nothing fits raises BudgetError (what is missing, and the batch
+or sharding that would fit). The ``Plan`` says per block keep, selective or full
+recompute (``plan.choices``, for the blocks at ``plan.blocks`` from ``plan.first_block``),
+the predicted peak and its breakdown.
+
+The bench decoder: ``plan_memory(cfg, batch=, seq=, budget_bytes=)`` calibrates a
+``ModelConfig`` and can also plan compiled blocks. torch is imported only when these are
+called.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from functools import cache
@@ -19,7 +52,21 @@ if TYPE_CHECKING:
 
     from trainstack.bench.model import ModelConfig
 
-__all__ = ["COMPILER_BUDGETS", "Breakdown", "Choice", "Overheads", "Plan", "Profile", "apply", "measure_compiled_blocks", "measure_real_block", "plan_memory"]
+__all__ = [
+    "COMPILER_BUDGETS",
+    "Breakdown",
+    "Choice",
+    "Overheads",
+    "Plan",
+    "Profile",
+    "UnplannableModel",
+    "apply",
+    "calibrate_any",
+    "measure_compiled_blocks",
+    "measure_real_block",
+    "plan",
+    "plan_memory",
+]
 
 
 # The activation memory budgets a compiled plan may give its kept blocks: torch.compile's
@@ -132,7 +179,92 @@ def _compiled_graphs_allowed(n: int):
 
 
 def apply(model: nn.Module, plan: Plan) -> nn.Module:
-    """Wrap ``model.layers`` per ``plan``: keep, selective or full recompute for each block."""
+    """Wrap the planned blocks of ``model`` per ``plan`` (keep, selective or full recompute
+    each), in place; returns the model."""
     from trainstack.memplan.wrappers import apply as _apply
 
     return _apply(model, plan)
+
+
+def __getattr__(name: str) -> object:
+    if name == "UnplannableModel":
+        from trainstack.memplan.anymodel import UnplannableModel
+
+        return UnplannableModel
+    raise AttributeError(name)
+
+
+def calibrate_any(
+    model: nn.Module,
+    example_batch: object,
+    *,
+    optimizer: object = "adamw",
+    precision: str = "autocast-bf16",
+    blocks: str | None = None,
+    loss_fn: Callable | None = None,
+    device: object = None,
+    measure: bool | None = None,
+    label: str = "",
+) -> Profile:
+    """The calibration ``plan`` composes: fake tensors, then real blocks where ``measure``."""
+    import torch
+
+    from trainstack.memplan.anymodel import calibrate_model, default_loss, find_blocks, measure_real
+    from trainstack.memplan.memory import with_measured_memory, with_measured_times
+    from trainstack.memplan.optim import optimizer_spec, precision_spec
+
+    run = find_blocks(model, blocks)
+    opt, prec = optimizer_spec(optimizer), precision_spec(precision)
+    params = next(iter(model.parameters()), None)
+    on_cuda = params is not None and params.device.type == "cuda"
+    if device is not None:
+        dev = torch.device(device)
+    elif params is not None and params.device.type != "meta":
+        dev = params.device
+    else:
+        dev = torch.device("cuda" if _cuda() else "cpu")
+    loss = loss_fn or default_loss
+    profile = calibrate_model(model, example_batch, run=run, optimizer=opt, precision=prec, device=dev, loss_fn=loss, label=label)
+    if measure or (measure is None and on_cuda):
+        try:
+            memory, seconds = measure_real(model, example_batch, run=run, precision=prec)
+        except torch.OutOfMemoryError:
+            return profile
+        profile = with_measured_memory(profile, memory)
+        profile = with_measured_times(profile, seconds) if seconds is not None else profile
+    return profile
+
+
+def plan(
+    model: nn.Module,
+    example_batch: object,
+    *,
+    budget: int | str,
+    optimizer: object = "adamw",
+    precision: str = "autocast-bf16",
+    world_size: int = 1,
+    blocks: str | None = None,
+    loss_fn: Callable | None = None,
+    device: object = None,
+    measure: bool | None = None,
+    overheads: Overheads | None = None,
+    label: str = "",
+) -> Plan:
+    """The plan of least recompute cost whose predicted peak fits ``budget`` (bytes, or a
+    string such as "60GiB" or "0.9" of the GPU) for ``model`` training on ``example_batch``;
+    see the module docstring."""
+    from trainstack.memplan.anymodel import batch_rows
+    from trainstack.memplan.budget import gpu_memory_bytes, parse_budget
+    from trainstack.memplan.overheads import default_overheads
+    from trainstack.memplan.planner import choose
+
+    budget_bytes = budget if isinstance(budget, int) else parse_budget(str(budget), gpu_memory_bytes)
+    kwargs = dict(optimizer=optimizer, precision=precision, blocks=blocks, loss_fn=loss_fn, device=device, label=label)
+    profile = calibrate_any(model, example_batch, measure=measure, **kwargs)
+    return choose(
+        profile,
+        budget_bytes=budget_bytes,
+        world_size=world_size,
+        overheads=overheads if overheads is not None else default_overheads(),
+        profile_at=cache(lambda rows: calibrate_any(model, batch_rows(example_batch, rows), measure=False, **kwargs)),
+    )

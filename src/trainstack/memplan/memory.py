@@ -28,9 +28,11 @@ def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 
         raise ValueError(f"{len(choices)} choices for {profile.n_blocks} blocks")
     pb = profile.block_param_bytes
     weights = _shard(profile.n_blocks * pb + profile.other_param_bytes, world_size)
-    optimizer = profile.optimizer_states * weights
-    block_grad = _shard(pb, world_size)
-    all_grads = weights
+    block_state, other_state = profile.state_bytes()
+    optimizer = _shard(profile.n_blocks * block_state + other_state, world_size)
+    block_grad_bytes, other_grad_bytes = profile.grad_bytes()
+    block_grad = _shard(block_grad_bytes, world_size)
+    all_grads = _shard(profile.n_blocks * block_grad_bytes + other_grad_bytes, world_size)
     # FSDP gathers a block's parameters for its forward and backward, and reduces its gradients.
     gathered = 0 if world_size == 1 else FSDP_UNSHARDED_BLOCKS * pb + pb
     static = weights + optimizer + profile.buffer_bytes
@@ -42,15 +44,16 @@ def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 
     head = profile.head
 
     phases: list[tuple[str, int, int, int]] = []  # (name, grads, saved, transient)
+    shared = head.shared  # masks and position embeddings the blocks are given
     for i, c in enumerate(cost):
-        phases.append((f"forward of block {i}", 0, held[i], c.fwd_peak + gathered))
+        phases.append((f"forward of block {i}", 0, held[i], shared + c.fwd_peak + gathered))
     phases.append(("loss forward", 0, held[-1], head.fwd_peak))
     phases.append(("loss backward", 0, total_saved, head.bwd_peak))
     for i in reversed(range(len(cost))):
         grads = (len(cost) - 1 - i) * block_grad
         phases.append((f"backward of block {i}", grads, before[i], head.after_bwd + cost[i].bwd_peak + gathered))
     phases.append(("embedding backward", len(cost) * block_grad, 0, head.embed_bwd_peak))
-    phases.append(("optimizer step", all_grads, 0, 0))
+    phases.append(("optimizer step", all_grads, 0, _shard(profile.step_scratch, world_size)))
     name, grads, live_saved, transient = max(phases, key=lambda p: p[1] + p[2] + p[3])
 
     allocated = static + grads + live_saved + transient + overheads.workspace

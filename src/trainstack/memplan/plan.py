@@ -60,6 +60,9 @@ class HeadCost:
     bwd_peak: int
     after_bwd: int
     embed_bwd_peak: int
+    # bytes made before the blocks and passed to each (masks, position embeddings): the
+    # blocks keep them alive through their forward and backward
+    shared: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,30 @@ class Profile:
     seq: int = 0
     optimizer_states: int = 2  # AdamW keeps two fp32 tensors per parameter
     label: str = ""
+    # Where they are given (calibration of any model): gradient and optimizer-state bytes
+    # (master weights included) of one block and of the rest, which depend on the optimizer,
+    # the precision and which parameters train; None: as the weights, times optimizer_states.
+    block_grad_bytes: int | None = None
+    other_grad_bytes: int | None = None
+    block_state_bytes: int | None = None
+    other_state_bytes: int | None = None
+    step_scratch: int = 0  # what the optimizer step allocates and frees (foreach temporaries)
+    blocks: str | None = None  # dotted name of the module list holding the blocks (None: the model's ``layers``)
+    first_block: int = 0  # the first planned block in that list
+    optimizer: str = "AdamW"
+    precision: str = "bf16 autocast, fp32 weights"
+
+    def grad_bytes(self) -> tuple[int, int]:
+        """Gradient bytes of one block and of the rest."""
+        if self.block_grad_bytes is None:
+            return self.block_param_bytes, self.other_param_bytes
+        return self.block_grad_bytes, self.other_grad_bytes or 0
+
+    def state_bytes(self) -> tuple[int, int]:
+        """Optimizer-state bytes of one block and of the rest."""
+        if self.block_state_bytes is None:
+            return self.optimizer_states * self.block_param_bytes, self.optimizer_states * self.other_param_bytes
+        return self.block_state_bytes, self.other_state_bytes or 0
 
 
 @dataclass(frozen=True)
@@ -128,6 +155,15 @@ class Plan:
     # For compiled blocks: torch.compile's activation memory budget for the kept blocks (the
     # partitioner recomputes cheap ops inside them down to this fraction); None: not chosen.
     compiler_budget: float | None = None
+
+    @property
+    def blocks(self) -> str | None:
+        """Dotted name of the module list whose blocks ``choices`` are for (None: ``model.layers``)."""
+        return self.profile.blocks
+
+    @property
+    def first_block(self) -> int:
+        return self.profile.first_block
 
     @property
     def peak_bytes(self) -> int:

@@ -84,19 +84,30 @@ def choice_of(block: nn.Module) -> Choice:
     return block.__dict__.get("_memplan_choice", Choice.KEEP)
 
 
-def apply_choices(model: nn.Module, choices: tuple[Choice, ...] | list[Choice]) -> nn.Module:
-    """Wrap ``model.layers[i]`` per ``choices[i]``, replacing any earlier plan."""
-    layers = model.layers
-    if len(choices) != len(layers):
+def block_list(model: nn.Module, blocks: str | None = None) -> nn.Module:
+    """The list of blocks: the module named ``blocks`` (dotted; "" is the model itself), or ``model.layers``."""
+    return model.layers if blocks is None else model.get_submodule(blocks)
+
+
+def apply_choices(model: nn.Module, choices: tuple[Choice, ...] | list[Choice], blocks: str | None = None, first: int = 0) -> nn.Module:
+    """Wrap block ``first + i`` of the list ``blocks`` (default ``model.layers``) per
+    ``choices[i]``, replacing any earlier plan."""
+    layers = block_list(model, blocks)
+    if (blocks is None and len(choices) != len(layers)) or first + len(choices) > len(layers):
         raise ValueError(f"a plan for {len(choices)} blocks cannot apply to a model of {len(layers)}")
-    for block, choice in zip(layers, choices):
+    for block, choice in zip(list(layers)[first : first + len(choices)], choices):
         wrap(block, choice)
+    config = getattr(model, "config", None)
+    if any(c is not Choice.KEEP for c in choices) and getattr(config, "use_cache", None):
+        # a key/value cache would be extended again by each recomputed block (Hugging Face's
+        # own gradient checkpointing turns it off too)
+        config.use_cache = False
     return model
 
 
 def apply(model: nn.Module, plan: Plan) -> nn.Module:
-    """Wrap each block of ``model`` (its ``layers``) as ``plan`` says; returns the same model."""
-    return apply_choices(model, plan.choices)
+    """Wrap each planned block of ``model`` as ``plan`` says; returns the same model."""
+    return apply_choices(model, plan.choices, plan.blocks, plan.first_block)
 
 
 def compile_block(block: nn.Module, budget: float | None = None) -> nn.Module:

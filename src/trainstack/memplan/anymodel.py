@@ -1,0 +1,691 @@
+"""Calibration of any model: its repeated blocks found and measured on fake tensors.
+
+The blocks are the longest run of identical modules (same class, same parameter and
+buffer shapes) in a ``ModuleList`` or ``Sequential``: the decoder or encoder layers of a
+Hugging Face model, a stage of a vision model, or a list the user names. Nothing here
+knows an architecture; what differs between models is found by running them.
+
+On a copy of the model whose parameters are fake tensors of the target device:
+
+1. the model runs until its first block is called, which records that call (the hidden
+   input, and whatever else the model passes: masks, position embeddings) and its output;
+2. that block, wrapped for keep, selective and full recompute, runs forward and backward
+   on a fresh hidden input with the recorded rest (``calibrate._measure_block``'s
+   quantities);
+3. the blocks are replaced by pass-throughs that hand their input on and keep what the
+   model passed them alive, as real blocks do, and one step of the rest of the model
+   (embedding, final norm, head, loss) gives the head's phases.
+
+Parameter, gradient and optimizer-state bytes come from the parameters' shapes, dtypes
+and ``requires_grad`` with the optimizer and precision of ``memplan.optim``. On a CUDA
+GPU ``measure_real`` replaces the blocks' bytes and recompute times by one real copy of
+the block per choice, measured by the allocator and timed.
+
+A model that cannot be calibrated raises ``UnplannableModel`` with the reason in one line.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from trainstack.errors import SpecError
+from trainstack.memplan.calibrate import Roofline, _OpCost, _tracker
+from trainstack.memplan.optim import OptimizerSpec, PrecisionSpec
+from trainstack.memplan.plan import BlockCost, Choice, HeadCost, Profile
+from trainstack.memplan.wrappers import wrap
+
+LossFn = Callable[[Any, Any], Any]
+HIDDEN_NAMES = ("hidden_states", "hidden_state", "x", "input", "inputs", "hidden")
+
+
+class UnplannableModel(SpecError):
+    """A model memplan cannot plan: the reason names what is missing."""
+
+
+@dataclass(frozen=True)
+class BlockRun:
+    """The planned blocks: ``count`` identical modules from ``first`` in the list at ``path``."""
+
+    path: str
+    first: int
+    count: int
+    kind: str
+
+
+def _signature(module: Any) -> tuple:
+    params = tuple((n, tuple(p.shape), p.dtype, p.requires_grad) for n, p in module.named_parameters())
+    buffers = tuple((n, tuple(b.shape), b.dtype) for n, b in module.named_buffers())
+    return type(module), params, buffers
+
+
+def _longest_run(children: list[Any]) -> tuple[int, int]:
+    """(start, length) of the longest run of identical consecutive modules."""
+    best, start = (0, 1 if children else 0), 0
+    for i in range(1, len(children) + 1):
+        if i == len(children) or _signature(children[i]) != _signature(children[start]):
+            if i - start > best[1]:
+                best = (start, i - start)
+            start = i
+    return best
+
+
+def _numel(modules: list[Any]) -> int:
+    return sum(p.numel() for m in modules for p in m.parameters())
+
+
+def find_blocks(model: Any, name: str | None = None) -> BlockRun:
+    """The blocks to plan: in the list ``name`` (a dotted module name) when given, else in
+    the ModuleList or Sequential whose longest run of identical modules holds the most
+    parameters (then has the most modules)."""
+    from torch import nn
+
+    def run_of(path: str, container: Any) -> BlockRun:
+        children = list(container)
+        start, length = _longest_run(children)
+        return BlockRun(path, start, length, type(children[start]).__name__ if children else "")
+
+    if name:
+        try:
+            container = model.get_submodule(name)
+        except AttributeError:
+            raise UnplannableModel(f"blocks '{name}': no such module in {type(model).__name__}; accepted: the dotted name of a ModuleList or Sequential of blocks") from None
+        if not isinstance(container, (nn.ModuleList, nn.Sequential)) or len(container) == 0:
+            raise UnplannableModel(f"blocks '{name}' is a {type(container).__name__}, not a non-empty ModuleList or Sequential of blocks")
+        return run_of(name, container)
+    best: tuple[tuple[int, int], BlockRun] | None = None
+    for path, module in model.named_modules():
+        if isinstance(module, (nn.ModuleList, nn.Sequential)) and len(module) >= 2:
+            found = run_of(path, module)
+            key = (_numel(list(module)[found.first : found.first + found.count]), found.count)
+            if found.count >= 2 and (best is None or key > best[0]):
+                best = (key, found)
+    if best is None:
+        raise UnplannableModel(
+            f"{type(model).__name__}: no repeated blocks found (no ModuleList or Sequential holds two or more identical modules); "
+            "name the list of blocks with blocks="
+        )
+    return best[1]
+
+
+# -- the model's step --------------------------------------------------------------------
+
+
+def call_model(model: Any, batch: Any) -> Any:
+    """``model(**batch)`` for a mapping, ``model(*batch)`` for a tuple or list, else ``model(batch)``."""
+    if isinstance(batch, Mapping):
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    return model(batch)
+
+
+def default_loss(output: Any, _batch: Any) -> Any:
+    """The loss in a model's output: a scalar tensor, or an output's ``loss``."""
+    import torch
+
+    if isinstance(output, torch.Tensor) and output.numel() == 1:
+        return output
+    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        return loss
+    raise UnplannableModel(
+        f"the model's output ({type(output).__name__}) is not a loss (a scalar tensor, or an output with a scalar 'loss', "
+        "e.g. a Hugging Face model given labels); pass loss_fn=(output, batch) -> loss"
+    )
+
+
+def batch_rows(batch: Any, rows: int) -> Any:
+    """The first ``rows`` samples of every tensor in ``batch`` (its first dimension)."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda t: t[:rows] if isinstance(t, torch.Tensor) and t.dim() else t, batch)
+
+
+def batch_shape(batch: Any) -> tuple[int, int]:
+    """(batch, sequence) of the first tensor with two or more dimensions, or (rows, 0)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    tensors = [t for t in tree_flatten(batch)[0] if isinstance(t, torch.Tensor) and t.dim()]
+    if not tensors:
+        raise UnplannableModel("the example batch holds no tensor; accepted: a tensor, or a tuple, list or dict of tensors")
+    first = next((t for t in tensors if t.dim() >= 2), tensors[0])
+    return int(first.shape[0]), int(first.shape[1]) if first.dim() >= 2 else 0
+
+
+def _fake_like(batch: Any, device: Any) -> Any:
+    """Under an active FakeTensorMode: fake tensors with the batch's shapes and dtypes on ``device``."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device) if isinstance(t, torch.Tensor) else t, batch)
+
+
+@contextmanager
+def no_kv_cache(model: Any) -> Iterator[None]:
+    """A Hugging Face model with ``config.use_cache`` off while inside: a key/value cache
+    is state that a recomputed block would extend twice (Hugging Face's own gradient
+    checkpointing turns it off too)."""
+    config = getattr(model, "config", None)
+    before = getattr(config, "use_cache", None)
+    if before:
+        config.use_cache = False
+    try:
+        yield
+    finally:
+        if before:
+            config.use_cache = before
+
+
+def _autocast(device: Any, precision: PrecisionSpec) -> Any:
+    import torch
+    from contextlib import nullcontext
+
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if precision.autocast else nullcontext()
+
+
+# -- the parameters ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Bytes:
+    params: int
+    grads: int
+    states: int
+
+
+def _param_bytes(params: list[Any], optimizer: OptimizerSpec, precision: PrecisionSpec) -> _Bytes:
+    stored = grads = states = 0
+    for p in params:
+        itemsize = precision.param_itemsize if precision.param_itemsize and p.is_floating_point() else p.element_size()
+        nbytes = p.numel() * itemsize
+        stored += nbytes
+        if p.requires_grad:
+            grads += nbytes
+            state_itemsize = precision.state_itemsize or itemsize
+            states += optimizer.state_bytes(tuple(p.shape), state_itemsize) + p.numel() * precision.master_itemsize
+    return _Bytes(stored, grads, states)
+
+
+def _unique(tensors: Any) -> list[Any]:
+    seen: dict[int, Any] = {}
+    for t in tensors:
+        seen.setdefault(id(t), t)
+    return list(seen.values())
+
+
+def _fake_copy(model: Any, device: Any, precision: PrecisionSpec) -> Any:
+    """Under an active FakeTensorMode: the model with fake parameters and buffers on
+    ``device`` (tied parameters stay tied), in training mode; the model itself is untouched."""
+    import torch
+    from torch import nn
+
+    memo: dict[int, Any] = {}
+    for p in _unique(model.parameters()):
+        dtype = torch.bfloat16 if precision.param_itemsize == 2 and p.is_floating_point() else p.dtype
+        memo[id(p)] = nn.Parameter(torch.empty(p.shape, dtype=dtype, device=device), requires_grad=p.requires_grad)
+    for b in _unique(model.buffers()):
+        memo[id(b)] = torch.empty(b.shape, dtype=b.dtype, device=device)
+    try:
+        fake = copy.deepcopy(model, memo)
+    except Exception as exc:  # noqa: BLE001 - any failure to copy is the model's: one line
+        raise UnplannableModel(f"{type(model).__name__} cannot be copied for calibration ({type(exc).__name__}: {_first_line(exc)})") from None
+    config = getattr(fake, "config", None)
+    if getattr(config, "use_cache", None):
+        config.use_cache = False  # see no_kv_cache
+    return fake.train()
+
+
+# -- the recorded block call -----------------------------------------------------------------
+
+
+class _Stop(Exception):
+    pass
+
+
+@dataclass
+class BlockCall:
+    """How the model calls its first block: positional and keyword arguments (the hidden
+    input at ``hidden``: an index or a name) and what the block returned."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    hidden: int | str
+    output: Any
+
+    @property
+    def x(self) -> Any:
+        return self.args[self.hidden] if isinstance(self.hidden, int) else self.kwargs[self.hidden]
+
+    def with_x(self, x: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if isinstance(self.hidden, int):
+            return (*self.args[: self.hidden], x, *self.args[self.hidden + 1 :]), self.kwargs
+        return self.args, {**self.kwargs, self.hidden: x}
+
+    def output_like(self, x: Any) -> Any:
+        """The block's output structure with ``x`` as its hidden output."""
+        import torch
+
+        out = self.output
+        if isinstance(out, torch.Tensor):
+            return x
+        if isinstance(out, (tuple, list)):
+            i = next(i for i, o in enumerate(out) if isinstance(o, torch.Tensor))
+            return type(out)((x if j == i else o) for j, o in enumerate(out))
+        raise UnplannableModel(f"a block returned {type(out).__name__}; accepted: a tensor, or a tuple or list whose first tensor is the hidden output")
+
+
+def hidden_of(output: Any) -> Any:
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, (tuple, list)):
+        for o in output:
+            if isinstance(o, torch.Tensor):
+                return o
+    if isinstance(output, Mapping):
+        for o in output.values():
+            if isinstance(o, torch.Tensor):
+                return o
+    raise UnplannableModel(f"a block returned {type(output).__name__}, which holds no tensor")
+
+
+def _hidden_index(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str:
+    import torch
+
+    if args and isinstance(args[0], torch.Tensor) and args[0].is_floating_point():
+        return 0
+    for name in HIDDEN_NAMES:
+        if isinstance(kwargs.get(name), torch.Tensor):
+            return name
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            return i
+    for name, v in kwargs.items():
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            return name
+    raise UnplannableModel("the blocks are called without a floating-point tensor input; memplan plans blocks that transform a hidden state")
+
+
+def record_call(model: Any, block: Any, batch: Any, *, label: str, context: Any) -> BlockCall:
+    """Run ``model`` on ``batch`` until ``block`` has run once; its call and output."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    seen: dict[str, Any] = {}
+
+    def before(_m: Any, args: tuple, kwargs: dict) -> None:
+        seen["args"], seen["kwargs"] = args, kwargs
+
+    def after(_m: Any, _args: tuple, _kwargs: dict, out: Any) -> None:
+        seen["out"] = out
+        raise _Stop
+
+    handles = [block.register_forward_pre_hook(before, with_kwargs=True), block.register_forward_hook(after, with_kwargs=True)]
+    try:
+        with context:
+            call_model(model, batch)
+    except _Stop:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    if "out" not in seen:
+        raise UnplannableModel(f"{label} never ran in the model's forward")
+    detach = lambda t: t.detach() if isinstance(t, torch.Tensor) else t  # noqa: E731
+    args, kwargs = tree_map(detach, seen["args"]), tree_map(detach, seen["kwargs"])
+    return BlockCall(tuple(args), dict(kwargs), _hidden_index(tuple(args), dict(kwargs)), tree_map(detach, seen["out"]))
+
+
+# -- fake-tensor measurement -----------------------------------------------------------------
+
+
+def _measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, precision: PrecisionSpec, roofline: Roofline) -> tuple[BlockCost, _OpCost, _OpCost]:
+    """calibrate._measure_block for any block: forward and backward of one wrapped block."""
+    import torch
+
+    wrapped = wrap(block, choice)
+    for p in block.parameters():
+        p.grad = None
+    mode = _tracker(roofline)
+    x0 = call.x
+    with mode:
+        x = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
+        mode.reset_peak()
+        mode.reset_cost()
+        start = mode.live - x.untyped_storage().nbytes()
+        args, kwargs = call.with_x(x)
+        with _autocast(device, precision):
+            out = wrapped(*args, **kwargs)
+            y = hidden_of(out)
+            y_bytes = y.untyped_storage().nbytes()
+            held = mode.live - y_bytes
+        del out
+        fwd_cost = mode.state.cost
+        fwd_peak = mode.state.peak - start
+        saved = mode.live - y_bytes
+        gy = torch.randn_like(y)
+        before = mode.live
+        mode.reset_peak()
+        mode.reset_cost()
+        y.backward(gy)
+        bwd_peak = mode.state.peak - before + saved
+        bwd_cost = mode.state.cost
+    wrap(block, Choice.KEEP)
+    for p in block.parameters():
+        p.grad = None
+    return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak), fwd_cost, bwd_cost
+
+
+class _PassThrough:
+    """Stands for a block in the head's step: returns its hidden input, keeps what the
+    model passed it (as a real block's saved state does), marks the first input's gradient."""
+
+    def __init__(self, call: BlockCall, on_input: Callable[[Any, tuple, dict], None]) -> None:
+        self.call, self.on_input = call, on_input
+
+    def module(self) -> Any:
+        from torch import nn
+
+        outer = self
+
+        class PassThrough(nn.Module):
+            def forward(self, *args: Any, **kwargs: Any) -> Any:
+                hidden = args[outer.call.hidden] if isinstance(outer.call.hidden, int) else kwargs[outer.call.hidden]
+                outer.on_input(hidden, args, kwargs)
+                return outer.call.output_like(hidden)
+
+        return PassThrough()
+
+
+def _measure_head(model: Any, run: BlockRun, call: BlockCall, batch: Any, loss_fn: LossFn, device: Any, precision: PrecisionSpec, roofline: Roofline) -> tuple[HeadCost, _OpCost]:
+    """One step of the model with its blocks passed through: embedding, final norm, head, loss."""
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._pytree import tree_flatten
+
+    mode = _tracker(roofline)
+    marks: dict[str, int] = {}
+    kept: list[Any] = []
+
+    def at_blocks(grad: Any) -> None:
+        marks["bwd_peak"] = mode.state.peak
+        marks["after_bwd"] = mode.live + grad.untyped_storage().nbytes()
+        mode.reset_peak()
+
+    def on_input(hidden: Any, args: tuple, kwargs: dict) -> None:
+        if kept:
+            return
+        others = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor) and t is not hidden]
+        kept.extend(others)
+        mode._prune()
+        hidden_id = StorageWeakRef(hidden.untyped_storage()).cdata
+        storages = {StorageWeakRef(t.untyped_storage()).cdata for t in others} - {hidden_id}
+        marks["shared"] = sum(n for k, (_, n) in mode.state.live.items() if k in storages)
+        if hidden.requires_grad:
+            hidden.register_hook(at_blocks)
+
+    container = model.get_submodule(run.path)
+    stand_in = _PassThrough(call, on_input)
+    for i in range(run.first, run.first + run.count):
+        container[i] = stand_in.module()
+    try:
+        with mode:
+            fake_batch = _fake_like(batch, device)
+            with _autocast(device, precision):
+                loss = loss_fn(call_model(model, fake_batch), fake_batch)
+            fwd_peak = mode.state.peak
+            mode.reset_peak()
+            loss.backward()
+            embed_bwd_peak = mode.state.peak
+            after = mode.live
+            cost = mode.state.cost
+    finally:
+        kept.clear()
+        for p in model.parameters():
+            p.grad = None
+    if "after_bwd" not in marks:  # the blocks' input needs no gradient (frozen embedding)
+        marks.update(bwd_peak=embed_bwd_peak, after_bwd=after)
+    head = HeadCost(
+        fwd_peak=fwd_peak, bwd_peak=marks["bwd_peak"], after_bwd=marks["after_bwd"], embed_bwd_peak=embed_bwd_peak, shared=marks.get("shared", 0)
+    )
+    return head, cost
+
+
+# Functions by which libraries ask "is this tensor fake?", to take a tracing path (a
+# materialised mask, repeated key/value heads) instead of the one a real step takes.
+# Calibration answers False, so that fake tensors measure the real step; where the eager
+# path needs the data (a padding mask checked for zeros), it calibrates the tracing path.
+TRACING_CHECKS = (("transformers.utils.import_utils", "is_fake_tensor"),)
+
+
+@contextmanager
+def as_eager(enabled: bool = True) -> Iterator[None]:
+    import sys
+
+    patched = []
+    for module_name, attr in TRACING_CHECKS if enabled else ():
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, attr):
+            patched.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, lambda *_a, **_k: False)
+    try:
+        yield
+    finally:
+        for module, attr, original in patched:
+            setattr(module, attr, original)
+
+
+def _bool_checks_true() -> Any:
+    """A dispatch mode that answers the truth value of a fake boolean tensor (``mask.all()``
+    in an ``if``) with True: a mask without padding, sequences not packed, the common case
+    of a training batch. Other values read from fake data stay an error."""
+    import torch
+
+    from trainstack.memplan.calibrate import _dispatch_mode_base
+
+    local_scalar = torch.ops.aten._local_scalar_dense.default
+
+    class BoolChecksTrue(_dispatch_mode_base()):  # type: ignore[misc]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func is local_scalar and args[0].dtype == torch.bool:
+                return True
+            return func(*args, **(kwargs or {}))
+
+    return BoolChecksTrue()
+
+
+FAKE_ERRORS_HINT = "memplan calibrates on fake tensors, which need a fake (meta) kernel for every op and no data-dependent shapes"
+
+
+def _fake_failure(exc: BaseException) -> str | None:
+    """One line for a failure of fake-tensor execution, or None for another failure."""
+    from torch._subclasses import fake_tensor as ft
+
+    if isinstance(exc, ft.UnsupportedOperatorException):
+        return f"op {exc.func} has no fake-tensor kernel ({FAKE_ERRORS_HINT})"
+    if isinstance(exc, (ft.DynamicOutputShapeException, ft.DataDependentOutputException)):
+        return f"op {exc.func} has a data-dependent output ({FAKE_ERRORS_HINT})"
+    if isinstance(exc, ft.UnsupportedFakeTensorException):
+        return f"a tensor cannot be faked ({_first_line(exc)}; {FAKE_ERRORS_HINT})"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def calibrate_model(
+    model: Any,
+    batch: Any,
+    *,
+    run: BlockRun,
+    optimizer: OptimizerSpec,
+    precision: PrecisionSpec,
+    device: Any,
+    loss_fn: LossFn = default_loss,
+    roofline: Roofline = Roofline(),
+    label: str = "",
+) -> Profile:
+    """The Profile of ``model`` training on ``batch``, from fake tensors on ``device``:
+    on the libraries' eager path (``TRACING_CHECKS``), else, where that needs the data, on
+    their tracing path."""
+    kwargs = dict(run=run, optimizer=optimizer, precision=precision, device=device, loss_fn=loss_fn, roofline=roofline, label=label)
+    try:
+        return _calibrate(model, batch, eager=True, **kwargs)
+    except UnplannableModel as exc:
+        if "data-dependent" not in str(exc):
+            raise
+    return _calibrate(model, batch, eager=False, **kwargs)
+
+
+def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpec, precision: PrecisionSpec, device: Any, loss_fn: LossFn, roofline: Roofline, label: str, eager: bool) -> Profile:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    rows, seq = batch_shape(batch)
+    where = f"{run.path}[{run.first}]"
+    try:
+        with FakeTensorMode(), _bool_checks_true(), as_eager(eager):
+            fake = _fake_copy(model, device, precision)
+            block = fake.get_submodule(run.path)[run.first]
+            call = record_call(fake, block, _fake_like(batch, device), label=where, context=_autocast(device, precision))
+            options: dict[Choice, BlockCost] = {}
+            costs: dict[Choice, tuple[_OpCost, _OpCost]] = {}
+            for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
+                options[choice], *pair = _measure_block(block, choice, call, device, precision, roofline)
+                costs[choice] = (pair[0], pair[1])
+            head, head_cost = _measure_head(fake, run, call, batch, loss_fn, device, precision, roofline)
+    except UnplannableModel:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a model that fake tensors cannot run gets its one-line reason
+        reason = _fake_failure(exc)
+        if reason is None:
+            raise UnplannableModel(f"{type(model).__name__} failed under calibration at {where} or around it ({type(exc).__name__}: {_first_line(exc)})") from None
+        raise UnplannableModel(f"{type(model).__name__}: {reason}") from None
+    keep_fwd, keep_bwd = costs[Choice.KEEP]
+    largest = max([c.largest for pair in costs.values() for c in pair] + [head_cost.largest])
+    options[Choice.FULL] = replace(
+        options[Choice.FULL], recompute_flops=keep_fwd.flops, recompute_seconds=keep_fwd.seconds, host_seconds=keep_fwd.ops * roofline.full_op_s
+    )
+    options[Choice.SELECTIVE] = replace(
+        options[Choice.SELECTIVE],
+        recompute_flops=keep_fwd.flops - keep_fwd.saved_flops,
+        recompute_seconds=keep_fwd.seconds - keep_fwd.saved_seconds,
+        host_seconds=keep_fwd.ops * roofline.selective_op_s,
+    )
+    container = model.get_submodule(run.path)
+    block_params = _param_bytes(list(container[run.first].parameters()), optimizer, precision)
+    total = _param_bytes(_unique(model.parameters()), optimizer, precision)
+    others = [total.params - run.count * block_params.params, total.grads - run.count * block_params.grads, total.states - run.count * block_params.states]
+    if min(others) < 0:
+        raise UnplannableModel(f"the blocks at {run.path} share parameters with each other; memplan plans blocks with parameters of their own")
+    n = run.count
+    return Profile(
+        n_blocks=n,
+        block_param_bytes=block_params.params,
+        other_param_bytes=others[0],
+        buffer_bytes=sum(b.numel() * b.element_size() for b in _unique(model.buffers())),
+        options=options,
+        head=head,
+        step_flops=n * (keep_fwd.flops + keep_bwd.flops) + head_cost.flops,
+        step_seconds=n * (keep_fwd.seconds + keep_bwd.seconds) + head_cost.seconds,
+        step_host_seconds=(n * (keep_fwd.ops + keep_bwd.ops) + head_cost.ops) * roofline.host_op_s,
+        head_seconds=head_cost.seconds,
+        largest_allocation=largest,
+        batch=rows,
+        seq=seq,
+        label=label,
+        block_grad_bytes=block_params.grads,
+        other_grad_bytes=others[1],
+        block_state_bytes=block_params.states,
+        other_state_bytes=others[2],
+        step_scratch=int(optimizer.step_scratch * total.grads),
+        blocks=run.path,
+        first_block=run.first,
+        optimizer=optimizer.name,
+        precision=precision.name,
+    )
+
+
+# -- real blocks on a GPU --------------------------------------------------------------------
+
+
+def measure_real(
+    model: Any, batch: Any, *, run: BlockRun, precision: PrecisionSpec, timed: bool = True, steps: int = 5
+) -> tuple[dict[Choice, BlockCost], dict[Choice, float] | None]:
+    """One real copy of the first block per choice, on the model's CUDA device: its bytes
+    from the allocator (as ``calibrate.block_memory``) and, when ``timed``, the median time
+    of its forward and backward (as ``calibrate.time_block``, in one round robin)."""
+    import torch
+
+    container = model.get_submodule(run.path)
+    original = container[run.first]
+    device = next(original.parameters()).device
+    with torch.no_grad(), no_kv_cache(model):
+        call = record_call(model, original, batch, label=f"{run.path}[{run.first}]", context=_autocast(device, precision))
+    blocks = {c: wrap(copy.deepcopy(original), c) for c in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL)}
+    for b in blocks.values():
+        b.train()
+    x0 = call.x
+    allocated, peak = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
+
+    def once(block: Any) -> BlockCost:
+        torch.cuda.synchronize(device)
+        base = allocated(device)
+        x = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
+        torch.cuda.reset_peak_memory_stats(device)
+        args, kwargs = call.with_x(x)
+        with _autocast(device, precision):
+            out = block(*args, **kwargs)
+            y = hidden_of(out)
+            held = allocated(device) - base - y.untyped_storage().nbytes()
+        del out
+        saved = allocated(device) - base - y.untyped_storage().nbytes()
+        fwd_peak = peak(device) - base
+        gy = torch.randn_like(y)
+        before = allocated(device) - base
+        torch.cuda.reset_peak_memory_stats(device)
+        y.backward(gy)
+        bwd_peak = peak(device) - base - before + saved
+        block.zero_grad(set_to_none=True)
+        return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak)
+
+    def seconds(block: Any) -> float:
+        x = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        args, kwargs = call.with_x(x)
+        with _autocast(device, precision):
+            y = hidden_of(block(*args, **kwargs))
+        y.backward(torch.ones_like(y))
+        torch.cuda.synchronize(device)
+        block.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+    try:
+        memory = {}
+        for choice, block in blocks.items():
+            once(block)
+            memory[choice] = once(block)
+        times = None
+        if timed:
+            for block in tuple(blocks.values()) * 2:
+                seconds(block)
+            samples: dict[Choice, list[float]] = {c: [] for c in blocks}
+            for _ in range(steps):
+                for choice, block in blocks.items():
+                    samples[choice].append(seconds(block))
+            times = {c: statistics.median(s) for c, s in samples.items()}
+    finally:
+        del blocks, call
+        torch.cuda.empty_cache()
+    return memory, times
