@@ -18,12 +18,9 @@ TORCH_SLUG = "cu130-ubuntu2404-py311-release"
 
 
 def hadolint_errors(dockerfile: Path) -> list[str]:
-    result = subprocess.run(
-        ["hadolint", "--no-color", "--failure-threshold", "error", str(dockerfile)], capture_output=True, text=True
-    )
-    return [line for line in result.stdout.splitlines() if " error:" in line] + (
-        [result.stderr] if result.returncode not in (0, 1) else []
-    )
+    """hadolint's findings at its default threshold (every level); DL3008 is ignored inline, see README."""
+    result = subprocess.run(["hadolint", "--no-color", str(dockerfile)], capture_output=True, text=True)
+    return result.stdout.splitlines() + ([result.stderr] if result.returncode not in (0, 1) else [])
 
 
 @pytest.fixture(scope="module")

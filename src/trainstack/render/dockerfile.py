@@ -130,6 +130,8 @@ def _system(stack: Stack, layers: FlavourLayers, uv_version: str) -> str:
         "FROM base AS system\n"
         'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
         "ENV DEBIAN_FRONTEND=noninteractive\n"
+        "# apt versions move with the base's archive; a stack pins one as build.system_packages = [\"name=version\"]\n"
+        "# hadolint ignore=DL3008\n"
         f"RUN {SECRET} \\\n"
         f"    {WITH_CA}; \\\n"
         "    apt-get update \\\n"
