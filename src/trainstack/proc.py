@@ -64,11 +64,14 @@ def run(
     echo: bool = True,
     timeout: float | None = None,
     input: str | None = None,
+    new_session: bool = False,
 ) -> Result:
     """Run ``argv`` to completion and capture its output; never raises on a non-zero exit.
 
     ``env`` is merged over the current environment. ``log`` receives the command line
-    and both streams. Callers decide what a failure means.
+    and both streams. Callers decide what a failure means. ``new_session``: the command runs
+    in a process group of its own, and the whole group (children it started too) is killed
+    on timeout and when it ends.
     """
     args = [str(a) for a in argv]
     args[0] = require(args[0]) if os.sep not in args[0] else args[0]
@@ -80,16 +83,19 @@ def run(
         err.print(f"[dim]$ {escape(render(args))}[/dim]", highlight=False)
     full_env = {**os.environ, **(env or {})}
     start = time.perf_counter()
-    proc = subprocess.run(
-        args,
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        input=input,
-        stdin=None if input is not None else subprocess.DEVNULL,
-    )
+    if new_session:
+        proc = _run_in_session(args, cwd, full_env, timeout, input)
+    else:
+        proc = subprocess.run(
+            args,
+            cwd=cwd,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
     seconds = time.perf_counter() - start
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -97,3 +103,30 @@ def run(
             output = redact(f"{proc.stdout}{proc.stderr}")
             fh.write(f"$ {render(args)}\n{output}\n[exit {proc.returncode} after {seconds:.1f}s]\n")
     return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr, seconds)
+
+
+def _run_in_session(
+    args: list[str], cwd: str | os.PathLike[str] | None, env: dict[str, str], timeout: float | None, input: str | None
+) -> subprocess.CompletedProcess[str]:
+    child = subprocess.Popen(
+        args, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        out, err = child.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(child.pid)
+        out, err = child.communicate()
+        raise subprocess.TimeoutExpired(args, timeout or 0, out, err) from None
+    kill_group(child.pid)  # what it left running in its group
+    return subprocess.CompletedProcess(args, child.returncode, out, err)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of a process group (gone already: nothing to do)."""
+    import signal
+
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -39,11 +39,14 @@ def render_ops(table: OpTable, console: Console) -> None:
         return
     if table.rows:
         out = Table(title="ops")
-        for column in ("package", "op", "installed", "compatible", "why not"):
+        for column in ("package", "op", "installed", "compatible", "GPU code", "why not"):
             out.add_column(column, overflow="fold")
         for row in table.rows:
-            out.add_row(row.package, row.name, render_value(row.installed), render_value(row.compatible), escape(row.why_not))
+            out.add_row(row.package, row.name, render_value(row.installed), render_value(row.compatible),
+                        " ".join(row.archs), escape(row.why_not))
         console.print(out)
+    for line in table.unbuilt:
+        console.print(f"[red]prebuilt op missing:[/] {escape(line)}", highlight=False)
     if table.absent:
         console.print(f"ops: not installed: {', '.join(table.absent)}", highlight=False)
 
@@ -59,11 +62,12 @@ def render_smoke(results: list[SmokeResult], console: Console) -> None:
 
 def render_gate(gate: GateResult, console: Console) -> None:
     out = Table(title="test suites")
-    for column in ("suite", "status", "tests", "failing", "flaky", "known", "XML vs summary", "seconds"):
+    for column in ("suite", "status", "ran", "failing", "collection errors", "flaky", "known", "counts vs pytest's summary", "seconds"):
         out.add_column(column, overflow="fold")
     for suite in gate.suites:
-        out.add_row(suite.name, SUITE[suite.status], str(suite.tests), f"{suite.remaining} (max {suite.max_failed})",
-                    str(len(suite.flaky)), str(len(suite.known)), suite.cross_check or "-", f"{suite.seconds:.1f}")
+        out.add_row(suite.name, SUITE[suite.status], str(suite.ran), f"{suite.remaining} (max {suite.max_failed})",
+                    str(len(suite.collection_errors)), str(len(suite.flaky)), str(len(suite.known)),
+                    escape(suite.cross_check or "-"), f"{suite.seconds:.1f}")
     console.print(out)
     for suite in gate.suites:
         for test in suite.failed[:20]:

@@ -2,7 +2,8 @@
 
 Appends one JSON line per event to $TRAINSTACK_PROGRESS, opened and closed each time so
 the file survives a test that kills the interpreter (os._exit, a segfault): the last
-"start" without its "done" names the test that crashed. Absolute ids allow reruns.
+"start" without its "done" names the test that crashed. Absolute ids allow reruns. Every
+report that pytest's summary line counts is written, so the counts can be compared with it.
 """
 
 import json
@@ -32,7 +33,14 @@ def pytest_itemcollected(item):
 
 def pytest_runtest_logreport(report):
     if report.failed or report.when == "call" or report.skipped:
-        _write({"event": "report", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome})
+        _write({"event": "report", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+                "xfail": hasattr(report, "wasxfail")})
+
+
+def pytest_collectreport(report):
+    # a module that fails to import (a collection error) or skips itself as a whole
+    if report.failed or report.skipped:
+        _write({"event": "collect", "nodeid": report.nodeid or str(report.fspath), "outcome": report.outcome})
 
 
 def pytest_runtest_logfinish(nodeid, location):

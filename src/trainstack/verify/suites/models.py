@@ -32,6 +32,9 @@ class SuiteResult(BaseModel):
     known: list[KnownHit] = []  # failing, accepted by the known-issues file
     crashed_in: str | None = None  # the test running when the interpreter died
     max_failed: int = 0
+    collection_errors: list[str] = []  # modules that failed to import (counted in failed unless known exactly)
+    counts: dict[str, int] = {}  # passed/failed/error/skipped/xfailed/xpassed, as pytest's summary line counts
+    ran: int = 0  # tests that ran (passed, failed, xfailed, xpassed)
 
     @property
     def remaining(self) -> int:

@@ -1,5 +1,6 @@
 """Run one declared suite inside the environment: JUnit XML, progress events, one rerun of
-the failures, known issues subtracted. Crashes and timeouts are failures, never dropped."""
+the failures, known issues subtracted. Crashes, timeouts (the whole process group killed),
+collection errors and a run of no test are failures, never dropped."""
 
 from __future__ import annotations
 
@@ -14,14 +15,16 @@ from trainstack import proc
 from trainstack.console import err
 from trainstack.errors import SpecError
 from trainstack.spec.models import Suite
-from trainstack.verify.suites.junit import Progress, Summary, XmlCounts, read_junit, read_progress, read_summary
+from trainstack.verify.suites.junit import Progress, Summary, read_junit, read_progress, read_summary
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.models import KnownHit, SuiteResult
 from trainstack.verify.target import Target, probe_path
 
 PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
-# options of the original command that a rerun keeps (they shape collection and plugins)
-CARRIED = ("-p", "-o", "-W", "-c", "--rootdir", "--confcutdir")
+# pytest options whose value is the next word (a rerun keeps them with it)
+VALUED = ("-p", "-o", "-W", "-c", "-k", "-m", "-r", "-n", "--rootdir", "--confcutdir", "--deselect", "--ignore",
+          "--ignore-glob", "--basetemp", "--durations", "--maxfail", "--tb", "--import-mode", "--timeout", "--dist",
+          "--override-ini", "--capture", "--log-level", "--cov", "--cov-report")
 
 
 class SuiteRun:
@@ -68,7 +71,7 @@ class SuiteRun:
         start = time.perf_counter()
         try:
             result = proc.run(argv, cwd=self.cwd, env=self.env(progress), timeout=self.suite.timeout,
-                              log=self.workdir / f"{self.suite.name}.log")
+                              log=self.workdir / f"{self.suite.name}.log", new_session=True)
         except subprocess.TimeoutExpired:
             result = None
         return result, xml, progress, time.perf_counter() - start
@@ -83,53 +86,71 @@ def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: 
     base = {"name": suite.name, "command": suite.command, "seconds": round(seconds, 2), "max_failed": suite.max_failed}
     progress = read_progress(events)
     if result is None:
+        failed = progress.collect_errors + progress.failed
         return SuiteResult(status="timeout", exit_code=None, reason=f"timed out after {suite.timeout:.0f} s"
-                           + (f" in {progress.running}" if progress.running else ""),
-                           crashed_in=progress.running, failed=progress.failed, **base)
+                           + (f" in {progress.running}" if progress.running else "") + "; its process group was killed",
+                           crashed_in=progress.running, failed=failed, collection_errors=progress.collect_errors,
+                           counts=progress.counts, ran=progress.ran, **base)
     if not run.is_pytest(words):
         status = "passed" if result.ok else "failed"
         return SuiteResult(status=status, exit_code=result.returncode, reason=f"exit {result.returncode} "
                            "(not a pytest command: judged by its exit status only)", **base)
     if not xml.is_file():
         return _crashed(result, progress, base)
-    counts = read_junit(xml)
+    return _judged(run, words, result, xml, progress, known, target_name, base)
+
+
+def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, progress: Progress,
+            known: KnownIssues, target_name: str, base: dict) -> SuiteResult:
+    """A pytest run that finished: its failing tests rerun once, known ones subtracted, its
+    collection errors counted (accepted only by an exact known-issues entry), its counts
+    compared with pytest's own summary line."""
+    suite = run.suite
+    xml_counts = read_junit(xml)
     summary = read_summary(result.stdout)
-    failing = progress.failed or counts.failed_ids
-    if result.returncode in PYTEST_EXIT and not counts.failed:
-        return SuiteResult(status="error", exit_code=result.returncode, tests=counts.tests,
-                           reason=f"pytest exit {result.returncode}: {PYTEST_EXIT[result.returncode]}", **base)
-    still, flaky = _rerun(run, words, failing, progress) if suite.rerun_failed and failing else (failing, [])
+    collect_ids = set(progress.collect_errors)
+    failing = progress.failed if progress.recorded else [t for t in xml_counts.failed_ids if t not in collect_ids]
+    interrupted = result.returncode in (2, 3, 4)
+    still, flaky = _rerun(run, words, failing, progress) if suite.rerun_failed and failing and not interrupted else (failing, [])
     hits, remaining = _subtract_known(still, progress, known, suite.name, target_name)
-    cross = _cross_check(counts, summary)
-    status = "passed" if len(remaining) <= suite.max_failed else "failed"
-    reason = (f"{len(remaining)} failing (max {suite.max_failed}), {len(flaky)} flaky, {len(hits)} known; "
-              f"{counts.tests} tests")
+    collect_hits, collect_left = _subtract_known(progress.collect_errors, progress, known, suite.name, target_name, exact=True)
+    failed = collect_left + remaining
+    cross = _cross_check(progress, summary)
+    ran = progress.ran
+    status = "passed" if len(failed) <= suite.max_failed else "failed"
+    reason = (f"{len(failed)} failing (max {suite.max_failed}), {len(progress.collect_errors)} collection error(s), "
+              f"{len(flaky)} flaky, {len(hits) + len(collect_hits)} known; {ran} test(s) ran")
+    if interrupted:
+        status, reason = "error", f"pytest exit {result.returncode}: {PYTEST_EXIT[result.returncode]}; {reason}"
+    elif ran == 0 and not suite.allow_no_tests:
+        status, reason = "failed", f"no test ran ({reason}); a suite that may run none says allow_no_tests = true"
     if cross.startswith("DISAGREE"):
-        # one of the two counts lies (a plugin rewriting reports, a truncated XML): never pass on it
+        # one of the two counts lies (a plugin rewriting reports, a truncated run): never pass on it
         status, reason = "failed", f"{reason}; {cross}"
-    return SuiteResult(status=status, exit_code=result.returncode, reason=reason, tests=counts.tests,
-                       xml_failed=counts.failed, summary_failed=summary.failed if summary else None,
-                       summary_line=summary.line if summary else "", cross_check=cross,
-                       failed=remaining, flaky=flaky, known=hits, **base)
+    return SuiteResult(status=status, exit_code=result.returncode, reason=reason, tests=xml_counts.tests,
+                       xml_failed=xml_counts.failed, summary_failed=summary.failed if summary else None,
+                       summary_line=summary.line if summary else "", cross_check=cross, counts=progress.counts,
+                       ran=ran, collection_errors=progress.collect_errors, failed=failed, flaky=flaky,
+                       known=hits + collect_hits, **base)
 
 
 def _crashed(result: proc.Result, progress: Progress, base: dict) -> SuiteResult:
     """No XML: the runner died before writing it. Count what the events saw, plus the crash."""
     how = f"killed by signal {-result.returncode}" if result.returncode < 0 else f"exit {result.returncode}"
     where = f" while running {progress.running}" if progress.running else ""
-    failed = progress.failed + ([progress.running] if progress.running and progress.running not in progress.failed else [])
+    failed = progress.collect_errors + progress.failed
+    failed += [progress.running] if progress.running and progress.running not in failed else []
     last = (result.stderr.strip().splitlines() or [""])[-1][:200]
     reason = f"crashed ({how}){where}; no JUnit XML written" + (f": {last}" if last and not where else "")
     return SuiteResult(status="crashed", exit_code=result.returncode, reason=reason, crashed_in=progress.running,
-                       failed=failed, **base)
+                       failed=failed, collection_errors=progress.collect_errors, counts=progress.counts,
+                       ran=progress.ran, **base)
 
 
 def _rerun(run: SuiteRun, words: list[str], failing: list[str], progress: Progress) -> tuple[list[str], list[str]]:
     """Run the failing tests once more; those that pass now are flaky."""
     ids = [progress.rerun_ids.get(t, t) for t in failing]
-    head = words[: next(i for i, w in enumerate(words) if "pytest" in Path(w).name) + 1]
-    argv = head + _carried(words) + ["-q", *ids]
-    result, xml, events, _ = run.execute(argv, "rerun")
+    result, xml, events, _ = run.execute(rerun_argv(words, ids), "rerun")
     again = read_progress(events)
     if result is None or not xml.is_file():
         return failing, []  # the rerun itself broke: keep every failure
@@ -144,22 +165,33 @@ def _rerun(run: SuiteRun, words: list[str], failing: list[str], progress: Progre
     return still, [t for t in failing if t not in still]
 
 
-def _carried(words: list[str]) -> list[str]:
+def rerun_argv(words: list[str], ids: list[str]) -> list[str]:
+    """The suite's own command (its interpreter, -m pytest, --pyargs and every other option)
+    with its test arguments replaced by the failing tests' ids, parameters and all."""
+    at = next(i for i, w in enumerate(words) if "pytest" in Path(w).name) + 1
     kept: list[str] = []
-    for i, word in enumerate(words):
-        if word in CARRIED and i + 1 < len(words):
-            kept += [word, words[i + 1]]
-        elif any(word.startswith(opt + "=") for opt in CARRIED if opt.startswith("--")) or word.startswith("--import-mode"):
+    rest = words[at:]
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        if word.startswith(("--junitxml", "--junit-xml")):
+            i += 1 if "=" in word else 2
+            continue
+        if word.startswith("-"):
             kept.append(word)
-    return kept
+            if word in VALUED and i + 1 < len(rest):
+                kept.append(rest[i + 1])
+                i += 1
+        i += 1
+    return words[:at] + kept + ids
 
 
 def _subtract_known(still: list[str], progress: Progress, known: KnownIssues,
-                    suite: str, target: str) -> tuple[list[KnownHit], list[str]]:
+                    suite: str, target: str, *, exact: bool = False) -> tuple[list[KnownHit], list[str]]:
     hits: list[KnownHit] = []
     remaining: list[str] = []
     for test in still:
-        issue = known.find(suite, target, [test, progress.rerun_ids.get(test, test)])
+        issue = known.find(suite, target, [test, progress.rerun_ids.get(test, test)], exact=exact)
         if issue is None:
             remaining.append(test)
         else:
@@ -167,9 +199,17 @@ def _subtract_known(still: list[str], progress: Progress, known: KnownIssues,
     return hits, remaining
 
 
-def _cross_check(counts: XmlCounts, summary: Summary | None) -> str:
+def _cross_check(progress: Progress, summary: Summary | None) -> str:
+    """The counts of the reports pytest made (collection errors and skips included) against
+    pytest's own summary line, word for word."""
+    ours = {k: v for k, v in progress.counts.items() if v}
     if summary is None:
-        return f"no summary line to cross-check (XML: {counts.failed} failed)"
-    if summary.failed != counts.failed:
-        return f"DISAGREE: XML counts {counts.failed} failed, summary line says {summary.failed}"
+        return f"no summary line to cross-check (counted: {_counts_text(ours)})"
+    theirs = summary.normalised()
+    if ours != theirs:
+        return f"DISAGREE: counted {_counts_text(ours)}, summary line says {_counts_text(theirs)}"
     return "agree"
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing"
