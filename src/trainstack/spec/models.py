@@ -367,6 +367,7 @@ class Suite(Strict):
     max_failed: Annotated[int, Field(ge=0)] = 0
     timeout: Annotated[float, Field(gt=0)] = 1800.0
     rerun_failed: bool = True
+    allow_no_tests: bool = False  # a run that executed no test passes only when this says so
 
 
 class Links(Strict):
