@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,13 +116,31 @@ def test_compare_of_a_broken_file_names_file_and_line(tmp_path, ablation, capsys
     assert f"{bad}:2: not a JSON object" in err.replace("\n", "")
 
 
-def test_hf_config_without_transformers_is_a_clear_error(tmp_path, capsys):
+# Runs the CLI in a process where importing transformers fails, as on a machine without it.
+WITHOUT_TRANSFORMERS = """
+import sys
+from importlib.abc import MetaPathFinder
+
+class Hidden(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "transformers" or name.startswith("transformers."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Hidden())
+from trainstack.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_hf_config_without_transformers_is_a_clear_error(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
-    if _has_transformers():
-        pytest.skip("transformers is installed: covered by test_hf_config_maps_a_llama_config")
-    assert main(["bench", "--hf-config", str(config), "--device", "cpu"]) == 6
-    assert "--hf-config needs the 'transformers' package (pip install transformers)" in capsys.readouterr().err
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_TRANSFORMERS, "bench", "--hf-config", str(config), "--device", "cpu"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 6, proc.stderr
+    assert "--hf-config needs the 'transformers' package (pip install transformers)" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_hf_config_maps_a_llama_config(tmp_path):
@@ -138,14 +157,6 @@ def test_hf_config_maps_a_llama_config(tmp_path):
     cfg = from_hf_config(str(config))
     assert (cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size) == (2048, 16, 32, 8, 8192, 128256)
     assert cfg.rope_theta == 500000.0 and cfg.max_seq == 131072
-
-
-def _has_transformers() -> bool:
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _free_port() -> int:
