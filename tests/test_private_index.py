@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import os
+import tarfile
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
@@ -18,6 +22,7 @@ import pytest
 
 from tests.loopback import serve
 from tests.test_build_stale_index import _wheel
+from trainstack.build.oci import BuildahBackend
 from trainstack.cli import main
 from trainstack.indexauth import name_indexes
 
@@ -167,3 +172,48 @@ def test_credentials_in_uv_index_url_are_used_but_never_written(
     assert f"--index-url {index}" in lock
     captured = capsys.readouterr()
     assert leaks(tmp_path, captured.out, captured.err) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (shutil.which("buildah") and shutil.which("debootstrap")), reason="needs buildah and debootstrap")
+@pytest.mark.skipif(
+    os.environ.get("TRAINSTACK_TEST_OCI_PRIVATE") != "1",
+    reason="4 minutes on 2 cores (a debootstrap base of its own); set TRAINSTACK_TEST_OCI_PRIVATE=1",
+)
+def test_oci_image_gets_the_credentials_as_a_build_secret_only(
+    index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """buildah (chroot isolation shares loopback) installs from the private index through pip, which
+    reads the netrc build secret; no layer, no config, no log holds the password."""
+    root = tmp_path / "containers"
+    root.mkdir()
+    conf = root / "storage.conf"
+    conf.write_text(f'[storage]\ndriver = ""\ngraphroot = "{root}/graph"\nrunroot = "{root}/run"\n')
+    monkeypatch.setenv("CONTAINERS_STORAGE_CONF", str(conf))
+    for key, value in credentials_env(index).items():
+        monkeypatch.setenv(key, value)
+    stack = tmp_path / "private.toml"
+    text = STACK.format(url=index).replace('demo-pkg = "==1.0"', 'demo-pkg = { version = "==1.0", group = "torch" }')
+    stack.write_text(text.replace("min_free_disk_gb = 0", 'min_free_disk_gb = 0\nca_bundle = "/etc/ssl/certs/ca-certificates.crt"'))
+    assert main(["lock", str(stack)]) == 0
+    try:
+        assert main(["build", str(stack), "--backend", "oci", "--build-dir", str(tmp_path / "build")]) == 0
+        tag = "trainstack/private:2026.12.0-cpu-debian12-py311-release"
+        driver = BuildahBackend().driver
+        buildah = ["buildah", "--storage-driver", driver]
+        container = subprocess.run([*buildah, "from", "--quiet", tag], capture_output=True, text=True, check=True).stdout.strip()
+        probe = [*buildah, "run", "--isolation", "chroot", container, "--", "python", "-c", "import demo_pkg; print(demo_pkg.VERSION)"]
+        assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip() == "1.0"
+        subprocess.run([*buildah, "rm", container], capture_output=True, check=True)
+        layout = tmp_path / "image"
+        subprocess.run([*buildah, "push", "--disable-compression", tag, f"dir:{layout}"], capture_output=True, check=True)
+        manifest = json.loads((layout / "manifest.json").read_text())
+        for layer in manifest["layers"]:
+            with tarfile.open(layout / layer["digest"].split(":", 1)[1]) as tar:
+                secrets = [m for m in tar.getmembers() if m.name.lstrip("./").startswith(("root/.netrc", "run/secrets/"))]
+            assert all(m.size == 0 for m in secrets), secrets  # at most the empty mount point
+        captured = capsys.readouterr()
+        assert leaks(tmp_path, captured.out, captured.err) == []  # store, layers, logs, outputs
+    finally:
+        subprocess.run(["buildah", "--storage-driver", BuildahBackend().driver, "rmi", "--all", "--force"], capture_output=True)
+        subprocess.run(["buildah", "--storage-driver", BuildahBackend().driver, "unshare", "true"], capture_output=True)
