@@ -89,3 +89,23 @@ def test_json_with_a_file_name_says_to_use_output(tmp_path) -> None:
     result = trainstack("memplan", "--preset", "tiny", "--seq", "64", "--budget", "80MiB", "--json", str(tmp_path / "plan.json"))
     assert result.returncode == 2 and result.stdout == ""
     assert f"to write a file: --output {tmp_path / 'plan.json'}" in result.stderr
+
+
+def test_plans_a_hugging_face_config(tmp_path) -> None:
+    pytest.importorskip("transformers")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "model_type": "qwen2", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True, "max_position_embeddings": 256,
+    }))
+    result = trainstack("memplan", "--hf-config", str(tmp_path), "--batch", "2", "--seq", "64", "--budget", "1GiB", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["blocks"] == "model.layers" and len(data["choices"]) == 3
+    assert data["predicted_reserved_bytes"] <= data["budget_bytes"]
+
+
+def test_a_factory_that_is_not_module_function_is_a_usage_error() -> None:
+    result = trainstack("memplan", "--model", "no_such_module_here:build", "--budget", "1GiB")
+    assert result.returncode == 2 and "cannot import 'no_such_module_here'" in result.stderr
+    assert "Traceback" not in result.stderr

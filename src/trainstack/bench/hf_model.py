@@ -34,6 +34,12 @@ class HfCausalLM(nn.Module):
             return F.cross_entropy(head(hidden).flatten(0, 1).float(), targets.flatten())
         return chunked_cross_entropy(hidden.flatten(0, 1), head.weight, targets.flatten(), chunk_fn=self.loss_chunk_fn)
 
+    def example_batch(self, batch: int, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tokens, targets) of one step's shape on the model's device: what memplan plans for."""
+        device = next(self.parameters()).device
+        tokens = torch.zeros(batch, seq, dtype=torch.long, device=device)
+        return tokens, tokens
+
     def compile_loss(self) -> None:
         self.loss_chunk_fn = torch.compile(softmax_xent_grad, dynamic=False)
 

@@ -106,7 +106,12 @@ def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: 
     except ImportError:
         raise ModeUnavailable("unavailable: memplan not installed") from None
     try:
-        plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled)
+        if hasattr(model, "example_batch"):  # a Hugging Face model: planned from the model itself
+            from trainstack.memplan import plan as plan_model
+
+            plan = plan_model(model, model.example_batch(batch, seq), budget=budget_bytes, world_size=world_size)
+        else:
+            plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled)
     except TrainstackError as exc:
         raise ModeUnavailable(f"memplan: {exc}") from None
     return apply(model, plan), plan

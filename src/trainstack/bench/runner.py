@@ -171,8 +171,6 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
     if mode.fp8:
         fp8_note = fp8.convert(model, mode.fp8).summary()
     plan, keep_budget = None, None
-    if mode.ac == "planned" and isinstance(spec.cfg, HfShape):
-        raise ModeUnavailable(f"unavailable: memplan plans the bench decoder, not a '{spec.cfg.model_type}' model")
     if mode.ac == "planned":
         budget = dev.memory_budget(device, spec.memory_cap_bytes)
         model, chosen = apply_planned(

@@ -16,6 +16,11 @@ def command(
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout instead of the tables."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write the plan as JSON to this file."),
     compiled: bool = typer.Option(False, "--compiled", help="Plan for torch.compile'd blocks: on a GPU, kept blocks are also measured under the compiler's activation memory budgets, and the plan names one."),
+    hf_config: Path | None = typer.Option(None, "--hf-config", help="Plan a Hugging Face causal LM from a local config.json (or its folder), built on the meta device; nothing is downloaded."),
+    model_factory: str | None = typer.Option(None, "--model", help="Plan your own model: module:function returning a model, (model, example_batch) or (model, example_batch, loss_fn)."),
+    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw-foreach, adam, sgd, sgd-momentum, adafactor, adamw8bit (with --hf-config or --model)."),
+    precision: str = typer.Option("autocast-bf16", "--precision", help="autocast-bf16, bf16 (fp32 master weights) or fp32 (with --hf-config or --model)."),
+    blocks: str | None = typer.Option(None, "--blocks", help="Dotted name of the list of blocks to plan (default: found)."),
     stray: list[str] = typer.Argument(None, hidden=True),
 ) -> None:
     """Predict peak training memory (weights, gradients, AdamW state, activations, transients)
@@ -24,6 +29,8 @@ def command(
     Exit 0 with a plan, 9 when no plan fits the budget, 2 on bad input, 6 without torch.
 
     Example: trainstack memplan --preset 3b --batch 2 --seq 4096 --budget 60GiB
+
+    Any model: --hf-config path/to/config.json, or --model mymodels:build.
     """
     from trainstack.bench.presets import preset as get_preset
     from trainstack.bench.presets import shape
@@ -34,11 +41,21 @@ def command(
     if stray:
         hint = f"; to write a file: --output {stray[0]}" if json_out else ""
         raise UsageError(f"unexpected argument '{stray[0]}'{hint} (--json prints the plan on stdout and takes no file name)")
-    max_seq = shape(preset)["max_seq"]
-    if seq > max_seq:
-        raise UsageError(f"--seq: {seq} exceeds the {preset} preset's max_seq {max_seq}")
+    if hf_config is not None and model_factory is not None:
+        raise UsageError("--hf-config and --model name two models; give one")
+    any_model = hf_config is not None or model_factory is not None
+    if any_model and compiled:
+        raise UsageError("--compiled plans the presets' blocks only; leave it out with --hf-config or --model")
+    if not any_model:
+        max_seq = shape(preset)["max_seq"]
+        if seq > max_seq:
+            raise UsageError(f"--seq: {seq} exceeds the {preset} preset's max_seq {max_seq}")
     budget_bytes = parse_budget(budget, gpu_memory_bytes)
     require("torch", "trainstack memplan")
+    if any_model:
+        _plan_any_model(hf_config, model_factory, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size,
+                        optimizer=optimizer, precision=precision, blocks=blocks, json_out=json_out, output=output)
+        return
 
     from trainstack.console import out
     from trainstack.fsutil import atomic_write_json, dump_json
@@ -47,6 +64,32 @@ def command(
 
     plan = plan_memory(get_preset(preset), batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled)
     document = {"preset": preset, "batch": batch, "seq": seq, "compiled": compiled, **to_json(plan)}
+    if output is not None:
+        atomic_write_json(output, document)
+    if json_out:
+        print(dump_json(document), end="")
+        return
+    out.print(headline(plan), highlight=False, soft_wrap=True)
+    out.print(blocks_table(plan))
+    out.print(breakdown_table(plan))
+    if output is not None:
+        out.print(f"wrote {output}", highlight=False, soft_wrap=True)
+
+
+def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, seq: int, budget_bytes: int, world_size: int, optimizer: str, precision: str, blocks: str | None, json_out: bool, output: Path | None) -> None:
+    from trainstack.console import out
+    from trainstack.fsutil import atomic_write_json, dump_json
+    from trainstack.memplan import plan as plan_model
+    from trainstack.memplan.report import blocks_table, breakdown_table, headline, to_json
+    from trainstack.memplan.sources import from_factory, from_hf_config
+
+    source = from_hf_config(hf_config, batch=batch, seq=seq) if hf_config is not None else from_factory(factory or "", batch=batch, seq=seq)
+    plan = plan_model(
+        source.model, source.example_batch, budget=budget_bytes, optimizer=optimizer, precision=precision,
+        world_size=world_size, blocks=blocks, loss_fn=source.loss_fn, label=source.name,
+    )
+    document = {"model": source.name, "batch": batch, "seq": seq, "compiled": False, "blocks": plan.blocks, "first_block": plan.first_block,
+                "optimizer": plan.profile.optimizer, "precision": plan.profile.precision, **to_json(plan)}
     if output is not None:
         atomic_write_json(output, document)
     if json_out:

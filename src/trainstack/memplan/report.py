@@ -51,7 +51,7 @@ def breakdown_table(plan: Plan) -> Table:
     rows: list[tuple[str, int]] = [
         ("weights (fp32) and buffers", b.weights),
         ("gradients live at the peak", b.grads),
-        ("optimizer state (AdamW, fp32)", b.optimizer),
+        (f"optimizer state ({plan.profile.optimizer})", b.optimizer),
         ("saved activations, all blocks", b.saved_activations),
         *((f"  saved per block, {c}", b.saved_per_block[c]) for c in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL)),
         (f"transient of the peak phase ({b.transient_phase})", b.transient),

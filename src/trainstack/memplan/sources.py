@@ -1,0 +1,86 @@
+"""The models the memplan verb plans besides the presets: a local Hugging Face config
+(built on the meta device, nothing downloaded) and a user's factory ``module:function``."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainstack.errors import UsageError
+
+
+@dataclass
+class Source:
+    model: Any
+    example_batch: Any
+    loss_fn: Any = None
+    name: str = ""
+
+
+def token_batch(vocab_size: int, batch: int, seq: int) -> dict:
+    """Token ids and labels of shape (batch, seq): a causal LM's training batch."""
+    import torch
+
+    ids = torch.zeros(batch, seq, dtype=torch.long)
+    return {"input_ids": ids, "labels": ids}
+
+
+def from_hf_config(path: str | Path, *, batch: int, seq: int) -> Source:
+    """``AutoModelForCausalLM.from_config`` on the meta device, trained with labels (its own loss)."""
+    import torch
+
+    from trainstack.bench.hf import load_hf_config
+    from trainstack.errors import SpecError
+
+    hf = load_hf_config(path)
+    max_seq = getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None)
+    if max_seq and seq > max_seq:
+        raise UsageError(f"--seq: {seq} exceeds {path}'s max_position_embeddings {max_seq}")
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        try:
+            model = AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa")
+        except ValueError:
+            try:
+                model = AutoModelForCausalLM.from_config(hf)
+            except ValueError as exc:
+                raise SpecError(f"{path}: not a causal-LM config ({str(exc).splitlines()[0]})") from None
+    vocab = getattr(hf, "vocab_size", None) or getattr(getattr(hf, "text_config", None), "vocab_size", None)
+    if not vocab:
+        raise SpecError(f"{path}: field 'vocab_size' is missing; accepted: a causal-LM config with vocab_size")
+    return Source(model.train(), token_batch(int(vocab), batch, seq), name=f"{getattr(hf, 'model_type', 'hf')} ({path})")
+
+
+def from_factory(spec: str, *, batch: int, seq: int) -> Source:
+    """``module:function`` (the module importable from the current directory): the function
+    returns a model, ``(model, example_batch)`` or ``(model, example_batch, loss_fn)``; a
+    model alone trains on token ids and labels of (batch, seq) from its ``config.vocab_size``."""
+    from torch import nn
+
+    module_name, _, function = spec.partition(":")
+    if not module_name or not function:
+        raise UsageError(f"--model: '{spec}' is not module:function; accepted: e.g. 'mymodels:build'")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"--model: cannot import '{module_name}' ({exc}); accepted: a module importable from the current directory") from None
+    factory = getattr(module, function, None)
+    if not callable(factory):
+        raise UsageError(f"--model: '{module_name}' has no function '{function}'")
+    made = factory()
+    parts = made if isinstance(made, tuple) else (made,)
+    if not parts or not isinstance(parts[0], nn.Module) or len(parts) > 3:
+        raise UsageError(f"--model: {spec}() returned {type(made).__name__}; accepted: a model, (model, example_batch) or (model, example_batch, loss_fn)")
+    model = parts[0]
+    if len(parts) >= 2:
+        return Source(model, parts[1], parts[2] if len(parts) == 3 else None, name=spec)
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if not vocab:
+        raise UsageError(f"--model: {spec}() returned a model without config.vocab_size; return (model, example_batch) to say what it trains on")
+    return Source(model, token_batch(int(vocab), batch, seq), name=spec)
