@@ -1,0 +1,165 @@
+"""bench's fp8 modes: the mode parts, which linear layers convert, MFU of float8 rows, the
+one-line refusals where float8 training cannot run. Float8 arithmetic itself needs an sm89+
+GPU: here torchao's emulation runs the converted model on the CPU; the real path ran on
+the H200 (benchmarks/results/bench_h200-fp8)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainstack.bench import fp8  # noqa: E402
+from trainstack.bench.device import Dist  # noqa: E402
+from trainstack.bench.mfu import flops_per_token, mfu, mfu_fp8, peak_for  # noqa: E402
+from trainstack.bench.model import ModelConfig, Transformer  # noqa: E402
+from trainstack.bench.modes import Mode, ModeUnavailable, parse_mode  # noqa: E402
+from trainstack.bench.presets import PRESETS  # noqa: E402
+from trainstack.bench.report import explain, results_table  # noqa: E402
+from trainstack.bench.runner import Measured, RunSpec, summarise  # noqa: E402
+from trainstack.cli import main  # noqa: E402
+from trainstack.errors import UsageError  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bench_h200-fp8"
+# ffn_dim 72: the down projection's input (72) is not a multiple of 16, the fused gate/up (144) is
+ODD_FFN = ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=72, vocab_size=512, max_seq=64)
+
+
+@pytest.mark.parametrize(
+    ("text", "mode", "name"),
+    [
+        ("fp8", Mode(fp8="tensorwise"), "eager+fp8"),
+        ("compile+bf16+fp8", Mode(compile=True, bf16=True, fp8="tensorwise"), "compile+bf16+fp8"),
+        ("FP8-TENSORWISE+compile", Mode(compile=True, fp8="tensorwise"), "compile+fp8"),
+        ("fp8-rowwise+bf16+compile", Mode(compile=True, bf16=True, fp8="rowwise"), "compile+bf16+fp8-rowwise"),
+        ("compile+bf16+fp8+planned", Mode(compile=True, ac="planned", bf16=True, fp8="tensorwise"), "compile+planned+bf16+fp8"),
+        ("ac-every-2+fp8-rowwise", Mode(ac="every", every=2, fp8="rowwise"), "ac-every-2+fp8-rowwise"),
+    ],
+)
+def test_fp8_mode_parts(text, mode, name):
+    assert parse_mode(text) == mode
+    assert parse_mode(text).name == name
+    assert parse_mode(name) == mode  # a row's mode name parses back to the same mode
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("fp8+fp8-rowwise", "more than one fp8 part"), ("fp8-colwise", "unknown mode part 'fp8-colwise'")],
+)
+def test_bad_fp8_parts_name_what_is_accepted(text, message):
+    with pytest.raises(UsageError, match=message) as info:
+        parse_mode(text)
+    assert "fp8-rowwise" in str(info.value)
+
+
+def test_conversion_keeps_the_output_projection_and_odd_widths():
+    model = Transformer(ODD_FFN)
+    plan = fp8.plan_conversion(model, "tensorwise")
+    assert plan.converted == (
+        "layers.0.attention.wqkv", "layers.0.attention.wo", "layers.0.feed_forward.w13",
+        "layers.1.attention.wqkv", "layers.1.attention.wo", "layers.1.feed_forward.w13",
+    )  # fmt: skip
+    assert plan.kept == {
+        "layers.0.feed_forward.w2": "72x64 not divisible by 16",
+        "layers.1.feed_forward.w2": "72x64 not divisible by 16",
+        "output": "output projection",
+    }
+    assert plan.summary() == (
+        "float8 tensorwise scaling (torchao): 6 of 9 linear layers; kept in bf16: layers.0.feed_forward.w2 "
+        "(72x64 not divisible by 16); layers.1.feed_forward.w2 (72x64 not divisible by 16); output (output projection)"
+    )
+
+
+def test_every_block_layer_of_the_presets_converts():
+    with torch.device("meta"):
+        model = Transformer(PRESETS["8b"])
+    plan = fp8.plan_conversion(model, "rowwise")
+    assert len(plan.converted) == 4 * 32 and plan.kept == {"output": "output projection"}
+
+
+@pytest.mark.parametrize("recipe", fp8.RECIPES)
+def test_converted_model_trains_with_emulated_float8(recipe):
+    pytest.importorskip("torchao")
+    from torchao.float8.float8_linear import Float8Linear
+
+    from trainstack.bench.precision import to_bf16_with_master
+
+    torch.manual_seed(0)
+    model = Transformer(ODD_FFN)
+    conversion = fp8.convert(model, recipe, emulate=True)
+    kinds = {name: type(m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert {n for n, k in kinds.items() if k is Float8Linear} == set(conversion.converted)
+    assert {n for n, k in kinds.items() if k is torch.nn.Linear} == set(conversion.kept)
+    opt = to_bf16_with_master(model, lr=1e-2, compiled=False)
+    tokens = torch.randint(0, ODD_FFN.vocab_size, (2, 33), generator=torch.Generator().manual_seed(0))
+    losses = []
+    for _ in range(5):
+        loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]  # the same batch five times: float8 layers learn it
+
+
+def test_float8_needs_a_recent_gpu():
+    with pytest.raises(ModeUnavailable, match=r"fp8 needs an NVIDIA GPU of compute capability sm89 or newer; this run is on cpu"):
+        fp8.require(torch.device("cpu"))
+
+
+def test_cli_refuses_fp8_in_one_line_on_a_cpu(capsys):
+    assert main(["bench", "--preset", "tiny", "--modes", "compile+bf16+fp8", "--device", "cpu"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--modes compile+bf16+fp8: float8 training needs an NVIDIA GPU of compute capability sm89" in err
+    assert "Traceback" not in err
+
+
+def test_cli_names_the_extra_when_torchao_is_missing(monkeypatch, capsys):
+    monkeypatch.setattr(fp8, "torchao_missing", lambda: True)
+    assert main(["bench", "--preset", "tiny", "--parity", "bf16,bf16+fp8"]) == 6
+    err = " ".join(capsys.readouterr().err.split())
+    assert "float8 training needs the 'torchao' package" in err and "trainstack[fp8]" in err
+    assert "Traceback" not in err
+
+
+def test_fp8_peaks():
+    h200, a100 = peak_for("NVIDIA H200"), peak_for("NVIDIA A100-SXM4-80GB")
+    assert (h200.bf16_tflops, h200.fp8_tflops) == (989, 1979)
+    assert a100.fp8_tflops is None
+    assert mfu_fp8(1000.0, PRESETS["1b"], 4096, a100) is None
+
+
+def test_fp8_row_mfu_on_both_peaks():
+    """The H200 row of the 1b compile+bf16+fp8 run, summarised again from its step times."""
+    recorded = json.loads((RESULTS / "bench-1b-b4-s4096.jsonl").read_text().splitlines()[1])
+    cfg = PRESETS["1b"]
+    spec = RunSpec("1b", cfg, mode="compile+bf16+fp8", batch=4, seq=4096, steps=6, warmup=2)
+    step = recorded["step_ms_median"] / 1e3
+    measured = Measured([step] * 6, recorded["warmup_s"], [recorded["loss_first"], recorded["loss_final"]], None, None)
+    row = {"device_type": "cuda", "device_name": "NVIDIA H200", "flops_per_token": flops_per_token(cfg, 4096)}
+    figures = summarise(spec, measured, row, Dist())
+    tokens = 4 * 4096 / step
+    assert figures["mfu"] == pytest.approx(tokens * flops_per_token(cfg, 4096) / 989e12)
+    assert figures["mfu_fp8"] == pytest.approx(figures["mfu"] * 989 / 1979)
+    assert figures["mfu"] == pytest.approx(recorded["mfu"]) and figures["mfu_fp8"] == pytest.approx(recorded["mfu_fp8"])
+    assert figures["peak_fp8_tflops"] == 1979
+    assert round(figures["mfu"], 3) == 0.636 and round(figures["mfu_fp8"], 3) == 0.318
+    bf16 = summarise(RunSpec("1b", cfg, mode="compile+bf16", batch=4, seq=4096), measured, row, Dist())
+    assert "mfu_fp8" not in bf16  # only float8 rows carry the second figure
+    assert mfu(tokens, cfg, 4096, peak_for("NVIDIA H200")) == pytest.approx(figures["mfu"])
+
+
+def test_report_shows_both_mfu_figures_and_what_stayed_bf16():
+    rows = [json.loads(line) for line in (RESULTS / "bench-1b-b4-s4096.jsonl").read_text().splitlines()]
+    from rich.console import Console
+
+    console = Console(width=250, record=True)
+    console.print(results_table(rows))
+    text = console.export_text()
+    assert "63.6%" in text and "31.8%" in text and "58.0%" in text
+    lines = explain(rows)
+    assert any("'MFU fp8 peak': float8 rows against the dense float8 peak 1979 TFLOP/s" in line for line in lines)
+    assert "compile+bf16+fp8: float8 tensorwise scaling (torchao): 64 of 65 linear layers; kept in bf16: output (output projection)" in lines

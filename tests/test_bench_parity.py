@@ -1,0 +1,75 @@
+"""bench --parity: the learnable Markov task, the loss-gap arithmetic, and a parity run of
+two modes on the tiny preset (real workers on the CPU)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainstack.bench import parity  # noqa: E402
+from trainstack.cli import main  # noqa: E402
+
+
+def test_markov_tokens_walk_the_fixed_chain():
+    shape = (3, 4, 200)
+    a = parity.markov_tokens(512, shape, device=torch.device("cpu"), seed=1)
+    assert a.shape == shape and a.dtype == torch.long
+    assert torch.equal(a, parity.markov_tokens(512, shape, device=torch.device("cpu"), seed=1))
+    b = parity.markov_tokens(512, shape, device=torch.device("cpu"), seed=2)
+    assert not torch.equal(a, b)
+    # each token is followed by at most len(SUCCESSOR_P) tokens, the same table for every seed
+    followers: dict[int, set[int]] = {}
+    for walk in (a, b):
+        rows = walk.reshape(-1, shape[-1])
+        for prev, nxt in zip(rows[:, :-1].flatten().tolist(), rows[:, 1:].flatten().tolist()):
+            followers.setdefault(prev, set()).add(nxt)
+    assert max(len(f) for f in followers.values()) <= len(parity.SUCCESSOR_P)
+    assert int(a.max()) < 512
+
+
+def test_entropy_of_the_chain():
+    assert parity.entropy_nats() == pytest.approx(-(0.7 * math.log(0.7) + 0.2 * math.log(0.2) + 0.1 * math.log(0.1)))
+
+
+def test_moving_average():
+    assert parity.moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
+
+
+def test_loss_gap_is_relative_and_taken_over_the_smoothed_tail():
+    a = [10.0 - 0.03 * i for i in range(300)]
+    b = [x * 1.02 for x in a]
+    b[10] = 100.0  # an early spike, outside the compared tail
+    gap = parity.loss_gap(a, b)
+    assert gap.window == 15 and gap.tail_from == 200
+    assert gap.max_rel == pytest.approx(0.02) and gap.final_rel == pytest.approx(0.02)
+    same = parity.loss_gap(a, list(a))
+    assert same.max_rel == 0.0
+    with pytest.raises(ValueError, match="at least 3"):
+        parity.loss_gap([1.0, 2.0], [1.0, 2.0])
+
+
+def test_parity_report_on_the_tiny_preset(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the workers' tiny products: threads only contend
+    argv = ["bench", "-m", "tiny", "--batch", "4", "--seq", "64", "--device", "cpu", "--warmup", "1", "--steps", "60"]
+    assert main([*argv, "--parity", "eager,bf16", "--out", str(tmp_path)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "parity eager vs eager+bf16: tiny, batch 4 x seq 64, Markov chain over 512 tokens" in text
+    assert "largest relative gap |B - A| / A over steps 41-61" in text
+    result = json.loads((tmp_path / "parity-tiny-b4-s64.json").read_text())
+    assert result["status"] == "ok" and result["modes"] == ["eager", "eager+bf16"] and result["steps"] == 61
+    a, b = (r["losses"] for r in result["rows"])
+    assert len(a) == len(b) == 61
+    assert a[0] == pytest.approx(b[0], rel=1e-2)  # same seed, same weights, same tokens
+    assert result["smoothed"][0][-1] < 0.75 * a[0]  # the task is learnt, unlike uniform tokens
+    assert 0 < result["max_rel_gap"] < 0.05
+    assert (tmp_path / "parity-tiny-b4-s64.png").stat().st_size > 10_000
+
+
+def test_parity_needs_two_modes(capsys):
+    assert main(["bench", "-m", "tiny", "--device", "cpu", "--parity", "eager,bf16,compile"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--parity 'eager,bf16,compile': 3 modes; accepted: two modes A,B" in err
