@@ -1,9 +1,10 @@
 """A user's Hugging Face Trainer job: a small Llama from a config, synthetic tokens, no download.
 
-python trainer_job.py --steps N [--layers L] [--hidden H] [--batch B] [--seq S] [--out DIR]
+python trainer_job.py --steps N [--layers L] [--hidden H] [--batch B] [--seq S] [--timed T] [--out DIR]
 """
 
 import argparse
+import json
 import time
 
 import torch
@@ -22,10 +23,11 @@ class Tokens(torch.utils.data.Dataset):
 
 
 class Throughput(TrainerCallback):
-    """Prints each step's end and the steps per second after the first few."""
+    """Prints each step's end, and steps per second over steps 3 to 3 + timed."""
 
-    def __init__(self, step_seconds):
+    def __init__(self, step_seconds, timed):
         self.step_seconds = step_seconds
+        self.timed = timed
         self.t0 = None
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -33,12 +35,11 @@ class Throughput(TrainerCallback):
             torch.cuda.synchronize()
         if state.global_step == 3:
             self.t0 = time.perf_counter()
+        if self.t0 is not None and state.global_step == 3 + self.timed:
+            seconds = time.perf_counter() - self.t0
+            print(json.dumps({"timed": self.timed, "seconds": seconds, "steps_per_s": self.timed / seconds}), flush=True)
         print(f"step {state.global_step}", flush=True)
         time.sleep(self.step_seconds)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.t0 is not None and state.global_step > 3:
-            print(f"steps/s {(state.global_step - 3) / (time.perf_counter() - self.t0):.3f}", flush=True)
 
 
 def main():
@@ -49,6 +50,7 @@ def main():
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=32)
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    parser.add_argument("--timed", type=int, default=2, help="steps timed after the first 3")
     parser.add_argument("--out", default="trainer-out")
     args = parser.parse_args()
     config = LlamaConfig(
@@ -62,7 +64,7 @@ def main():
         bf16=torch.cuda.is_available(), dataloader_num_workers=0, disable_tqdm=True,
     )
     dataset = Tokens(args.batch * (args.steps + 1), args.seq, config.vocab_size)
-    Trainer(model=model, args=training, train_dataset=dataset, callbacks=[Throughput(args.step_seconds)]).train()
+    Trainer(model=model, args=training, train_dataset=dataset, callbacks=[Throughput(args.step_seconds, args.timed)]).train()
 
 
 if __name__ == "__main__":

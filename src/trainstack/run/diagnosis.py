@@ -35,3 +35,11 @@ def planned_sentence(*, needs: int | None, fits: str, peak: int, budget: str) ->
     """``needs``: the unplanned peak; ``fits``: the plan's summary; ``budget``: as the user writes it."""
     need = f"the step needs {gib(needs)} with every block kept; " if needs is not None else ""
     return f"{need}recomputing as planned ({fits}) fits, predicted peak {gib(peak)}: rerun with `trainstack run --memplan {budget} -- ...` (or TRAINSTACK_MEMPLAN={budget})."
+
+
+def fits_as_is(*, peak: int, usable: int) -> str:
+    """memplan finds the step fits with no recompute: the memory went elsewhere."""
+    return (
+        f"the step fits {gib(usable)} with no recompute (predicted peak {gib(peak)}), so what ran out is not the model's "
+        "training step as memplan sees it: look at the largest allocations below."
+    )

@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
+from trainstack.errors import BudgetError
 from trainstack.fsutil import atomic_write_bytes, atomic_write_text
+from trainstack.memplan import Choice
 from trainstack.run import diagnosis, memview
 from trainstack.run.capture import Captured
 
@@ -90,9 +92,14 @@ def diagnose_with(summary: memview.Summary, captured: Captured | None, usable: i
     budget = diagnosis.suggest_budget(usable)
     try:
         plan = planning.plan_model(captured, planning.parse(budget, "budget"))
+    except BudgetError as exc:
+        return diagnosis.paragraph(summary, usable=usable, batch=batch, planned=f"no recompute plan fits {budget}: {exc}.", why_not=None)
     except Exception as exc:  # noqa: BLE001 - any failure of the planner is reported, never raised at exit
         return diagnosis.paragraph(summary, usable=usable, batch=batch, planned=None, why_not=planning.reason(exc))
-    sentence = diagnosis.planned_sentence(needs=planning.unplanned_peak(plan), fits=plan.summary(), peak=plan.peak_bytes, budget=budget)
+    if all(c is Choice.KEEP for c in plan.choices):
+        sentence = diagnosis.fits_as_is(peak=plan.peak_bytes, usable=usable)
+    else:
+        sentence = diagnosis.planned_sentence(needs=planning.unplanned_peak(plan), fits=plan.summary(), peak=plan.peak_bytes, budget=budget)
     return diagnosis.paragraph(summary, usable=usable, batch=batch, planned=sentence, why_not=None)
 
 
