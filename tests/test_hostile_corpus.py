@@ -47,6 +47,7 @@ HOSTILE = sorted((CORPUS / "hostile").glob("*.toml"))
 MARK = "INJECTED"  # every hostile payload starts with it
 TOKEN = "SECRET-CORPUS-TOKEN"  # the credential planted in the corpus
 SECONDS = 10.0  # per file and verb; a hang is a failure
+pytestmark = pytest.mark.timeout(120)  # a hang anywhere fails the test instead of the run
 
 
 def test_corpus_size_and_each_file_says_what_it_attacks() -> None:

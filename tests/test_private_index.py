@@ -59,6 +59,9 @@ nvcc = false
 """
 
 
+pytestmark = pytest.mark.timeout(900)  # the opt-in OCI build takes minutes; the others seconds
+
+
 class AuthIndex(BaseHTTPRequestHandler):
     """A PEP 503 index that answers 401 to any request without the right basic credentials."""
 

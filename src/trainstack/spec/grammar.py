@@ -182,7 +182,12 @@ def git_url(value: str) -> str:
     if parts.scheme == "file":
         if parts.netloc or not parts.path.startswith("/"):
             raise ValueError(f"'{shown(value)}' is not a file:// URL of an absolute path (file:///srv/git/apex)")
-    elif not parts.hostname or parts.hostname.startswith("-") or not parts.path.strip("/"):
+    elif (
+        not parts.hostname
+        or parts.hostname.startswith("-")
+        or (parts.username or "").startswith("-")
+        or not parts.path.strip("/")
+    ):
         raise ValueError(f"'{shown(value)}' is not {accepted}")
     if parts.password is not None or (parts.username is not None and parts.scheme in ("https", "git")):
         raise ValueError(
