@@ -1,0 +1,125 @@
+"""The README's commands, run as written in a copy of the examples: each one is either run
+here or listed in SKIPPED with the reason, so a new command cannot go unchecked."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+
+# Run in this order in one sandbox (a copy of examples/): later ones use what earlier ones made.
+RUN = [
+    "trainstack check examples/stacks/torch-cuda.toml --verbose",
+    "trainstack lock examples/stacks/cpu-minimal.toml --upgrade-package numpy",
+    "trainstack keys examples/stacks/cpu-minimal.toml",
+    "trainstack build examples/stacks/cpu-minimal.toml --backend venv",
+    "trainstack report --python build/cpu-debian12-py311-release/venv/bin/python --json",
+    "trainstack lock examples/stacks/torch-cuda.toml --flavour cu130-ubuntu2404-py312-release",
+    "trainstack render examples/stacks/torch-cuda.toml --flavour cu130-ubuntu2404-py312-release --out build/render",
+    "trainstack memplan --preset 3b --batch 2 --seq 4096 --budget 60GiB",
+    "trainstack lock broken.toml",  # the README's example of an error line, with a broken.toml made for it
+]
+
+SKIPPED = {
+    "pip install -e . && trainstack lock examples/stacks/cpu-minimal.toml && trainstack build examples/stacks/cpu-minimal.toml && trainstack verify examples/stacks/cpu-minimal.toml":
+        "installs into the running environment; its lock and build run above, and verify runs numpy's test suite "
+        "(about 2 minutes; tests/test_release_verify.py runs verify on this stack)",
+    "bash .ci/run": "the whole CI: installs system packages and runs every test",
+    "trainstack build examples/stacks/cpu-minimal.toml --backend oci":
+        "an OCI image from a debootstrap base takes minutes (tests/test_build_oci.py builds one)",
+    "trainstack linkcheck build/cu130-ubuntu2404-py312-release/venv --stack examples/stacks/torch-cuda.toml":
+        "needs the built CUDA venv of torch-cuda (gigabytes of wheels)",
+    "trainstack verify examples/stacks/cpu-minimal.toml --flavour cpu-debian12-py311-release":
+        "runs numpy's test suite: about 2 minutes (tests/test_release_verify.py runs it)",
+    "trainstack release examples/stacks/cpu-minimal.toml --previous old/stack.lock.json --results build":
+        "needs the lock manifest of a previous release, old/stack.lock.json (tests/test_release_publish.py makes one)",
+    "trainstack health --level 2 --expect-gpus 8 --json": "GPU only: needs 8 GPUs",
+    "trainstack lock stack.toml && trainstack build stack.toml":
+        "needs a private index and its credentials (tests/test_private_index.py serves one on loopback)",
+    "trainstack bench --preset 8b --batch 2 --seq 4096 --ablation --modes compile+bf16+planned,compile+bf16+fp8+planned":
+        "GPU only: an 8b ablation with float8",
+    "trainstack bench --preset 125m --batch 4 --seq 1024 --parity compile+bf16,compile+bf16+fp8 --out results":
+        "GPU only: float8 needs a GPU with float8 matrix units",
+    "trainstack bench --preset 1b --batch 4 --seq 4096 --ablation --out results": "GPU only: a 1b ablation",
+    "trainstack bench --preset 1b --batch 4 --seq 4096 --modes compile+bf16 --profile prof": "GPU only: a 1b compile+bf16 run",
+    "trainstack bench --compare old/bench-1b-b4-s4096.jsonl results/bench-1b-b4-s4096.jsonl":
+        "compares the results of two GPU runs (tests/test_new_user.py runs --compare on files it writes)",
+    "trainstack memplan --preset 1b --batch 4 --seq 4096 --budget 45GiB --compiled --output plan.json":
+        "the compiled plan measures compiled blocks on a GPU; on a CPU it is the plan above (tests/test_memplan_cli.py)",
+}
+
+BROKEN_TOML = """[stack]
+name = "broken"
+release = "2026.12.0"
+image = "trainstack/broken"
+
+[components]
+numpy = ">=2.2"
+
+[matrix]
+cuda = ["cpu"]
+os = ["debian12"]
+pyton = ["3.11"]
+"""
+
+
+def readme_commands(text: str) -> list[str]:
+    """Commands in ```bash fences, '$ ' lines of other fences, and indented lines of the verbs."""
+    commands, fence = [], None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fence = None if fence is not None else line[3:].strip()
+            continue
+        if fence == "bash" and line.strip():
+            commands.append(line.strip())
+        elif fence is not None and line.startswith("$ "):
+            commands.append(line[2:].strip())
+        elif fence is None and re.match(r"    (trainstack|python3?|bash|BENCH_\w+=) ", line):
+            commands.append(line.strip())
+    return commands
+
+
+def test_every_readme_command_is_run_or_skipped_with_a_reason() -> None:
+    found = readme_commands(README.read_text(encoding="utf-8"))
+    assert found, "no command found in the README"
+    unknown = [c for c in found if c not in RUN and c not in SKIPPED]
+    assert not unknown, f"README commands neither run nor skipped here: {unknown}"
+    stale = [c for c in [*RUN, *SKIPPED] if c not in found]
+    assert not stale, f"listed here but no longer in the README: {stale}"
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("readme")
+    shutil.copytree(REPO / "examples", root / "examples", ignore=shutil.ignore_patterns("*.lock", "*.release"))
+    (root / "broken.toml").write_text(BROKEN_TOML)
+    yield root
+    shutil.rmtree(root / "build", ignore_errors=True)  # a venv: do not leave it in the temp tree
+
+
+def _env() -> dict[str, str]:
+    """PATH with the directory of this interpreter's entry points, where pip put 'trainstack'."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("command", RUN)
+def test_readme_command_runs_as_written(command: str, sandbox: Path) -> None:
+    proc = subprocess.run(["bash", "-c", command], cwd=sandbox, capture_output=True, text=True, timeout=580, env=_env())
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if command == "trainstack lock broken.toml":
+        readme = README.read_text(encoding="utf-8")
+        expected = re.search(r"^error: broken\.toml:.*$", readme, flags=re.M).group(0)
+        assert proc.returncode == 2 and proc.stderr.strip() == expected, proc.stderr
+        return
+    assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
