@@ -220,3 +220,19 @@ def test_oci_image_gets_the_credentials_as_a_build_secret_only(
     finally:
         subprocess.run(["buildah", "--storage-driver", BuildahBackend().driver, "rmi", "--all", "--force"], capture_output=True)
         subprocess.run(["buildah", "--storage-driver", BuildahBackend().driver, "unshare", "true"], capture_output=True)
+
+
+def test_echo_log_and_errors_mask_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """proc.run's echoed command and its log, with a URL's user info and a credential variable's value."""
+    from trainstack import proc
+    from trainstack.redact import redact, strip_userinfo
+
+    monkeypatch.setenv("UV_INDEX_PYPI_EXAMPLE_COM_PASSWORD", PASSWORD)
+    log = tmp_path / "step.log"
+    result = proc.run(["echo", f"https://{USER}:{PASSWORD}@pypi.example.com/simple", PASSWORD], log=log)
+    assert result.ok
+    echoed = capsys.readouterr().err
+    assert "https://***@pypi.example.com/simple" in echoed and PASSWORD not in echoed
+    assert PASSWORD not in log.read_text() and "***" in log.read_text()
+    assert strip_userinfo(f"--index-url https://{USER}:{PASSWORD}@h/simple") == "--index-url https://h/simple"
+    assert redact(f"git+ssh://git@h/r token={PASSWORD}") == "git+ssh://***@h/r token=***"
