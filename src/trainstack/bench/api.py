@@ -184,11 +184,11 @@ def exit_code(rows: list[dict], ablation: bool, parity: bool = False) -> int:
 
 
 def compare(path_a: Path, path_b: Path) -> None:
-    from trainstack.bench.compare import compare_table
+    from trainstack.bench.compare import print_compare
 
-    _wide().print(compare_table(path_a, path_b))
+    print_compare(path_a, path_b)
 
 
 def _wide() -> Console:
-    """stdout wide enough for the result tables, also when piped into a log."""
-    return Console(width=max(out.width, 180), highlight=False)
+    """stdout for the result tables: fitted to a terminal's width, never wrapped in a log."""
+    return out

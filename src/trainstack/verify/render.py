@@ -35,7 +35,7 @@ def render_verify(result: VerifyResult, console: Console) -> None:
 
 def render_ops(table: OpTable, console: Console) -> None:
     if table.error:
-        console.print(f"[yellow]op table: probe failed: {table.error}[/]", highlight=False)
+        console.print(f"[yellow]op table: probe failed: {escape(table.error)}[/]", highlight=False)
         return
     if table.rows:
         out = Table(title="ops")
