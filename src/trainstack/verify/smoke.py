@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from rich.text import Text
+
 from trainstack.console import err
 from trainstack.verify.target import Target, run_probe
 
@@ -28,7 +30,7 @@ def run_smoke(target: Target, checks: list[str], components: list[str], workdir:
     with tempfile.TemporaryDirectory(prefix="trainstack-smoke-") as tmp:
         where = workdir or Path(tmp)
         for check in checks:
-            err.print(f"[dim]smoke: {check}[/dim]", highlight=False)
+            err.print(Text(f"smoke: {check}", style="dim"), highlight=False)
             if check == "imports":
                 # one interpreter per component: an import that crashes costs only its own row
                 for component in components:

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 from trainstack import proc
+from rich.text import Text
+
 from trainstack.console import err
 from trainstack.errors import SpecError
 from trainstack.spec.models import Suite
@@ -81,7 +83,7 @@ def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: 
               known: KnownIssues, target_name: str) -> SuiteResult:
     run = SuiteRun(target, suite, workdir, cwd, where)
     words = run.argv()
-    err.print(f"[bold]suite {suite.name}[/]", highlight=False)
+    err.print(Text(f"suite {suite.name}", style="bold"), highlight=False)
     result, xml, events, seconds = run.execute(words, "run")
     base = {"name": suite.name, "command": suite.command, "seconds": round(seconds, 2), "max_failed": suite.max_failed}
     progress = read_progress(events)
