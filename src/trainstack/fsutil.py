@@ -14,6 +14,7 @@ import fcntl
 import json
 import math
 import os
+import secrets
 import shutil
 import stat
 import tempfile
@@ -86,13 +87,13 @@ def read_regular(path: Path, what: str = "file") -> bytes:
     would block, a device would never end). Raises OSError subclasses with one-line text."""
     st = os.stat(path)
     if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, f"is a directory, not a {what}")
+        raise IsADirectoryError(errno.EISDIR, f"is a directory; expected a {what}")
     if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, f"is not a regular file ({_kind(st.st_mode)}), not a {what}")
+        raise OSError(errno.EINVAL, f"is {_kind(st.st_mode)}, not a regular file; expected a {what}")
     with open(path, "rb", opener=_nonblocking) as handle:
         # the name may have been swapped for a FIFO between stat and open: check what was opened
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise OSError(errno.EINVAL, f"is not a regular file, not a {what}")
+            raise OSError(errno.EINVAL, f"is not a regular file; expected a {what}")
         return handle.read()
 
 
@@ -160,12 +161,13 @@ def replace_tree(final: Path, files: Mapping[str, bytes], *, mode: int | None = 
     """
     parent = final.parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        if not parent.is_dir():
+            parent.mkdir(parents=True)
         with exclusive(parent):
             _recover(final)
             if read_tree(final) == dict(files):
                 return False
-            staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.staging-", dir=parent))
+            staging = parent / f".{final.name}.staging-{secrets.token_hex(4)}"
             try:
                 _write_staging(staging, files, mode)
                 swap_dir(staging, final)
@@ -179,24 +181,29 @@ def replace_tree(final: Path, files: Mapping[str, bytes], *, mode: int | None = 
 
 
 def _write_staging(staging: Path, files: Mapping[str, bytes], mode: int | None) -> None:
-    umask = _umask()
-    os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes 0700; the tree gets what mkdir would give
+    """Every file written and synced to disk in a new directory, with the modes open() gives."""
+    staging.mkdir()
+    made = {staging}
     for relative, data in sorted(files.items()):
         parts = PurePosixPath(relative).parts
         if not parts or PurePosixPath(relative).is_absolute() or ".." in parts:
             raise ValueError(f"{relative!r}: not a path inside the output directory")
         target = staging.joinpath(*parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        for directory in reversed(target.parents):
+            if directory not in made and staging in directory.parents:
+                directory.mkdir()
+                made.add(directory)
         with open(target, "xb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(target, mode if mode is not None else 0o666 & ~umask)
-    _fsync_dirs(staging)
+        if mode is not None:
+            os.chmod(target, mode)
+    _fsync_dirs(sorted(made))
 
 
-def _fsync_dirs(root: Path) -> None:
-    for directory in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+def _fsync_dirs(directories: list[Path]) -> None:
+    for directory in directories:
         fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(fd)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import stat
 from pathlib import Path
 
 import typer
 
 from trainstack.errors import UsageError
+
+DRIVER_VERSION = re.compile(r"^\d{1,4}(\.\d{1,4}){0,2}$")  # 550, 550.54, 550.54.15
 
 
 def command(
@@ -36,8 +40,9 @@ def command(
         raise UsageError(f"--level {level}: accepted values are 1, 2, 3")
     if expect_gpus is not None and expect_gpus < 0:
         raise UsageError(f"--expect-gpus {expect_gpus}: accepted is a count >= 0")
-    if duration <= 0 or allreduce_gib <= 0:
+    if not (0 < duration < float("inf") and 0 < allreduce_gib < float("inf")):
         raise UsageError("--duration and --allreduce-gib: accepted are positive numbers")
+    check_paths(min_driver, disk, thresholds)
     if level >= 2:
         from trainstack.extras import require
 
@@ -52,3 +57,19 @@ def command(
     if not json_out:
         out.print(table(report))
     raise typer.Exit(report.exit_code)
+
+
+def check_paths(min_driver: str | None, disk: Path, thresholds: Path | None) -> None:
+    """Refuse what the checks could not use before any of them runs (a FIFO given as the
+    thresholds file would block; a missing --disk would be measured as zero free bytes)."""
+    if min_driver is not None and not DRIVER_VERSION.match(min_driver):
+        raise UsageError(f"--min-driver {min_driver!r}: accepted is a driver version such as 550.54.15")
+    if not disk.exists():
+        raise UsageError(f"--disk {disk}: no such file or directory", hint="give a directory on the disk to measure")
+    if thresholds is not None:
+        try:
+            mode = thresholds.stat().st_mode
+        except OSError as exc:
+            raise UsageError(f"--thresholds {thresholds}: {exc.strerror}") from None
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"--thresholds {thresholds}: not a regular file", hint="give a TOML file")

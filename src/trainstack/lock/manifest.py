@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from trainstack.errors import LockError, SpecError
+from trainstack.fsutil import describe_os_error, loads_strict, read_regular
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "stack.lock.json"
@@ -45,6 +46,13 @@ class Manifest(BaseModel):
     generated_at: str  # ISO time; excluded from inputs_hash, kept when inputs are unchanged
     flavours: dict[str, LockedFlavour]  # slug -> locked flavour
 
+    @field_validator("schema_version")
+    @classmethod
+    def _known_schema(cls, value: int) -> int:
+        if value != SCHEMA_VERSION:
+            raise ValueError(f"{value} is not a schema this trainstack reads; accepted: {SCHEMA_VERSION}")
+        return value
+
 
 def lock_dir(stack_path: Path) -> Path:
     """Lock output of examples/stacks/cpu-minimal.toml: examples/stacks/cpu-minimal.lock/."""
@@ -56,16 +64,26 @@ def manifest_path(stack_path: Path) -> Path:
 
 
 def load_manifest(path: Path) -> Manifest:
-    """Read a stack.lock.json; LockError when missing, SpecError when malformed."""
+    """Read a stack.lock.json; LockError when missing, SpecError when it is anything but a
+    manifest (a directory, a FIFO, binary data, invalid or too deeply nested JSON, NaN)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_strict(read_regular(path, "lock manifest").decode("utf-8"))
     except FileNotFoundError:
         raise LockError(f"{path}: no lock manifest", hint="run 'trainstack lock STACK' first") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a lock manifest: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    except ValueError as exc:  # NaN or Infinity
+        raise SpecError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: not a lock manifest: nested too deeply") from None
     try:
         return Manifest.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise SpecError(f"{path}: {field}: {first['msg']}") from None
+        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise SpecError(f"{path}: {field}: {message}") from None

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from trainstack.errors import UsageError
 from trainstack.fsutil import dump_json, replace_tree
 from trainstack.lock import check_lock_current
@@ -103,6 +105,7 @@ def gather(
     current = check_lock_current(stack_path)  # a release describes what the stack file locks to now
     previous = load_manifest(previous_path)
     check_same_stack(previous, current, str(previous_path))
+    check_previous_is_older(previous, current, previous_path)
     fragments = release_fragments(changes, current.release)
     return Inputs(
         current=current,
@@ -114,6 +117,21 @@ def gather(
         previous_bench=_previous_bench(previous_results),
         fragments=fragments,
     )
+
+
+def check_previous_is_older(previous: Manifest, current: Manifest, previous_path: Path) -> None:
+    """Refuse notes against a later release (the diff would run backwards). Releases are
+    ordered as versions (2026.12.0 < 2027.1.0); names that are not versions are not ordered."""
+    try:
+        newer = Version(previous.release) > Version(current.release)
+    except InvalidVersion:
+        return
+    if newer:
+        raise UsageError(
+            f"{previous_path}: the previous manifest is of release {previous.release}, "
+            f"newer than {current.release}, the release being described",
+            hint=f"pass the stack.lock.json of a '{current.stack}' release before {current.release}",
+        )
 
 
 def write_outputs(target: Path, texts: dict[str, str]) -> list[Path]:

@@ -33,12 +33,20 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterable
 from pathlib import Path
+from typing import Annotated, Any
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.errors import SpecError
-from trainstack.release.model import KnownIssue, ReleaseNotes, Verification
+from trainstack.fsutil import describe_os_error, loads_strict, read_regular
+from trainstack.release.model import SCHEMA_VERSION, KnownIssue, ReleaseNotes, Verification
 
 VERIFY_NAME = "verify.json"
+VERIFY_SCHEMA_VERSION = 1  # the schema_version `trainstack verify` writes (trainstack.verify.run)
+
+# Counts and figures as measured: whole counts >= 0, finite figures >= 0 (never NaN or Infinity).
+Count = Annotated[int, Field(ge=0)]
+Figure = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 NOT_RUN = "not run"  # the verdict of a verification whose test gate was skipped: never "pass"
 
 
@@ -53,17 +61,18 @@ class _KnownHit(_Tolerant):
 
 
 class _Suite(_Tolerant):
-    tests: int | None = None
+    tests: Count | None = None
     failed: list[str] = []
     known: list[_KnownHit] = []
 
 
 class _Gate(_Tolerant):
     suites: list[_Suite] = []
-    total_failed: int | None = None
+    total_failed: Count | None = None
 
 
 class _VerifyDoc(_Tolerant):
+    schema_version: int = 1
     verdict: str | None = None
     reasons: list[str] = []
     skipped: list[str] = []  # parts left out (verify --skip): skipped suites are a gate not run
@@ -74,12 +83,12 @@ class _BenchLine(_Tolerant):
     model: str | None = None
     mode: str | None = None
     status: str = "ok"
-    tokens_per_s: float | None = Field(None, alias="tokens_per_s_per_gpu")
-    batch: int | None = None
-    seq: int | None = None
-    world_size: int = 1
-    mfu: float | None = None
-    peak_memory_gib: float | None = Field(None, alias="mem_allocated_gib")
+    tokens_per_s: Figure | None = Field(None, alias="tokens_per_s_per_gpu")
+    batch: Count | None = None
+    seq: Count | None = None
+    world_size: Annotated[int, Field(ge=1)] = 1
+    mfu: Figure | None = None
+    peak_memory_gib: Figure | None = Field(None, alias="mem_allocated_gib")
 
     @property
     def setup(self) -> str:
@@ -111,14 +120,41 @@ def _first_error(exc: ValidationError) -> str:
     return f"{field}: {error['msg']}"
 
 
+def read_text(path: Path, what: str) -> str:
+    """A results file's text; SpecError naming it when it is not a readable UTF-8 regular file."""
+    try:
+        return read_regular(path, what).decode("utf-8")
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); expected {what}") from None
+
+
+def _json(text: str, where: str, one_line: bool = False) -> Any:
+    """Strict JSON: NaN, Infinity and nesting too deep for Python are refused with the place."""
+    try:
+        return loads_strict(text)
+    except json.JSONDecodeError as exc:
+        place = where if one_line else f"{where}:{exc.lineno}"
+        raise SpecError(f"{place}: not valid JSON: {exc.msg}") from None
+    except ValueError as exc:
+        raise SpecError(f"{where}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: not valid JSON: nested too deeply") from None
+
+
+def _known_schema(version: int, where: Path, accepted: int) -> None:
+    if version != accepted:
+        raise SpecError(f"{where}: schema_version: {version} is not a schema this trainstack reads; accepted: {accepted}")
+
+
 def parse_verify(text: str, slug: str, where: Path, source: str) -> Verification:
     """One flavour's verification from verify.json text; SpecError naming the file when unreadable."""
     try:
-        doc = _VerifyDoc.model_validate(json.loads(text))
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{where}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+        doc = _VerifyDoc.model_validate(_json(text, str(where)))
     except ValidationError as exc:
         raise SpecError(f"{where}: {_first_error(exc)}") from None
+    _known_schema(doc.schema_version, where, VERIFY_SCHEMA_VERSION)
     gate = doc.gate
     verdict, reasons = doc.verdict, doc.reasons
     if "suites" in doc.skipped and verdict == "pass":
@@ -147,10 +183,10 @@ def read_verification(results: Path | None, slugs: Collection[str]) -> list[Veri
     found = []
     for slug in sorted(slugs):
         path = results / slug / VERIFY_NAME if results is not None else None
-        if path is None or not path.is_file():
+        if path is None or not (path.exists() or path.is_symlink()):
             found.append(Verification(slug=slug, measured=False))
             continue
-        found.append(parse_verify(path.read_text(encoding="utf-8"), slug, path, f"{slug}/{VERIFY_NAME}"))
+        found.append(parse_verify(read_text(path, "verify.json"), slug, path, f"{slug}/{VERIFY_NAME}"))
     return found
 
 
@@ -160,10 +196,7 @@ def parse_bench_lines(text: str, where: Path, slug: str) -> list[BenchResult]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{where}:{number}: not valid JSON: {exc.msg}") from None
+        data = _json(line, f"{where}:{number}", one_line=True)
         if not isinstance(data, dict):
             continue
         try:
@@ -192,17 +225,24 @@ def read_bench(results: Path | None) -> dict[BenchKey, BenchResult]:
     for path in sorted(results.rglob("*.jsonl")):
         relative = path.relative_to(results)
         slug = relative.parts[0] if len(relative.parts) > 1 else ""
-        for row in parse_bench_lines(path.read_text(encoding="utf-8"), path, slug):
+        for row in parse_bench_lines(read_text(path, "JSON lines of bench results"), path, slug):
             latest[row.key] = row
     return latest
 
 
 def bench_of_release(path: Path) -> dict[BenchKey, BenchResult]:
     """The bench figures a previous release.json published, keyed like read_bench's."""
+    data = _json(read_text(path, "a release.json"), str(path))
     try:
-        notes = ReleaseNotes.model_validate_json(path.read_text(encoding="utf-8"))
+        notes = ReleaseNotes.model_validate(data)
     except ValidationError as exc:
         raise SpecError(f"{path}: not a release.json: {_first_error(exc)}") from None
+    _known_schema(notes.schema_version, path, SCHEMA_VERSION)
+    for row in notes.performance:
+        for figure in (row.tokens_per_s, row.mfu, row.peak_memory_gib):
+            if figure is not None and not 0 <= figure < float("inf"):
+                raise SpecError(f"{path}: performance: {row.model} {row.mode}: {figure} is not a measured figure "
+                                f"(accepted: a finite number >= 0)")
     found = (BenchResult(slug=r.slug, model=r.model, setup=r.setup, mode=r.mode, status=r.status,
                          tokens_per_s=r.tokens_per_s, mfu=r.mfu, peak_memory_gib=r.peak_memory_gib)
              for r in notes.performance)

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from trainstack.errors import SpecError
+from trainstack.fsutil import describe_os_error, read_regular
 from trainstack.spec import grammar
 from trainstack.spec.matrix import expand_flavours
 from trainstack.spec.models import Stack
@@ -24,12 +25,17 @@ def load_stack(path: str | Path) -> Stack:
     """Read, parse and validate a stack file. Raises SpecError with a one-line message."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, "stack file").decode("utf-8")  # a FIFO or a directory is refused unopened
     except FileNotFoundError:
         raise SpecError(f"{path}: no such stack file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read: {exc}") from None
-    return parse_stack(text, path)
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); a stack file is TOML") from None
+    try:
+        return parse_stack(text, path)
+    except RecursionError:
+        raise SpecError(f"{path}: tables or arrays nested too deeply; a stack file needs a few levels") from None
 
 
 def parse_stack(text: str, path: Path) -> Stack:
@@ -47,6 +53,10 @@ def parse_stack(text: str, path: Path) -> Stack:
         raise SpecError(f"{path}:{line}: matrix: every cell is excluded; nothing would be built")
     _require_bases(stack, text, path)
     _confine_paths(stack, text, path)
+    from trainstack.rules.data import activate
+    from trainstack.rules.stack import stack_rules
+
+    activate(stack_rules(stack.rules, text, path))  # the rules in effect are this stack's
     return stack
 
 

@@ -1,0 +1,402 @@
+"""Kills timed at every write of lock, render, release and build leave the old state or the new one.
+
+The write points are found, not guessed: the real CLI runs in a child process under a Python
+audit hook that counts every event that changes the file system under the project directory
+(opening for writing, rename, replace, remove, rmdir, mkdir, chmod, rmtree and the renameat2
+exchange through ctypes) and SIGKILLs the process at the N-th. A first run without a kill
+counts them; then one run is killed at each of them in turn, and after each the outputs must be
+exactly the old ones or exactly the new ones.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.loopback import serve
+from trainstack.lock import check_lock_current
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Runs in the child: argv = ROOT KILL_AT COUNT_FILE verb args...; KILL_AT 0 counts without killing.
+KILLER = r"""
+import os, signal, sys
+root, kill_at, count_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+PATH_EVENTS = {"os.rename": 2, "os.replace": 2, "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1,
+               "shutil.rmtree": 1, "os.link": 2, "os.symlink": 2, "os.truncate": 1, "os.utime": 1}
+state = {"count": 0, "on": True}
+
+def under_root(path, dir_fd=None):
+    if isinstance(path, int):
+        return False
+    path = os.fsdecode(os.fspath(path))
+    if not os.path.isabs(path):
+        if dir_fd is not None:
+            return True  # relative to a descriptor: rmtree removing inside a tree it was given
+        path = os.path.join(os.getcwd(), path)
+    path = os.path.normpath(path)
+    return path == root or path.startswith(root + os.sep)
+
+def writes(event, args):
+    if event == "open":
+        path, mode, flags = args
+        if isinstance(mode, str):
+            return any(c in mode for c in "wax+") and under_root(path)
+        return bool((flags or 0) & WRITE_FLAGS) and under_root(path)
+    if event in PATH_EVENTS:
+        dir_fd = args[-1] if event in ("os.remove", "os.rmdir", "os.mkdir", "shutil.rmtree") else None
+        return any(under_root(a, dir_fd) for a in args[:PATH_EVENTS[event]] if a is not None)
+    if event == "ctypes.call_function":
+        return any(isinstance(a, bytes) and under_root(a) for a in args[1])
+    return False
+
+def hook(event, args):
+    if not state["on"] or not writes(event, args):
+        return
+    state["count"] += 1
+    if state["count"] == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+sys.addaudithook(hook)
+from trainstack.cli import main
+try:
+    code = main(sys.argv[4:])
+finally:
+    state["on"] = False
+    with open(count_file, "w") as fh:
+        fh.write(str(state["count"]))
+sys.exit(code)
+"""
+
+
+def run_cli(
+    project: Path, args: list[str], kill_at: int = 0, timeout: float = 120, count_file: str = "write-count"
+) -> tuple[int, int | None, str]:
+    """(return code, write events counted when it was not killed, stderr) of `trainstack ARGS` in ``project``."""
+    count_file = project.parent / count_file
+    count_file.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLER, str(project.resolve()), str(kill_at), str(count_file), *args],
+        cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        _kill_group(proc.pid)  # what the killed CLI started (uv, its own children) goes with it
+    count = int(count_file.read_text()) if count_file.exists() else None
+    return proc.returncode, count, err
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root``; a lock manifest without its timestamp (the one field that is the time)."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes()
+            if path.name == "stack.lock.json":
+                manifest = json.loads(data)
+                manifest.pop("generated_at")
+                data = json.dumps(manifest, sort_keys=True).encode()
+            found[str(path.relative_to(root))] = data
+    return found
+
+
+def leftovers(project: Path) -> list[str]:
+    """Hidden staging or moved-aside trees an interrupted writer may leave beside its output."""
+    return sorted(str(p.relative_to(project)) for p in project.rglob(".*") if ".staging-" in p.name or p.name.endswith(".old"))
+
+
+def restore(pristine: Path, project: Path) -> None:
+    shutil.rmtree(project)
+    shutil.copytree(pristine, project, symlinks=True)
+
+
+def wheel(directory: Path, name: str, version: str) -> Path:
+    """A real, installable pure-Python wheel of ``name`` ``version`` (one module that knows its version)."""
+    files = {
+        f"{name}/__init__.py": f'__version__ = "{version}"\n',
+        f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = f"{name}-{version}.dist-info/RECORD"
+    lines = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        lines.append(f"{path},sha256={digest},{len(text.encode())}")
+    files[record] = "\n".join([*lines, f"{record},,"]) + "\n"
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, text in files.items():
+            archive.writestr(member, text)
+    return path
+
+
+PACKAGES = {"tinypkg": ("1.0", "2.0"), "tinyother": ("1.0", "2.0"), "tinytool": ("1.0",)}
+
+
+def index_handler(wheels: Path) -> type[http.server.BaseHTTPRequestHandler]:
+    """A PEP 503 simple index of the wheels in ``wheels``: /simple/<name>/ and /files/<wheel>."""
+
+    class Index(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:  # noqa: N802 (http.server's name); no ranges: uv then fetches whole wheels
+            self.do_GET(head=True)
+
+        def do_GET(self, head: bool = False) -> None:  # noqa: N802
+            self.head = head
+            parts = [p for p in self.path.split("/") if p]
+            if len(parts) == 2 and parts[0] == "simple":
+                links = "".join(
+                    f'<a href="/files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a>\n'
+                    for w in sorted(wheels.glob(f"{parts[1]}-*.whl"))
+                )
+                return self._send(f"<html><body>\n{links}</body></html>\n".encode(), "text/html") if links else self.send_error(404)
+            if len(parts) == 2 and parts[0] == "files" and (wheels / parts[1]).is_file():
+                return self._send((wheels / parts[1]).read_bytes(), "application/octet-stream")
+            self.send_error(404)
+
+        def _send(self, body: bytes, kind: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            if not self.head:
+                self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    return Index
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory) -> Iterator[str]:
+    wheels = tmp_path_factory.mktemp("wheels")
+    for name, versions in PACKAGES.items():
+        for version in versions:
+            wheel(wheels, name, version)
+    with serve(index_handler(wheels)) as url:
+        yield url
+
+
+STACK = """\
+[stack]
+name = "small"
+release = "{release}"
+image = "trainstack/small"
+
+[index]
+url = "{index}"
+
+[components]
+{components}
+
+[matrix]
+cuda = ["cpu"]
+os = ["debian12"]
+python = ["3.11", "3.12"]
+
+[toolchain]
+packages = ["tinytool"]
+
+[build]
+retries = 2
+base = {{ debian12 = "debootstrap:bookworm" }}
+"""
+PY311 = "cpu-debian12-py311-release"
+PY312 = "cpu-debian12-py312-release"
+
+
+def write_stack(project: Path, index: str, components: str, release: str = "2") -> Path:
+    path = project / "small.toml"
+    path.write_text(STACK.format(index=index, components=components, release=release), encoding="utf-8")
+    return path
+
+
+def cli_ok(project: Path, *args: str) -> str:
+    code, _, err = run_cli(project, list(args))
+    assert code == 0, err
+    return err
+
+
+def pins(project: Path, slug: str = PY311) -> dict[str, str]:
+    return json.loads((project / "small.lock" / "stack.lock.json").read_text())["flavours"][slug]["packages"]
+
+
+@pytest.fixture(scope="module")
+def old_lock(tmp_path_factory, index: str) -> Path:
+    """A project whose lock pins 1.0 of tinypkg and tinyother while the stack allows 2.0: `-P NAME` moves one."""
+    project = tmp_path_factory.mktemp("old") / "proj"
+    project.mkdir()
+    write_stack(project, index, 'tinypkg = ">=1,<2"\ntinyother = ">=1,<2"', release="1")
+    cli_ok(project, "lock", "small.toml")
+    shutil.copy(project / "small.lock" / "stack.lock.json", project / "previous.json")  # release 1, for release
+    write_stack(project, index, 'tinypkg = ">=1"\ntinyother = ">=1"')
+    cli_ok(project, "lock", "small.toml")  # the wider range alone moves nothing: the old lock is uv's preference
+    assert pins(project) == {"tinypkg": "1.0", "tinyother": "1.0"}
+    return project
+
+
+def kill_everywhere(project: Path, args: list[str], check: Callable[[], None]) -> int:
+    """Count the writes of `trainstack ARGS`, then kill one run at each; ``check()`` after the
+    complete run and after every kill. Returns the number of write events."""
+    pristine = project.parent / "pristine"
+    shutil.copytree(project, pristine, symlinks=True)
+    code, total, err = run_cli(project, args)
+    assert code == 0 and total, err
+    check()
+    for kill_at in range(1, total + 1):
+        restore(pristine, project)
+        code, _, err = run_cli(project, args, kill_at=kill_at)
+        assert code == -signal.SIGKILL, f"write {kill_at} of {total}: not killed ({code}): {err}"
+        check()
+    # after the last kill the next run finishes the job and clears what the killed one left
+    code, _, err = run_cli(project, args)
+    assert code == 0, err
+    assert leftovers(project) == []
+    return total
+
+
+class States:
+    """The old state and the first complete new one; every later state must be one of the two."""
+
+    def __init__(self, old: dict[str, bytes]) -> None:
+        self.old = old
+        self.new: dict[str, bytes] | None = None
+        self.seen = {"old": 0, "new": 0}
+
+    def assert_whole(self, now: dict[str, bytes]) -> None:
+        if self.new is None:
+            assert now != self.old, "the complete run changed nothing"
+            self.new = now
+        assert now in (self.old, self.new), f"mixed state: {sorted(now)}"
+        self.seen["old" if now == self.old else "new"] += 1
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("only", [None, PY312])
+def test_kill_at_every_write_of_lock(old_lock: Path, tmp_path: Path, only: str | None) -> None:
+    project = tmp_path / "proj"
+    shutil.copytree(old_lock, project)
+    lock = project / "small.lock"
+    states = States(tree(lock))
+    args = ["lock", "small.toml", "--upgrade-package", "tinypkg"] + (["--flavour", only] if only else [])
+
+    def check() -> None:
+        states.assert_whole(tree(lock))
+        check_lock_current(project / "small.toml")  # what `trainstack keys` checks: raises when rejected
+
+    total = kill_everywhere(project, args, check)
+    assert states.seen["old"] >= 1 and states.seen["new"] >= 2 and sum(states.seen.values()) == total + 1
+    new = json.loads(states.new["stack.lock.json"])["flavours"]
+    old = json.loads(states.old["stack.lock.json"])["flavours"]
+    for slug in [PY312] if only else [PY311, PY312]:
+        assert new[slug]["packages"] == {"tinypkg": "2.0", "tinyother": "1.0"}
+    if only:  # the other flavour's entry and files are carried over as they were
+        assert new[PY311] == old[PY311]
+        for name in (f"locks/{PY311}.txt", f"locks/{PY311}.toolchain.txt"):
+            assert states.new[name] == states.old[name]
+
+
+@pytest.fixture
+def project_copy(old_lock: Path, tmp_path: Path) -> Path:
+    """A copy of the project locked to the old pins."""
+    project = tmp_path / "proj"
+    shutil.copytree(old_lock, project)
+    return project
+
+
+def _relock(project: Path) -> None:
+    cli_ok(project, "lock", "small.toml", "--upgrade-package", "tinypkg")
+
+
+@pytest.mark.timeout(300)
+def test_kill_at_every_write_of_render(project_copy: Path) -> None:
+    project = project_copy
+    cli_ok(project, "render", "small.toml", "--out", "out")
+    states = States(tree(project / "out"))
+    _relock(project)
+    total = kill_everywhere(project, ["render", "small.toml", "--out", "out"], lambda: states.assert_whole(tree(project / "out")))
+    assert states.seen["old"] >= 1 and states.seen["new"] >= 2 and sum(states.seen.values()) == total + 1
+
+
+@pytest.mark.timeout(300)
+def test_kill_at_every_write_of_release(project_copy: Path) -> None:
+    project = project_copy
+    args = ["release", "small.toml", "--previous", "previous.json", "--results", "results", "--out", "out"]
+    (project / "results").mkdir()
+    cli_ok(project, *args)
+    states = States(tree(project / "out"))
+    _relock(project)  # the notes now name tinypkg's new version
+
+    def check() -> None:
+        now = tree(project / "out")
+        assert sorted(now) == ["RELEASE.md", "release.html", "release.json"]
+        states.assert_whole(now)
+
+    total = kill_everywhere(project, args, check)
+    assert states.seen["old"] >= 1 and states.seen["new"] >= 2 and sum(states.seen.values()) == total + 1
+    assert all(states.new[name] != states.old[name] for name in states.old)
+
+
+@pytest.mark.timeout(300)
+def test_kill_at_every_write_of_build(project_copy: Path) -> None:
+    project = project_copy
+    args = ["build", "small.toml", "--flavour", PY311, "--build-dir", "build"]
+    cli_ok(project, *args)
+    final = project / "build" / PY311
+    _relock(project)
+    seen: set[str] = set()
+
+    def check() -> None:
+        record = json.loads((final / "build.json").read_text())
+        python = final / "venv" / "bin" / "python"
+        version = subprocess.run([python, "-c", "import tinypkg; print(tinypkg.__version__)"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        assert f"tinypkg=={version}" in (final / "locks" / "install.txt").read_text()
+        seen.add(f"{record['lock_sha256']} {version}")  # the venv is the one its record describes
+
+    kill_everywhere(project, args, check)
+    assert len(seen) == 2  # the old build and the new one, each whole
+
+
+@pytest.mark.timeout(300)
+def test_concurrent_locks_take_turns(project_copy: Path) -> None:
+    """Two locks at once that each move another package: the second starts from the first's
+    result, so both moves survive whichever runs first."""
+    project = project_copy
+    results: list[tuple[int, int | None, str]] = []
+    runs = [
+        threading.Thread(target=lambda name=name: results.append(run_cli(project, ["lock", "small.toml", "-P", name], count_file=name)))
+        for name in ("tinypkg", "tinyother")
+    ]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    assert [r[0] for r in results] == [0, 0], [r[2] for r in results]
+    assert any("waiting for another lock" in r[2] for r in results)  # they did overlap
+    assert pins(project) == {"tinypkg": "2.0", "tinyother": "2.0"}
+    check_lock_current(project / "small.toml")
