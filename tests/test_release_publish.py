@@ -55,7 +55,7 @@ def test_writes_the_three_outputs_and_consumes_fragments_once(project):
     assert sorted(p.name for p in (project / "out").iterdir()) == sorted(OUTPUTS)
     notes = ReleaseNotes.model_validate_json((project / "out" / "release.json").read_text())
     assert notes == outcome.notes
-    assert [c.kind for c in notes.updates.common] == ["added", "changed", "changed", "added", "removed"]
+    assert [c.kind for c in notes.updates.common] == ["added", "upgraded", "upgraded", "added", "removed"]
     assert [f.name for f in notes.fragments] == ["10.highlight.md", "11.fix.md"]
     markdown = (project / "out" / "RELEASE.md").read_text()
     assert "## Highlights\n\n- NumPy 2.4.\n" in markdown

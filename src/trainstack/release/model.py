@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 SCHEMA_VERSION = 1
 
-ChangeKind = Literal["changed", "added", "removed"]
+ChangeKind = Literal["changed", "upgraded", "downgraded", "added", "removed"]
 
 
 class Frozen(BaseModel):
@@ -23,6 +23,8 @@ class Change(Frozen):
     old: str | None = None  # None: added
     new: str | None = None  # None: removed
     component: bool = False  # declared in the stack (not only a dependency of one)
+    # between two versions: upgraded or downgraded; changed when they don't compare (commits)
+    direction: Literal["changed", "upgraded", "downgraded"] = "changed"
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -31,15 +33,17 @@ class Change(Frozen):
             return "added"
         if self.new is None:
             return "removed"
-        return "changed"
+        return self.direction
 
     def text(self) -> str:
-        """'torch: 2.2.2 → 2.3.0', 'einops: added 0.8.1', 'apex: removed (a7de60e)'."""
+        """'torch: 2.2.2 → 2.3.0', 'torch: 2.3.0 → 2.2.2 (downgraded)', 'apex: 2386a91 → a7de60e',
+        'einops: added 0.8.1', 'apex: removed (was a7de60e)'."""
         if self.old is None:
             return f"{self.name}: added {self.new}"
         if self.new is None:
             return f"{self.name}: removed (was {self.old})"
-        return f"{self.name}: {self.old} → {self.new}"
+        mark = " (downgraded)" if self.direction == "downgraded" else ""
+        return f"{self.name}: {self.old} → {self.new}{mark}"
 
 
 class Updates(Frozen):

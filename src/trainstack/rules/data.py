@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+from contextvars import ContextVar
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -20,11 +22,45 @@ FILES = ("torch", "cuda", "platforms", "extensions")
 
 
 @cache
-def load_rules() -> Rules:
-    """All rules data files as one validated model (cached: the files ship read-only)."""
+def shipped_data() -> dict[str, Any]:
+    """The rules data files as parsed TOML (cached: the files ship read-only)."""
     folder = resources.files("trainstack.rules") / "data"
-    data = {name: tomllib.loads((folder / f"{name}.toml").read_text(encoding="utf-8")) for name in FILES}
-    return Rules.model_validate(data)
+    return {name: tomllib.loads((folder / f"{name}.toml").read_text(encoding="utf-8")) for name in FILES}
+
+
+@cache
+def shipped_rules() -> Rules:
+    return Rules.model_validate(shipped_data())
+
+
+# the rules of the stack being worked on: the shipped ones with its additions and overrides
+_ACTIVE: ContextVar[Rules | None] = ContextVar("trainstack_rules", default=None)
+
+
+def load_rules() -> Rules:
+    """The rules in effect: the shipped data files, with the current stack's rules over them."""
+    return _ACTIVE.get() or shipped_rules()
+
+
+def activate(rules: Rules | None) -> None:
+    """Make ``rules`` (a stack's, from merged_rules) the ones in effect; None: the shipped ones."""
+    _ACTIVE.set(rules)
+
+
+def merged_rules(extra: dict[str, Any]) -> Rules:
+    """The shipped data with ``extra`` (same layout: torch, cuda, platforms, extensions tables)
+    merged over it, table by table; validated like the shipped files (ValidationError)."""
+    return Rules.model_validate(_merge(shipped_data(), extra))
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def torch_minor(torch_version: str) -> str:

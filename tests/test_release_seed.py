@@ -1,0 +1,167 @@
+"""A real release replayed (tests/release_seed: torch-extras 2024.4.0 -> 2024.5.0): both stacks
+pass `check` with the torch 2.2/2.3 rules, and `release` lists the seven changes of that
+release, the apex commit included. Also: downgrades and path sources in the diff, and a
+stack's own rules (a [rules] table, a rules file beside it) validated like the shipped ones."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trainstack.cli import main
+from trainstack.lock.manifest import LockedFlavour, load_manifest
+from trainstack.lock.plan import plan_flavour, stack_inputs_hash
+from trainstack.release.diff import diff_manifests
+from trainstack.rules.data import activate, load_rules
+from trainstack.spec import load_stack
+from trainstack.spec.matrix import expand_flavours
+
+SEED = Path(__file__).resolve().parent / "release_seed"
+SEVEN = [
+    "apex: 2386a91 → a7de60e",
+    "deepspeed: 0.12.6 → 0.14.2",
+    "flash-attn: 2.4.2 → 2.5.8",
+    "numpy: added 1.26.4",
+    "torch: 2.2.2 → 2.3.0",
+    "torchaudio: 2.2.2 → 2.3.0",
+    "torchvision: 0.17.2 → 0.18.0",
+]
+
+
+@pytest.fixture(autouse=True)
+def shipped_rules():
+    yield
+    activate(None)  # a stack loaded here leaves its rules in effect; later tests get the shipped ones
+
+
+@pytest.fixture()
+def seed(tmp_path: Path) -> Path:
+    """A copy of the seed whose manifests' input hashes are this checkout's (what 'lock' would
+    write for these stacks), so the release sees a current lock."""
+    root = tmp_path / "seed"
+    shutil.copytree(SEED, root)
+    for side in ("before", "after"):
+        stack_path = root / side / "torch-extras.toml"
+        stack = load_stack(stack_path)
+        plans = [plan_flavour(stack, f) for f in expand_flavours(stack)]
+        path = stack_path.parent / "torch-extras.lock" / "stack.lock.json"
+        manifest = json.loads(path.read_text())
+        manifest["inputs_hash"] = stack_inputs_hash(stack, plans)
+        for plan in plans:
+            entry = manifest["flavours"][plan.flavour.slug]
+            entry["inputs_hash"] = plan.inputs_hash()
+            entry["lock_sha256"] = hashlib.sha256((path.parent / entry["lock_file"]).read_bytes()).hexdigest()
+        path.write_text(json.dumps(manifest, indent=2))
+    return root
+
+
+def test_seed_stacks_pass_the_rules(seed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for side in ("before", "after"):
+        assert main(["check", str(seed / side / "torch-extras.toml")]) == 0
+    assert "all rules hold" in capsys.readouterr().out
+
+
+def test_seed_release_lists_the_seven_changes_apex_included(seed: Path, tmp_path: Path) -> None:
+    out = tmp_path / "notes"
+    previous = seed / "before/torch-extras.lock/stack.lock.json"
+    assert main(["release", str(seed / "after/torch-extras.toml"), "--previous", str(previous), "--out", str(out)]) == 0
+    notes = json.loads((out / "release.json").read_text())
+    components = [c for c in notes["updates"]["common"] if c["component"]]
+    assert [f"{c['name']}: " + _text(c) for c in components] == SEVEN
+    kinds = {c["name"]: c["kind"] for c in components}
+    assert kinds == {"apex": "changed", "deepspeed": "upgraded", "flash-attn": "upgraded", "numpy": "added",
+                     "torch": "upgraded", "torchaudio": "upgraded", "torchvision": "upgraded"}
+    assert notes["versions"]["rows"]["apex"] == ["a7de60e"]
+    markdown = (out / "RELEASE.md").read_text()
+    for line in SEVEN:
+        assert f"- {line}\n" in markdown
+    assert "| apex | a7de60e |" in markdown
+    assert "a7de60e" in (out / "release.html").read_text()
+
+
+def _text(change: dict) -> str:
+    if change["old"] is None:
+        return f"added {change['new']}"
+    return f"{change['old']} → {change['new']}"
+
+
+def test_a_downgrade_is_marked(seed: Path) -> None:
+    before = load_manifest(seed / "before/torch-extras.lock/stack.lock.json")
+    after = load_manifest(seed / "after/torch-extras.lock/stack.lock.json")
+    backwards = diff_manifests(after, before, ["torch", "apex", "numpy"])
+    texts = [c.text() for c in backwards.common if c.component]
+    assert texts == ["apex: a7de60e → 2386a91", "numpy: removed (was 1.26.4)", "torch: 2.3.0 → 2.2.2 (downgraded)"]
+    assert [c.kind for c in backwards.common if c.component] == ["changed", "removed", "downgraded"]
+
+
+def test_path_sources_are_listed(seed: Path) -> None:
+    after = load_manifest(seed / "after/torch-extras.lock/stack.lock.json")
+    [(slug, flavour)] = after.flavours.items()
+    moved = flavour.model_copy(update={"sources": {**flavour.sources, "kernels": "file:///src/kernels-v2"}})
+    older = flavour.model_copy(update={"sources": {**flavour.sources, "kernels": "file:///src/kernels-v1"}})
+    changes = diff_manifests(after.model_copy(update={"flavours": {slug: older}}),
+                             after.model_copy(update={"flavours": {slug: moved}}), ["kernels"])
+    assert [c.text() for c in changes.common] == ["kernels: path /src/kernels-v1 → path /src/kernels-v2"]
+    assert isinstance(moved, LockedFlavour)
+
+
+STACK_2_0 = """
+[stack]
+name = "old-torch"
+release = "1"
+image = "old-torch"
+
+[components]
+torch = "==2.0.1"
+
+[matrix]
+cuda = ["11.8"]
+os = ["ubuntu22.04"]
+python = ["3.10"]
+channel = ["release"]
+
+[build]
+base = { "ubuntu22.04" = "docker.io/library/ubuntu:22.04" }
+"""
+
+RELEASE_2_0 = """
+[rules.torch.releases."2.0"]
+variants = ["cpu", "cu117", "cu118"]
+pypi_default = "cu117"
+pythons = ["3.8", "3.9", "3.10", "3.11"]
+source = "https://github.com/pytorch/pytorch/blob/main/RELEASE.md#release-compatibility-matrix"
+"""
+
+
+def test_a_stack_adds_rules_with_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stack = tmp_path / "old.toml"
+    stack.write_text(STACK_2_0)
+    assert main(["check", str(stack)]) != 0  # torch 2.0 is not in the shipped data
+    assert "torch 2.0 is not in the rules data" in capsys.readouterr().out
+    stack.write_text(STACK_2_0 + RELEASE_2_0)
+    assert main(["check", str(stack)]) == 0
+    assert "2.0" in load_rules().torch.releases
+
+
+def test_a_rules_file_beside_the_stack_is_validated_like_the_shipped_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stack = tmp_path / "old.toml"
+    stack.write_text(STACK_2_0)
+    beside = tmp_path / "old.rules.toml"
+    beside.write_text(RELEASE_2_0.replace("[rules.", "[").replace('pypi_default = "cu117"\n', ""))
+    assert main(["check", str(stack)]) == 2
+    err = capsys.readouterr().err
+    assert f"{beside}:2: torch.releases.2.0.pypi_default: required field is missing" in err
+    beside.write_text(RELEASE_2_0.replace("[rules.", "["))
+    assert main(["check", str(stack)]) == 0
+
+
+def test_a_bad_rules_table_names_the_line_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stack = tmp_path / "old.toml"
+    stack.write_text(STACK_2_0 + RELEASE_2_0.replace("pythons =", "pythonz ="))
+    assert main(["check", str(stack)]) == 2
+    err = capsys.readouterr().err
+    assert f"{stack}:" in err and "rules.torch.releases.2.0.pythonz: unknown field" in err
