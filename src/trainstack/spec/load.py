@@ -53,6 +53,10 @@ def parse_stack(text: str, path: Path) -> Stack:
         raise SpecError(f"{path}:{line}: matrix: every cell is excluded; nothing would be built")
     _require_bases(stack, text, path)
     _confine_paths(stack, text, path)
+    from trainstack.rules.data import activate
+    from trainstack.rules.stack import stack_rules
+
+    activate(stack_rules(stack.rules, text, path))  # the rules in effect are this stack's
     return stack
 
 

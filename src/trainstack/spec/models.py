@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -423,6 +423,8 @@ class Stack(Strict):
     toolchain: Toolchain = Toolchain()
     verify: Verify = Verify()
     bench: Bench = Bench()
+    # rules added to or overriding the shipped rules data (same layout; validated by rules.stack)
+    rules: dict[str, Any] = {}
 
     @field_validator("components", mode="before")
     @classmethod
