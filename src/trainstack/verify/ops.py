@@ -8,6 +8,7 @@ import json
 import re
 import sys
 from functools import lru_cache
+from pathlib import Path
 from importlib import resources
 from typing import Any
 
@@ -15,7 +16,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 
+from trainstack.render.layers import needs_build
 from trainstack.rules import load_rules
+from trainstack.spec.models import Stack
+from trainstack.verify.fatbin import fatbin_archs
 from trainstack.verify.report_model import NOT_FOUND
 from trainstack.verify.target import Target, run_probe
 
@@ -33,12 +37,14 @@ class OpRow(BaseModel):
     installed: bool
     compatible: bool | None  # None: could not be judged
     why_not: str  # "" when installed and compatible
+    archs: list[str] = []  # GPU code compiled in: sm_90, compute_90 (read from the ELF's .nv_fatbin)
 
 
 class OpTable(BaseModel):
     rows: list[OpRow]
     absent: list[str]  # known extension packages that are not installed
     error: str = ""  # why the probe gave nothing
+    unbuilt: list[str] = []  # ops the stack builds ahead of time that are not there, with the reason
 
     @property
     def broken(self) -> list[OpRow]:
@@ -52,11 +58,50 @@ def ops_data() -> dict[str, Any]:
     return tomllib.loads(text)
 
 
-def op_table(target: Target) -> OpTable:
+def op_table(target: Target, wanted: dict[str, dict[str, str]] | None = None) -> OpTable:
+    """``wanted``: the source-built extensions of the stack and their build_env (prebuilt_wanted)."""
     raw, reason = run_probe(target, "ops_probe.py", [json.dumps(ops_data())], timeout=600)
     if not isinstance(raw, dict):
         return OpTable(rows=[], absent=[], error=reason)
-    return build_table(raw)
+    return build_table(raw).model_copy(update={"unbuilt": unbuilt(raw, wanted or {})})
+
+
+def prebuilt_wanted(stack: Stack | None, component_keys: list[str]) -> dict[str, dict[str, str]]:
+    """The extensions the stack builds from source, with their build_env: what must be prebuilt."""
+    if stack is None:
+        return {}
+    keys = set(component_keys) or set(stack.components)
+    return {c.name: dict(c.build_env) for key, c in stack.components.items() if key in keys and needs_build(c)}
+
+
+def unbuilt(raw: dict[str, Any], wanted: dict[str, dict[str, str]]) -> list[str]:
+    """One line per op the stack asked to build ahead of time that the target does not have."""
+    reasons = []
+    if "deepspeed" in wanted:
+        reasons += _deepspeed_unbuilt(raw.get("deepspeed"), wanted["deepspeed"])
+    for ext in raw.get("extensions", []):
+        env = wanted.get(ext["name"])
+        if env is None or (ext["name"] == "apex" and "1" not in (env.get("APEX_CPP_EXT"), env.get("APEX_CUDA_EXT"))):
+            continue
+        if ext.get("version") is None:
+            reasons.append(f"{ext['name']}: the stack builds it from source but it is not installed")
+        elif not any(m["present"] for m in ext["modules"]):
+            reasons.append(f"{ext['name']} {ext['version']}: installed without its compiled modules ({', '.join(m['module'] for m in ext['modules'])})")
+    return reasons
+
+
+def _deepspeed_unbuilt(ds: dict[str, Any] | None, env: dict[str, str]) -> list[str]:
+    if ds is None:
+        return ["deepspeed: the stack builds it from source but it is not installed"]
+    everything = env.get("DS_BUILD_OPS") == "1"
+    reasons = []
+    for op in ds.get("ops", []):
+        var = op.get("build_var", "")
+        asked = env.get(var) == "1" or (everything and env.get(var) != "0" and op.get("compatible_at_build", True))
+        if asked and not op["installed"]:
+            how = f"{var}=1" if env.get(var) == "1" else "DS_BUILD_OPS=1"
+            reasons.append(f"deepspeed op {op['name']}: the stack builds it ahead of time ({how}) but it is not installed")
+    return reasons
 
 
 def build_table(raw: dict[str, Any]) -> OpTable:
@@ -82,15 +127,28 @@ def deepspeed_rows(ds: dict[str, Any], torch: dict[str, Any]) -> list[OpRow]:
     if ds.get("error"):
         return [OpRow(package="deepspeed", name="(op builders)", installed=False, compatible=False, why_not=ds["error"])]
     mismatch = _cuda_mismatch(ds.get("torch_info") or {}, torch)
+    report = ds.get("report") if isinstance(ds.get("report"), dict) and "error" not in ds.get("report", {}) else {}
     rows = []
     for op in ds.get("ops", []):
         why = _ds_rule_reason(op["name"], torch.get("version")) or op["why"]
-        compatible = op["compatible"]
-        if op["installed"] and mismatch:
+        installed, compatible = op["installed"], op["compatible"]
+        if op["name"] in report:  # ds_report's own [YES]/[NO] and [OKAY]/[NO]
+            installed, compatible = report[op["name"]][0] == "YES", report[op["name"]][1] == "OKAY"
+        if installed and mismatch:
             why, compatible = mismatch, False
-        rows.append(OpRow(package="deepspeed", name=op["name"], installed=op["installed"], compatible=compatible,
-                          why_not="" if compatible else why or "the op builder says it cannot build here"))
+        rows.append(OpRow(package="deepspeed", name=op["name"], installed=installed, compatible=compatible,
+                          why_not="" if compatible else why or "the op builder says it cannot build here",
+                          archs=_archs(op.get("files") or [])))
     return rows
+
+
+def _archs(files: list[str]) -> list[str]:
+    """GPU architectures compiled into the objects (on this machine's file system; [] elsewhere)."""
+    found: list[str] = []
+    for name in files:
+        archs = fatbin_archs(Path(name)) if name else None
+        found += [a for a in (archs.labels if archs else []) if a not in found]
+    return found
 
 
 def _cuda_mismatch(built: dict[str, Any], torch: dict[str, Any]) -> str:
@@ -132,7 +190,8 @@ def extension_rows(ext: dict[str, Any], spec: dict[str, Any], torch: dict[str, A
         compatible = not why
         if why.startswith(("no GPU", "torch not")) and not module["error"]:
             compatible = None  # nothing wrong with the build; it just cannot run on this machine
-        rows.append(OpRow(package=ext["name"], name=module["module"], installed=True, compatible=compatible, why_not=why))
+        rows.append(OpRow(package=ext["name"], name=module["module"], installed=True, compatible=compatible, why_not=why,
+                          archs=_archs([module.get("file") or ""])))
     return rows
 
 

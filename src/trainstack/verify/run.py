@@ -14,7 +14,7 @@ from trainstack.spec.load import locate
 from trainstack.spec.models import Stack, Verify
 from trainstack.verify.linkcheck.check import LinkReport, check_paths
 from trainstack.verify.linkcheck.confirm import confirm_in_target
-from trainstack.verify.ops import OpTable, op_table
+from trainstack.verify.ops import OpTable, op_table, prebuilt_wanted
 from trainstack.verify.report import collect_report
 from trainstack.verify.report_model import EnvReport
 from trainstack.verify.smoke import KNOWN, SmokeResult, run_smoke
@@ -66,7 +66,7 @@ def run_verify(target: Target, plan: Plan) -> VerifyResult:
     start = time.perf_counter()
     wanted = [p for p in PARTS if p not in plan.skip]
     report = collect_report(target, locked=plan.locked, build_record=plan.build_record) if "report" in wanted else None
-    ops = op_table(target) if "ops" in wanted else None
+    ops = op_table(target, prebuilt_wanted(plan.stack, plan.components)) if "ops" in wanted else None
     links = _links(target, plan) if "linkcheck" in wanted else None
     smoke = run_smoke(target, _smoke_checks(plan), _imports(plan, report)) if "smoke" in wanted else []
     gate = _gate(target, plan) if "suites" in wanted else None
@@ -134,6 +134,7 @@ def judge(report: EnvReport | None, ops: OpTable | None, links: LinkReport | Non
     if ops is not None:
         reasons += [f"op {r.package}/{r.name} is installed but unusable: {r.why_not}" for r in ops.broken]
         reasons += [f"op table: the probe failed: {ops.error}"] if ops.error else []
+        reasons += [f"prebuilt op missing: {line}" for line in ops.unbuilt]
     if links is not None:
         reasons += [f"link: {i.library} needed by {i.file}: {i.reason or i.detail}" for i in links.errors]
     reasons += [f"smoke {s.name}: {s.reason}" for s in smoke if s.status == "fail"]

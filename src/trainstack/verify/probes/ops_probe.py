@@ -6,9 +6,12 @@ packages' compiled modules are imported. Prints one JSON line.
 """
 
 import contextlib
+import glob
 import importlib
 import io
 import json
+import os
+import re
 import sys
 from importlib import metadata, util
 
@@ -50,8 +53,43 @@ def deepspeed_ops():
             "compatible_at_build": bool(compatible_ops.get(name, False)),
             "compatible": compatible,
             "why": " ".join(why.split())[:400],
+            "build_var": getattr(builder, "BUILD_VAR", "") or "",
+            "files": op_files(name),
         })
+    out["report"] = ds_report_rows()
     return out
+
+
+REPORT_ROW = re.compile(r"^(\S+) \.+ \[(\w+)\] \.+ \[(\w+)\]")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def ds_report_rows():
+    """DeepSpeed's own op report (what `ds_report` prints): op -> [installed, compatible] as printed."""
+    captured = io.StringIO()
+    try:
+        from deepspeed.env_report import op_report
+
+        with contextlib.redirect_stdout(captured):
+            op_report(verbose=False)
+    except Exception as exc:  # noqa: BLE001
+        return {"error": _error(exc)}
+    rows = {}
+    for line in ANSI.sub("", captured.getvalue()).splitlines():
+        match = REPORT_ROW.match(line.strip())
+        if match:
+            rows[match.group(1)] = [match.group(2), match.group(3)]
+    return rows
+
+
+def op_files(name):
+    """The compiled objects of an op built ahead of time (deepspeed/ops/**/<name>*.so)."""
+    try:
+        spec = util.find_spec("deepspeed")
+        root = os.path.join(os.path.dirname(spec.origin), "ops")
+    except (ImportError, ValueError, AttributeError, TypeError):
+        return []
+    return sorted(glob.glob(os.path.join(root, "**", name + "*.so"), recursive=True))[:4]
 
 
 def module_probe(module):
@@ -61,11 +99,12 @@ def module_probe(module):
         found = False
     if not found:
         return {"module": module, "present": False, "error": None}
+    origin = util.find_spec(module).origin
     try:
         importlib.import_module(module)
-        return {"module": module, "present": True, "error": None}
+        return {"module": module, "present": True, "error": None, "file": origin}
     except Exception as exc:  # noqa: BLE001 - the error text is the finding
-        return {"module": module, "present": True, "error": _error(exc)}
+        return {"module": module, "present": True, "error": _error(exc), "file": origin}
 
 
 def torch_facts():
