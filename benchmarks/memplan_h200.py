@@ -31,7 +31,18 @@ Each case's plan takes its blocks' bytes from one real block measured per choice
 allocator, and its recompute costs from that block timed per choice, as plan_memory does
 on a GPU; each case starts with an untimed warm-up run.
 
+Any model (``--hf``): Hugging Face causal LMs built with ``from_config`` on the GPU (Llama,
+Qwen2 with tied embeddings and QKV biases, Mistral, GPT-2; no download), trained as bench
+trains them (``HfCausalLM``: bf16 autocast over fp32 weights, fused AdamW, the chunked
+loss). Each shape (architecture, batch, seq) is planned by ``memplan.plan``'s calibration
+(``calibrate_any``: fake tensors, one real block per choice measured and timed) at budgets a
+fraction of the way from its predicted fully recomputed peak to its predicted peak without
+recompute (so no recompute runs out of memory); each planned run is capped at its budget.
+The uniform options (full, every-N, none) run once per shape, uncapped: one fits a budget
+where its measured reserved peak is within it; planned is compared with the fastest that fits.
+
 Usage: python benchmarks/memplan_h200.py [--out benchmarks/results] [--time-budget 300] [--skip-compile]
+       python benchmarks/memplan_h200.py --hf [--hf-shapes llama:4:2048,gpt2:8:1024] [--time-budget 240]
 """
 
 from __future__ import annotations
@@ -494,13 +505,199 @@ def write(out: Path, header: list[str], rows: list[Row], summaries: list[dict], 
     return text
 
 
+# Hugging Face shapes: (architecture, batch, seq); budgets at these fractions of the way from
+# the predicted fully recomputed peak to the predicted peak without recompute.
+HF_SHAPES = [("llama", 4, 2048), ("llama", 2, 4096), ("qwen2", 4, 2048), ("mistral", 8, 1024), ("gpt2", 8, 1024), ("gpt2", 4, 2048)]
+HF_FRACTIONS = (0.15, 0.45, 0.8)
+HF_EVERY = (2, 3, 4, 6)
+
+
+def hf_config(arch: str):
+    """Config shapes of public models (TinyLlama-1.1B, Qwen2-0.5B, a 12-layer Mistral, GPT-2 medium), from_config only."""
+    import transformers as t
+
+    if arch == "llama":
+        return t.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=4096)
+    if arch == "qwen2":
+        return t.Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=4096)
+    if arch == "mistral":
+        return t.MistralConfig(vocab_size=32768, hidden_size=2048, intermediate_size=5632, num_hidden_layers=12, num_attention_heads=16, num_key_value_heads=8, sliding_window=None, max_position_embeddings=4096)
+    if arch == "gpt2":
+        return t.GPT2Config(vocab_size=50257, n_embd=1024, n_layer=24, n_head=16, n_positions=2048)
+    raise ValueError(arch)
+
+
+class HfShape:
+    """One Hugging Face model at one (batch, seq): calibrated once, uniform options run once."""
+
+    def __init__(self, arch: str, batch: int, seq: int) -> None:
+        import transformers
+
+        from trainstack.bench.hf_model import HfCausalLM
+        from trainstack.memplan import calibrate_any
+
+        self.arch, self.batch, self.seq = arch, batch, seq
+        self.name = f"{arch} b{batch} s{seq}"
+        clean()
+        cap(None)
+        torch.manual_seed(0)
+        with torch.device("cuda"):
+            hf = transformers.AutoModelForCausalLM.from_config(hf_config(arch), attn_implementation="sdpa").float()
+        self.model = HfCausalLM(hf, arch).train()
+        t0 = time.perf_counter()
+        with dev.sdpa_context(torch.device("cuda")):
+            self.profile = calibrate_any(self.model, self.model.example_batch(batch, seq), label=self.name)
+        self.calibration_s = time.perf_counter() - t0
+        self.overheads = default_overheads()
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-4, fused=True)
+        self.batches = torch.randint(0, hf.config.vocab_size, (2, batch, seq + 1), device="cuda")
+        self.params = sum(p.numel() for p in self.model.parameters())
+        self.n = self.profile.n_blocks
+
+    def predicted(self, choices: tuple[Choice, ...]):
+        return breakdown(self.profile, choices, overheads=self.overheads)
+
+    def run(self, case: str, variant: str, choices: tuple[Choice, ...], budget: int | None, note: str = "") -> Row:
+        apply_choices(self.model, choices, self.profile.blocks, self.profile.first_block)
+        self.opt.zero_grad(set_to_none=True)
+        clean()
+        cap(budget)
+        pred = self.predicted(choices)
+        row = Row(case, variant, describe(choices), "ok", pred.allocated_peak, pred.reserved_peak, note=note)
+        try:
+            row.allocated, row.reserved, row.step_s, row.alloc_retries = train(self.model, self.opt, self.batches, warmup=HF_WARMUP, steps=HF_STEPS)
+            row.tokens_per_s = self.batch * self.seq / statistics.median(row.step_s)
+            if budget is not None and row.reserved > budget:
+                row.status = "over"
+        except torch.OutOfMemoryError as exc:
+            row.status, row.note = "oom", (note + " " + str(exc).splitlines()[0][:120]).strip()
+        finally:
+            self.opt.zero_grad(set_to_none=True)
+            cap(None)
+            clean()
+        return row
+
+    def close(self) -> None:
+        del self.model, self.opt, self.batches
+        clean()
+
+
+HF_WARMUP, HF_STEPS = 2, 4
+
+
+def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict]) -> None:
+    """One shape: the uniform options uncapped, then the plan at each budget, capped."""
+    arch, batch, seq = spec
+    shape = HfShape(arch, batch, seq)
+    n = shape.n
+    print(f"{shape.name}: {shape.params / 1e9:.2f}B parameters, {n} blocks at {shape.profile.blocks}, calibrated in {shape.calibration_s:.1f} s", flush=True)
+    keep, full = (shape.predicted((c,) * n).reserved_peak for c in (Choice.KEEP, Choice.FULL))
+    shape.run(shape.name, "warm-up", (Choice.FULL,) * n, None)  # untimed: the first run pays for clocks and allocator
+    uniform = [shape.run(shape.name, "full", (Choice.FULL,) * n, None, note="uncapped")]
+    uniform += [shape.run(shape.name, f"every-{e}", uniform_every(n, e), None, note="uncapped") for e in HF_EVERY if e < n]
+    none = shape.run(shape.name, "none", (Choice.KEEP,) * n, None, note="uncapped")
+    rows.extend([*uniform, none])
+    for fraction in HF_FRACTIONS:
+        budget = int(full + fraction * (keep - full))
+        case = f"{shape.name} {budget / GiB:.1f}GiB"
+        summary: dict = {"case": case, "budget": budget, "fraction": fraction, "calibration_s": shape.calibration_s}
+        try:
+            plan = choose(shape.profile, budget_bytes=budget, overheads=shape.overheads)
+        except BudgetError as exc:
+            summaries.append({**summary, "planned": f"no plan: {exc}"})
+            continue
+        planned = shape.run(case, "planned", plan.choices, budget, note=plan.summary())
+        rows.append(planned)
+        fits = [r for r in uniform if r.status == "ok" and r.reserved <= budget]
+        summary.update(planned=planned, plan=plan.summary(), best_uniform=max(fits, key=lambda r: r.tokens_per_s) if fits else None, none=none)
+        summary["none_fits"] = none.status == "ok" and none.reserved <= budget
+        summaries.append(summary)
+    shape.close()
+
+
+def hf_verdicts(summaries: list[dict]) -> list[str]:
+    lines = []
+    for s in summaries:
+        p = s.get("planned")
+        if not isinstance(p, Row):
+            lines.append(f"{s['case']}: {p}")
+            continue
+        if p.status != "ok":
+            lines.append(f"{s['case']}: planned {p.status} ({p.note})")
+            continue
+        parts = [f"planned {p.tokens_per_s:.0f} tok/s ({s['plan']}), reserved {p.reserved / GiB:.2f} GiB within budget, prediction error {p.error:+.1%}"]
+        u = s.get("best_uniform")
+        parts.append(f"best uniform that fits {u.variant} {u.tokens_per_s:.0f} tok/s, planned/uniform {p.tokens_per_s / u.tokens_per_s:.3f}" if u else "no uniform option fits")
+        parts.append("none fits" if s["none_fits"] else "none does not fit")
+        lines.append(f"{s['case']}: " + "; ".join(parts))
+    return lines
+
+
+def hf_main(args) -> int:
+    specs = [(a, int(b), int(q)) for a, b, q in (x.split(":") for x in args.hf_shapes.split(","))] if args.hf_shapes else HF_SHAPES
+    t0 = time.perf_counter()
+    rows: list[Row] = []
+    summaries: list[dict] = []
+    skipped: list = []
+    import transformers
+
+    header = [f"{torch.cuda.get_device_name()} torch {torch.__version__} transformers {transformers.__version__}: memplan.plan on Hugging Face models (from_config)"]
+    for spec in specs:
+        if time.perf_counter() - t0 > args.time_budget:
+            skipped.append(spec)
+            continue
+        first = len(rows)
+        try:
+            hf_grid(spec, rows, summaries)
+        except Exception:  # noqa: BLE001 - one broken shape must not lose the others' figures
+            traceback.print_exc()
+            summaries.append({"case": f"{spec}", "planned": "error: " + traceback.format_exc().splitlines()[-1]})
+            clean()
+        print(table(rows[first:]), flush=True)
+        hf_write(args.out, header, rows, summaries, skipped, time.perf_counter() - t0)
+    print(hf_write(args.out, header, rows, summaries, skipped, time.perf_counter() - t0))
+    return 0
+
+
+def hf_write(out: Path, header: list[str], rows: list[Row], summaries: list[dict], skipped: list, seconds: float) -> str:
+    errors = [abs(r.error) for r in rows if r.error is not None and r.status == "ok"]
+    planned = [s["planned"] for s in summaries if isinstance(s.get("planned"), Row)]
+    ratios = [s["planned"].tokens_per_s / s["best_uniform"].tokens_per_s for s in summaries if isinstance(s.get("planned"), Row) and s["planned"].status == "ok" and s.get("best_uniform")]
+    totals = [
+        f"cases {len(summaries)}; planned runs ok {sum(p.status == 'ok' for p in planned)}, over budget {sum(p.status == 'over' for p in planned)}, out of memory {sum(p.status == 'oom' for p in planned)}",
+        f"prediction error over {len(errors)} runs: max {max(errors):.2%}" if errors else "no prediction errors",
+        f"planned/best fitting uniform: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}" if ratios else "no planned/uniform ratio",
+    ]
+    text = "\n".join([*header, "", table(rows), "", *hf_verdicts(summaries), "", *totals])
+    if skipped:
+        text += "\nnot run (time budget spent): " + ", ".join(f"{a} b{b} s{q}" for a, b, q in skipped)
+    text += f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {seconds:.0f} s"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "memplan_h200_hf.txt").write_text(text + "\n", encoding="utf-8")
+    data = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "rows": [{**r.__dict__, "error": r.error} for r in rows],
+        "cases": [{k: (v.__dict__ if isinstance(v, Row) else v) for k, v in s.items()} for s in summaries],
+    }
+    (out / "memplan_h200_hf.json").write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    return text
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--time-budget", type=float, default=300.0, help="seconds; later cases are skipped once spent")
     ap.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile memory-budget comparison")
     ap.add_argument("--cases", default="", help="run only these cases, e.g. '125m:8:2048:8,1b:4:4096:45' (preset:batch:seq:GiB)")
+    ap.add_argument("--hf", action="store_true", help="the grid of Hugging Face models planned by memplan.plan")
+    ap.add_argument("--hf-shapes", default="", help="with --hf, only these shapes, e.g. 'llama:4:2048,gpt2:8:1024' (arch:batch:seq)")
     args = ap.parse_args()
+    if args.hf:
+        if not torch.cuda.is_available():
+            print("skip: no GPU")
+            return 0
+        return hf_main(args)
     cases = [c for c in CASES if not args.cases or ":".join(map(str, c)) in args.cases.split(",")]
     if not torch.cuda.is_available():
         print("skip: no GPU")
