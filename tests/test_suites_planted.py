@@ -79,6 +79,7 @@ def test_a_suite_that_ran_no_test_fails_unless_allowed(state: Path) -> None:
 def test_timeout_kills_the_whole_process_group(state: Path) -> None:
     suite = gate("tests/planted_suite/hang", timeout=15)
     assert suite.status == "timeout" and "process group was killed" in suite.reason
+    assert suite.failed == ["tests/planted_suite/hang/planted_hang.py::test_hangs_with_a_child_process"]
     assert suite.crashed_in == "tests/planted_suite/hang/planted_hang.py::test_hangs_with_a_child_process"
     child = int((state / "child.pid").read_text())
     assert not _alive(child)

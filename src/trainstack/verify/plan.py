@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from trainstack.errors import UsageError
@@ -28,16 +29,31 @@ def make_plan(
     if python is not None:
         return _stack_on_python(stack, flavour, python, skip)
     built = built_flavour(stack, flavour, build_dir)
+    not_built = skipped_sources(built.record)
+    locked = built.locked()
+    if locked is not None:  # what was not built on purpose is not missing
+        locked = (locked[0], {name: v for name, v in locked[1].items() if name not in not_built})
     plan = Plan(
         stack_path=stack,
         stack=built.stack,
         flavour=built.flavour.slug,
-        components=built.components(),
-        locked=built.locked(),
+        components=[c for c in built.components() if c not in not_built],
+        locked=locked,
         build_record=built.record,
         skip=skip,
+        not_built=not_built,
     )
     return open_target(built.python), plan, built.verify_json
+
+
+def skipped_sources(record: Path) -> list[str]:
+    """Components the build left out on purpose (build --skip-sources), from build.json."""
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    skipped = data.get("skipped_sources") if isinstance(data, dict) else None
+    return [str(name) for name in skipped] if isinstance(skipped, list) else []
 
 
 def _stack_on_python(stack: Path, flavour: str | None, python: Path, skip: list[str]) -> tuple[Target, Plan, None]:

@@ -85,6 +85,9 @@ def render_gate(gate: GateResult, console: Console) -> None:
 def render_verdict(result: VerifyResult, console: Console) -> None:
     where = escape(f"{result.stack} [{result.flavour}]" if result.stack else result.target)
     skipped = f" (skipped: {', '.join(result.skipped)})" if result.skipped else ""
+    if result.not_built:
+        console.print(f"not built (build --skip-sources): {escape(', '.join(result.not_built))}: not checked, not failures",
+                      highlight=False)
     if result.verdict == "pass":
         console.print(Panel(f"[bold green]VERIFY PASSED[/] {where} in {result.seconds:.1f} s{skipped}", expand=False))
         return

@@ -37,6 +37,7 @@ class VerifyResult(BaseModel):
     generated_at: str
     seconds: float
     skipped: list[str]
+    not_built: list[str] = []  # components left out on purpose by build --skip-sources: not checked, not failures
     report: EnvReport | None
     ops: OpTable | None
     links: LinkReport | None
@@ -56,6 +57,7 @@ class Plan(BaseModel):
     locked: tuple[str, dict[str, str]] | None = None
     build_record: Path | None = None
     skip: list[str] = []
+    not_built: list[str] = []  # components the build left out on purpose (build --skip-sources)
 
     @property
     def settings(self) -> Verify:
@@ -78,6 +80,7 @@ def run_verify(target: Target, plan: Plan) -> VerifyResult:
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         seconds=round(time.perf_counter() - start, 2),
         skipped=[p for p in PARTS if p not in wanted],
+        not_built=plan.not_built,
         report=report,
         ops=ops,
         links=links,

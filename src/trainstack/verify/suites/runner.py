@@ -89,6 +89,7 @@ def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: 
     progress = read_progress(events)
     if result is None:
         failed = progress.collect_errors + progress.failed
+        failed += [progress.running] if progress.running and progress.running not in failed else []
         return SuiteResult(status="timeout", exit_code=None, reason=f"timed out after {suite.timeout:.0f} s"
                            + (f" in {progress.running}" if progress.running else "") + "; its process group was killed",
                            crashed_in=progress.running, failed=failed, collection_errors=progress.collect_errors,
