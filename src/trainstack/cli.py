@@ -218,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print_error("interrupted")
         return 130
+    except _markup_error() as exc:
+        # a message that reached rich's markup parser unescaped: still one line, never a traceback
+        print_error(f"a message could not be printed ({exc}); this is a bug in trainstack")
+        return 70
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:
@@ -236,6 +240,12 @@ def _usage_error(exc: Exception) -> int:
     if ctx is not None:
         print_hint(f"{ctx.get_usage()}  (see '{ctx.command_path} --help')")
     return getattr(exc, "exit_code", 2)
+
+
+def _markup_error() -> type[Exception]:
+    from rich.errors import MarkupError
+
+    return MarkupError
 
 
 def _click_errors() -> tuple[type[Exception], ...]:

@@ -13,6 +13,7 @@ from trainstack.bench.presets import preset
 from trainstack.bench.report import explain, results_table, write_jsonl
 from trainstack.bench.runner import RunSpec
 from rich.console import Console
+from rich.text import Text
 
 from trainstack.console import err, out
 from trainstack.errors import ToolMissingError, UsageError
@@ -103,6 +104,8 @@ def benchmark(opts: BenchOptions) -> list[dict]:
     lead = dist_from_env().rank == 0
     if parity_modes:
         return _with_parity(opts, spec, parity_modes, lead)
+    if lead:
+        _starting(spec, modes)
     if opts.ablation:
         from trainstack.bench.ablation import run_ablation
 
@@ -119,6 +122,13 @@ def benchmark(opts: BenchOptions) -> list[dict]:
 
         close_process_group()
     return rows
+
+
+def _starting(spec: RunSpec, modes: list[str]) -> None:
+    """One line before the first step: the warm-up (compilation included) can take minutes."""
+    what = f"{spec.model}, batch {spec.batch} x seq {spec.seq}, device {spec.device}"
+    err.print(Text(f"bench {what}: {', '.join(modes)}; {spec.warmup} warm-up step(s) first (compilation happens there), "
+                   f"then {spec.steps} timed", style="dim"), highlight=False)
 
 
 def _progress(row: dict) -> None:
