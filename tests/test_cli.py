@@ -112,6 +112,12 @@ def test_help_reads_as_words(verb, capsys):
     assert example.strip().startswith(f"Example: trainstack {verb}")  # one line, copyable whole
 
 
+def test_no_verb_prints_the_help_not_an_error():
+    proc = run()
+    assert proc.returncode == 2 and proc.stderr == ""
+    assert proc.stdout.startswith("Usage: trainstack [OPTIONS] COMMAND") and "Commands:" in proc.stdout
+
+
 def test_root_help_summaries_are_whole():
     proc = run("--help")
     assert not [line for line in proc.stdout.split("Commands:")[1].splitlines() if line.endswith("...")]

@@ -235,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _usage_error(exc: Exception) -> int:
     """A click usage error as 'error: ...' and one line saying where the help is."""
+    if type(exc).__name__ == "NoArgsIsHelpError":  # 'trainstack' alone: the help, as click would
+        sys.stdout.write(exc.format_message() + "\n")
+        return getattr(exc, "exit_code", 2)
     print_error(exc.format_message())
     ctx = getattr(exc, "ctx", None)
     if ctx is not None:
