@@ -63,6 +63,12 @@ class LinkReport(BaseModel):
         return not self.errors
 
 
+def _same_package(chain: list[str]) -> int:
+    """How many objects of a chain lie in the folder of its outermost one's package."""
+    package = os.path.dirname(chain[0]) + os.sep
+    return sum(p.startswith(package) for p in chain)
+
+
 def _is_extension(path: str) -> bool:
     base = os.path.basename(path)
     return ".cpython-" in base or base.endswith(".abi3.so")
@@ -186,19 +192,28 @@ class _Checker:
 
     def chain(self, path: str) -> list[str]:
         """Objects that load ``path``, outermost first: up the loaders (breadth first, so the
-        shortest way) to an extension module or an object nothing here links."""
+        shortest way) to an extension module, or to an object nothing here links. Of the
+        extensions equally near, the one whose package holds most of the way (torch's _C for
+        torch/lib, not functorch's)."""
         parents: dict[str, str | None] = {path: None}
-        queue = [path]
+        level = [path]
         top = path
-        while queue:
-            current = queue.pop(0)
-            top = current
-            if _is_extension(current):
-                break
-            for loader in self.loaders.get(current, []):
-                if loader.path not in parents:
-                    parents[loader.path] = current
-                    queue.append(loader.path)
+        while level:
+            found = [p for p in level if _is_extension(p)]
+            if found:
+                return max((self._walk(p, parents) for p in sorted(found)), key=_same_package)
+            top = level[-1]
+            upper = []
+            for current in level:
+                for loader in self.loaders.get(current, []):
+                    if loader.path not in parents:
+                        parents[loader.path] = current
+                        upper.append(loader.path)
+            level = upper
+        return self._walk(top, parents)
+
+    @staticmethod
+    def _walk(top: str, parents: dict[str, str | None]) -> list[str]:
         ordered: list[str] = []
         step: str | None = top
         while step is not None:
