@@ -30,9 +30,12 @@ def cpu_torch_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if "venv" not in _MADE:
         venv = tmp_path_factory.mktemp("cpu-torch") / "venv"
         subprocess.run(["uv", "venv", "-q", "--python", sys.executable, venv], check=True, capture_output=True)
+        # the same wheel pip installed here (pip's find-links, where the machine has them)
         links = [arg for path in os.environ.get("PIP_FIND_LINKS", "").split() for arg in ("--find-links", path)]
-        subprocess.run(["uv", "pip", "install", "-q", "--python", venv / "bin" / "python", *links,
-                        f"torch=={torch.__version__}", "numpy"], check=True, capture_output=True)
+        done = subprocess.run(["uv", "pip", "install", "-q", "--python", venv / "bin" / "python", *links,
+                               f"torch=={torch.__version__}", "numpy"], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"torch {torch.__version__} cannot be installed into a venv here: {done.stderr.strip()[-200:]}")
         _MADE["venv"] = venv
     return _MADE["venv"]
 
