@@ -23,7 +23,9 @@ def paragraph(summary: Summary, *, usable: int | None, batch: str | None, planne
         + "."
     )
     if top is not None:
-        text += f" The largest live allocations ({gib(top.total)} in {top.count} blocks) were made at {top.frames[0]}."
+        job_frame = next((f for f in top.frames[1:] if "-packages/" not in f), top.frames[-1])  # the job's own file, where shown
+        called = f" (called from {job_frame})" if len(top.frames) > 1 else ""
+        text += f" The largest live allocations ({gib(top.total)} in {top.count} blocks) were made at {top.frames[0]}{called}."
     if planned is not None:
         text += f" memplan{f' at batch {batch}' if batch else ''}: {planned}"
     elif why_not is not None:

@@ -14,9 +14,10 @@ from typing import Any
 
 GiB = 2**30
 TOP = 15  # stacks in the table
-FRAMES = 6  # frames shown per stack
+FRAMES = 8  # frames shown per stack
 POINTS = 1500  # timeline points drawn at most
-_INTERNAL = ("/torch/", "/site-packages/torch", "<frozen", "??", "/trainstack/run/")
+# torch's own files (as installed: an environment may itself live under a folder named torch)
+_INTERNAL = ("site-packages/torch/", "dist-packages/torch/", "<frozen", "??", "/trainstack/run/")
 _LIVE = ("active_allocated", "active_pending_free")
 
 
