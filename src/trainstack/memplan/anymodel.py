@@ -10,8 +10,8 @@ On a copy of the model whose parameters are fake tensors of the target device:
 1. the model runs until its first block is called, which records that call (the hidden
    input, and whatever else the model passes: masks, position embeddings) and its output;
 2. that block, wrapped for keep, selective and full recompute, runs forward and backward
-   on a fresh hidden input with the recorded rest (``calibrate._measure_block``'s
-   quantities);
+   on a fresh hidden input with the recorded rest (``measure_block``, which also
+   measures the bench decoder's blocks for ``calibrate``);
 3. the blocks are replaced by pass-throughs that hand their input on and keep what the
    model passed them alive, as real blocks do, and one step of the rest of the model
    (embedding, final norm, head, loss) gives the head's phases.
@@ -348,8 +348,10 @@ def record_call(model: Any, block: Any, batch: Any, *, label: str, context: Any)
 # -- fake-tensor measurement -----------------------------------------------------------------
 
 
-def _measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, precision: PrecisionSpec, roofline: Roofline) -> tuple[BlockCost, _OpCost, _OpCost]:
-    """calibrate._measure_block for any block: forward and backward of one wrapped block."""
+def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, precision: PrecisionSpec, roofline: Roofline) -> tuple[BlockCost, _OpCost, _OpCost]:
+    """Forward and backward of one block wrapped for ``choice``, called as ``call`` records
+    with a fresh hidden input, on fake tensors under the live-bytes tracker: its saved,
+    held and peak bytes (``BlockCost``), and the op costs of its forward and backward."""
     import torch
 
     wrapped = wrap(block, choice)
@@ -561,7 +563,7 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
             options: dict[Choice, BlockCost] = {}
             costs: dict[Choice, tuple[_OpCost, _OpCost]] = {}
             for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
-                options[choice], *pair = _measure_block(block, choice, call, device, precision, roofline)
+                options[choice], *pair = measure_block(block, choice, call, device, precision, roofline)
                 costs[choice] = (pair[0], pair[1])
             head, head_cost = _measure_head(fake, run, call, batch, loss_fn, device, precision, roofline)
     except UnplannableModel:

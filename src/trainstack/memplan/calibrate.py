@@ -202,36 +202,17 @@ def _param_bytes(module: nn.Module) -> int:
 
 
 def _measure_block(block: nn.Module, choice: Choice, x_shape: tuple[int, ...], args: tuple[Any, ...], device: str, roofline: Roofline) -> tuple[BlockCost, _OpCost, _OpCost]:
-    """Forward and backward of one wrapped block; returns its cost and the forward and backward op costs."""
+    """Forward and backward of one wrapped block called as ``block(x, *args)`` with an fp32
+    residual stream ``x`` of ``x_shape`` under bf16 autocast; returns its cost and the
+    forward and backward op costs (``anymodel.measure_block``, which any model's blocks share)."""
     import torch
 
-    wrapped = wrap(block, choice)
-    for p in block.parameters():
-        p.grad = None
-    mode = _tracker(roofline)
-    with mode:
-        x = torch.randn(x_shape, device=device, requires_grad=True)  # the residual stream stays fp32
-        mode.reset_peak()
-        mode.reset_cost()
-        start = mode.live - x.untyped_storage().nbytes()
-        with _autocast(device):
-            y = wrapped(x, *args)
-            y_bytes = y.untyped_storage().nbytes()
-            # autocast's cache of bf16 weight copies lives until the autocast region ends
-            held = mode.live - y_bytes
-        fwd_cost = mode.state.cost
-        fwd_peak = mode.state.peak - start
-        saved = mode.live - y_bytes  # x counts: the block's saved state refers to it
-        gy = torch.randn_like(y)
-        before = mode.live
-        mode.reset_peak()
-        mode.reset_cost()
-        y.backward(gy)
-        bwd_peak = mode.state.peak - before + saved
-        bwd_cost = mode.state.cost
-    for p in block.parameters():
-        p.grad = None
-    return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak), fwd_cost, bwd_cost
+    from trainstack.memplan.anymodel import BlockCall, measure_block
+    from trainstack.memplan.optim import PRECISIONS
+
+    x = torch.empty(x_shape, device=device)  # made outside the tracker: only its shape counts
+    call = BlockCall(args=(x, *args), kwargs={}, hidden=0, output=None)
+    return measure_block(block, choice, call, device, PRECISIONS["autocast-bf16"], roofline)
 
 
 @dataclass(frozen=True)
