@@ -231,3 +231,10 @@ def test_a_stage_whose_first_block_differs() -> None:
         loss_fn(m(x), x).backward()
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         assert torch.equal(p.grad, q.grad), name
+
+
+def test_blocks_configured_differently_get_their_reason() -> None:
+    """Gemma-2 alternates sliding-window and full attention over identical parameters."""
+    model = transformers.AutoModelForCausalLM.from_config(transformers.Gemma2Config(**SMALL, head_dim=16))
+    with pytest.raises(UnplannableModel, match="differ in 'self_attn.layer_type'"):
+        memplan.plan(model, example_batch(), budget="1GiB", device="cpu")

@@ -75,6 +75,32 @@ def _longest_run(children: list[Any]) -> tuple[int, int]:
     return best
 
 
+_SETTINGS = (bool, int, float, str, type(None))
+
+
+def _settings(block: Any) -> dict[str, Any]:
+    """A block's plain settings (numbers, strings, flags) by dotted name: what may make two
+    blocks of the same parameters compute differently (a sliding window on some layers)."""
+    found = {}
+    for path, module in block.named_modules():
+        for name, value in vars(module).items():
+            if not name.startswith("_") and isinstance(value, _SETTINGS):
+                found[f"{path}.{name}" if path else name] = value
+    return found
+
+
+def differing_setting(blocks: list[Any]) -> tuple[str, list[Any]] | None:
+    """A setting that splits the blocks into kinds: one with more than one value, but not a
+    different value in every block (as a layer index has)."""
+    settings = [_settings(b) for b in blocks]
+    for name in settings[0]:
+        values = [s.get(name) for s in settings]
+        distinct = list(dict.fromkeys(values))
+        if 1 < len(distinct) < len(blocks):
+            return name, distinct
+    return None
+
+
 def _numel(modules: list[Any]) -> int:
     return sum(p.numel() for m in modules for p in m.parameters())
 
@@ -82,7 +108,22 @@ def _numel(modules: list[Any]) -> int:
 def find_blocks(model: Any, name: str | None = None) -> BlockRun:
     """The blocks to plan: in the list ``name`` (a dotted module name) when given, else in
     the ModuleList or Sequential whose longest run of identical modules holds the most
-    parameters (then has the most modules)."""
+    parameters (then has the most modules). UnplannableModel where blocks of the same
+    parameters are configured differently (``differing_setting``)."""
+    found = _named_or_found(model, name)
+    blocks = list(model.get_submodule(found.path))[found.first : found.first + found.count]
+    differing = differing_setting(blocks)
+    if differing is not None:
+        setting, values = differing
+        shown = ", ".join(repr(v) for v in values[:4])
+        raise UnplannableModel(
+            f"the blocks at {found.path or type(model).__name__} have the same parameters but differ in '{setting}' ({shown}), "
+            "so they need not save the same; memplan plans blocks that are identical"
+        )
+    return found
+
+
+def _named_or_found(model: Any, name: str | None) -> BlockRun:
     from torch import nn
 
     def run_of(path: str, container: Any) -> BlockRun:
