@@ -729,6 +729,6 @@ def measure_real(
                     samples[choice].append(seconds(block))
             times = {c: statistics.median(s) for c, s in samples.items()}
     finally:
-        del blocks, call
+        blocks.clear()
         torch.cuda.empty_cache()
     return memory, times
