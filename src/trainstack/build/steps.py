@@ -168,10 +168,11 @@ class Steps:
         The step is shown and recorded as failed when ``fn`` raises or ``ok(value)`` is false.
         """
         start = time.perf_counter()
+        where = f" (log: {log})" if log is not None else ""
         if not err.is_terminal:
-            err.print(Text(f"… {name}"), highlight=False)
+            err.print(Text(f"… {name}{where}"), highlight=False)
         try:
-            with err.status(Text(name, style="bold")):
+            with err.status(Text.assemble((name, "bold"), (where, "dim"))):
                 value = fn()
         except BaseException:
             self._record(name, start, "failed", log, free_disk_gb, detail)
