@@ -54,7 +54,9 @@ def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str]) -> Mani
     header = f"trainstack lock {stack_path.name}"
     files: dict[str, str] = {}
     locked: dict[str, LockedFlavour] = {}
-    for plan in (p for p in plans if p.flavour in chosen):
+    todo = [p for p in plans if p.flavour in chosen]
+    for number, plan in enumerate(todo, start=1):
+        _locking(plan.flavour.slug, number, len(todo))
         entry, texts = _lock_flavour(stack, plan, directory, upgrade, header, str(stack_path))
         locked[plan.flavour.slug] = entry
         files.update(texts)
@@ -91,6 +93,13 @@ def _one_at_a_time(stack_path: Path) -> Iterator[None]:
         yield
     finally:
         guard.__exit__(None, None, None)
+
+
+def _locking(slug: str, number: int, total: int) -> None:
+    """Which flavour is resolving now: a matrix of flavours takes a while."""
+    from trainstack.console import err
+
+    err.print(f"locking {slug} ({number}/{total})", highlight=False, markup=False, style="dim")
 
 
 def _waiting(stack_path: Path) -> None:
