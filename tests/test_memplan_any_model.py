@@ -238,3 +238,22 @@ def test_blocks_configured_differently_get_their_reason() -> None:
     model = transformers.AutoModelForCausalLM.from_config(transformers.Gemma2Config(**SMALL, head_dim=16))
     with pytest.raises(UnplannableModel, match="differ in 'self_attn.layer_type'"):
         memplan.plan(model, example_batch(), budget="1GiB", device="cpu")
+
+
+def test_sharding_divides_weights_gradients_and_state(arch_and_profile) -> None:
+    _, _, profile = arch_and_profile
+    one, four = (breakdown(profile, (F,) * 3, world_size=w) for w in (1, 4))
+    assert four.weights - profile.buffer_bytes == -(-(one.weights - profile.buffer_bytes) // 4)
+    assert four.optimizer == -(-one.optimizer // 4)
+
+
+def test_bf16_parameters_with_fp32_master_weights() -> None:
+    """bf16 parameters and gradients (2 bytes each); the optimizer holds an fp32 master copy
+    and fp32 moments (4 + 8 bytes per parameter)."""
+    model = build("llama")
+    n = sum(p.numel() for p in model.parameters())
+    profile = memplan.calibrate_any(model, example_batch(), device="cpu", precision="bf16", measure=False)
+    b = breakdown(profile, (K,) * 3)
+    assert b.weights - profile.buffer_bytes == 2 * n
+    assert b.optimizer == 12 * n
+    assert sum(profile.grad_bytes()) + 2 * profile.grad_bytes()[0] == 2 * n  # one block's and the rest, three blocks
