@@ -109,13 +109,14 @@ def test_under_torchrun_every_rank_writes_its_trace(tmp_path):
 
 
 @pytest.mark.timeout(150)
-def test_a_trainer_job_runs_unchanged_under_trainstack_run(tmp_path):
+def test_a_trainer_job_runs_unchanged_with_profile_and_memplan(tmp_path):
     done = run(
-        [*TRAINSTACK, "run", "--out", "out", "--profile-steps", "2:4", "--", sys.executable, str(TRAINER), "--steps", "5", "--out", str(tmp_path / "trainer")],
+        [*TRAINSTACK, "run", "--out", "out", "--profile-steps", "2:4", "--memplan", "8GiB", "--", sys.executable, str(TRAINER), "--steps", "5", "--out", str(tmp_path / "trainer")],
         tmp_path, timeout=140,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "step 5" in done.stdout and "train_loss" in done.stdout
+    assert "trainstack run: memplan for 8GiB: 2 keep, 0 selective, 0 full, predicted peak" in done.stderr
     profile = tmp_path / "out" / "profile"
     assert traces(profile) == ["steps2-3-rank0.trace.json"]
     names = {e.get("name") for e in json.loads((profile / "steps2-3-rank0.trace.json").read_text())["traceEvents"]}
