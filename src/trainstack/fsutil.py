@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -232,6 +233,7 @@ def exchange_dirs(a: Path, b: Path) -> bool:
     func = getattr(libc, "renameat2", None)
     if func is None:
         return False
+    sys.audit("trainstack.exchange_dirs", str(a), str(b))  # a foreign call raises no audit event of its own
     if func(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
     code = ctypes.get_errno()

@@ -33,11 +33,36 @@ def load_hf_config(path: str | Path):
     p = Path(path)
     if not p.exists():
         raise SpecError(f"{p}: no such file or folder (accepted: a config.json or the folder holding one)")
+    config = p / "config.json" if p.is_dir() else p
+    if config.exists() and not config.is_file():  # a FIFO would block the reader
+        raise SpecError(f"{config}: not a regular file (accepted: a config.json or the folder holding one)")
+    if config.is_file():
+        _check_sizes(config)
     try:
         return AutoConfig.from_pretrained(str(p), local_files_only=True)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, RecursionError, ArithmeticError, TypeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpecError(f"{p}: not a Hugging Face config: {first}") from None
+
+
+# Sizes a model divides by, in Llama and GPT-2 naming.
+_SIZES = (*_FIELDS.values(), "num_key_value_heads", "head_dim", "n_embd", "n_head", "n_layer", "n_inner")
+
+
+def _check_sizes(config: Path) -> None:
+    """Sizes are whole numbers >= 1: a zero would divide by zero in the model and the FLOP count."""
+    import json
+
+    try:
+        data = json.loads(config.read_bytes())
+    except (ValueError, RecursionError) as exc:
+        raise SpecError(f"{config}: not a Hugging Face config: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{config}: not a Hugging Face config: the top level is not an object")
+    for name in _SIZES:
+        value = data.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise SpecError(f"{config}: field '{name}' is {value!r}; accepted: a whole number >= 1")
 
 
 def model_config_from_hf(path: str | Path) -> ModelConfig:

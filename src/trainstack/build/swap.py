@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import shutil
 from pathlib import Path
 
-from trainstack.fsutil import replace_dir
-
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
-
-
-def _renameat2_exchange(a: Path, b: Path) -> bool:
-    """Linux renameat2(RENAME_EXCHANGE): both names swap in one step. False where unsupported."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    func = getattr(libc, "renameat2", None)
-    if func is None:
-        return False
-    result = func(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
-    return result == 0
+from trainstack.fsutil import exchange_dirs, replace_dir
 
 
 def swap_into_place(staging: Path, final: Path) -> None:
@@ -35,7 +20,7 @@ def swap_into_place(staging: Path, final: Path) -> None:
         final.parent.mkdir(parents=True, exist_ok=True)
         os.rename(staging, final)
         return
-    if _renameat2_exchange(staging, final):
+    if exchange_dirs(staging, final):
         shutil.rmtree(staging, ignore_errors=True)
         return
     replace_dir(staging, final)

@@ -4,6 +4,7 @@ banned and required links, no RPATH into CUDA stubs. Files are parsed in paralle
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -91,8 +92,13 @@ def find_elf_files(paths: Iterable[Path]) -> list[str]:
 
 
 def _worth_opening(name: str, full: str) -> bool:
+    try:
+        if not stat.S_ISREG(os.lstat(full).st_mode):
+            return False  # links, FIFOs, sockets, devices: never opened (a FIFO would block)
+    except OSError:
+        return False
     if ".so" in name:
-        return not os.path.islink(full)
+        return True
     if name.endswith((".py", ".pyc", ".pyi", ".h", ".hpp", ".txt", ".json", ".md", ".cuh", ".typed")):
         return False
     return os.access(full, os.X_OK) and not os.path.islink(full)
@@ -177,7 +183,7 @@ class _Checker:
         self._map_loaders()
         for info in self.infos:
             if info.error:
-                self._add("unreadable", "warning", info.path, "", info.error)
+                self._add("unreadable", "error", info.path, "", info.error)
                 continue
             self._needed(info)
             self._stubs(info)

@@ -50,6 +50,7 @@ def read_elf(path: str, scan_strings: bool = True) -> ElfInfo:
     try:
         with open(path, "rb") as fh:
             elf = ELFFile(fh)
+            _check_complete(elf, os.fstat(fh.fileno()).st_size)
             info.elf_class = elf.elfclass
             info.machine = elf["e_machine"]
             _read_dynamic(elf, info)
@@ -58,6 +59,18 @@ def read_elf(path: str, scan_strings: bool = True) -> ElfInfo:
     except (ELFError, OSError, ValueError) as exc:
         info.error = f"not a readable ELF file: {exc}"
     return info
+
+
+def _check_complete(elf: ELFFile, size: int) -> None:
+    """ValueError for a truncated file: every segment and the section table lie within it."""
+    table_end = elf["e_shoff"] + elf["e_shnum"] * elf["e_shentsize"]
+    if table_end > size:
+        raise ValueError(f"truncated: the section table ends at byte {table_end}, the file has {size}")
+    for index in range(elf.num_segments()):
+        header = _program_header(elf, index)
+        end = header["p_offset"] + header["p_filesz"]
+        if end > size:
+            raise ValueError(f"truncated: segment {index} ends at byte {end}, the file has {size}")
 
 
 def _read_dynamic(elf: ELFFile, info: ElfInfo) -> None:
