@@ -209,9 +209,10 @@ def calibrate_any(
     """The calibration ``plan`` composes: fake tensors, then real blocks where ``measure``."""
     import torch
 
-    from trainstack.memplan.anymodel import calibrate_model, default_loss, find_blocks, measure_real
+    from trainstack.memplan.anymodel import calibrate_model, default_loss, find_blocks
     from trainstack.memplan.memory import with_measured_memory, with_measured_times
     from trainstack.memplan.optim import optimizer_spec, precision_spec
+    from trainstack.memplan.realblock import measure_real
 
     run = find_blocks(model, blocks)
     opt, prec = optimizer_spec(optimizer), precision_spec(precision)

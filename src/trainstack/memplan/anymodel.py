@@ -18,7 +18,7 @@ On a copy of the model whose parameters are fake tensors of the target device:
 
 Parameter, gradient and optimizer-state bytes come from the parameters' shapes, dtypes
 and ``requires_grad`` with the optimizer and precision of ``memplan.optim``. On a CUDA
-GPU ``measure_real`` replaces the blocks' bytes and recompute times by one real copy of
+GPU ``realblock.measure_real`` replaces the blocks' bytes and recompute times by one real copy of
 the block per choice, measured by the allocator and timed.
 
 A model that cannot be calibrated raises ``UnplannableModel`` with the reason in one line.
@@ -27,8 +27,6 @@ A model that cannot be calibrated raises ``UnplannableModel`` with the reason in
 from __future__ import annotations
 
 import copy
-import statistics
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -428,25 +426,18 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
     return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak), fwd_cost, bwd_cost
 
 
-class _PassThrough:
-    """Stands for a block in the head's step: returns its hidden input, keeps what the
-    model passed it (as a real block's saved state does), marks the first input's gradient."""
+def _pass_through(call: BlockCall, on_input: Callable[[Any, tuple, dict], None]) -> Any:
+    """A module that stands for a block in the head's step: hands its hidden input on in
+    the block's output structure, after ``on_input(hidden, args, kwargs)``."""
+    from torch import nn
 
-    def __init__(self, call: BlockCall, on_input: Callable[[Any, tuple, dict], None]) -> None:
-        self.call, self.on_input = call, on_input
+    class PassThrough(nn.Module):
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            hidden = args[call.hidden] if isinstance(call.hidden, int) else kwargs[call.hidden]
+            on_input(hidden, args, kwargs)
+            return call.output_like(hidden)
 
-    def module(self) -> Any:
-        from torch import nn
-
-        outer = self
-
-        class PassThrough(nn.Module):
-            def forward(self, *args: Any, **kwargs: Any) -> Any:
-                hidden = args[outer.call.hidden] if isinstance(outer.call.hidden, int) else kwargs[outer.call.hidden]
-                outer.on_input(hidden, args, kwargs)
-                return outer.call.output_like(hidden)
-
-        return PassThrough()
+    return PassThrough()
 
 
 def _measure_head(model: Any, run: BlockRun, call: BlockCall, batch: Any, loss_fn: LossFn, device: Any, precision: PrecisionSpec, roofline: Roofline) -> tuple[HeadCost, _OpCost]:
@@ -476,10 +467,11 @@ def _measure_head(model: Any, run: BlockRun, call: BlockCall, batch: Any, loss_f
         if hidden.requires_grad:
             hidden.register_hook(at_blocks)
 
+    # each stand-in keeps what the model passed it, as a real block's saved state does;
+    # the first marks when the gradient reaches the blocks
     container = model.get_submodule(run.path)
-    stand_in = _PassThrough(call, on_input)
     for i in range(run.first, run.first + run.count):
-        container[i] = stand_in.module()
+        container[i] = _pass_through(call, on_input)
     try:
         with mode:
             fake_batch = _fake_like(batch, device)
@@ -657,78 +649,3 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
         optimizer=optimizer.name,
         precision=precision.name,
     )
-
-
-# -- real blocks on a GPU --------------------------------------------------------------------
-
-
-def measure_real(
-    model: Any, batch: Any, *, run: BlockRun, precision: PrecisionSpec, timed: bool = True, steps: int = 5
-) -> tuple[dict[Choice, BlockCost], dict[Choice, float] | None]:
-    """One real copy of the first block per choice, on the model's CUDA device: its bytes
-    from the allocator (as ``calibrate.block_memory``) and, when ``timed``, the median time
-    of its forward and backward (as ``calibrate.time_block``, in one round robin)."""
-    import torch
-
-    container = model.get_submodule(run.path)
-    original = container[run.first]
-    device = next(original.parameters()).device
-    with torch.no_grad(), no_kv_cache(model):
-        call = record_call(model, original, batch, label=f"{run.path}[{run.first}]", context=_autocast(device, precision))
-    blocks = {c: wrap(copy.deepcopy(original), c) for c in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL)}
-    for b in blocks.values():
-        b.train()
-    x0 = call.x
-    allocated, peak = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
-
-    def once(block: Any) -> BlockCost:
-        torch.cuda.synchronize(device)
-        base = allocated(device)
-        x = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
-        torch.cuda.reset_peak_memory_stats(device)
-        args, kwargs = call.with_x(x)
-        with _autocast(device, precision):
-            out = block(*args, **kwargs)
-            y = hidden_of(out)
-            held = allocated(device) - base - y.untyped_storage().nbytes()
-        del out
-        saved = allocated(device) - base - y.untyped_storage().nbytes()
-        fwd_peak = peak(device) - base
-        gy = torch.randn_like(y)
-        before = allocated(device) - base
-        torch.cuda.reset_peak_memory_stats(device)
-        y.backward(gy)
-        bwd_peak = peak(device) - base - before + saved
-        block.zero_grad(set_to_none=True)
-        return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak)
-
-    def seconds(block: Any) -> float:
-        x = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
-        torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        args, kwargs = call.with_x(x)
-        with _autocast(device, precision):
-            y = hidden_of(block(*args, **kwargs))
-        y.backward(torch.ones_like(y))
-        torch.cuda.synchronize(device)
-        block.zero_grad(set_to_none=True)
-        return time.perf_counter() - start
-
-    try:
-        memory = {}
-        for choice, block in blocks.items():
-            once(block)
-            memory[choice] = once(block)
-        times = None
-        if timed:
-            for block in tuple(blocks.values()) * 2:
-                seconds(block)
-            samples: dict[Choice, list[float]] = {c: [] for c in blocks}
-            for _ in range(steps):
-                for choice, block in blocks.items():
-                    samples[choice].append(seconds(block))
-            times = {c: statistics.median(s) for c, s in samples.items()}
-    finally:
-        blocks.clear()
-        torch.cuda.empty_cache()
-    return memory, times

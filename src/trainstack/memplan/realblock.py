@@ -1,0 +1,87 @@
+"""Real blocks on a CUDA GPU: one copy of any model's first block per choice, its bytes
+from the allocator and its time, where fake tensors cannot see the device's kernels (which
+attention kernel runs, what it saves)."""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from typing import Any
+
+from trainstack.memplan.anymodel import BlockRun, _autocast, hidden_of, no_kv_cache, record_call
+from trainstack.memplan.optim import PrecisionSpec
+from trainstack.memplan.plan import BlockCost, Choice
+from trainstack.memplan.wrappers import wrap
+
+
+def measure_real(
+    model: Any, batch: Any, *, run: BlockRun, precision: PrecisionSpec, timed: bool = True, steps: int = 5
+) -> tuple[dict[Choice, BlockCost], dict[Choice, float] | None]:
+    """One real copy of the first block per choice, on the model's CUDA device: its bytes
+    from the allocator (as ``calibrate.block_memory``) and, when ``timed``, the median time
+    of its forward and backward (as ``calibrate.time_block``, in one round robin)."""
+    import torch
+
+    container = model.get_submodule(run.path)
+    original = container[run.first]
+    device = next(original.parameters()).device
+    with torch.no_grad(), no_kv_cache(model):
+        call = record_call(model, original, batch, label=f"{run.path}[{run.first}]", context=_autocast(device, precision))
+    blocks = {c: wrap(copy.deepcopy(original), c) for c in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL)}
+    for b in blocks.values():
+        b.train()
+    x0 = call.x
+    allocated, peak = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
+
+    def once(block: Any) -> BlockCost:
+        torch.cuda.synchronize(device)
+        base = allocated(device)
+        x = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
+        torch.cuda.reset_peak_memory_stats(device)
+        args, kwargs = call.with_x(x)
+        with _autocast(device, precision):
+            out = block(*args, **kwargs)
+            y = hidden_of(out)
+            held = allocated(device) - base - y.untyped_storage().nbytes()
+        del out
+        saved = allocated(device) - base - y.untyped_storage().nbytes()
+        fwd_peak = peak(device) - base
+        gy = torch.randn_like(y)
+        before = allocated(device) - base
+        torch.cuda.reset_peak_memory_stats(device)
+        y.backward(gy)
+        bwd_peak = peak(device) - base - before + saved
+        block.zero_grad(set_to_none=True)
+        return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak)
+
+    def seconds(block: Any) -> float:
+        x = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        args, kwargs = call.with_x(x)
+        with _autocast(device, precision):
+            y = hidden_of(block(*args, **kwargs))
+        y.backward(torch.ones_like(y))
+        torch.cuda.synchronize(device)
+        block.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+    try:
+        memory = {}
+        for choice, block in blocks.items():
+            once(block)
+            memory[choice] = once(block)
+        times = None
+        if timed:
+            for block in tuple(blocks.values()) * 2:
+                seconds(block)
+            samples: dict[Choice, list[float]] = {c: [] for c in blocks}
+            for _ in range(steps):
+                for choice, block in blocks.items():
+                    samples[choice].append(seconds(block))
+            times = {c: statistics.median(s) for c, s in samples.items()}
+    finally:
+        blocks.clear()
+        torch.cuda.empty_cache()
+    return memory, times
