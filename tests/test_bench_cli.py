@@ -79,7 +79,7 @@ def test_compare_prints_ratios(ablation, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "B/A" in out
     ac_full = next(line for line in out.splitlines() if "ac-full" in line)
-    assert "x" in ac_full.split("│")[7]  # a ratio, both sides measured
+    assert "x)" in ac_full  # a ratio: both sides measured
     eager = next(line for line in out.splitlines() if "eager" in line)
     assert "absent" in eager
 

@@ -177,3 +177,43 @@ def test_cheap_verbs_into_a_pipe(tmp_path: Path) -> None:
         proc = _run(sys.executable, *args, cwd=tmp_path)
         assert proc.returncode in (0, 1, 2, 3), proc.stderr
         assert_clean(proc)
+
+
+# --- in a terminal ----------------------------------------------------------------------
+
+
+def _in_terminal(*args: str, columns: int, cwd: Path) -> str:
+    """stdout and stderr of the CLI on a pseudo-terminal ``columns`` wide, as a person sees them."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    main_fd, child_fd = pty.openpty()
+    fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    proc = subprocess.Popen([sys.executable, "-m", "trainstack.cli", *args], stdout=child_fd, stderr=child_fd,
+                            stdin=subprocess.DEVNULL, cwd=cwd, env={**env, "TERM": "dumb"})
+    os.close(child_fd)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main_fd, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=120)
+    os.close(main_fd)
+    return b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def test_in_a_terminal_tables_fit_its_width(tmp_path: Path) -> None:
+    """Tables shrink to the terminal; lines of text are left to the terminal to wrap (soft wrap)."""
+    rows = str(_rows(tmp_path / "a.jsonl"))
+    for args in (("health",), ("report",), ("bench", "--compare", rows, rows)):
+        text = _in_terminal(*args, columns=80, cwd=tmp_path)
+        assert "Traceback" not in text, text
+        widest = max(len(line) for line in text.splitlines())
+        assert widest <= 80, f"{' '.join(args)}: a line of {widest} columns in an 80-column terminal\n{text}"

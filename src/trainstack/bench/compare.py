@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -85,20 +86,28 @@ def _value(row: dict | None, field: str) -> float | None:
     return row.get(field) if row is not None and row.get("status") == "ok" else None
 
 
+def _pair(ra: dict | None, rb: dict | None, field: str, spec: str, *, ratio: bool = True) -> str:
+    """'A → B (B/A)': one cell per figure, so the table stays narrow and wraps between words."""
+    text = f"{_cell(ra, field, spec)} → {_cell(rb, field, spec)}"
+    quotient = _ratio(_value(rb, field), _value(ra, field)) if ratio else "-"
+    return text if quotient == "-" else f"{text} ({quotient})"
+
+
+COLUMNS = ("model", "mode", "batch x seq", "GPUs", "tok/s/GPU A → B (B/A)", "MFU A → B", "mem GiB A → B (B/A)")
+
+
 def compare_table(path_a: Path, path_b: Path) -> Table:
     a = {_key(r): r for r in read_rows(path_a)}
     b = {_key(r): r for r in read_rows(path_b)}
-    table = Table(title=f"A = {path_a.name}   B = {path_b.name}")
-    for name in ("model", "mode", "batch x seq", "GPUs", "tok/s/GPU A", "tok/s/GPU B", "B/A", "MFU A", "MFU B", "mem GiB A", "mem GiB B", "mem B/A"):
-        table.add_column(name, justify="left" if name in ("model", "mode") else "right")
+    # light rules, cells that wrap between words: in a narrow terminal every figure stays whole
+    table = Table(title=f"A = {path_a.name}   B = {path_b.name}", box=box.SIMPLE_HEAD)
+    for name in COLUMNS:
+        table.add_column(name, justify="left" if name in ("model", "mode") else "right", overflow="fold")
     for key in list(a) + [k for k in b if k not in a]:
         ra, rb = a.get(key), b.get(key)
         table.add_row(
             str(key[0]), str(key[1]), f"{key[2]} x {key[3]}", str(key[4]),
-            _cell(ra, "tokens_per_s_per_gpu", ",.0f"), _cell(rb, "tokens_per_s_per_gpu", ",.0f"),
-            _ratio(_value(rb, "tokens_per_s_per_gpu"), _value(ra, "tokens_per_s_per_gpu")),
-            _cell(ra, "mfu", ""), _cell(rb, "mfu", ""),
-            _cell(ra, "mem_allocated_gib", ".1f"), _cell(rb, "mem_allocated_gib", ".1f"),
-            _ratio(_value(rb, "mem_allocated_gib"), _value(ra, "mem_allocated_gib")),
-        )  # fmt: skip
+            _pair(ra, rb, "tokens_per_s_per_gpu", ",.0f"), _pair(ra, rb, "mfu", "", ratio=False),
+            _pair(ra, rb, "mem_allocated_gib", ".1f"),
+        )
     return table
