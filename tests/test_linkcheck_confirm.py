@@ -162,3 +162,14 @@ def test_report_lists_dlopen_missing_libraries_of_loaded_objects(tmp_path: Path)
     (lib / "libcudnn_cnn.so.9").unlink()
     missing = missing_dlopens([str(owner)], Resolver({}, []))
     assert len(missing) == 1 and missing[0].startswith(f"libcudnn_cnn.so.9: dlopen'ed by {owner}, not found")
+
+
+def test_a_deleted_extension_module_is_broken(cpu_torch_venv: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing links an extension module, so only its distribution's RECORD tells it is gone."""
+    copy = damaged(cpu_torch_venv, tmp_path, "numpy/_core/_multiarray_umath.*.so")
+    code, report = linkcheck_json(capsys, str(copy))
+    assert code == 1
+    [missing] = [i for i in report["issues"] if i["kind"] == "missing-file"]
+    assert missing["status"] == "broken" and missing["file"].endswith(".so") and "_multiarray_umath" in missing["file"]
+    assert missing["provider"].startswith("numpy==")

@@ -56,7 +56,7 @@ def confirm(report: LinkReport, python: str, site_dirs: list[Path], run: Runner)
             issues[n] = classify(issues[n], answer, site_dirs, data)
     line = f"{len(todo)} finding(s) confirmed in {python}" if not why_not else f"the probe in {python} failed: {why_not}"
     return report.model_copy(update={
-        "issues": issues, "confirmed_in": python, "confirmation": line,
+        "issues": issues + _not_linked(missing_installed(site_dirs), issues), "confirmed_in": python, "confirmation": line,
         "confirm_seconds": round(time.perf_counter() - start, 3),
     })
 
@@ -70,6 +70,7 @@ def unconfirmed(report: LinkReport, why: str = "no interpreter to load them in (
         if needs_confirmation(issue) else issue
         for issue in report.issues
     ]
+    issues += _not_linked(missing_installed(site_dirs_under([Path(p) for p in report.paths])), issues)
     return report.model_copy(update={"issues": issues, "confirmation": f"findings unconfirmed: {why}"})
 
 
@@ -130,7 +131,7 @@ def _judge(issue: LinkIssue, answer: dict, site_dirs: list[Path], data: DlopenDa
     if answer.get("executable") and what:
         return "optional", f"only {what} needs it"
     if import_error and answer.get("library_present"):
-        return "blocked", f"import {package} fails on another library ({import_error}); {issue.library} itself is installed"
+        return "blocked", f"import {package} fails for another reason ({import_error}); {issue.library} itself is installed"
     if answer.get("probe_error"):
         return "unconfirmed", f"loading {obj} in the target failed: {answer['probe_error']}"
     found_at = answer.get("library_path")
@@ -187,6 +188,42 @@ def record_index(site_dirs: list[Path]) -> dict[str, tuple[str, str, str]]:
                 if ".so" in base:
                     index.setdefault(base, (name.replace("_", "-").lower(), version, path))
     return index
+
+
+def missing_installed(site_dirs: list[Path]) -> list[LinkIssue]:
+    """Shared objects an installed distribution's RECORD lists that are not on disk (a deleted
+    extension module: nothing links it, so no NEEDED entry misses it): broken."""
+    found: list[LinkIssue] = []
+    seen: set[str] = set()
+    for site in site_dirs:
+        if os.path.realpath(site) in seen:  # lib64 -> lib: one site, two names
+            continue
+        seen.add(os.path.realpath(site))
+        for record in sorted(site.glob("*.dist-info/RECORD")):
+            name, _, version = record.parent.name[: -len(".dist-info")].partition("-")
+            dist = name.replace("_", "-").lower()
+            try:
+                lines = record.read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                path = line.split(",", 1)[0]
+                if ".so" not in path.rsplit("/", 1)[-1] or (site / path).exists() or os.path.islink(site / path):
+                    continue
+                full = os.path.normpath(site / path)
+                found.append(LinkIssue(
+                    kind="missing-file", severity="error", status="broken", file=full, library=os.path.basename(full),
+                    detail=f"listed in {dist} {version}'s RECORD, not on disk",
+                    reason=f"{dist} {version} installed {path} and it is gone", provider=f"{dist}=={version} ({path})",
+                ))
+    return found
+
+
+def _not_linked(missing: list[LinkIssue], issues: list[LinkIssue]) -> list[LinkIssue]:
+    """Missing files that no other finding names already (a deleted library that something
+    links is reported once, as that link)."""
+    named = {i.library for i in issues if i.kind in CONFIRMED_KINDS}
+    return [m for m in missing if m.library not in named]
 
 
 def installed_libraries(records: dict[str, tuple[str, str, str]], site_dirs: list[Path]) -> set[str]:
