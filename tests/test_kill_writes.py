@@ -2,10 +2,10 @@
 
 The write points are found, not guessed: the real CLI runs in a child process under a Python
 audit hook that counts every event that changes the file system under the project directory
-(opening for writing, rename, replace, remove, rmdir, mkdir, chmod, rmtree and the renameat2
-exchange through ctypes) and SIGKILLs the process at the N-th. A first run without a kill
-counts them; then one run is killed at each of them in turn, and after each the outputs must be
-exactly the old ones or exactly the new ones.
+(opening for writing, rename, replace, remove, rmdir, mkdir, chmod, rmtree, and the renameat2
+exchange that trainstack.fsutil announces with an audit event of its own) and SIGKILLs the
+process at the N-th. A first run without a kill counts them; then one run is killed at each of
+them in turn, and after each the outputs must be exactly the old ones or exactly the new ones.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from tests.loopback import serve
 from trainstack.lock import check_lock_current
 
 REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
 
 # Runs in the child: argv = ROOT KILL_AT COUNT_FILE verb args...; KILL_AT 0 counts without killing.
 KILLER = r"""
@@ -38,7 +39,7 @@ root, kill_at, count_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 PATH_EVENTS = {"os.rename": 2, "os.replace": 2, "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1,
                "shutil.rmtree": 1, "os.link": 2, "os.symlink": 2, "os.truncate": 1, "os.utime": 1}
-state = {"count": 0, "on": True}
+state = {"count": 0, "on": True, "swaps": []}
 
 def under_root(path, dir_fd=None):
     if isinstance(path, int):
@@ -60,14 +61,16 @@ def writes(event, args):
     if event in PATH_EVENTS:
         dir_fd = args[-1] if event in ("os.remove", "os.rmdir", "os.mkdir", "shutil.rmtree") else None
         return any(under_root(a, dir_fd) for a in args[:PATH_EVENTS[event]] if a is not None)
-    if event == "ctypes.call_function":
-        return any(isinstance(a, bytes) and under_root(a) for a in args[1])
+    if event == "trainstack.exchange_dirs":  # renameat2 through ctypes, which raises no event itself
+        return under_root(args[0]) or under_root(args[1])
     return False
 
 def hook(event, args):
     if not state["on"] or not writes(event, args):
         return
     state["count"] += 1
+    if event == "trainstack.exchange_dirs":
+        state["swaps"].append(state["count"])
     if state["count"] == kill_at:
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -78,15 +81,16 @@ try:
 finally:
     state["on"] = False
     with open(count_file, "w") as fh:
-        fh.write(str(state["count"]))
+        fh.write(f'{state["count"]} {" ".join(map(str, state["swaps"]))}')
 sys.exit(code)
 """
 
 
 def run_cli(
     project: Path, args: list[str], kill_at: int = 0, timeout: float = 120, count_file: str = "write-count"
-) -> tuple[int, int | None, str]:
-    """(return code, write events counted when it was not killed, stderr) of `trainstack ARGS` in ``project``."""
+) -> tuple[int, list[int] | None, str]:
+    """(return code, stderr) of `trainstack ARGS` in ``project``, and when it was not killed: the
+    number of write events followed by the numbers of the exchange events among them."""
     count_file = project.parent / count_file
     count_file.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -98,8 +102,8 @@ def run_cli(
         _, err = proc.communicate(timeout=timeout)
     finally:
         _kill_group(proc.pid)  # what the killed CLI started (uv, its own children) goes with it
-    count = int(count_file.read_text()) if count_file.exists() else None
-    return proc.returncode, count, err
+    counts = [int(n) for n in count_file.read_text().split()] if count_file.exists() else None
+    return proc.returncode, counts, err
 
 
 def _kill_group(pgid: int) -> None:
@@ -259,15 +263,24 @@ def old_lock(tmp_path_factory, index: str) -> Path:
     return project
 
 
-def kill_everywhere(project: Path, args: list[str], check: Callable[[], None]) -> int:
-    """Count the writes of `trainstack ARGS`, then kill one run at each; ``check()`` after the
-    complete run and after every kill. Returns the number of write events."""
+def every_write(total: int, swaps: list[int]) -> list[int]:
+    return list(range(1, total + 1))
+
+
+def kill_everywhere(
+    project: Path, args: list[str], check: Callable[[], None], points: Callable[[int, list[int]], list[int]] = every_write
+) -> int:
+    """Count the writes of `trainstack ARGS`, then kill one run at each of ``points(total, swaps)``
+    (default: every one); ``check()`` after the complete run and after every kill. Returns the
+    number of write events."""
     pristine = project.parent / "pristine"
     shutil.copytree(project, pristine, symlinks=True)
-    code, total, err = run_cli(project, args)
-    assert code == 0 and total, err
+    code, counts, err = run_cli(project, args)
+    assert code == 0 and counts, err
+    total, *swaps = counts
+    assert swaps, "the outputs were not swapped in"
     check()
-    for kill_at in range(1, total + 1):
+    for kill_at in points(total, swaps):
         restore(pristine, project)
         code, _, err = run_cli(project, args, kill_at=kill_at)
         assert code == -signal.SIGKILL, f"write {kill_at} of {total}: not killed ({code}): {err}"
@@ -378,8 +391,16 @@ def test_kill_at_every_write_of_build(project_copy: Path) -> None:
         assert f"tinypkg=={version}" in (final / "locks" / "install.txt").read_text()
         seen.add(f"{record['lock_sha256']} {version}")  # the venv is the one its record describes
 
-    kill_everywhere(project, args, check)
+    kill_everywhere(project, args, check, points=up_to_the_swap_then_sampled)
     assert len(seen) == 2  # the old build and the new one, each whole
+
+
+def up_to_the_swap_then_sampled(total: int, swaps: list[int]) -> list[int]:
+    """Every write up to the one after the swap; then, in the removal of the replaced venv (one
+    event per file of a tree no name leads to any more), every 8th and the last: each kill costs
+    a whole build, and those removals are all alike."""
+    edge = swaps[0] + 1
+    return sorted({*range(1, edge + 1), *range(edge, total + 1, 8), total})
 
 
 @pytest.mark.timeout(300)
