@@ -25,6 +25,7 @@ from trainstack.lock.plan import plan_flavour, require_one_release
 from trainstack.rules.check import check_flavour, errors
 from trainstack.spec import Flavour
 from trainstack.spec.load import parse_stack
+from trainstack.verify.fatbin import fatbin_archs
 
 CU130 = Flavour("13.0", "ubuntu24.04", "3.12", "release")
 FLAVOUR = "cu130-ubuntu2404-py311-release"  # the Python running the tests
@@ -117,7 +118,9 @@ def test_the_locked_toolchain_compiles_and_the_mixed_one_fails_fast(tmp_path: Pa
     assert home is not None and (home / "lib64" / "libcudart.so").exists()
     steps = Steps(tmp_path / "steps")
     probe_compile(steps, home, "90", tmp_path / "probe")
-    assert steps.records[-1].status == "ok" and (tmp_path / "probe" / "probe.o").stat().st_size > 0
+    assert steps.records[-1].status == "ok"
+    compiled = fatbin_archs(tmp_path / "probe" / "probe.o")  # read back from the object's .nv_fatbin
+    assert compiled is not None and compiled.sm == ("90",) and compiled.ptx == ("90",)
 
     mixed = _venv_with(tmp_path, "mixed", [f"{n}=={v}" for n, v in MIXED.items()])
     with pytest.raises(BuildError) as failed:

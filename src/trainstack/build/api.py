@@ -158,6 +158,7 @@ def _run(
         image=output.image,
         image_id=output.image_id,
         layers=output.layers,
+        extensions=output.extensions,
     )
     atomic_write_json(staging / "build.json", record.model_dump(mode="json"))
     (staging / "build.json").chmod(0o644)  # a record for everyone, not only the builder

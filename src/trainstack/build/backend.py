@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from trainstack.build.record import ExtensionRecord
 from trainstack.build.steps import Steps
 from trainstack.render.inputs import Inputs
 from trainstack.render.layers import FlavourLayers
@@ -29,6 +30,7 @@ class BuildOutput:
     image: str | None = None
     image_id: str | None = None
     layers: list[str] = field(default_factory=list)
+    extensions: dict[str, ExtensionRecord] = field(default_factory=dict)  # compiled source builds
 
 
 class Backend(Protocol):

@@ -16,30 +16,23 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict
+from typing import TYPE_CHECKING
 
 from trainstack import proc
+from trainstack.build.ccache import compiler_cache_env
+from trainstack.build.record import ExtensionRecord
 from trainstack.build.steps import Steps
 from trainstack.errors import BuildError
 from trainstack.fsutil import atomic_write_json
+from trainstack.render.lockfile import parse_lock
 from trainstack.rules.toolchain import toolchain_rules
+
+if TYPE_CHECKING:
+    from trainstack.build.backend import BuildJob
+    from trainstack.render.layers import SourceBuild
 
 PROBE_KERNEL = "__global__ void trainstack_probe(float* x) { x[threadIdx.x] *= 2.0f; }\n"
 _TOOL_DIRS = ("bin", "include", "nvvm", "lib")
-
-
-class ExtensionRecord(BaseModel):
-    """build.json's entry for one compiled extension."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    key: str
-    cache: str  # "hit" | "miss"
-    compile_seconds: float  # of the build that made the wheel (0.0 on a hit: nothing compiled)
-    ccache_hit_rate: float | None  # None: no compiler cache, or nothing went through it
-    wheel: str
-    wheel_bytes: int
 
 
 @dataclass(frozen=True)
@@ -148,21 +141,18 @@ def probe_arch(archs: list[str], cuda: str) -> str:
     return archs[0] if archs else cuda_archs(cuda)[0]
 
 
-def ccache_env(home: Path | None, workdir: Path) -> dict[str, str]:
-    """Route host compilers (a folder of ccache links first on PATH) and nvcc (PYTORCH_NVCC,
-    which torch.utils.cpp_extension reads) through ccache, when ccache is installed."""
+def ccache_launch(home: Path | None, workdir: Path) -> tuple[Path | None, dict[str, str]]:
+    """A folder of ccache links for the host compilers (to put first on PATH), and PYTORCH_NVCC
+    (read by torch.utils.cpp_extension) routing nvcc through ccache; (None, {}) without ccache."""
     program = shutil.which("ccache")
     if program is None:
-        return {}
+        return None, {}
     links = workdir / "ccache-bin"
     links.mkdir(parents=True, exist_ok=True)
     for name in ("cc", "c++", "gcc", "g++"):
-        if not (links / name).exists():
+        if not (links / name).is_symlink():
             (links / name).symlink_to(program)
-    env = {"PATH": f"{links}{os.pathsep}{os.environ.get('PATH', '')}"}
-    if home is not None:
-        env["PYTORCH_NVCC"] = f"{program} {home / 'bin' / 'nvcc'}"
-    return env
+    return links, ({"PYTORCH_NVCC": f"{program} {home / 'bin' / 'nvcc'}"} if home is not None else {})
 
 
 def ccache_counts(env: dict[str, str]) -> dict[str, int]:
@@ -220,7 +210,7 @@ class WheelCache:
 
 def build_wheel(
     steps: Steps,
-    cache: WheelCache,
+    cache: WheelCache | None,
     key: ExtensionKey,
     *,
     name: str,
@@ -232,8 +222,8 @@ def build_wheel(
 ) -> tuple[Path, ExtensionRecord]:
     """The extension's wheel from the cache, or built now (uv build, no isolation: it compiles
     against the environment's torch) and stored. Step ``compile-<name>`` either way."""
-    found = cache.lookup(key)
-    if found is not None:
+    found = cache.lookup(key) if cache is not None else None
+    if found is not None and cache is not None:
         wheel, meta = found
         steps.timed(f"compile-{name}", lambda: None, detail=f"cache hit {cache.folder(key).name}")
         record = ExtensionRecord(
@@ -255,9 +245,10 @@ def build_wheel(
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"step compile-{name}: expected one wheel in {out}, found {len(wheels)}")
-    stored = cache.store(key, wheels[0], {"compile_seconds": seconds, "ccache_hit_rate": rate})
+    meta = {"compile_seconds": seconds, "ccache_hit_rate": rate}
+    stored = cache.store(key, wheels[0], meta) if cache is not None else wheels[0]
     record = ExtensionRecord(
-        key=key.digest(), cache="miss", compile_seconds=seconds, ccache_hit_rate=rate,
+        key=key.digest(), cache="miss" if cache is not None else "off", compile_seconds=seconds, ccache_hit_rate=rate,
         wheel=stored.name, wheel_bytes=stored.stat().st_size,
     )  # fmt: skip
     return stored, record
@@ -267,3 +258,87 @@ def toolchain_pins(pins: dict[str, str]) -> tuple[tuple[str, str], ...]:
     """The pins of the toolchain that matter to a compiled wheel: CUDA components and build tools."""
     names = {n for majors in toolchain_rules().release.components.values() for n in majors}
     return tuple(sorted((n, v) for n, v in pins.items() if n in names or n in ("ninja", "cmake", "setuptools")))
+
+
+class ExtensionBuilder:
+    """One flavour's source builds: the CUDA home and probe first, then each extension's wheel
+    (cached) installed into the venv. ``records`` goes into build.json."""
+
+    def __init__(self, job: BuildJob, steps: Steps, venv: Path) -> None:
+        self.job, self.steps, self.venv = job, steps, venv
+        self.work = job.staging / "src"
+        self.cache = WheelCache(job.final.parent / ".extensions")
+        self.home: Path | None = None
+        self.records: dict[str, ExtensionRecord] = {}
+
+    @property
+    def archs(self) -> list[str]:
+        return list(self.job.inputs.stack.toolchain.archs)
+
+    def prepare(self) -> None:
+        """CUDA flavours: the CUDA home from the toolchain wheels, and the probe compile."""
+        flavour = self.job.layers.flavour
+        if flavour.cuda == "cpu" or not self.job.inputs.stack.toolchain.nvcc:
+            return
+        self.home = cuda_home(self.venv, self.work / "cuda-home")
+        if self.home is None:
+            raise BuildError(f"flavour {flavour.slug}: the toolchain layer installed no nvcc", hint="re-lock the stack")
+        probe_compile(self.steps, self.home, probe_arch(self.archs, flavour.cuda), self.work / "nvcc-probe")
+
+    def compile_env(self, key: str, build_env: dict[str, str], python: Path) -> dict[str, str]:
+        """MAX_JOBS from the CPU budget, the toolchain first on PATH, CUDA_HOME, the GPU targets,
+        the compiler cache; the component's own build_env wins over all of them."""
+        jobs = str(self.job.max_jobs.get(key, 1))
+        cache = compiler_cache_env(self.job.inputs.stack.build.compiler_cache, self.job.final.parent, launcher=False)
+        links, launch = ccache_launch(self.home, self.work) if "CCACHE_DIR" in cache else (None, {})
+        path = [str(p) for p in (links, python.parent) if p is not None] + [os.environ.get("PATH", "")]
+        env = {
+            "VIRTUAL_ENV": str(self.venv),
+            "PATH": os.pathsep.join(path),  # ccache's links, then the toolchain's ninja and cmake
+            "MAX_JOBS": jobs,
+            "CMAKE_BUILD_PARALLEL_LEVEL": jobs,
+            **cache,
+            **launch,
+            **arch_env(self.archs),
+        }
+        if self.home is not None:
+            env.update({"CUDA_HOME": str(self.home), "CUDA_PATH": str(self.home)})
+            # a build machine without a GPU: DeepSpeed would pick its CPU accelerator and build CPU ops only
+            env["DS_ACCELERATOR"] = "cuda"
+        return {**env, **build_env}
+
+    def key(self, src: SourceBuild, env: dict[str, str]) -> ExtensionKey:
+        comp, layers = src.component, self.job.layers
+        if comp.commit:
+            version = comp.commit
+        else:
+            version = parse_lock(src.entry_text).entries[0].version or "" if src.entry_text else ""
+        toolchain = {e.name: e.version or "" for e in layers.toolchain.entries}
+        arch_vars = ("TORCH_CUDA_ARCH_LIST", "FLASH_ATTN_CUDA_ARCHS")
+        return ExtensionKey(
+            package=comp.name,
+            version=version,
+            torch=layers.locked.packages.get("torch", ""),
+            cuda=layers.flavour.cuda,
+            archs=";".join(f"{v}={env[v]}" for v in arch_vars if v in env),
+            toolchain=toolchain_pins(toolchain),
+            build_env=tuple(sorted(comp.build_env.items())),
+            python=layers.flavour.python,
+        )
+
+    def build(self, src: SourceBuild, target: Path | str, python: Path, env: dict[str, str], free_disk_gb: float) -> None:
+        comp = src.component
+        compile_env = {**env, **self.compile_env(comp.key, comp.build_env, python)}
+        key = self.key(src, compile_env)
+        # a local path can change under the same version: built every time, never cached
+        cache = self.cache if comp.path is None else None
+        wheel, record = build_wheel(
+            self.steps, cache, key, name=comp.key, target=target, python=python,
+            env=compile_env, out=self.work / "wheels" / comp.key, free_disk_gb=free_disk_gb,
+        )  # fmt: skip
+        self.steps.run(
+            f"install-{comp.key}",
+            ["uv", "pip", "install", "--python", python, "--no-deps", "--reinstall-package", comp.name, wheel],
+            env=env,
+        )
+        self.records[comp.key] = record

@@ -18,6 +18,19 @@ class StepRecord(BaseModel):
     detail: str = ""
 
 
+class ExtensionRecord(BaseModel):
+    """One compiled extension: its wheel cache key, hit or miss, how long it compiled."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    cache: str  # "hit" | "miss" | "off" (a local path source: never cached)
+    compile_seconds: float  # 0.0 on a hit: nothing compiled
+    ccache_hit_rate: float | None  # None: no compiler cache, or nothing went through it
+    wheel: str
+    wheel_bytes: int
+
+
 class BuildRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -40,3 +53,4 @@ class BuildRecord(BaseModel):
     image: str | None = None
     image_id: str | None = None
     layers: list[str] = []  # diff ids, base first
+    extensions: dict[str, ExtensionRecord] = {}  # source component -> its compiled wheel

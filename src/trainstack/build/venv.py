@@ -13,9 +13,9 @@ from pathlib import Path
 
 from trainstack import proc
 from trainstack.build.backend import BuildJob, BuildOutput
-from trainstack.build.ccache import compiler_cache_env
 from trainstack.build.disk import require_free_disk, tree_size
 from trainstack.build.download import DEFAULT_INDEX, Fetcher, download_sdist
+from trainstack.build.extensions import ExtensionBuilder
 from trainstack.build.git import fetch_git
 from trainstack.build.steps import Steps
 from trainstack.fsutil import atomic_write_text
@@ -48,18 +48,22 @@ class VenvBackend:
             network=True,
             recover=refresh_missing_pins,
         )
+        extensions = ExtensionBuilder(job, steps, venv)
         if job.skip_sources:
             for src in job.layers.sources:
                 steps.skipped(f"compile-{src.component.key}", "--skip-sources")
-        else:
+        elif job.layers.sources:
+            extensions.prepare()  # the toolchain compiles a kernel before any extension build
             for src in job.layers.sources:
-                self._source(job, steps, src, python, env)
+                self._source(job, steps, src, python, env, extensions)
         steps.run("check", ["uv", "pip", "check", "--python", python], env=env)
         install_into_venv(venv)  # the trainstack run hook: TRAINSTACK_* variables reach jobs here; off unless set
         shutil.rmtree(job.staging / "src", ignore_errors=True)  # sources are not part of the build
-        return BuildOutput(sizes={"venv": tree_size(venv)})
+        return BuildOutput(sizes={"venv": tree_size(venv)}, extensions=extensions.records)
 
-    def _source(self, job: BuildJob, steps: Steps, src: SourceBuild, python: Path, env: dict[str, str]) -> None:
+    def _source(
+        self, job: BuildJob, steps: Steps, src: SourceBuild, python: Path, env: dict[str, str], extensions: ExtensionBuilder
+    ) -> None:
         comp = src.component
         workdir = job.staging / "src" / comp.key
         if comp.git is not None:
@@ -71,12 +75,7 @@ class VenvBackend:
             target = _fetch_sdist(job, steps, src, workdir)
         minimum = job.inputs.stack.build.min_free_disk_gb
         free = require_free_disk(job.staging, minimum, f"compile-{comp.key}")
-        steps.run(
-            f"compile-{comp.key}",
-            ["uv", "pip", "install", "--python", python, "--no-deps", "--no-build-isolation", "--reinstall-package", comp.name, target],
-            env={**env, **_compile_env(job, comp.key, comp.build_env, python)},
-            free_disk_gb=round(free, 2),
-        )
+        extensions.build(src, target, python, env, round(free, 2))  # a cached wheel, or compiled now
 
 
 # uv's words for a pin that the index page does not list (not a hash or platform mismatch)
@@ -121,32 +120,6 @@ def _fetch_sdist(job: BuildJob, steps: Steps, src: SourceBuild, workdir: Path) -
         f"fetch-{entry.name}",
         lambda: download_sdist(fetcher, index, entry.name, entry.version or "", hashes(entry), workdir),
     )
-
-
-def _compile_env(job: BuildJob, key: str, build_env: dict[str, str], python: Path) -> dict[str, str]:
-    bindir = python.parent
-    env = {
-        "VIRTUAL_ENV": str(bindir.parent),
-        "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",  # the toolchain's ninja and cmake first
-        "MAX_JOBS": str(job.max_jobs.get(key, 1)),
-        "CMAKE_BUILD_PARALLEL_LEVEL": str(job.max_jobs.get(key, 1)),
-        **compiler_cache_env(job.inputs.stack.build.compiler_cache, job.final.parent),
-    }
-    nvcc = _nvcc_home(bindir.parent)
-    if nvcc is not None:
-        env["CUDA_HOME"] = str(nvcc)
-    return {**env, **build_env}
-
-
-def _nvcc_home(venv: Path) -> Path | None:
-    """CUDA_HOME of the nvcc wheel (nvidia-cuda-nvcc-*) when the toolchain installed one."""
-    for candidate in sorted(venv.glob("lib/python*/site-packages/nvidia/cuda_nvcc")) + sorted(
-        venv.glob("lib/python*/site-packages/nvidia/cu*/bin/nvcc")
-    ):
-        home = candidate if candidate.name == "cuda_nvcc" else candidate.parent.parent
-        if (home / "bin" / "nvcc").exists():
-            return home
-    return None
 
 
 def _network_env(ca_bundle: str | None) -> dict[str, str]:

@@ -19,9 +19,10 @@ from pathlib import Path
 from dataclasses import dataclass
 
 from trainstack.build.ccache import compiler_cache_env
+from trainstack.build.extensions import arch_env, nvcc_arch_flags, probe_arch
 from trainstack.build.cpu import budget_for
 from trainstack.errors import SpecError
-from trainstack.rules import os_pythons
+from trainstack.rules import nvcc_package, os_pythons
 from trainstack.render import quote
 from trainstack.render.layers import FlavourLayers, SourceBuild
 from trainstack.spec import grammar
@@ -39,7 +40,11 @@ NETRC = "/root/.netrc"
 SECRET = f"--mount=type=secret,id=ca,target={CA} --mount=type=secret,id=netrc,target={NETRC}"
 LOCKS = "/opt/trainstack/locks"
 COMPILER_CACHE = "/root/.cache/compiler"
-PIP = "pip install --no-deps --require-hashes --no-cache-dir"
+UV = f"{UV_HOME}/bin/uv"
+# uv installs into the image's venv (pip only downloads sdists in the fetch stages)
+UV_INSTALL = f"{UV} pip install --no-deps --require-hashes --no-cache --python {VENV}/bin/python"
+CUDA_HOME = "/opt/cuda"  # links into the toolchain's nvidia wheels, in the compile stages only
+PROBE = "__global__ void trainstack_probe(float* x) { x[threadIdx.x] *= 2.0f; }"
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,7 @@ def render_dockerfile(stack: Stack, layers: FlavourLayers, uv_version: str) -> s
     base = base_for(stack, layers.flavour.os)
     parts = [_header(base), _system(stack, layers, uv_version), _torch(), _extras()]
     for src in layers.sources:
-        parts += [_fetch(src), _compile(src, bool(layers.toolchain.entries), stack.build.compiler_cache)]
+        parts += [_fetch(src), _compile(src, layers, stack)]
     parts.append(_final(stack, layers))
     return "\n".join(parts)
 
@@ -137,7 +142,8 @@ def _system(stack: Stack, layers: FlavourLayers, uv_version: str) -> str:
         "    apt-get update \\\n"
         f"    && apt-get install -y --no-install-recommends {' '.join(packages)} \\\n"
         "    && rm -rf /var/lib/apt/lists/* \\\n"
-        + (f"    && python{py} -m venv {VENV}\n" if from_archive else _standalone_python(py, uv_version))
+        + (f"    && python{py} -m venv {VENV} \\\n{_uv(f'python{py}', uv_version)}\n" if from_archive
+           else _standalone_python(py, uv_version))
         + f"ENV VIRTUAL_ENV={VENV} PATH={VENV}/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1\n"
     )
 
@@ -145,13 +151,17 @@ def _system(stack: Stack, layers: FlavourLayers, uv_version: str) -> str:
 def _standalone_python(py: str, uv_version: str) -> str:
     """The flavour's Python where the OS archive has none: uv's standalone build, with the
     uv release that made the lock, in a venv seeded with pip for the later stages."""
-    pin = f"=={uv_version}" if re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", uv_version) else ""
     return (
-        f"    && python3 -m venv {UV_HOME} \\\n"
-        f"    && {UV_HOME}/bin/pip install --no-cache-dir uv{pin} \\\n"
+        f"{_uv('python3', uv_version)} \\\n"
         f"    && UV_PYTHON_INSTALL_DIR={STANDALONE_PYTHONS} {UV_HOME}/bin/uv python install {py} \\\n"
         f"    && UV_PYTHON_INSTALL_DIR={STANDALONE_PYTHONS} {UV_HOME}/bin/uv venv --seed --python {py} {VENV}\n"
     )
+
+
+def _uv(python: str, uv_version: str) -> str:
+    """uv in a venv of its own (the release that made the lock): every install of the image goes through it."""
+    pin = f"=={uv_version}" if re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", uv_version) else ""
+    return f"    && {python} -m venv {UV_HOME} \\\n    && {UV_HOME}/bin/pip install --no-cache-dir uv{pin}"
 
 
 def _install(stage: str, parent: str, lock_name: str) -> str:
@@ -161,7 +171,7 @@ def _install(stage: str, parent: str, lock_name: str) -> str:
         f"COPY {lock_name} {LOCKS}/{lock_name}\n"
         f"RUN {SECRET} \\\n"
         f"    {WITH_CA}; \\\n"
-        f"    {PIP} -r {LOCKS}/{lock_name}\n"
+        f"    {UV_INSTALL} -r {LOCKS}/{lock_name}\n"
     )
 
 
@@ -217,17 +227,18 @@ def _build_env(component: str, build_env: dict[str, str]) -> str:
     )
 
 
-def _compile(src: SourceBuild, toolchain: bool, cache: CompilerCache) -> str:
+def _compile(src: SourceBuild, layers: FlavourLayers, stack: Stack) -> str:
     name = stage_name(src.component.key)
     budget = budget_for(src.component)
+    cache = stack.build.compiler_cache
     arg = f"{name.upper().replace('-', '_')}_MAX_JOBS"
-    env = _build_env(src.component.name, src.component.build_env)
+    env = _build_env(src.component.name, {**_cuda_env(layers, stack, cache), **src.component.build_env})
     tool = (
         f"COPY toolchain.txt {LOCKS}/toolchain.txt\n"
         f"RUN {SECRET} \\\n"
         f"    {WITH_CA}; \\\n"
-        f"    {PIP} -r {LOCKS}/toolchain.txt\n"
-        if toolchain
+        f"    {UV_INSTALL} -r {LOCKS}/toolchain.txt\n"
+        if layers.toolchain.entries
         else ""
     )
     target = f"/src/{name}" if src.component.git is not None else f"/src/{name}/*"
@@ -238,9 +249,46 @@ def _compile(src: SourceBuild, toolchain: bool, cache: CompilerCache) -> str:
         f"{tool}"
         f"RUN --mount=type=bind,from=fetch-{name},source=/src/{name},target=/src/{name},rw \\\n"
         f"{_cache_mount(cache)}"
-        f"    MAX_JOBS=${arg} {_cache_env(cache)}{env} \\\n"
-        f"    pip wheel --no-deps --no-build-isolation --no-cache-dir -w /wheels/{name} {target}\n"
+        f"    {_cuda_home(layers, stack)}MAX_JOBS=${arg} {_cache_env(cache)}{env} \\\n"
+        f"    {UV} build --wheel --no-build-isolation --python {VENV}/bin/python --out-dir /wheels/{name} {target}\n"
     )
+
+
+def _nvcc(layers: FlavourLayers, stack: Stack) -> bool:
+    return layers.flavour.cuda != "cpu" and stack.toolchain.nvcc and layers.toolchain.get(nvcc_package(layers.flavour.cuda).split("==")[0]) is not None
+
+
+def _cuda_home(layers: FlavourLayers, stack: Stack) -> str:
+    """CUDA flavours: a CUDA home of links into the toolchain's nvidia wheels (merged, with the
+    unversioned libcudart.so the linker asks for), then a one-line kernel compiled for the first
+    GPU target, so a broken toolchain fails here with nvcc's own error."""
+    if not _nvcc(layers, stack):
+        return ""
+    arch = quote.matching(probe_arch(list(stack.toolchain.archs), layers.flavour.cuda), re.compile(r"[0-9]{2,3}[af]?"),
+                          "toolchain.archs", "an sm number such as 90")
+    flags = " ".join(nvcc_arch_flags(arch))
+    return (
+        f"mkdir -p {CUDA_HOME}/lib64 \\\n"
+        f"    && for d in {VENV}/lib/python*/site-packages/nvidia/*/; do \\\n"
+        f"         for sub in bin include nvvm; do if [ -d \"$d$sub\" ]; then cp -rsn \"$d$sub\" {CUDA_HOME}/; fi; done; \\\n"
+        f"         if [ -d \"${{d}}lib\" ]; then cp -rsn \"${{d}}lib/.\" {CUDA_HOME}/lib64/; fi; \\\n"
+        f"       done \\\n"
+        f"    && for f in {CUDA_HOME}/lib64/lib*.so.*; do ln -sfn \"$(basename \"$f\")\" \"${{f%%.so.*}}.so\"; done \\\n"
+        f"    && printf '%s\\n' '{PROBE}' > /tmp/probe.cu \\\n"
+        f"    && {CUDA_HOME}/bin/nvcc {flags} -c /tmp/probe.cu -o /tmp/probe.o \\\n"
+        f"    && "
+    )
+
+
+def _cuda_env(layers: FlavourLayers, stack: Stack, cache: CompilerCache) -> dict[str, str]:
+    """CUDA_HOME, the stack's GPU targets as each package's variable, DeepSpeed's CUDA ops on a
+    builder without a GPU, nvcc through ccache (torch.utils.cpp_extension reads PYTORCH_NVCC)."""
+    if not _nvcc(layers, stack):
+        return {}
+    env = {"CUDA_HOME": CUDA_HOME, "DS_ACCELERATOR": "cuda", **arch_env(list(stack.toolchain.archs))}
+    if cache.kind == "ccache":
+        env["PYTORCH_NVCC"] = f"ccache {CUDA_HOME}/bin/nvcc"
+    return env
 
 
 def _cache_mount(cache: CompilerCache) -> str:
@@ -262,7 +310,7 @@ def _final(stack: Stack, layers: FlavourLayers) -> str:
         name = stage_name(src.component.key)
         lines.append(
             f"RUN --mount=type=bind,from=compile-{name},source=/wheels/{name},target=/tmp/wheels/{name} \\\n"
-            f"    pip install --no-deps --no-cache-dir /tmp/wheels/{name}/*.whl"
+            f"    {UV} pip install --no-deps --no-cache --python {VENV}/bin/python /tmp/wheels/{name}/*.whl"
         )
     label = " \\\n      ".join(
         f"{quote.dockerfile_string(k)}={quote.dockerfile_string(v)}" for k, v in labels(stack, layers).items()
