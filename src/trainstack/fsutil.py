@@ -212,6 +212,13 @@ def _fsync_dirs(directories: list[Path]) -> None:
             os.close(fd)
 
 
+def recover_tree(final: Path) -> None:
+    """What ``replace_tree`` does first, alone: finish or undo an interrupted replacement."""
+    if final.parent.is_dir():
+        with exclusive(final.parent):
+            _recover(final)
+
+
 def _recover(final: Path) -> None:
     """Undo what an interrupted writer left: a moved-aside tree put back, staging trees removed."""
     old = final.with_name(f".{final.name}.old")
