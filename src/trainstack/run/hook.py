@@ -36,7 +36,7 @@ def setup(settings: Settings, this_rank: int) -> None:
 
         profiler = StepProfiler(settings, this_rank)
         profiler.install()
-        atexit.register(_finish_profile, profiler)
+        atexit.register(profiler.close)
         _active["profiler"] = profiler
     recorder = None
     if settings.oom_dir is not None:
@@ -49,12 +49,6 @@ def setup(settings: Settings, this_rank: int) -> None:
         from trainstack.run.capture import capture_model
 
         capture_model(lambda captured: on_model(captured, settings, recorder))
-
-
-def _finish_profile(profiler: object) -> None:
-    """A job that ends inside a profiled range still gets the steps it ran."""
-    if getattr(profiler, "prof", None) is not None and profiler.step > profiler.started_at:  # type: ignore[attr-defined]
-        profiler._finish()  # type: ignore[attr-defined]
 
 
 def on_model(captured, settings: Settings, recorder) -> None:  # noqa: ANN001 - torch types imported late

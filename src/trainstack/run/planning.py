@@ -69,7 +69,6 @@ def precision_of(captured: Captured) -> str:
     params = next(iter(captured.model.parameters()), None)
     if params is not None and params.dtype == torch.bfloat16:
         return "bf16"
-    device = params.device.type if params is not None else "cpu"
     wrapped = getattr(captured.root, "_original_forward", None) or getattr(captured.model, "_original_forward", None)
     if captured.autocast or wrapped is not None:
         return "autocast-bf16"

@@ -76,6 +76,11 @@ class StepProfiler:
         if count:
             self._start(count)
 
+    def close(self) -> None:
+        """At exit: a job that ends inside a profiled range still gets the steps it ran."""
+        if self.prof is not None and self.step > self.started_at:
+            self._finish()
+
     def _triggered(self) -> int:
         """Steps to profile from now on; 0: nothing asked."""
         asked = 0

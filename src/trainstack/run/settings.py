@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack.errors import UsageError
-from trainstack.run.boot import HOME as RUN_HOME
+from trainstack.run.boot import HOME as RUN_HOME  # noqa: F401  (the variable's name, for the run verb)
 from trainstack.run.boot import SWITCHES
 
 PROFILE_DIR = "TRAINSTACK_PROFILE_DIR"  # where traces and tables go; arms the signal and file triggers
