@@ -298,8 +298,13 @@ def test_unreadable_files_are_one_line(open_folder: Path, old_lock: Path, capsys
         "check": (["check", str(secret)], "readable"),
         "lock": (["lock", str(secret)], "readable"),
     }
+    shutil.copy(project / "previous.json", project / "readable.json")
     os.chmod(project / "previous.json", 0o000)
     runs["release"] = (["release", "small.toml", "--previous", "previous.json", "--out", "out"], "previous.json")
+    (project / "changes").mkdir(mode=0o755)
+    (project / "changes" / "1.fix.md").write_text("A fix.\n")
+    os.chmod(project / "changes" / "1.fix.md", 0o000)
+    runs["fragment"] = (["release", "small.toml", "--previous", "readable.json", "--out", "out"], "1.fix.md")
     for verb, (args, needle) in runs.items():
         code, err = as_nobody(args, project)
         assert "Traceback" not in err, err
@@ -319,6 +324,8 @@ def test_health_arguments(tmp_path: Path) -> None:
     one_error(trainstack("health", "--thresholds", str(tmp_path)), "--thresholds", "not a regular file", code=2)
     os.mkfifo(tmp_path / "t.toml")
     one_error(trainstack("health", "--thresholds", str(tmp_path / "t.toml")), "not a regular file", code=2)
+    (tmp_path / "binary.toml").write_bytes(b"\xff\xfe\x00\x01")
+    one_error(trainstack("health", "--thresholds", str(tmp_path / "binary.toml")), "binary.toml", "not UTF-8 text", code=2)
 
 
 @pytest.mark.parametrize("config", [

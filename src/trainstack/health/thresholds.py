@@ -104,6 +104,8 @@ def _read(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"{path}: cannot read thresholds file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); a thresholds file is TOML") from None
     return _parse(text, str(path))
 
 

@@ -54,6 +54,8 @@ def read_fragments(changes: Path) -> list[Fragment]:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             raise SpecError(f"{path}: not UTF-8 text; a fragment is a Markdown file") from None
+        except OSError as exc:
+            raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
         fragments.append(parse_fragment(path.name, text, path))
     return fragments
 
