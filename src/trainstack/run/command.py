@@ -22,6 +22,9 @@ def command(
     change to its code. Profile the next steps of every rank with `kill -USR1 PID` or by touching
     OUT/control/profile.
 
+    Exit: the job's own exit code (trainstack is replaced by the job); 2 on bad options, 6 when the
+    command is not a program on PATH.
+
     Example: trainstack run --oom-snapshot --memplan 60GiB -- torchrun --nproc-per-node 8 train.py
     """
     from trainstack.run.launch import Request, exec_job, job_env
