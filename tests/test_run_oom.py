@@ -41,12 +41,12 @@ def test_the_summary_of_a_real_oom(snapshot):
 
 def test_torch_frames_are_left_out_even_in_an_environment_under_a_folder_named_torch():
     frames = [
-        {"filename": "/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/functional.py", "line": 1, "name": "linear"},
-        {"filename": "/opt/torch/.venv/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py", "line": 2, "name": "forward"},
+        {"filename": "/srv/torch/env/lib/python3.12/site-packages/torch/nn/functional.py", "line": 1, "name": "linear"},
+        {"filename": "/srv/torch/env/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py", "line": 2, "name": "forward"},
         {"filename": "/home/me/train.py", "line": 3, "name": "step"},
     ]
     assert memview._user_frames(frames) == (
-        "/opt/torch/.venv/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py:2 forward",
+        "/srv/torch/env/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py:2 forward",
         "/home/me/train.py:3 step",
     )
 
