@@ -231,6 +231,10 @@ def calibrate_any(
             memory, seconds = measure_real(model, example_batch, run=run, precision=prec)
         except torch.OutOfMemoryError:
             return profile
+        finally:
+            # the measurement's tensors are all freed now: give their segments back, so that
+            # the training step planned here finds them (the planned peak leaves no room for them)
+            torch.cuda.empty_cache()
         profile = with_measured_memory(profile, memory)
         profile = with_measured_times(profile, seconds) if seconds is not None else profile
     return profile
