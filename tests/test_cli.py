@@ -140,3 +140,10 @@ def test_a_terminal_width_is_honoured_when_set(monkeypatch):
     assert make_console().width == 60
     monkeypatch.delenv("COLUMNS")
     assert make_console().width >= 1000  # not a terminal: unwrapped
+
+
+def test_a_repeatable_option_takes_a_comma_list(capsys):
+    assert main(["verify", "--skip", "report, ops,bogus"]) == 2
+    assert "error: --skip bogus: not a part of verify" in capsys.readouterr().err
+    assert main(["verify", "--help"]) == 0
+    assert "separate values with commas" in " ".join(capsys.readouterr().out.split())
