@@ -31,6 +31,9 @@ PACKAGES = ["numpy", "scipy", "pytest", "hypothesis"]
 PLANTED = "-p no:cacheprovider -o python_files=planted_*.py"
 SUITES = [
     Suite(name="numpy", command="python -m pytest -p no:cacheprovider --pyargs numpy", timeout=3000),
+    # the same, every module that imports collected: numpy's f2py tests need meson to import
+    Suite(name="numpy-continue", command="python -m pytest -p no:cacheprovider --pyargs numpy "
+          "--continue-on-collection-errors", timeout=3000),
     Suite(name="scipy-linalg", command="python -m pytest -p no:cacheprovider --pyargs scipy.linalg", timeout=1800),
     Suite(name="planted", command=f"python -m pytest {PLANTED} --continue-on-collection-errors tests/planted_suite/main",
           timeout=300),
