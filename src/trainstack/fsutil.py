@@ -120,6 +120,7 @@ def exclusive(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator
     """Hold an exclusive flock on ``path`` (a file or a directory, opened read-only).
 
     A second holder waits until the first is done; ``on_wait`` is called once if it has to.
+    Where the filesystem has no flock (some network filesystems) the work goes on unlocked.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
@@ -129,6 +130,9 @@ def exclusive(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator
             if on_wait is not None:
                 on_wait()
             fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EBADF, errno.EINVAL):
+                raise
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
@@ -172,6 +176,7 @@ def replace_tree(final: Path, files: Mapping[str, bytes], *, mode: int | None = 
             try:
                 _write_staging(staging, files, mode)
                 swap_dir(staging, final)
+                _fsync_dirs([parent])  # the rename itself on disk, not only in the page cache
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
     except OSError as exc:
