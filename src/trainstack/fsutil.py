@@ -61,9 +61,10 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def dump_json(data: Any) -> str:
-    """Strict JSON: NaN and Infinity are refused (ValueError), never written as invalid JSON."""
-    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+def dump_json(data: Any, *, allow_nan: bool = False) -> str:
+    """Strict JSON: NaN and Infinity are refused (ValueError), never written as invalid JSON
+    (``allow_nan`` only for a hand-off between trainstack's own processes)."""
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=allow_nan) + "\n"
 
 
 def _refuse_constant(name: str) -> float:
@@ -79,8 +80,8 @@ def finite(value: float | None) -> bool:
     return value is None or math.isfinite(value)
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, dump_json(data))
+def atomic_write_json(path: Path, data: Any, *, allow_nan: bool = False) -> None:
+    atomic_write_text(path, dump_json(data, allow_nan=allow_nan))
 
 
 def read_regular(path: Path, what: str = "file") -> bytes:
