@@ -19,7 +19,8 @@ def main(argv: list[str]) -> int:
     from trainstack.bench.runner import RunSpec, run
 
     row = run(RunSpec.from_json(json.loads(spec_path.read_text(encoding="utf-8"))))
-    atomic_write_json(result_path, row, allow_nan=True)  # a diverged run's NaN loss goes back to the parent, which reports it
+    # a diverged run's NaN loss goes back to the parent, which reports it
+    atomic_write_json(result_path, row, allow_nan=True)
     close_process_group()
     return 0
 
