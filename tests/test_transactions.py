@@ -126,3 +126,15 @@ def test_fallback_swap_killed_at_every_write_recovers_whole(tmp_path: Path) -> N
         seen.add("old" if state == OLD else "new")
         assert [p.name for p in root.iterdir()] == ["out"]
     assert seen == {"old", "new", "moved aside"}
+
+
+def test_render_output_may_hold_a_flavours_nested_source_locks(tmp_path: Path) -> None:
+    from trainstack.errors import UsageError
+    from trainstack.render.api import _rendered
+
+    out = tmp_path / "render"
+    replace_tree(out, {"docker-bake.hcl": b"x", "cu130-ubuntu2404-py312-release/sources/apex.txt": b"git+x\n"})
+    assert _rendered(out) == read_tree(out)
+    (out / "notes.txt").write_text("mine\n")
+    with pytest.raises(UsageError, match="notes.txt is not a file render writes"):
+        _rendered(out)

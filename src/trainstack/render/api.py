@@ -76,10 +76,11 @@ def _rendered(out: Path) -> dict[str, bytes]:
         if entry.is_file():
             found[entry.name] = entry.read_bytes()
             continue
-        for path in sorted(entry.iterdir()):
-            if path.is_symlink() or not path.is_file():
+        for path in sorted(entry.rglob("*")):  # a flavour's files: Dockerfile, locks, sources/*.txt
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
                 raise _foreign(out, path, "is not a file render writes")
-            found[f"{entry.name}/{path.name}"] = path.read_bytes()
+            if path.is_file():
+                found[path.relative_to(out).as_posix()] = path.read_bytes()
     return found
 
 
