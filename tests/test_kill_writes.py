@@ -280,11 +280,13 @@ def kill_everywhere(
     total, *swaps = counts
     assert swaps, "the outputs were not swapped in"
     check()
-    for kill_at in points(total, swaps):
+    chosen = points(total, swaps)
+    for kill_at in chosen:
         restore(pristine, project)
         code, _, err = run_cli(project, args, kill_at=kill_at)
         assert code == -signal.SIGKILL, f"write {kill_at} of {total}: not killed ({code}): {err}"
         check()
+    print(f"trainstack {' '.join(args)}: {total} write events, swap at {swaps}, killed at {len(chosen)}: all whole")
     # after the last kill the next run finishes the job and clears what the killed one left
     code, _, err = run_cli(project, args)
     assert code == 0, err
