@@ -13,7 +13,7 @@ import re
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -81,18 +81,15 @@ def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str]) -> Mani
 
 @contextmanager
 def _one_at_a_time(stack_path: Path) -> Iterator[None]:
-    """An exclusive lock on the stack file for the whole run (nothing to lock when it cannot be
-    read: load_stack then says why)."""
-    try:
-        regular = stat.S_ISREG(stack_path.stat().st_mode)
-        guard = exclusive(stack_path, on_wait=lambda: _waiting(stack_path)) if regular else nullcontext()
-        guard.__enter__()
-    except OSError:
-        guard = nullcontext()
-    try:
+    """An exclusive lock on the stack file for the whole run (nothing to lock when it is not a
+    readable regular file: load_stack then says why)."""
+    with ExitStack() as guard:
+        try:
+            if stat.S_ISREG(stack_path.stat().st_mode):
+                guard.enter_context(exclusive(stack_path, on_wait=lambda: _waiting(stack_path)))
+        except OSError:
+            pass
         yield
-    finally:
-        guard.__exit__(None, None, None)
 
 
 def _locking(slug: str, number: int, total: int) -> None:

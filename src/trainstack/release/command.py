@@ -26,7 +26,7 @@ def command(
 ) -> None:
     """Write release notes: version updates, images, driver requirements, verification, performance and prose.
 
-    Exit 0 when written, 4 when a lock manifest is missing or stale, 2 on bad input.
+    Exit 0 when written, 4 when a lock manifest is missing or stale, 10 when the notes cannot be written (the previous ones are kept), 2 on bad input.
 
     Example: trainstack release examples/stacks/cpu-minimal.toml --previous old/stack.lock.json --results build
     """

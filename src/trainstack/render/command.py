@@ -15,7 +15,7 @@ def command(
 ) -> None:
     """Render a Dockerfile per flavour plus docker-bake.hcl, a CI workflow and environment.yml.
 
-    Exit 0 when rendered, 4 when the lock is missing or stale, 2 on bad input.
+    Exit 0 when rendered, 4 when the lock is missing or stale, 10 when the files cannot be written (the previous ones are kept), 2 on bad input.
 
     Example: trainstack render examples/stacks/torch-cuda.toml --out build/render
     """
