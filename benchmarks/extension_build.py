@@ -93,8 +93,9 @@ def flash_attn(sdist: Path, seconds: float, jobs: int) -> dict:
         finished = False
     elapsed = time.perf_counter() - start
     ninja = next(source.glob("build/temp*/build.ninja"), None)
-    units = len(re.findall(r"^build \S+\.o: cuda_compile", ninja.read_text(), re.M)) if ninja else 0
-    done = len([p for p in source.glob("build/temp*/**/*.o") if p.stat().st_size > 0])
+    outputs = re.findall(r"^build (\S+\.o): cuda_compile", ninja.read_text(), re.M) if ninja else []
+    units = len(outputs)
+    done = len([o for o in outputs if Path(o).is_file() and Path(o).stat().st_size > 0])  # CUDA units only
     shutil.rmtree(work, ignore_errors=True)
     return {"extension": f"flash-attn ({sdist.name}; sm_90)", "jobs": jobs, "cpus": cpus(), "seconds": round(elapsed, 1),
             "finished": finished, "units_compiled": done, "units_total": units,
