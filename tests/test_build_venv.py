@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -103,6 +104,7 @@ def test_sigkill_midway_leaves_the_old_build_working(src_stack: tuple[Path, str,
     build = tmp_path / "build"
     assert main(["build", str(stack), "--build-dir", str(build)]) == 0
     before = (build / SLUG / "build.json").read_text()
+    shutil.rmtree(build / ".extensions")  # else the compiled-wheel cache skips the compile step this test interrupts
     staging = build / f".{SLUG}.staging"
     child = subprocess.Popen(
         [sys.executable, "-m", "trainstack.cli", "build", str(stack), "--build-dir", str(build), "--force"],
