@@ -16,7 +16,8 @@ PYTHON_RE = re.compile(r"^3\.\d+$")
 OS_RE = re.compile(r"^[a-z]+[0-9.]*$")
 SHA_RE = grammar.HEX_COMMIT
 ENV_NAME_RE = grammar.ENV_NAME
-LIBRARY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
+# a library file name or an fnmatch pattern of one ('libcuda.so*'), as linkcheck matches them
+LIBRARY_RE = re.compile(r"^[A-Za-z0-9_*?\[][A-Za-z0-9._+*?\[\]-]*$")
 # the smoke checks verify knows (trainstack.verify.smoke.KNOWN)
 SMOKE_CHECKS = ("imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed")
 
@@ -379,8 +380,10 @@ class Links(Strict):
     @classmethod
     def _libraries(cls, v: list[str]) -> list[str]:
         for name in v:
-            if not LIBRARY_RE.match(name):
-                raise ValueError(f"'{grammar.shown(name)}' is not a library file name (such as 'libcuda.so.1')")
+            parts = name.split(" needs ")  # required links may name their owner: 'OBJECT needs LIB'
+            if len(parts) > 2 or not all(LIBRARY_RE.match(part) for part in parts):
+                raise ValueError(f"'{grammar.shown(name)}' is not a library file name or pattern (such as "
+                                 "'libcuda.so.1', 'libcudnn*.so.9' or 'libtorch_cuda.so needs libnccl.so.2')")
         return v
 
 
