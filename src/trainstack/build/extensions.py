@@ -303,7 +303,8 @@ class ExtensionBuilder:
         }
         if self.home is not None:
             env.update({"CUDA_HOME": str(self.home), "CUDA_PATH": str(self.home)})
-            # a build machine without a GPU: DeepSpeed would pick its CPU accelerator and build CPU ops only
+        if self.home is not None and self.archs:
+            # GPU targets named on a build machine without a GPU: else DeepSpeed picks its CPU accelerator
             env["DS_ACCELERATOR"] = "cuda"
         return {**env, **build_env}
 

@@ -285,7 +285,9 @@ def _cuda_env(layers: FlavourLayers, stack: Stack, cache: CompilerCache) -> dict
     builder without a GPU, nvcc through ccache (torch.utils.cpp_extension reads PYTORCH_NVCC)."""
     if not _nvcc(layers, stack):
         return {}
-    env = {"CUDA_HOME": CUDA_HOME, "DS_ACCELERATOR": "cuda", **arch_env(list(stack.toolchain.archs))}
+    env = {"CUDA_HOME": CUDA_HOME, **arch_env(list(stack.toolchain.archs))}
+    if stack.toolchain.archs:  # GPU targets named on a builder without a GPU: else DeepSpeed picks its CPU accelerator
+        env["DS_ACCELERATOR"] = "cuda"
     if cache.kind == "ccache":
         env["PYTORCH_NVCC"] = f"ccache {CUDA_HOME}/bin/nvcc"
     return env
