@@ -25,6 +25,14 @@ def error_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("error:")]
 
 
+def assert_no_build_but_failure_logs(build: Path) -> None:
+    """A failed first build leaves no environment: only its lock and the kept logs of the failure."""
+    assert sorted(p.name for p in build.iterdir()) == sorted([f".{SLUG}.lock", SLUG])
+    assert [p.name for p in (build / SLUG).iterdir()] == ["logs"]
+    kept = list((build / SLUG / "logs").iterdir())
+    assert len(kept) == 1 and kept[0].name.startswith("failed-")
+
+
 def run_python(venv: Path, code: str) -> str:
     return subprocess.run([venv / "bin" / "python", "-c", code], check=True, capture_output=True, text=True).stdout.strip()
 
@@ -162,7 +170,7 @@ def test_below_min_free_disk_is_refused_with_numbers(tmp_path: Path, capsys: pyt
     lines = error_lines(capsys.readouterr().err)
     assert len(lines) == 1
     assert "compile-tsdemo: only" in lines[0] and "GiB free" in lines[0] and "min_free_disk_gb is 1e+06" in lines[0]
-    assert [p.name for p in build.iterdir()] == [f".{SLUG}.lock"]
+    assert_no_build_but_failure_logs(build)
 
 
 def test_full_disk_fails_cleanly(cpu_stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -174,7 +182,7 @@ def test_full_disk_fails_cleanly(cpu_stack: Path, tmp_path: Path, capsys: pytest
         code = main(["build", str(cpu_stack), "--build-dir", str(small / "build")])
         lines = error_lines(capsys.readouterr().err)
         assert code == 7 and len(lines) == 1 and "no space left on the device" in lines[0]
-        assert [p.name for p in (small / "build").iterdir()] == [f".{SLUG}.lock"]
+        assert_no_build_but_failure_logs(small / "build")
     finally:
         subprocess.run(["umount", str(small)], check=True)
 
@@ -185,10 +193,10 @@ def test_git_commit_that_does_not_exist(src_stack: tuple[Path, str, str], tmp_pa
     build = tmp_path / "build"
     assert main(["build", str(stack), "--build-dir", str(build)]) == 7
     lines = error_lines(capsys.readouterr().err)
-    assert lines == [
-        f"error: components.tsdemo.commit: {sha} does not exist in {url} (pin 'commit' to a sha of that repository and re-lock)"
-    ]
-    assert [p.name for p in build.iterdir()] == [f".{SLUG}.lock"]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: components.tsdemo.commit: {sha} does not exist in {url} (pin 'commit' to a sha of that repository and re-lock; logs in {build / SLUG / 'logs' / 'failed-'}"
+    )
+    assert_no_build_but_failure_logs(build)
 
 
 def test_stale_lock_stops_the_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
