@@ -8,7 +8,6 @@ from pathlib import Path
 from rich.table import Table
 
 from trainstack.bench.mfu import FORMULA
-from trainstack.errors import SpecError
 from trainstack.fsutil import atomic_write_text
 
 
@@ -106,30 +105,3 @@ def _count(n: int) -> str:
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
-
-def read_rows(path: Path) -> list[dict]:
-    """Rows from a JSON-lines file (or a JSON list); errors name the file and line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read ({exc.strerror}); accepted: a JSON-lines file written by 'trainstack bench'") from None
-    if text.lstrip().startswith("["):
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    else:
-        rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise SpecError(f"{path}:{number}: not a JSON object ({exc.msg}); accepted: one result object per line") from None
-    for number, row in enumerate(rows, start=1):
-        if not isinstance(row, dict) or not {"model", "mode", "status"} <= row.keys():
-            raise SpecError(f"{path}: row {number} lacks 'model', 'mode' or 'status'; accepted: rows written by 'trainstack bench'")
-    if not rows:
-        raise SpecError(f"{path}: no result rows; accepted: a JSON-lines file written by 'trainstack bench'")
-    return rows

@@ -57,30 +57,17 @@ def command(
                         optimizer=optimizer, precision=precision, blocks=blocks, json_out=json_out, output=output)
         return
 
-    from trainstack.console import out
-    from trainstack.fsutil import atomic_write_json, dump_json
     from trainstack.memplan import plan_memory
-    from trainstack.memplan.report import blocks_table, breakdown_table, headline, to_json
+    from trainstack.memplan.report import to_json
 
     plan = plan_memory(get_preset(preset), batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled)
     document = {"preset": preset, "batch": batch, "seq": seq, "compiled": compiled, **to_json(plan)}
-    if output is not None:
-        atomic_write_json(output, document)
-    if json_out:
-        print(dump_json(document), end="")
-        return
-    out.print(headline(plan), highlight=False, soft_wrap=True)
-    out.print(blocks_table(plan))
-    out.print(breakdown_table(plan))
-    if output is not None:
-        out.print(f"wrote {output}", highlight=False, soft_wrap=True)
+    _emit(plan, document, json_out=json_out, output=output)
 
 
 def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, seq: int, budget_bytes: int, world_size: int, optimizer: str, precision: str, blocks: str | None, json_out: bool, output: Path | None) -> None:
-    from trainstack.console import out
-    from trainstack.fsutil import atomic_write_json, dump_json
     from trainstack.memplan import plan as plan_model
-    from trainstack.memplan.report import blocks_table, breakdown_table, headline, to_json
+    from trainstack.memplan.report import to_json
     from trainstack.memplan.sources import from_factory, from_hf_config
 
     source = from_hf_config(hf_config, batch=batch, seq=seq) if hf_config is not None else from_factory(factory or "", batch=batch, seq=seq)
@@ -90,6 +77,15 @@ def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, 
     )
     document = {"model": source.name, "batch": batch, "seq": seq, "compiled": False, "blocks": plan.blocks, "first_block": plan.first_block,
                 "optimizer": plan.profile.optimizer, "precision": plan.profile.precision, **to_json(plan)}
+    _emit(plan, document, json_out=json_out, output=output)
+
+
+def _emit(plan, document: dict, *, json_out: bool, output: Path | None) -> None:
+    """The plan as JSON on stdout (--json), in a file (--output), or as the tables."""
+    from trainstack.console import out
+    from trainstack.fsutil import atomic_write_json, dump_json
+    from trainstack.memplan.report import blocks_table, breakdown_table, headline
+
     if output is not None:
         atomic_write_json(output, document)
     if json_out:
