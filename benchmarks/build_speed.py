@@ -2,9 +2,13 @@
 cold and warm; and an OCI rebuild after bumping one extra next to a full OCI build.
 
     python benchmarks/build_speed.py [--venv-stack S --venv-flavour F] [--oci-stack S] [--skip-venv] [--skip-oci]
+                                     [--skip-quickstart]
 
 Prints each figure in seconds and the ratios. Cold = empty download/wheel cache; warm = the cache
 the cold run filled. The OCI figures use their own containers store (created and removed here).
+The quickstart figures time the README's first command (lock, build and verify of cpu-minimal)
+in a copy of the examples, with the uv cache the user already has. The printed text and the
+figures go to benchmarks/results/build_speed.txt and build_speed.json.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from resultfile import Run
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "stacks"
@@ -63,7 +69,7 @@ def pip_install(lock_file: Path, venv: Path, python: str, env: dict[str, str], s
     return time.perf_counter() - start
 
 
-def venv_figures(stack_name: str, flavour: str, work: Path) -> None:
+def venv_figures(stack_name: str, flavour: str, work: Path) -> tuple[list[str], dict]:
     from trainstack.render.layers import needs_build
     from trainstack.spec import load_stack
 
@@ -77,13 +83,19 @@ def venv_figures(stack_name: str, flavour: str, work: Path) -> None:
     warm = trainstack_build(stack, flavour, work / "b2", uv_env)
     pip_cold = pip_install(lock_file, work / "pip1", sys.executable, pip_env, sources)
     pip_warm = pip_install(lock_file, work / "pip2", sys.executable, pip_env, sources)
-    print(f"venv build of {stack_name} / {flavour} (source components left out)")
-    print(f"  {'':28}{'trainstack (uv)':>16}{'pip install -r':>16}{'ratio pip/uv':>14}")
-    print(f"  {'cold (empty cache)':28}{cold:>15.1f}s{pip_cold:>15.1f}s{pip_cold / cold:>13.1f}x")
-    print(f"  {'warm (cache filled)':28}{warm:>15.1f}s{pip_warm:>15.1f}s{pip_warm / warm:>13.1f}x")
+    lines = [
+        f"venv build of {stack_name} / {flavour} (source components left out)",
+        f"  {'':28}{'trainstack (uv)':>16}{'pip install -r':>16}{'ratio pip/uv':>14}",
+        f"  {'cold (empty cache)':28}{cold:>15.1f}s{pip_cold:>15.1f}s{pip_cold / cold:>13.1f}x",
+        f"  {'warm (cache filled)':28}{warm:>15.1f}s{pip_warm:>15.1f}s{pip_warm / warm:>13.1f}x",
+    ]
+    print("\n".join(lines), flush=True)
+    return lines, {"stack": stack_name, "flavour": flavour, "trainstack_cold_s": round(cold, 1),
+                   "trainstack_warm_s": round(warm, 1), "pip_cold_s": round(pip_cold, 1), "pip_warm_s": round(pip_warm, 1),
+                   "pip_over_trainstack_cold": round(pip_cold / cold, 1), "pip_over_trainstack_warm": round(pip_warm / warm, 1)}
 
 
-def oci_figures(stack_name: str, bump: tuple[str, str], work: Path) -> None:
+def oci_figures(stack_name: str, bump: tuple[str, str], work: Path) -> tuple[list[str], dict]:
     store = work / "containers"
     conf = work / "storage.conf"
     conf.write_text(f'[storage]\ndriver = ""\ngraphroot = "{store}/graph"\nrunroot = "{store}/run"\n')
@@ -104,10 +116,36 @@ def oci_figures(stack_name: str, bump: tuple[str, str], work: Path) -> None:
     lock(stack, None)
     bumped = timed(argv, env)
     subprocess.run(["buildah", "--storage-driver", driver, "rmi", "--all", "--force"], env={**os.environ, **env}, capture_output=True)
-    print(f"OCI build of {stack_name} (buildah, {driver})")
-    print(f"  full build, empty store          {full_with_base:8.1f}s (first run) {full:8.1f}s (second run)")
-    print(f"  rebuild after bumping one extra  {bumped:8.1f}s")
-    print(f"  ratio full/rebuild               {full / bumped:8.1f}x")
+    lines = [
+        f"OCI build of {stack_name} (buildah, {driver})",
+        f"  full build, empty store          {full_with_base:8.1f}s (first run) {full:8.1f}s (second run)",
+        f"  rebuild after bumping one extra  {bumped:8.1f}s ({bump[0]} -> {bump[1]})",
+        f"  ratio full/rebuild               {full / bumped:8.1f}x",
+    ]
+    print("\n".join(lines), flush=True)
+    return lines, {"stack": stack_name, "driver": driver, "full_first_s": round(full_with_base, 1),
+                   "full_second_s": round(full, 1), "rebuild_after_bump_s": round(bumped, 1),
+                   "full_over_rebuild": round(full / bumped, 1), "bump": list(bump)}
+
+
+def quickstart_figures(work: Path) -> tuple[list[str], dict]:
+    """The README's first command after the install: lock, build and verify of cpu-minimal."""
+    shutil.copytree(ROOT / "examples", work / "examples")
+    stack = "examples/stacks/cpu-minimal.toml"
+    seconds = {}
+    for verb in ("lock", "build", "verify"):
+        start = time.perf_counter()
+        result = subprocess.run([sys.executable, "-m", "trainstack.cli", verb, stack], cwd=work, capture_output=True, text=True)
+        seconds[verb] = time.perf_counter() - start
+        if result.returncode != 0:
+            sys.exit(f"failed ({result.returncode}): trainstack {verb} {stack}\n{result.stderr[-2000:]}")
+    total = sum(seconds.values())
+    lines = [
+        f"README's first command: trainstack lock, build and verify {stack} (the uv cache as it is)",
+        "  " + ", ".join(f"{verb} {s:.1f}s" for verb, s in seconds.items()) + f"; in all {total:.1f}s",
+    ]
+    print("\n".join(lines), flush=True)
+    return lines, {"stack": stack, **{f"{verb}_s": round(s, 1) for verb, s in seconds.items()}, "total_s": round(total, 1)}
 
 
 def main() -> None:
@@ -119,15 +157,25 @@ def main() -> None:
     parser.add_argument("--bump-to", default='hypothesis = ">=6.100,<6.150"')
     parser.add_argument("--skip-venv", action="store_true")
     parser.add_argument("--skip-oci", action="store_true")
+    parser.add_argument("--skip-quickstart", action="store_true")
     args = parser.parse_args()
+    run = Run("build_speed")
+    lines: list[str] = []
+    figures: dict = {}
     with tempfile.TemporaryDirectory(prefix="trainstack-bench-") as tmp:
         work = Path(tmp)
-        if not args.skip_venv:
-            (work / "venv").mkdir()
-            venv_figures(args.venv_stack, args.venv_flavour, work / "venv")
-        if not args.skip_oci:
-            (work / "oci").mkdir()
-            oci_figures(args.oci_stack, (args.bump_from, args.bump_to), work / "oci")
+        parts = {
+            "venv": (args.skip_venv, lambda w: venv_figures(args.venv_stack, args.venv_flavour, w)),
+            "oci": (args.skip_oci, lambda w: oci_figures(args.oci_stack, (args.bump_from, args.bump_to), w)),
+            "quickstart": (args.skip_quickstart, quickstart_figures),
+        }
+        for name, (skip, measure) in parts.items():
+            if skip:
+                continue
+            (work / name).mkdir()
+            part_lines, figures[name] = measure(work / name)
+            lines += part_lines
+    run.write("\n".join(lines), figures)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """Seconds to link-check a full torch CUDA venv, next to ldd over the same files: the static
 pass alone, and with its findings confirmed inside the venv's interpreter (what verify does).
 
-Usage: python benchmarks/linkcheck_speed.py [VENV] [--repeats N] [--out FILE]
+Usage: python benchmarks/linkcheck_speed.py [VENV] [--repeats N] [--out FILE] [--name NAME]
 Without VENV, a venv with the CUDA torch of examples/stacks/torch-cuda.toml is made with uv
-in a temporary directory (the uv cache makes later runs fast). FILE gets the printed table.
+in a temporary directory (the uv cache makes later runs fast). The printed table and the
+figures go to benchmarks/results/NAME.txt and NAME.json (NAME: linkcheck_speed); FILE gets
+the printed table too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from resultfile import Run
 from trainstack import proc
 from trainstack.spec import load_stack
 from trainstack.verify.linkcheck.check import LinkReport, check_paths, find_elf_files
@@ -29,11 +32,14 @@ REPO = Path(__file__).resolve().parent.parent
 REPEATS = 3
 
 
+def torch_version() -> str:
+    return load_stack(REPO / "examples/stacks/torch-cuda.toml").components["torch"].version
+
+
 def make_venv(root: Path) -> Path:
-    torch_version = load_stack(REPO / "examples/stacks/torch-cuda.toml").components["torch"].version
     venv = root / "venv"
     proc.run(["uv", "venv", "-q", "--python", "3.11", venv])
-    result = proc.run(["uv", "pip", "install", "-q", "--python", venv / "bin/python", f"torch{torch_version}"])
+    result = proc.run(["uv", "pip", "install", "-q", "--python", venv / "bin/python", f"torch{torch_version()}"])
     if not result.ok:
         sys.exit(f"uv pip install failed: {result.stderr.strip().splitlines()[-1]}")
     return venv
@@ -78,9 +84,12 @@ def main() -> None:
     parser.add_argument("venv", nargs="?", type=Path)
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--name", default="linkcheck_speed", help="result file name under benchmarks/results/")
     args = parser.parse_args()
+    run = Run(args.name)
     with tempfile.TemporaryDirectory() as tmp:
         venv = args.venv or make_venv(Path(tmp))
+        where = str(venv) if args.venv else f"a temporary uv venv with torch {torch_version()}"
         files = find_elf_files([venv])
         workers = cpu_count()
         n = args.repeats
@@ -101,7 +110,7 @@ def main() -> None:
         report = confirmed[0][1]
         statuses = collections.Counter(i.status or i.kind for i in report.issues)
         lines = [
-            f"{len(files)} ELF objects in {venv}; {workers} CPUs; median of {n} runs",
+            f"{len(files)} ELF objects in {where}; {workers} CPUs; median of {n} runs",
             f"{'ldd over the same files (' + str(workers) + ' ldd processes)':<56} {ldd:7.3f} s",
             *(f"{'linkcheck: ' + label:<56} {seconds:7.3f} s   ldd/linkcheck = {ldd / seconds:5.2f}x" for label, seconds in rows),
             f"findings after confirmation: {dict(sorted(statuses.items()))}; errors: {len(report.errors)}; "
@@ -110,6 +119,14 @@ def main() -> None:
         print("\n".join(lines))
         if args.out:
             args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        run.write("\n".join(lines), {
+            "venv": where,
+            "elf_files": len(files), "ldd_processes": workers, "repeats": n, "ldd_s": round(ldd, 3),
+            "linkcheck_s": {label: round(seconds, 3) for label, seconds in rows},
+            "ldd_over_linkcheck": {label: round(ldd / seconds, 2) for label, seconds in rows},
+            "findings": dict(sorted(statuses.items())), "errors": len(report.errors),
+            "confirm_s": round(report.confirm_seconds, 3),
+        })
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ pip-compile runs on, since pip-compile resolves for its own Python only). pip-co
 cannot be handed sdist metadata, so both tools also get the same plain requirement list:
 the flavour's components with the sdist-only ones replaced by their Requires-Dist.
 
-Usage: python benchmarks/lock_speed.py [--repeat N]
+Usage: python benchmarks/lock_speed.py [--repeat N] [--pip-repeat N]
+
+Writes benchmarks/results/lock_speed.txt (the printed table) and lock_speed.json.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from resultfile import Run
 from trainstack.lock.plan import plan_flavour
 from trainstack.spec import Flavour, load_stack
 
@@ -69,33 +72,45 @@ def pip_compile(work: Path, cache: Path) -> float:
     return timed(argv, env, work)
 
 
-def measure(name: str, run, work: Path, repeat: int) -> tuple[float, float]:
+def measure(name: str, run, work: Path, repeat: int) -> tuple[float, list[float]]:
+    """The cold run (empty cache) and every warm run after it."""
     cache = Path(tempfile.mkdtemp(prefix=f"cache-{name}-", dir=work))
     cold = run(work, cache)
-    warm = statistics.median(run(work, cache) for _ in range(repeat))
-    return cold, warm
+    return cold, [run(work, cache) for _ in range(repeat)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="warm runs (median is printed)")
+    parser.add_argument("--pip-repeat", type=int, help="warm runs of pip-compile (default: --repeat; it takes minutes each)")
     args = parser.parse_args()
+    run = Run("lock_speed")
     with tempfile.TemporaryDirectory(prefix="lock-speed-") as tmp:
         work = Path(tmp)
         requirements = plain_requirements()
         (work / "in.txt").write_text("\n".join(requirements) + "\n")
-        print(f"stack {STACK.name}, flavour {FLAVOUR.slug}, {len(requirements)} top-level requirements")
+        lines = [f"stack {STACK.name}, flavour {FLAVOUR.slug}, {len(requirements)} top-level requirements; "
+                 f"cold = empty cache, warm = median of the runs after it"]
+        print(lines[0], flush=True)
         rows = {
             "trainstack lock (uv)": measure("trainstack", trainstack_lock, work, args.repeat),
             "uv pip compile": measure("uv", uv_compile, work, args.repeat),
-            "pip-compile": measure("pip", pip_compile, work, args.repeat),
+            "pip-compile": measure("pip", pip_compile, work, args.pip_repeat or args.repeat),
         }
-    uv_cold, uv_warm = rows["uv pip compile"]
-    print(f"{'tool':<22}{'cold s':>9}{'warm s':>9}{'cold/uv':>9}{'warm/uv':>9}")
-    for name, (cold, warm) in rows.items():
-        print(f"{name:<22}{cold:>9.2f}{warm:>9.2f}{cold / uv_cold:>9.2f}{warm / uv_warm:>9.2f}")
-    pip_cold, pip_warm = rows["pip-compile"]
-    print(f"pip-compile takes {pip_cold / uv_cold:.1f}x uv's time cold and {pip_warm / uv_warm:.1f}x warm")
+    medians = {name: (cold, statistics.median(warm)) for name, (cold, warm) in rows.items()}
+    uv_cold, uv_warm = medians["uv pip compile"]
+    lines.append(f"{'tool':<22}{'cold s':>9}{'warm s':>9}{'cold/uv':>9}{'warm/uv':>9}{'warm runs':>10}")
+    for name, (cold, warm) in medians.items():
+        lines.append(f"{name:<22}{cold:>9.2f}{warm:>9.2f}{cold / uv_cold:>9.2f}{warm / uv_warm:>9.2f}{len(rows[name][1]):>10}")
+    pip_cold, pip_warm = medians["pip-compile"]
+    lines.append(f"pip-compile takes {pip_cold / uv_cold:.1f}x uv's time cold and {pip_warm / uv_warm:.1f}x warm")
+    print("\n".join(lines[1:]))
+    figures = {name: {"cold_s": round(cold, 2), "warm_s": [round(w, 2) for w in warm],
+                      "warm_median_s": round(medians[name][1], 2),
+                      "cold_over_uv": round(cold / uv_cold, 2), "warm_over_uv": round(medians[name][1] / uv_warm, 2)}
+               for name, (cold, warm) in rows.items()}
+    run.write("\n".join(lines), {"stack": STACK.name, "flavour": FLAVOUR.slug,
+                                 "top_level_requirements": len(requirements), "tools": figures})
 
 
 if __name__ == "__main__":
