@@ -205,3 +205,39 @@ def test_over_compiler_budgets_the_fastest_plan_that_fits_wins() -> None:
     assert choose_over_budgets(profiles, budget_bytes=least).peak_bytes == least
     with pytest.raises(BudgetError, match="short of the smallest plan"):
         choose_over_budgets(profiles, budget_bytes=least - 1)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_plan_is_never_predicted_slower_than_a_uniform_option_that_fits(seed: int) -> None:
+    from trainstack.memplan.planner import every_nth
+
+    rng = random.Random(300 + seed)
+    profile = synthetic(rng, n=rng.randint(4, 24))
+    uniform = [every_nth(profile.n_blocks, e) for e in range(1, profile.n_blocks + 1)]
+    for budget in budgets(profile, k=20):
+        fitting = [u for u in uniform if peak_bytes(profile, u) <= budget]
+        if not fitting:
+            continue
+        plan = choose(profile, budget_bytes=budget)
+        assert plan.peak_bytes <= budget
+        best_uniform = min(step_seconds(profile, {c: u.count(c) for c in Choice}) for u in fitting)
+        assert step_seconds(profile, plan.counts) <= best_uniform
+        for u in fitting:  # the same counts as a fitting uniform option: its very layout
+            if {c: u.count(c) for c in Choice} == plan.counts:
+                assert plan.choices in [v for v in fitting if v.count(Choice.FULL) == u.count(Choice.FULL)]
+
+
+def test_placements_spread_like_every_n_then_recomputed_first() -> None:
+    from trainstack.memplan.planner import every_nth, placements
+
+    layouts = list(placements(4, 0, 12))
+    assert layouts[0] == every_nth(16, 4) and layouts[-1] == choices_for(4, 0, 12)
+    assert all(sorted(layout) == sorted(choices_for(4, 0, 12)) for layout in layouts)
+    assert len(set(layouts)) == len(layouts)
+    # 5 of 24 recomputed: every-5 (0, 5, ..., 20), then the even spread (0, 4, 9, 14, 19)
+    five = list(placements(5, 0, 19))
+    assert five[0] == every_nth(24, 5)
+    assert [i for i, c in enumerate(five[1]) if c is Choice.FULL] == [0, 4, 9, 14, 19]
+    mixed = next(placements(2, 2, 4))
+    assert [c for c in mixed if c is not Choice.KEEP] == [Choice.FULL, Choice.FULL, Choice.SELECTIVE, Choice.SELECTIVE]
+    assert list(placements(0, 0, 3)) == [choices_for(0, 0, 3)] and list(placements(3, 0, 0)) == [choices_for(3, 0, 0)]

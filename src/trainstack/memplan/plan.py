@@ -17,8 +17,8 @@ class Choice(str, Enum):
         return self.value
 
 
-# The order blocks take in a plan: recomputed blocks first, kept blocks last, so the block
-# whose backward runs first (the last one) holds its activations and needs no recompute.
+# The order of the counts (full, selective, keep); a plan's recomputed-first layout puts the
+# blocks in this order, so the block whose backward runs first (the last one) needs no recompute.
 CHOICE_ORDER = (Choice.FULL, Choice.SELECTIVE, Choice.KEEP)
 
 

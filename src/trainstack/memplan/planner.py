@@ -1,10 +1,16 @@
 """The planner: which blocks keep, recompute selectively or recompute fully, to fit a budget.
 
-Blocks are identical, so a plan is a count of each choice (blocks ordered full, selective,
-keep); all (n+1)(n+2)/2 counts are scored by the memory model, and of those that fit the
-one with the least estimated step time wins (GPU roofline or host dispatch, whichever is
-longer; then the smaller peak). Exhaustive over counts, hence optimal for the model, and monotone in the budget: a
-larger budget admits every plan a smaller one did.
+Blocks are identical, so the step time depends on the count of each choice alone: all
+(n+1)(n+2)/2 counts are scored (GPU roofline or host dispatch, whichever is longer; measured
+block times where the blocks were timed), and of those that fit the one with the least
+estimated step time wins, then the smaller peak. A count fits when one of its placements
+does: the recomputed blocks first (the least peak), spread evenly, or the uniform every-N
+layouts themselves (blocks 0, N, 2N, ... recomputed), so every uniform option that fits is
+a candidate and the plan is never predicted slower than one. The placement of the winning
+counts is, of those that fit, an every-N layout first, then the even spread, then
+recomputed-first: the same blocks a uniform option of the same counts recomputes. Exhaustive
+over counts, hence optimal for the model, and monotone in the budget: a larger budget admits
+every plan a smaller one did.
 """
 
 from __future__ import annotations
@@ -40,6 +46,45 @@ def _seconds(profile: Profile, counts: tuple[int, int, int]) -> float:
     return step_seconds(profile, dict(zip(CHOICE_ORDER, counts)))
 
 
+def every_nth(n: int, every: int) -> tuple[Choice, ...]:
+    """The uniform option every-N: blocks 0, N, 2N, ... fully recomputed, the rest kept."""
+    return tuple(Choice.FULL if i % every == 0 else Choice.KEEP for i in range(n))
+
+
+def _spread_positions(n: int, recomputed: int) -> Iterator[tuple[int, ...]]:
+    """Positions of ``recomputed`` blocks out of ``n`` spread evenly: each every-N layout with
+    that many (the smallest N first), then the even spread floor(i * n / recomputed)."""
+    if recomputed == 0:
+        yield ()
+        return
+    for every in range(1, n + 1):
+        if -(-n // every) == recomputed:
+            yield tuple(range(0, n, every))
+    yield tuple(i * n // recomputed for i in range(recomputed))
+
+
+def placements(full: int, selective: int, keep: int) -> Iterator[tuple[Choice, ...]]:
+    """The layouts of these counts the planner considers, in its order of preference: spread
+    like every-N (the full blocks on the first spread positions, selective on the rest),
+    then recomputed blocks first."""
+    n = full + selective + keep
+    seen = set()
+    for positions in _spread_positions(n, full + selective):
+        layout = [Choice.KEEP] * n
+        for k, i in enumerate(positions):
+            layout[i] = Choice.FULL if k < full else Choice.SELECTIVE
+        if tuple(layout) not in seen:
+            seen.add(tuple(layout))
+            yield tuple(layout)
+    first = choices_for(full, selective, keep)
+    if first not in seen:
+        yield first
+
+
+def _counts_of(choices: tuple[Choice, ...]) -> tuple[int, int, int]:
+    return tuple(choices.count(c) for c in CHOICE_ORDER)  # type: ignore[return-value]
+
+
 def choose(
     profile: Profile,
     *,
@@ -50,20 +95,31 @@ def choose(
 ) -> Plan:
     """The plan of least recompute cost whose predicted reserved peak fits ``budget_bytes``.
 
+    Candidates: every count in its recomputed-first layout and every uniform every-N layout;
+    the winning counts then take their preferred layout that fits (see ``placements``).
     ``profile_at(batch)`` calibrates another batch size; with it, an impossible budget names
     the largest batch that would fit.
     """
+    n = profile.n_blocks
+
+    def peak(choices: tuple[Choice, ...]) -> int:
+        return peak_bytes(profile, choices, world_size=world_size, overheads=overheads)
+
+    candidates = [choices_for(*counts) for counts in all_counts(n)]
+    candidates += [every_nth(n, every) for every in range(1, n + 1)]
     best: tuple[tuple[float, int], tuple[int, int, int]] | None = None
-    for counts in all_counts(profile.n_blocks):
-        peak = peak_bytes(profile, choices_for(*counts), world_size=world_size, overheads=overheads)
-        if peak > budget_bytes:
+    for choices in candidates:
+        p = peak(choices)
+        if p > budget_bytes:
             continue
-        key = (_seconds(profile, counts), peak)
+        counts = _counts_of(choices)
+        key = (_seconds(profile, counts), p)
         if best is None or key < best[0]:
             best = (key, counts)
     if best is None:
         raise BudgetError(_shortfall(profile, budget_bytes, world_size, overheads, profile_at))
-    return make_plan(profile, choices_for(*best[1]), budget_bytes=budget_bytes, world_size=world_size, overheads=overheads)
+    chosen = next(c for c in placements(*best[1]) if peak(c) <= budget_bytes)
+    return make_plan(profile, chosen, budget_bytes=budget_bytes, world_size=world_size, overheads=overheads)
 
 
 def choose_over_budgets(profiles: dict[float, Profile], **kwargs: object) -> Plan:
