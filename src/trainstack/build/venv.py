@@ -14,7 +14,7 @@ from pathlib import Path
 from trainstack import proc
 from trainstack.build.backend import BuildJob, BuildOutput
 from trainstack.build.disk import require_free_disk, tree_size
-from trainstack.build.download import DEFAULT_INDEX, Fetcher, download_sdist
+from trainstack.build.download import DEFAULT_INDEX, Fetcher, download_sdist, index_auth
 from trainstack.build.extensions import ExtensionBuilder
 from trainstack.build.git import fetch_git
 from trainstack.build.steps import Steps
@@ -115,7 +115,9 @@ def _fetch_sdist(job: BuildJob, steps: Steps, src: SourceBuild, workdir: Path) -
     entry = parse_lock(src.entry_text).entries[0]
     options = job.layers.full.options
     index = next((o.split(None, 1)[1] for o in options if o.startswith("--index-url")), DEFAULT_INDEX)
-    fetcher = Fetcher(ca_bundle=job.ca_bundle, attempts=job.inputs.stack.build.retries)
+    default, extras = lock_index_urls(options)
+    auth = index_auth(([default] if default else []) + extras, os.environ)  # the credentials reach the index only
+    fetcher = Fetcher(ca_bundle=job.ca_bundle, attempts=job.inputs.stack.build.retries, auth=auth)
     return steps.timed(
         f"fetch-{entry.name}",
         lambda: download_sdist(fetcher, index, entry.name, entry.version or "", hashes(entry), workdir),
