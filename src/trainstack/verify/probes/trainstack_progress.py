@@ -4,6 +4,7 @@ Appends one JSON line per event to $TRAINSTACK_PROGRESS, opened and closed each 
 the file survives a test that kills the interpreter (os._exit, a segfault): the last
 "start" without its "done" names the test that crashed. Absolute ids allow reruns. Every
 report that pytest's summary line counts is written, so the counts can be compared with it.
+The number of tests collected ("collected") lets trainstack show the run's progress live.
 """
 
 import json
@@ -29,6 +30,10 @@ def pytest_runtest_logstart(nodeid, location):
 
 def pytest_itemcollected(item):
     _write({"event": "item", "nodeid": item.nodeid, "rerun": _rerun_id(item)})
+
+
+def pytest_collection_finish(session):
+    _write({"event": "collected", "total": len(session.items)})
 
 
 def pytest_runtest_logreport(report):

@@ -1,6 +1,6 @@
-"""Run one declared suite inside the environment: JUnit XML, progress events, one rerun of
-the failures, known issues subtracted. Crashes, timeouts (the whole process group killed),
-collection errors and a run of no test are failures, never dropped."""
+"""Run one declared suite inside the environment, its progress shown live: JUnit XML,
+progress events, one rerun of the failures, known issues subtracted. Crashes, timeouts (the
+whole process group killed), collection errors and a run of no test are failures, never dropped."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from trainstack.errors import SpecError
 from trainstack.spec.models import Suite
 from trainstack.verify.suites.junit import Progress, Summary, read_junit, read_progress, read_summary
 from trainstack.verify.suites.known_issues import KnownIssues
+from trainstack.verify.suites.live import SuiteProgress
 from trainstack.verify.suites.models import KnownHit, SuiteResult
 from trainstack.verify.target import Target, probe_path
 
@@ -69,11 +70,14 @@ class SuiteRun:
         progress = self.workdir / f"{self.suite.name}.{tag}.events"
         for stale in (xml, progress):
             stale.unlink(missing_ok=True)
-        argv = words + (["-p", "trainstack_progress", f"--junitxml={xml}"] if self.is_pytest(words) else [])
+        pytest = self.is_pytest(words)
+        argv = words + (["-p", "trainstack_progress", f"--junitxml={xml}"] if pytest else [])
+        label = self.suite.name + (" (rerun of the failures)" if tag == "rerun" else "")
         start = time.perf_counter()
         try:
-            result = proc.run(argv, cwd=self.cwd, env=self.env(progress), timeout=self.suite.timeout,
-                              log=self.workdir / f"{self.suite.name}.log", new_session=True)
+            with SuiteProgress(label, progress if pytest else None):
+                result = proc.run(argv, cwd=self.cwd, env=self.env(progress), timeout=self.suite.timeout,
+                                  log=self.workdir / f"{self.suite.name}.log", new_session=True)
         except subprocess.TimeoutExpired:
             result = None
         return result, xml, progress, time.perf_counter() - start
