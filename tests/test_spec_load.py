@@ -182,3 +182,25 @@ def test_a_misspelt_field_is_named_before_the_missing_one_it_hides(tmp_path):
         load_stack(path)
     line = text.splitlines().index('pyton = ["3.11"]') + 1
     assert str(info.value) == f"{path}:{line}: matrix.pyton: unknown field; did you mean 'python'?"
+
+
+def test_an_os_unknown_to_the_rules_is_refused_at_load_with_exit_2(write_stack, capsys) -> None:
+    """Not only by check's rules (exit 3): no verb starts on a flavour whose platform nothing describes."""
+    path = write_stack(MINIMAL.replace('os = ["debian12"]', 'os = ["debian12", "centos7"]'))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"error: {path}:11: matrix.os: OS 'centos7' is not in the rules data (one of: debian12, debian13, "
+        'ubuntu22.04, ubuntu24.04); describe it under [rules.platforms.os."centos7"] or pick a known one'
+    )
+    include = MINIMAL + 'include = [{ cuda = "cpu", os = "alpine3.20", python = "3.11" }]\n'
+    assert "matrix.include.0.os: OS 'alpine3.20' is not in the rules data" in _error(include, path.parent)
+
+
+def test_an_os_the_stack_describes_in_its_own_rules_loads(tmp_path: Path) -> None:
+    text = MINIMAL.replace('os = ["debian12"]', 'os = ["centos7"]').replace('["3.11", "3.12"]', '["3.11"]') + (
+        '\n[rules.platforms.os."centos7"]\nglibc = "2.17"\nplatform = "x86_64-manylinux_2_17"\n'
+        'source = "https://example.com/centos7"\npythons = []\npythons_source = "https://example.com/centos7"\n'
+    )
+    stack = parse_stack(text, tmp_path / "stack.toml")
+    assert [f.os for f in expand_flavours(stack)] == ["centos7"]

@@ -57,7 +57,24 @@ def parse_stack(text: str, path: Path) -> Stack:
     from trainstack.rules.stack import stack_rules
 
     activate(stack_rules(stack.rules, text, path))  # the rules in effect are this stack's
+    _require_known_os(stack, text, path)
     return stack
+
+
+def _require_known_os(stack: Stack, text: str, path: Path) -> None:
+    """Each OS of the matrix is one the rules in effect describe (its glibc decides the wheels)."""
+    from trainstack.rules.data import load_rules
+
+    known = load_rules().platforms.os
+    given = [(("matrix", "os"), name) for name in stack.matrix.os]
+    given += [(("matrix", "include", str(n), "os"), cell.os) for n, cell in enumerate(stack.matrix.include)]
+    for loc, name in given:
+        if name not in known:
+            raise _located(
+                text, path, loc,
+                f"OS '{grammar.shown(name)}' is not in the rules data (one of: {', '.join(known)}); "
+                f'describe it under [rules.platforms.os."{grammar.shown(name)}"] or pick a known one',
+            )  # fmt: skip
 
 
 def _located(text: str, path: Path, loc: tuple[str, ...], message: str) -> SpecError:
