@@ -1,17 +1,64 @@
-"""The lock manifest (stack.lock.json) and where lock files live. Pure data; no resolution."""
+"""The lock manifest (stack.lock.json), where lock files live, and what a lock folder may hold.
+
+A lock folder is committed beside its stack and arrives in pull requests like the stack: every
+value keys, render and build take from it is checked here first (file names inside the folder,
+hashes, versions, index URLs without credentials, requirement lines by name with their hashes;
+direct references only for the stack's own source components). No resolution.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Collection
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from trainstack.errors import LockError, SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
+from trainstack.spec import grammar
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "stack.lock.json"
+LOCK_FILE = re.compile(r"^locks/[A-Za-z0-9][A-Za-z0-9._-]*\.txt$")  # inside the lock folder, no '..'
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SLUG = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+CACHE_KEY = re.compile(r"^[a-z0-9][a-z0-9._/-]*-[0-9a-f]{12}$")
+LAYER = re.compile(r"^[a-z][a-z0-9-]*$")
+GIT_PIN = re.compile(r"^git\+(?P<url>.+)@(?P<sha>[0-9a-f]{40})$")
+HASH_LINE = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
+OPTIONS = ("--index-url", "--extra-index-url", "--find-links")  # what uv writes into a lock
+
+
+def _matching(value: str, pattern: re.Pattern[str], accepted: str) -> str:
+    if not pattern.match(value):
+        raise ValueError(f"'{grammar.shown(value)}' is not {accepted}")
+    return value
+
+
+def _version(value: str) -> str:
+    grammar.no_controls(value)
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise ValueError(f"'{grammar.shown(value)}' is not a version (PEP 440, such as '2.9.1')") from None
+    return value
+
+
+def _pinned_source(value: str) -> str:
+    """'git+URL@FULLSHA' with a git URL, or 'file:///ABS/PATH' (what the lock writes for sources)."""
+    grammar.no_controls(value)
+    found = GIT_PIN.match(value)
+    if found:
+        grammar.git_url(found.group("url"))
+        return value
+    if value.startswith("file:///") and not value.startswith("file:////") and " " not in value:
+        return value
+    raise ValueError(f"'{grammar.shown(value)}' is not a pinned source ('git+URL@<40 hex>' or 'file:///PATH')")
 
 
 class LockedFlavour(BaseModel):
@@ -33,6 +80,60 @@ class LockedFlavour(BaseModel):
     layers: dict[str, str] = {}
     inputs_hash: str = ""  # sha256 of this flavour's resolution inputs (uv requests, sources)
 
+    @field_validator("cuda", "os", "python", "channel")
+    @classmethod
+    def _axis(cls, value: str) -> str:
+        return _matching(value, re.compile(r"^[a-z0-9][a-z0-9.]*$"), "a matrix value ('12.8', 'cpu', 'debian12', '3.12', 'release')")
+
+    @field_validator("lock_file")
+    @classmethod
+    def _lock_file(cls, value: str) -> str:
+        return _matching(value, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.txt')")
+
+    @field_validator("lock_sha256")
+    @classmethod
+    def _sha(cls, value: str) -> str:
+        return _matching(value, SHA256, "a sha256 (64 lowercase hex digits)")
+
+    @field_validator("inputs_hash")
+    @classmethod
+    def _inputs(cls, value: str) -> str:
+        return value and _matching(value, SHA256, "a sha256 (64 lowercase hex digits)")
+
+    @field_validator("index")
+    @classmethod
+    def _index(cls, value: str | None) -> str | None:
+        return None if value is None else grammar.index_url(value)
+
+    @field_validator("cache_key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        return _matching(value, CACHE_KEY, "a cache key ('<image>-<flavour>-<12 hex>')")
+
+    @field_validator("packages")
+    @classmethod
+    def _packages(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, version in value.items():
+            grammar.pep508_name(name)
+            _version(version)
+        return value
+
+    @field_validator("sources")
+    @classmethod
+    def _sources(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, pinned in value.items():
+            grammar.pep508_name(name)
+            _pinned_source(pinned)
+        return value
+
+    @field_validator("layers")
+    @classmethod
+    def _layers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, relative in value.items():
+            _matching(name, LAYER, "a layer name ('torch', 'toolchain')")
+            _matching(relative, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.<layer>.txt')")
+        return value
+
 
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -51,6 +152,28 @@ class Manifest(BaseModel):
     def _known_schema(cls, value: int) -> int:
         if value != SCHEMA_VERSION:
             raise ValueError(f"{value} is not a schema this trainstack reads; accepted: {SCHEMA_VERSION}")
+        return value
+
+    @field_validator("stack", "image", "uv_version", "generated_at")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        return grammar.no_controls(value)
+
+    @field_validator("release")
+    @classmethod
+    def _release(cls, value: str) -> str:
+        return grammar.oci_tag(value)
+
+    @field_validator("inputs_hash")
+    @classmethod
+    def _inputs(cls, value: str) -> str:
+        return _matching(value, SHA256, "a sha256 (64 lowercase hex digits)")
+
+    @field_validator("flavours")
+    @classmethod
+    def _slugs(cls, value: dict[str, LockedFlavour]) -> dict[str, LockedFlavour]:
+        for slug in value:
+            _matching(slug, SLUG, "a flavour slug ('cu128-ubuntu2404-py312-release')")
         return value
 
 
@@ -84,6 +207,100 @@ def load_manifest(path: Path) -> Manifest:
         return Manifest.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        message = str(first["msg"]).removeprefix("Value error, ")
-        raise SpecError(f"{path}: {field}: {message}") from None
+        loc = [str(p) for p in first["loc"]]
+        field = ".".join(grammar.shown(p) for p in loc) or "(top level)"
+        message = grammar.shown(str(first["msg"]).removeprefix("Value error, "), 300)
+        line = _json_line(read_regular(path, "lock manifest").decode("utf-8"), loc)
+        raise SpecError(f"{path}:{line}: {field}: {message}" if line else f"{path}: {field}: {message}") from None
+
+
+def _json_line(text: str, loc: list[str]) -> int | None:
+    """The line of the deepest key of ``loc`` found in order in a JSON text (1-based)."""
+    lines = text.splitlines()
+    found, start = None, 0
+    for key in loc:
+        quoted = json.dumps(key) + ":"
+        hit = next((n for n in range(start, len(lines)) if quoted in lines[n]), None)
+        if hit is None:
+            break
+        found, start = hit + 1, hit + 1
+    return found
+
+
+def read_lock_text(lock_dir: Path, relative: str, direct: Collection[str] = ()) -> str:
+    """A lock file named by the manifest: a regular file inside ``lock_dir`` (symbolic links may
+    not lead out), every line checked by ``check_lock_text``."""
+    path = lock_dir / relative
+    try:
+        _matching(relative, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.txt')")
+    except ValueError as exc:
+        raise SpecError(f"{lock_dir / MANIFEST_NAME}: {exc}") from None
+    folder = lock_dir.resolve()
+    if folder not in path.resolve().parents:
+        raise SpecError(f"{path}: leads out of the lock folder {folder} (a symbolic link); a lock file is a file in it")
+    try:
+        text = read_regular(path, "lock file").decode("utf-8")
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a lock file: not UTF-8 text") from None
+    check_lock_text(text, path, direct)
+    return text
+
+
+def check_lock_text(text: str, path: Path, direct: Collection[str] = ()) -> None:
+    """Each line of a requirements lock is a comment, an index option with a URL without
+    credentials, a pinned requirement by name (``name==version``, with a marker at most), a
+    ``--hash=sha256:`` line under it, or a direct reference ('name @ git+URL@SHA' or
+    'name @ file:///PATH') for a name in ``direct`` (the stack's source components) only.
+    SpecError 'FILE:LINE: what: why' for anything else."""
+    allowed = {canonicalize_name(n) for n in direct}
+    in_entry = False
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.rstrip()
+        stripped = line.strip().removesuffix("\\").strip()
+        try:
+            grammar.no_controls(line)
+            if not stripped or stripped.startswith("#"):
+                continue
+            if line[0].isspace():
+                if not in_entry or not HASH_LINE.match(stripped):
+                    raise ValueError(f"'{grammar.shown(stripped)}' is not a hash of the entry above ('--hash=sha256:<64 hex>')")
+                continue
+            in_entry = False
+            if stripped.startswith("-"):
+                _option(stripped)
+                continue
+            _requirement(stripped, allowed)
+            in_entry = True
+        except ValueError as exc:
+            raise SpecError(f"{path}:{number}: lock line: {exc}") from None
+
+
+def _option(line: str) -> None:
+    flag, _, value = line.partition(" ")
+    if flag not in OPTIONS:
+        raise ValueError(f"'{grammar.shown(line)}' is not an option a lock holds (accepted: {', '.join(OPTIONS)} with a URL)")
+    grammar.index_url(value.strip())
+
+
+def _requirement(line: str, direct: set[str]) -> None:
+    try:
+        parsed = Requirement(line)
+    except InvalidRequirement:
+        raise ValueError(f"'{grammar.shown(line)}' is not a pinned requirement ('name==version')") from None
+    grammar.pep508_name(parsed.name)
+    if parsed.url is not None:
+        if canonicalize_name(parsed.name) not in direct:
+            raise ValueError(
+                f"'{grammar.shown(line)}': a direct reference for '{parsed.name}', which the stack does not build "
+                "from source (accepted: 'name==version' with hashes)"
+            )
+        _pinned_source(parsed.url)
+        return
+    pins = list(parsed.specifier)
+    if len(pins) != 1 or pins[0].operator != "==" or parsed.extras:
+        raise ValueError(f"'{grammar.shown(line)}' is not a pinned requirement ('name==version')")
+    _version(pins[0].version)
