@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -11,8 +13,8 @@ import pytest
 from trainstack.cli import VERBS, main
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trainstack.cli", *args], capture_output=True, text=True, timeout=120)
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trainstack.cli", *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_help_lists_every_verb():
@@ -147,3 +149,25 @@ def test_a_repeatable_option_takes_a_comma_list(capsys):
     assert "error: --skip bogus: not a part of verify" in capsys.readouterr().err
     assert main(["verify", "--help"]) == 0
     assert "separate values with commas" in " ".join(capsys.readouterr().out.split())
+
+
+def test_bench_json_prints_the_rows_and_output_writes_them(tmp_path):
+    """bench --json: stdout is the JSON document alone (the table goes to stderr); --output
+    writes the same document; --compare --json gives the matched pairs with their ratios."""
+    pytest.importorskip("torch")
+    document = tmp_path / "bench.json"
+    piped = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}  # as in a CI log
+    proc = run("bench", "--preset", "tiny", "--seq", "64", "--batch", "2", "--steps", "2", "--warmup", "1",
+               "--device", "cpu", "--modes", "eager", "--out", str(tmp_path), "--json", "--output", str(document), env=piped)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result == json.loads(document.read_text())
+    assert result["exit_code"] == 0 and result["modes"] == "eager"
+    [row] = result["rows"]
+    assert row["status"] == "ok" and row["model"] == "tiny" and row["tokens_per_s_per_gpu"] > 0
+    assert "tok/s/GPU" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr  # the table, for people, on stderr
+    jsonl = tmp_path / "bench-tiny-b2-s64.jsonl"
+    proc = run("bench", "--compare", str(jsonl), str(jsonl), "--json")
+    assert proc.returncode == 0, proc.stderr
+    [pair] = json.loads(proc.stdout)["pairs"]
+    assert pair["mode"] == "eager" and pair["tokens_per_s_b_over_a"] == 1.0 and pair["a"] == pair["b"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
+import sys
 from pathlib import Path
 
 import typer
@@ -23,17 +26,24 @@ def command(
     profile: Path | None = typer.Option(None, "--profile", help="Folder: profile 2 more steps per mode after the timed ones; a Chrome trace and a table of the kernels by time."),
     compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Two result files A and B: print an A/B table with ratios, run nothing."),
     parity: str | None = typer.Option(None, "--parity", help="Two modes A,B: train both from the same seed on a learnable synthetic task and report the loss curves' largest relative gap (after the ablation, with --ablation)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result (the rows, or the A/B pairs of --compare) as one JSON document on stdout; the tables go to stderr."),
+    output: Path | None = typer.Option(None, "--output", help="Also write that JSON document to this file."),
 ) -> None:
     """Measure training throughput (tokens/s, MFU, memory, step-time spread) of a Llama-family decoder.
 
     Under torchrun the model is sharded with FSDP2 and figures are per GPU and in total.
+
+    Exit 0 when measured, 1 when a mode failed or nothing was measured, 6 without torch or a GPU, 2 on bad input.
 
     Example: trainstack bench --preset 1b --batch 4 --seq 4096 --ablation --out results
     """
     if compare is not None:
         from trainstack.bench.compare import print_compare
 
-        print_compare(*compare)
+        with _tables_to_stderr(json_out):
+            print_compare(*compare)
+        if json_out or output is not None:
+            _emit(_compare_document(*compare), json_out, output)
         return
     from trainstack.bench.presets import shape
     from trainstack.extras import require, require_cuda
@@ -44,11 +54,60 @@ def command(
     if device == "cuda":
         require_cuda("trainstack bench --device cuda")
     from trainstack.bench import api
+    from trainstack.bench.device import dist_from_env
     from trainstack.bench.modes import DEFAULT_ABLATION
 
     chosen = modes or (",".join(DEFAULT_ABLATION) if ablation else "compile")
     steps = steps if steps is not None else (300 if parity else 20)
     opts = api.BenchOptions(model, hf_config, batch, seq, steps, warmup, chosen, ablation, out, device, memory_cap_gib, timeout_s, profile, parity)
-    code = api.exit_code(api.benchmark(opts), ablation, parity=parity is not None)
+    with _tables_to_stderr(json_out):
+        rows = api.benchmark(opts)
+    code = api.exit_code(rows, ablation, parity=parity is not None)
+    if (json_out or output is not None) and dist_from_env().rank == 0:
+        document = {"model": model if hf_config is None else str(hf_config), "batch": batch, "device": device,
+                    "modes": chosen, "ablation": ablation, "parity": parity, "exit_code": code, "rows": rows}
+        _emit(document, json_out, output)
     if code:
         raise typer.Exit(code)
+
+
+def _tables_to_stderr(json_out: bool) -> contextlib.AbstractContextManager:
+    """With --json, stdout carries the JSON document alone: what bench prints for people goes to stderr."""
+    return contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext()
+
+
+def _emit(document: dict, json_out: bool, output: Path | None) -> None:
+    from trainstack.console import emit_json
+    from trainstack.fsutil import dump_json
+
+    emit_json(dump_json(_finite(document)), to_stdout=json_out, output=output)
+
+
+def _finite(value: object) -> object:
+    """NaN and infinities (a diverged run's loss) as null: the document stays valid JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _compare_document(path_a: Path, path_b: Path) -> dict:
+    """The rows of A and B matched as the A/B table matches them, with B/A of tokens/s and memory."""
+    from trainstack.bench.compare import read_rows
+
+    def key(row: dict) -> tuple:
+        return (row["model"], row["mode"], row.get("batch"), row.get("seq"), row.get("world_size", 1))
+
+    def ratio(ra: dict | None, rb: dict | None, field: str) -> float | None:
+        a, b = ((r or {}).get(field) if (r or {}).get("status") == "ok" else None for r in (ra, rb))
+        return round(b / a, 4) if a and b is not None else None
+
+    a, b = {key(r): r for r in read_rows(path_a)}, {key(r): r for r in read_rows(path_b)}
+    pairs = [{"model": k[0], "mode": k[1], "batch": k[2], "seq": k[3], "world_size": k[4], "a": a.get(k), "b": b.get(k),
+              "tokens_per_s_b_over_a": ratio(a.get(k), b.get(k), "tokens_per_s_per_gpu"),
+              "memory_b_over_a": ratio(a.get(k), b.get(k), "mem_allocated_gib")}
+             for k in list(a) + [k for k in b if k not in a]]
+    return {"a": str(path_a), "b": str(path_b), "pairs": pairs}
