@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "stacks"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked gpu run GPU code: without a CUDA GPU they are skipped, and say so."""
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu and not _cuda_available():
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason="skip: no GPU"))
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
 
 
 @pytest.fixture
@@ -32,3 +51,25 @@ def write_stack(tmp_path: Path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def containers_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One containers store for every OCI build of the session, apart from the machine's own images:
+    the debootstrap base and the layers that equal Dockerfile stages share are built once, by the
+    first test that needs them, and reused by the others (buildah's layer cache)."""
+    from trainstack.build.oci import BuildahBackend
+
+    root = tmp_path_factory.mktemp("containers")
+    conf = root / "storage.conf"
+    conf.write_text(f'[storage]\ndriver = ""\ngraphroot = "{root}/graph"\nrunroot = "{root}/run"\n')
+    old = os.environ.get("CONTAINERS_STORAGE_CONF")
+    os.environ["CONTAINERS_STORAGE_CONF"] = str(conf)
+    yield root
+    buildah = ["buildah", "--storage-driver", BuildahBackend().driver]
+    subprocess.run([*buildah, "rmi", "--all", "--force"], capture_output=True)
+    subprocess.run([*buildah, "unshare", "true"], capture_output=True)
+    if old is None:
+        del os.environ["CONTAINERS_STORAGE_CONF"]
+    else:
+        os.environ["CONTAINERS_STORAGE_CONF"] = old

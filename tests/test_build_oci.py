@@ -30,20 +30,10 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A containers store of this module's own, so images never mix with anything else on the machine."""
-    root = tmp_path_factory.mktemp("containers")
-    conf = root / "storage.conf"
-    conf.write_text(f'[storage]\ndriver = ""\ngraphroot = "{root}/graph"\nrunroot = "{root}/run"\n')
-    old = os.environ.get("CONTAINERS_STORAGE_CONF")
-    os.environ["CONTAINERS_STORAGE_CONF"] = str(conf)
-    yield root
-    buildah("rmi", "--all", "--force", check=False)
-    subprocess.run(["buildah", "--storage-driver", BuildahBackend().driver, "unshare", "true"], capture_output=True)
-    if old is None:
-        del os.environ["CONTAINERS_STORAGE_CONF"]
-    else:
-        os.environ["CONTAINERS_STORAGE_CONF"] = old
+def storage(containers_store: Path) -> Path:
+    """The session's containers store (tests/conftest.py): its debootstrap base and system layer
+    are reused by the private-index image build."""
+    return containers_store
 
 
 def buildah(*args: str, check: bool = True) -> str:
