@@ -131,7 +131,7 @@ def test_the_loss_allocates_its_logits_buffers_once_not_per_chunk():
     assert counts == {("in place", 50): 2, ("in place", 25): 2, ("functional", 50): 2, ("functional", 25): 4}
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="skip: no GPU")
+@pytest.mark.gpu
 def test_chunked_loss_on_a_gpu_in_bf16_matches_fp32_cross_entropy():
     """The GPU path: bf16 logits, the weight gradient accumulated by fp32-output products."""
     torch.manual_seed(0)

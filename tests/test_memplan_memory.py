@@ -103,7 +103,7 @@ def test_measured_block_bytes_replace_the_fake_ones(profile) -> None:
     assert breakdown(measured, [Choice.KEEP] * TINY.n_layers).saved_activations < breakdown(profile, [Choice.KEEP] * TINY.n_layers).saved_activations
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="skip: no GPU")
+@pytest.mark.gpu
 def test_a_real_block_on_a_gpu_saves_what_fake_tensors_say_within_5_percent() -> None:
     from trainstack.memplan.calibrate import block_memory
 
@@ -163,7 +163,7 @@ def test_a_compiled_plan_names_its_compiler_budget_and_an_eager_one_none() -> No
         assert compiled.compiler_budget == 1.0
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="skip: no GPU")
+@pytest.mark.gpu
 def test_compiled_kept_blocks_save_less_under_a_smaller_compiler_budget() -> None:
     from trainstack.memplan import measure_compiled_blocks
 
