@@ -4,14 +4,21 @@ FusedLayerNorm and fused dense and flash-attn's flash_attn_func (forward and bac
 torch. Prints one JSON document and writes it to the path given.
 
     python3 benchmarks/extensions_h200.py OUT.json
+    python3 benchmarks/extensions_h200.py OUT.json --only apex --apex-wheel DIR
+        apex alone: pip-installs the apex wheel in DIR (built by extension_build.py apex
+        --source) into a folder of its own, then its compiled modules with the GPU code each
+        holds, and FusedLayerNorm (fp32, bf16) and FusedDense (bf16) forward and backward
+        against torch.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,26 +64,119 @@ def fused_adam_vs_adamw(torch) -> dict:
 
 
 def apex_checks(torch) -> dict:
+    """apex's compiled modules present (ops.toml's list), the GPU code in each (.nv_fatbin), and
+    FusedLayerNorm (fp32, bf16) and FusedDense (bf16) forward and backward against torch."""
     try:
+        import apex
         from apex.normalization import FusedLayerNorm
     except Exception as exc:  # noqa: BLE001 - the reason is the finding
         return {"skipped": f"apex not importable: {type(exc).__name__}: {exc}"[:300]}
-    out = {}
-    torch.manual_seed(0)
-    x = torch.randn(64, 1024, 4096, device="cuda", requires_grad=True)
-    fused, ref = FusedLayerNorm(4096).cuda(), torch.nn.LayerNorm(4096).cuda()
-    y1, y2 = fused(x), ref(x)
-    out["fused_layer_norm_fwd_max_abs_diff"] = (y1 - y2).abs().max().item()
+    out = {"file": apex.__file__, "modules": apex_modules()}
+    for dtype in (torch.float32, torch.bfloat16):
+        try:
+            out[f"fused_layer_norm_{str(dtype).split('.')[-1]}"] = layer_norm_vs_torch(torch, FusedLayerNorm, dtype)
+        except Exception as exc:  # noqa: BLE001
+            out[f"fused_layer_norm_{str(dtype).split('.')[-1]}"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     try:
-        from apex.fused_dense import FusedDense
-
-        dense = FusedDense(1024, 4096).cuda().half()
-        inp = torch.randn(512, 1024, device="cuda", dtype=torch.half)
-        expected = torch.nn.functional.linear(inp, dense.weight, dense.bias)
-        out["fused_dense_max_abs_diff"] = (dense(inp) - expected).abs().max().item()
+        out["fused_dense_bfloat16"] = fused_dense_vs_torch(torch)
     except Exception as exc:  # noqa: BLE001
-        out["fused_dense"] = f"{type(exc).__name__}: {exc}"[:300]
+        out["fused_dense_bfloat16"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     return out
+
+
+def apex_modules() -> dict:
+    """Each compiled module of apex in trainstack's op table: imported or why not, and its GPU code."""
+    import importlib
+    import importlib.util
+    import tomllib
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    from trainstack.verify.fatbin import fatbin_archs
+
+    data = tomllib.loads((Path(__file__).resolve().parent.parent / "src" / "trainstack" / "verify" / "data" / "ops.toml").read_text())
+    names = next(e["modules"] for e in data["extension"] if e["name"] == "apex")
+    found = {}
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            found[name] = {"present": False}
+            continue
+        try:
+            importlib.import_module(name)
+            error = None
+        except Exception as exc:  # noqa: BLE001
+            error = f"{type(exc).__name__}: {exc}"[:200]
+        archs = fatbin_archs(Path(spec.origin))
+        found[name] = {"present": True, "imported": error is None, "error": error, "file": Path(spec.origin).name,
+                       "archs": archs.labels if archs else []}
+    return found
+
+
+def _diff(a, b) -> float:
+    return (a.float() - b.float()).abs().max().item()
+
+
+def layer_norm_vs_torch(torch, FusedLayerNorm, dtype) -> dict:
+    """Same input, weight, bias and output gradient through apex and torch.nn.functional.layer_norm;
+    the bf16 case also against an fp32 torch reference (what each side's rounding costs)."""
+    torch.manual_seed(0)
+    shape, hidden = (16, 512), 4096
+    x = torch.randn(*shape, hidden, device="cuda", dtype=dtype)
+    fused = FusedLayerNorm(hidden).to(device="cuda", dtype=dtype)
+    with torch.no_grad():
+        fused.weight.copy_(1 + 0.1 * torch.randn(hidden, device="cuda", dtype=dtype))
+        fused.bias.copy_(0.1 * torch.randn(hidden, device="cuda", dtype=dtype))
+    grad = torch.randn(*shape, hidden, device="cuda", dtype=dtype)
+
+    def run(fn, cast):
+        xi = x.detach().to(cast).requires_grad_()
+        w, b = fused.weight.detach().to(cast).requires_grad_(), fused.bias.detach().to(cast).requires_grad_()
+        y = fn(xi, w, b)
+        y.backward(grad.to(cast))
+        torch.cuda.synchronize()
+        return y.detach(), xi.grad, w.grad, b.grad
+
+    def apex_run():
+        xi = x.detach().clone().requires_grad_()
+        y = fused(xi)
+        y.backward(grad)
+        torch.cuda.synchronize()
+        return y.detach(), xi.grad, fused.weight.grad, fused.bias.grad
+
+    ours = apex_run()
+    ref = run(lambda xi, w, b: torch.nn.functional.layer_norm(xi, (hidden,), w, b, fused.eps), dtype)
+    names = ("y", "dx", "dweight", "dbias")
+    result = {"shape": [*shape, hidden], "dtype": str(dtype).split(".")[-1],
+              "max_abs_diff_vs_torch": {n: _diff(a, b) for n, a, b in zip(names, ours, ref)},
+              "max_abs_torch": {n: b.float().abs().max().item() for n, b in zip(names, ref)}}
+    if dtype != torch.float32:
+        exact = run(lambda xi, w, b: torch.nn.functional.layer_norm(xi, (hidden,), w, b, fused.eps), torch.float32)
+        result["max_abs_diff_vs_fp32_torch"] = {"apex": {n: _diff(a, e) for n, a, e in zip(names, ours, exact)},
+                                                "torch": {n: _diff(b, e) for n, b, e in zip(names, ref, exact)}}
+    return result
+
+
+def fused_dense_vs_torch(torch) -> dict:
+    """apex.fused_dense.FusedDense (fused_dense_cuda: GEMM + bias, and its backward) against F.linear."""
+    from apex.fused_dense import FusedDense
+
+    torch.manual_seed(0)
+    dtype = torch.bfloat16
+    dense = FusedDense(1024, 4096).to(device="cuda", dtype=dtype)
+    x = torch.randn(512, 1024, device="cuda", dtype=dtype)
+    grad = torch.randn(512, 4096, device="cuda", dtype=dtype)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    w, b = dense.weight.detach().clone().requires_grad_(), dense.bias.detach().clone().requires_grad_()
+    ya = dense(xa)
+    ya.backward(grad)
+    yb = torch.nn.functional.linear(xb, w, b)
+    yb.backward(grad)
+    torch.cuda.synchronize()
+    names = ("y", "dx", "dweight", "dbias")
+    ours, ref = (ya, xa.grad, dense.weight.grad, dense.bias.grad), (yb, xb.grad, w.grad, b.grad)
+    return {"shape": [512, 1024, 4096], "dtype": "bfloat16",
+            "max_abs_diff_vs_torch": {n: _diff(a, c) for n, a, c in zip(names, ours, ref)},
+            "max_abs_torch": {n: c.float().abs().max().item() for n, c in zip(names, ref)}}
 
 
 def flash_checks(torch) -> dict:
@@ -95,27 +195,50 @@ def flash_checks(torch) -> dict:
             "bwd_max_abs_diff": max((a - b).abs().max().item() for a, b in zip(g1, g2))}
 
 
+def install_wheel(wheel: Path, site: Path) -> dict:
+    """pip install the built wheel (no dependencies, no index) into ``site`` and put it first on sys.path."""
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile",
+                             "--upgrade", "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+    sys.path.insert(0, str(site))
+    return {"wheel": wheel.name, "wheel_bytes": wheel.stat().st_size, "returncode": result.returncode,
+            "seconds": round(time.perf_counter() - start, 1), "tail": (result.stdout + result.stderr)[-400:]}
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", type=Path, help="write the JSON here too")
+    parser.add_argument("--only", choices=["all", "apex"], default="all", help="apex: apex's checks alone")
+    parser.add_argument("--apex-wheel", type=Path, help="install this apex wheel into --site first (a folder: its one .whl)")
+    parser.add_argument("--site", type=Path, default=Path(tempfile.gettempdir()) / "ts-apex-site")
+    args = parser.parse_args()
+    result = {}
+    if args.apex_wheel is not None:
+        wheels = sorted(args.apex_wheel.glob("apex-*.whl")) if args.apex_wheel.is_dir() else [args.apex_wheel]
+        result["apex_install"] = install_wheel(wheels[0], args.site) if wheels else {"error": f"no apex wheel in {args.apex_wheel}"}
     import torch
 
     start = time.perf_counter()
-    result = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0),
-              "capability": "%d%d" % torch.cuda.get_device_capability(0), "ds_report": ds_report()}
-    try:
-        result["compiled_archs"] = compiled_archs()
-    except Exception as exc:  # noqa: BLE001
-        result["compiled_archs"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-    try:
-        result["fused_adam_vs_adamw"] = fused_adam_vs_adamw(torch)
-    except Exception as exc:  # noqa: BLE001
-        result["fused_adam_vs_adamw"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    result.update({"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0),
+                   "capability": "%d%d" % torch.cuda.get_device_capability(0)})
+    if args.only == "all":
+        result["ds_report"] = ds_report()
+        try:
+            result["compiled_archs"] = compiled_archs()
+        except Exception as exc:  # noqa: BLE001
+            result["compiled_archs"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        try:
+            result["fused_adam_vs_adamw"] = fused_adam_vs_adamw(torch)
+        except Exception as exc:  # noqa: BLE001
+            result["fused_adam_vs_adamw"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     result["apex"] = apex_checks(torch)
-    result["flash_attn"] = flash_checks(torch)
+    if args.only == "all":
+        result["flash_attn"] = flash_checks(torch)
     result["seconds"] = round(time.perf_counter() - start, 1)
     text = json.dumps(result, indent=1)
     print(text)
-    if len(sys.argv) > 1:
-        Path(sys.argv[1]).write_text(text + "\n", encoding="utf-8")
+    if args.out is not None:
+        args.out.write_text(text + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
