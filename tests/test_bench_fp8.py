@@ -24,8 +24,11 @@ from trainstack.cli import main  # noqa: E402
 from trainstack.errors import UsageError  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bench_h200-fp8"
-# ffn_dim 72: the down projection's input (72) is not a multiple of 16, the fused gate/up (144) is
-ODD_FFN = ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=72, vocab_size=512, max_seq=64)
+# ffn_dim 8200: the down projection's input (8200) is not a multiple of 16, the fused gate/up (16400) is
+ODD_FFN = ModelConfig(dim=2048, n_layers=2, n_heads=16, n_kv_heads=8, ffn_dim=8200, vocab_size=512, max_seq=64)
+# one block small enough to train on a CPU with some layers converted in either recipe:
+# tensorwise converts all four (each N > 1024); rowwise only the gate/up (K 1088 > 1024, N 4224 > 4096)
+SMALL_BLOCK = ModelConfig(dim=1088, n_layers=1, n_heads=8, n_kv_heads=4, ffn_dim=2112, vocab_size=512, max_seq=64)
 
 
 @pytest.mark.parametrize(
@@ -56,28 +59,70 @@ def test_bad_fp8_parts_name_what_is_accepted(text, message):
 
 
 def test_conversion_keeps_the_output_projection_and_odd_widths():
-    model = Transformer(ODD_FFN)
+    with torch.device("meta"):
+        model = Transformer(ODD_FFN)
     plan = fp8.plan_conversion(model, "tensorwise")
     assert plan.converted == (
         "layers.0.attention.wqkv", "layers.0.attention.wo", "layers.0.feed_forward.w13",
         "layers.1.attention.wqkv", "layers.1.attention.wo", "layers.1.feed_forward.w13",
     )  # fmt: skip
     assert plan.kept == {
-        "layers.0.feed_forward.w2": "72x64 not divisible by 16",
-        "layers.1.feed_forward.w2": "72x64 not divisible by 16",
+        "layers.0.feed_forward.w2": "8200x2048 not divisible by 16",
+        "layers.1.feed_forward.w2": "8200x2048 not divisible by 16",
         "output": "output projection",
     }
     assert plan.summary() == (
-        "float8 tensorwise scaling (torchao): 6 of 9 linear layers; kept in bf16: layers.0.feed_forward.w2 "
-        "(72x64 not divisible by 16); layers.1.feed_forward.w2 (72x64 not divisible by 16); output (output projection)"
+        "float8 tensorwise scaling (torchao): 6 of 9 linear layers; kept in bf16: "
+        "layers.*.feed_forward.w2 x2 (8200x2048 not divisible by 16); output (output projection)"
     )
 
 
-def test_every_block_layer_of_the_presets_converts():
+@pytest.mark.parametrize(
+    ("recipe", "k", "n", "kept"),
+    [
+        ("tensorwise", 768, 768, "768x768: too small for float8 tensorwise to pay for its casts (K <= 4096 and N <= 1024)"),
+        ("tensorwise", 4096, 1024, "4096x1024: too small for float8 tensorwise to pay for its casts (K <= 4096 and N <= 1024)"),
+        ("tensorwise", 768, 1040, None),
+        ("tensorwise", 4112, 1024, None),
+        ("rowwise", 8192, 2048, "8192x2048: too small for float8 rowwise to pay for its casts (N <= 2048)"),
+        ("rowwise", 1024, 16384, "1024x16384: too small for float8 rowwise to pay for its casts (K <= 1024)"),
+        ("rowwise", 2048, 3072, "2048x3072: too small for float8 rowwise to pay for its casts (K <= 2048 and N <= 4096)"),
+        ("rowwise", 2048, 16384, None),
+        ("rowwise", 4096, 4096, None),
+    ],
+)
+def test_size_rule_of_each_recipe(recipe, k, n, kept):
+    assert fp8.why_kept(torch.nn.Linear(k, n, bias=False, device="meta"), set(), recipe) == kept
+
+
+@pytest.mark.parametrize(
+    ("preset", "recipe", "converted", "kept"),
+    [
+        ("8b", "tensorwise", 128, {}),
+        ("8b", "rowwise", 128, {}),
+        ("3b", "rowwise", 112, {}),
+        ("1b", "tensorwise", 64, {}),
+        # rowwise on 1b: only the gate/up (2048 -> 16384) is large enough
+        ("1b", "rowwise", 16, {"attention.wqkv": "2048x3072", "attention.wo": "2048x2048", "feed_forward.w2": "8192x2048"}),
+        # 125m (width 768): the output and down projections are too small for tensorwise
+        ("125m", "tensorwise", 24, {"attention.wo": "768x768", "feed_forward.w2": "2048x768"}),
+    ],
+)
+def test_which_preset_layers_convert(preset, recipe, converted, kept):
     with torch.device("meta"):
-        model = Transformer(PRESETS["8b"])
-    plan = fp8.plan_conversion(model, "rowwise")
-    assert len(plan.converted) == 4 * 32 and plan.kept == {"output": "output projection"}
+        model = Transformer(PRESETS[preset])
+    plan = fp8.plan_conversion(model, recipe)
+    assert len(plan.converted) == converted
+    assert plan.kept.pop("output") == "output projection"
+    layers = PRESETS[preset].n_layers
+    assert len(plan.kept) == layers * len(kept)
+    for place, shape in kept.items():
+        assert all(plan.kept[f"layers.{i}.{place}"].startswith(f"{shape}: too small for float8 {recipe}") for i in range(layers))
+
+
+def test_unknown_recipe_is_refused():
+    with pytest.raises(ValueError, match="fp8 recipe 'colwise'; accepted: tensorwise, rowwise"):
+        fp8.plan_conversion(Transformer(PRESETS["tiny"]), "colwise")
 
 
 @pytest.mark.parametrize("recipe", fp8.RECIPES)
@@ -88,13 +133,14 @@ def test_converted_model_trains_with_emulated_float8(recipe):
     from trainstack.bench.precision import to_bf16_with_master
 
     torch.manual_seed(0)
-    model = Transformer(ODD_FFN)
+    model = Transformer(SMALL_BLOCK)
     conversion = fp8.convert(model, recipe, emulate=True)
+    assert len(conversion.converted) == {"tensorwise": 4, "rowwise": 1}[recipe]
     kinds = {name: type(m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     assert {n for n, k in kinds.items() if k is Float8Linear} == set(conversion.converted)
     assert {n for n, k in kinds.items() if k is torch.nn.Linear} == set(conversion.kept)
-    opt = to_bf16_with_master(model, lr=1e-2, compiled=False)
-    tokens = torch.randint(0, ODD_FFN.vocab_size, (2, 33), generator=torch.Generator().manual_seed(0))
+    opt = to_bf16_with_master(model, lr=1e-3, compiled=False)
+    tokens = torch.randint(0, SMALL_BLOCK.vocab_size, (2, 33), generator=torch.Generator().manual_seed(0))
     losses = []
     for _ in range(5):
         loss = model(tokens[:, :-1], tokens[:, 1:])

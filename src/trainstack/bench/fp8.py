@@ -7,7 +7,14 @@ one per row) and returns what it converted and what it left in higher precision,
 - the output projection (lm head): the loss multiplies by its weight directly, and its
   logits feed a softmax over the whole vocabulary, where float8 rounding costs accuracy;
 - any layer whose input or output width is not a multiple of 16 (float8 matrix products
-  need both divisible by 16).
+  need both divisible by 16);
+- any layer too small for float8 to pay for its casts: each float8 product first reduces its
+  inputs to their scales and casts them (and, in backward, the gradient and transposed copies),
+  passes over the activations that cost more than the faster product saves when the weight
+  is small. The thresholds (``SMALL``, in K = input and N = output width) are torchao's, from
+  its per-shape measurements of float8 linear layers on H100 (forward and backward, compiled):
+  tensorwise pays off unless K <= 4096 and N <= 1024; rowwise, whose products are slower,
+  needs N > 2048, K > 1024 and not both N <= 4096 and K <= 2048.
 
 Float8 matrix products need an NVIDIA GPU of compute capability 8.9 or newer (Ada,
 Hopper, Blackwell); ``require`` says so in one line, as it does when torchao is missing.
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import re
 from dataclasses import dataclass, field
 
 from torch import nn
@@ -27,6 +35,11 @@ RECIPES = ("tensorwise", "rowwise")
 MIN_CAPABILITY = (8, 9)
 DIVISOR = 16  # float8 matrix products need both dimensions divisible by 16
 EXTRA = "pip install 'trainstack[fp8]'  (torchao)"
+# recipe -> ((K <=, N <=) pairs: a layer within any pair stays in bf16, its rule as printed)
+SMALL: dict[str, tuple[tuple[int | None, int | None], ...]] = {
+    "tensorwise": ((4096, 1024),),
+    "rowwise": ((None, 2048), (1024, None), (2048, 4096)),
+}
 
 
 @dataclass(frozen=True)
@@ -38,7 +51,14 @@ class Conversion:
     kept: dict[str, str] = field(default_factory=dict)  # layer name -> why it was kept
 
     def summary(self) -> str:
-        kept = "; ".join(f"{name} ({why})" for name, why in self.kept.items()) or "none"
+        """One line; kept layers of the same place in every block and the same reason are
+        named once, with their count (``layers.*.attention.wo x12``)."""
+        groups: dict[tuple[str, str], list[str]] = {}
+        for name, why in self.kept.items():
+            groups.setdefault((re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", name), why), []).append(name)
+        kept = "; ".join(
+            f"{names[0] if len(names) == 1 else f'{pattern} x{len(names)}'} ({why})" for (pattern, why), names in groups.items()
+        ) or "none"
         total = len(self.converted) + len(self.kept)
         return f"float8 {self.recipe} scaling (torchao): {len(self.converted)} of {total} linear layers; kept in bf16: {kept}"
 
@@ -75,23 +95,34 @@ def output_heads(model: nn.Module) -> set[int]:
     return {id(m) for m in heads if m is not None}
 
 
-def why_kept(module: nn.Module, heads: set[int]) -> str | None:
+def too_small(recipe: str, k: int, n: int) -> str | None:
+    """The size rule under which a K x N float8 product of ``recipe`` is slower than bf16, or None."""
+    for max_k, max_n in SMALL[recipe]:
+        if (max_k is None or k <= max_k) and (max_n is None or n <= max_n):
+            rule = " and ".join(f"{dim} <= {v}" for dim, v in (("K", max_k), ("N", max_n)) if v is not None)
+            return f"{k}x{n}: too small for float8 {recipe} to pay for its casts ({rule})"
+    return None
+
+
+def why_kept(module: nn.Module, heads: set[int], recipe: str = "tensorwise") -> str | None:
     """None when ``module`` converts to float8; else why it stays in higher precision."""
     if id(module) in heads:
         return "output projection"
     if module.in_features % DIVISOR or module.out_features % DIVISOR:
         return f"{module.in_features}x{module.out_features} not divisible by {DIVISOR}"
-    return None
+    return too_small(recipe, module.in_features, module.out_features)
 
 
 def plan_conversion(model: nn.Module, recipe: str) -> Conversion:
     """What ``convert`` would do to ``model``, without touching it."""
+    if recipe not in RECIPES:
+        raise ValueError(f"fp8 recipe '{recipe}'; accepted: {', '.join(RECIPES)}")
     heads = output_heads(model)
     converted, kept = [], {}
     for name, module in model.named_modules():
         if type(module) is not nn.Linear:
             continue
-        reason = why_kept(module, heads)
+        reason = why_kept(module, heads, recipe)
         if reason is None:
             converted.append(name)
         else:
@@ -103,8 +134,6 @@ def convert(model: nn.Module, recipe: str, *, emulate: bool = False) -> Conversi
     """Swap ``model``'s convertible linear layers for torchao's Float8Linear in place.
 
     ``emulate``: float8 arithmetic emulated in higher precision (runs anywhere, slowly; for tests)."""
-    if recipe not in RECIPES:
-        raise ValueError(f"fp8 recipe '{recipe}'; accepted: {', '.join(RECIPES)}")
     conversion = plan_conversion(model, recipe)
     float8 = _torchao_float8()
     config = float8.Float8LinearConfig.from_recipe_name(recipe)

@@ -7,7 +7,8 @@ matrix products and attention are saved, cheap element-wise ops recomputed) and
 On one GPU the weights are fp32 under bf16 autocast, unless the mode has the part ``bf16``:
 bf16 parameters with fp32 master weights and AdamW state (bench.precision), e.g.
 ``compile+bf16``. The part ``fp8`` (tensorwise scaling) or ``fp8-rowwise`` trains the
-linear layers of the blocks in float8 through torchao (bench.fp8), e.g. ``compile+bf16+fp8``.
+linear layers of the blocks in float8 through torchao (bench.fp8: those large enough for
+float8 to pay for its casts; the output projection stays bf16), e.g. ``compile+bf16+fp8``.
 """
 
 from __future__ import annotations
