@@ -56,3 +56,138 @@ def test_a_model_memplan_cannot_plan_gets_its_reason_and_runs_as_built(tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "ran"
     reason = [line for line in done.stderr.splitlines() if line.startswith("trainstack run: memplan: ")]
     assert len(reason) == 1 and reason[0].endswith("; the model runs as the job built it")
+
+
+RECORDED_H200_OOM = (  # the job's own error in benchmarks/results/run_h200.json (torch 2.11, H200)
+    "CUDA out of memory. Tried to allocate 1.95 GiB. GPU 0 has a total capacity of 139.80 GiB of which 115.76 GiB is free. "
+    "Including non-PyTorch memory, this process has 24.03 GiB memory in use. 23.99 GiB allowed; Of the allocated memory "
+    "21.25 GiB is allocated by PyTorch, and 2.04 GiB is reserved by PyTorch but unallocated."
+)
+
+
+def _plain_plans():
+    """A real plan of the plain loop's model below its unplanned peak, and a replanner from its calibration."""
+    sys.path.insert(0, str(DATA))
+    try:
+        import plain_loop
+    finally:
+        sys.path.remove(str(DATA))
+    from trainstack import memplan
+    from trainstack.memplan.overheads import default_overheads
+    from trainstack.memplan.planner import choose
+    from trainstack.run.planning import job_loss
+
+    model = plain_loop.build()
+    x = torch.randn(4096, 64)
+    unplanned = memplan.plan(model, x, budget=2**40, optimizer="adamw", precision="fp32", loss_fn=job_loss)
+    return unplanned, lambda b: choose(unplanned.profile, budget_bytes=b, overheads=default_overheads())
+
+
+def test_a_probe_over_budget_plans_again_under_the_budget_less_the_measured_error():
+    from trainstack.run.fitting import Measured, describe, fit
+
+    unplanned, replan = _plain_plans()
+    target = unplanned.peak_bytes  # the prediction fits exactly; the step really needs more
+    from trainstack.memplan import Choice
+    from trainstack.memplan.memory import peak_bytes
+    from trainstack.memplan.overheads import default_overheads
+
+    full = peak_bytes(unplanned.profile, [Choice.FULL] * len(unplanned.choices), overheads=default_overheads())
+    error = (unplanned.peak_bytes - full) // 3  # a third of what recompute can save
+    probed = []
+
+    def probe(plan):  # the GPU's allocator, standing in: the step needs its prediction plus the error
+        probed.append(plan)
+        return Measured(plan.peak_bytes + error)
+
+    fitted = fit(unplanned, target, replan=replan, probe=probe)
+    assert fitted.fits and len(probed) == 2
+    assert probed[0] is unplanned and fitted.plan.peak_bytes <= target - error < unplanned.peak_bytes
+    assert fitted.plan.summary() != unplanned.summary()
+    assert fitted.plan.peak_bytes + error <= target
+    assert describe(fitted).startswith(f"probe {unplanned.summary()} predicted ")
+
+
+def test_a_probe_that_runs_out_of_memory_recomputes_more_each_round_and_says_when_nothing_fits():
+    from trainstack.run.fitting import Measured, asked_bytes, fit
+
+    assert asked_bytes(torch.OutOfMemoryError(RECORDED_H200_OOM)) == int(1.95 * 2**30)
+    assert asked_bytes(RuntimeError("something else")) == 0
+    unplanned, replan = _plain_plans()
+    target = unplanned.peak_bytes
+    probed = []
+
+    def probe(plan):  # every plan runs out of memory, one byte over: only a lower bound is known
+        probed.append(plan)
+        return Measured(target + 1, complete=False)
+
+    fitted = fit(unplanned, target, replan=replan, probe=probe, rounds=20)
+    peaks = [p.peak_bytes for p in probed]
+    assert peaks == sorted(peaks, reverse=True) and len(set(peaks)) == len(peaks)  # each round recomputes more
+    assert not fitted.fits and fitted.why_not and "budget" in fitted.why_not
+
+
+def test_probes_still_over_after_their_rounds_leave_the_plan_planned_under_the_last_corrected_budget():
+    from trainstack.run.fitting import Measured, describe, fit
+    from trainstack.run.memview import gib
+
+    unplanned, replan = _plain_plans()
+    target = unplanned.peak_bytes
+    probed = []
+
+    def probe(plan):  # each plan needs 1 KiB more than predicted, and 1 byte more than the budget
+        probed.append(plan)
+        return Measured(max(plan.peak_bytes + 1024, target + 1))
+
+    fitted = fit(unplanned, target, replan=replan, probe=probe, rounds=2)
+    assert len(probed) == 2 and not fitted.fits and fitted.why_not is None
+    assert all(fitted.plan is not p for p in probed) and fitted.plan.peak_bytes < probed[-1].peak_bytes  # planned after the last probe
+    assert describe(fitted).endswith(f"still over after 2 probes: {fitted.plan.summary()} predicted {gib(fitted.plan.peak_bytes)} under the corrected budget, not probed")
+
+
+def test_memplan_turns_on_expandable_segments_unless_the_job_set_its_allocator(tmp_path):
+    show = "import os, torch; print(os.environ.get('PYTORCH_CUDA_ALLOC_CONF'), os.environ.get('PYTORCH_ALLOC_CONF'))"
+    planned = subprocess.run([*TRAINSTACK, "--out", "o", "--memplan", "1GiB", "--", sys.executable, "-c", show], capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=60)
+    assert planned.returncode == 0 and planned.stdout.split() == ["expandable_segments:True", "None"], planned.stderr
+    own = clean_env(PYTORCH_ALLOC_CONF="max_split_size_mb:128")
+    kept = subprocess.run([*TRAINSTACK, "--out", "o", "--memplan", "1GiB", "--", sys.executable, "-c", show], capture_output=True, text=True, env=own, cwd=tmp_path, timeout=60)
+    assert kept.returncode == 0 and kept.stdout.split() == ["None", "max_split_size_mb:128"], kept.stderr
+    profiled = subprocess.run([*TRAINSTACK, "--out", "o", "--profile-steps", "1:2", "--", sys.executable, "-c", show], capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=60)
+    assert profiled.returncode == 0 and profiled.stdout.split() == ["None", "None"], profiled.stderr
+
+
+COMPILED_JOB = """
+import sys, torch
+sys.path.insert(0, {data!r})
+import plain_loop
+model = plain_loop.build()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x, y = torch.randn(64, 64), torch.randn(64, 1)
+for step in range(3):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    print(f"step {{step}} loss {{loss.item():.4f}}", flush=True)
+from torch._dynamo.utils import counters
+compiled = sum(getattr(m, "_compiled_call_impl", None) is not None for m in model)
+print(f"compiled modules {{compiled}} graphs {{counters['stats']['unique_graphs']}}")
+"""
+
+
+@pytest.mark.timeout(150)
+def test_compile_compiles_the_blocks_of_a_plain_loop_and_it_trains(tmp_path):
+    job = [sys.executable, "-c", COMPILED_JOB.format(data=str(DATA))]
+    env = clean_env(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    alone = subprocess.run(job, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    compiled = subprocess.run([*TRAINSTACK, "--out", "o", "--compile", "--", *job], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=140)
+    assert alone.returncode == compiled.returncode == 0, compiled.stderr[-2000:]
+    assert "compiled modules 0 graphs 0" in alone.stdout
+    assert "trainstack run: compiled 4 blocks of Sequential" in compiled.stderr
+    shown = re.search(r"compiled modules (\d+) graphs (\d+)", compiled.stdout)
+    assert shown and int(shown.group(1)) == 4 and int(shown.group(2)) >= 1, compiled.stdout
+    eager, fused = losses(alone.stdout), losses(compiled.stdout)
+    assert len(eager) == len(fused) == 3
+    for a, b in zip(eager, fused):
+        assert abs(float(a.split()[-1]) - float(b.split()[-1])) < 1e-3
+    assert float(fused[-1].split()[-1]) < float(fused[0].split()[-1])  # it trains

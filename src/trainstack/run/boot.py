@@ -11,6 +11,8 @@ import os
 import sys
 
 SWITCHES = ("TRAINSTACK_PROFILE_DIR", "TRAINSTACK_PROFILE_STEPS", "TRAINSTACK_OOM_SNAPSHOT", "TRAINSTACK_MEMPLAN", "TRAINSTACK_COMPILE")
+ALLOC_CONFS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
+PLANNED_ALLOCATOR = "expandable_segments:True"  # the allocator memplan's overheads were measured with
 HOME = "TRAINSTACK_RUN_HOME"  # where trainstack is importable from, for a Python without it
 _booted = []
 
@@ -21,6 +23,10 @@ def main():
     _booted.append(True)
     if not any(os.environ.get(name, "") not in ("", "0") for name in SWITCHES):
         return
+    if os.environ.get("TRAINSTACK_MEMPLAN", "").strip() and not any(os.environ.get(name) for name in ALLOC_CONFS):
+        # before the job's first CUDA allocation: an allocator that maps memory as it grows
+        # leaves little of its cache unusable, so the planned peak is what it reserves
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = PLANNED_ALLOCATOR
     if "torch" in sys.modules:
         _activate()
     else:

@@ -58,7 +58,7 @@ def on_model(captured, settings: Settings, recorder) -> None:  # noqa: ANN001 - 
         recorder.captured = replace(captured, args=_meta(captured.args), kwargs=_meta(captured.kwargs))
     plan = None
     if settings.memplan is not None:
-        plan = _plan(captured, settings)
+        plan = _plan(captured, settings, recorder)
     if settings.compile:
         try:
             n = planning.compile_blocks(captured.model, plan)
@@ -68,28 +68,76 @@ def on_model(captured, settings: Settings, recorder) -> None:  # noqa: ANN001 - 
     _active["captured"] = captured.model
 
 
-def _plan(captured, settings: Settings):  # noqa: ANN001, ANN202
-    """Plan and apply; a model memplan cannot plan, or a budget nothing fits, is reported
+def _plan(captured, settings: Settings, recorder=None):  # noqa: ANN001, ANN202
+    """Plan and apply; on a CUDA GPU the plan is fitted to the budget by a measured probe
+    step (``fitting``). A model memplan cannot plan, or a budget nothing fits, is reported
     and the job runs as it was built (its own OOM then says the rest)."""
     from trainstack.run import planning
 
     try:
         budget = planning.parse(settings.memplan or "", "TRAINSTACK_MEMPLAN")
-        plan = planning.plan_model(captured, budget, compiled=settings.compile)
+        target = min(budget, planning.usable_bytes() or budget)
+        plan = planning.plan_model(captured, target, compiled=settings.compile)
     except (TrainstackError, planning.Unplannable) as exc:
         print(f"trainstack run: memplan: {planning.reason(exc)}; the model runs as the job built it", file=sys.stderr)
         return None
-    planning.apply_plan(captured.model, plan)
     _release_planning_cache()
+    planning.apply_plan(captured.model, plan)
+    measured = _fit(captured, plan, target, settings, recorder)
+    plan = measured[0] if measured else plan
     _active["plan"] = plan
-    print(f"trainstack run: memplan for {settings.memplan}: {plan.summary()}, predicted peak {plan.peak_bytes / 2**30:.2f} GiB", file=sys.stderr)
+    line = f"trainstack run: memplan for {settings.memplan}: {plan.summary()}, predicted peak {plan.peak_bytes / 2**30:.2f} GiB"
+    if target < budget:
+        line += f" (planned for {target / 2**30:.2f} GiB, what the job may use)"
+    if measured:
+        line += f"; {measured[1]}"
+    print(f"{line}{_allocator_note()}", file=sys.stderr)
     return plan
+
+
+def _fit(captured, plan, target: int, settings: Settings, recorder):  # noqa: ANN001, ANN202
+    """(the fitted plan, applied; what the probes measured), or None where no probe runs
+    (``plan`` stays applied). A probe that fails for any reason but memory leaves ``plan``."""
+    from trainstack.run import fitting, planning
+
+    why_not = fitting.can_probe(captured)
+    if why_not is None and settings.compile:
+        why_not = "the blocks will be compiled, and an eager probe does not measure the compiled step"
+    if why_not is not None:
+        if why_not != "the model is not on a CUDA GPU":
+            print(f"trainstack run: memplan: no probe step ({why_not}); the plan is as predicted", file=sys.stderr)
+        return None
+    batch = planning.batch_of(captured)
+
+    def probe(candidate):  # noqa: ANN001, ANN202
+        planning.apply_plan(captured.model, candidate)
+        return fitting.probe_step(captured, candidate, batch, planning.job_loss)
+
+    if recorder is not None:
+        recorder.paused = True  # a probe that runs out of memory is not the job's OOM
+    try:
+        fitted = fitting.fit(plan, target, replan=lambda b: planning.replan(captured, plan, b, compiled=settings.compile), probe=probe)
+    except Exception as exc:  # noqa: BLE001 - the hook never raises into the job
+        planning.apply_plan(captured.model, plan)
+        print(f"trainstack run: memplan: the probe step failed ({planning.reason(exc)}); the plan is as predicted", file=sys.stderr)
+        return None
+    finally:
+        if recorder is not None:
+            recorder.paused = False
+    planning.apply_plan(captured.model, fitted.plan)
+    return fitted.plan, fitting.describe(fitted)
+
+
+def _allocator_note() -> str:
+    import os
+
+    conf = os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or ""
+    return f" (allocator: {conf})" if conf else ""
 
 
 def _release_planning_cache() -> None:
     """memplan measured real blocks in the job's process: give their cached segments back
-    before the first step (on the H200 a planned job capped at its budget ran out of memory
-    with 2.03 GiB reserved but unallocated after planning, 83 MiB without it)."""
+    before the probe and the first step."""
     import torch
 
     if torch.cuda.is_available() and torch.cuda.is_initialized():

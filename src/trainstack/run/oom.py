@@ -31,6 +31,7 @@ class OomRecorder:
         self.rank = rank
         self.snapshot: dict[str, Any] | None = None
         self.captured: Captured | None = None  # the job's model, for the diagnosis
+        self.paused = False  # while trainstack's own probe step runs
 
     @property
     def stem(self) -> Path:
@@ -48,7 +49,7 @@ class OomRecorder:
 
     def on_oom(self, device: int, alloc: int, device_alloc: int, device_free: int) -> None:
         """At the failing allocation, before the error is raised: keep the first snapshot."""
-        if self.snapshot is not None:
+        if self.snapshot is not None or self.paused:
             return
         self.snapshot = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)  # what follows is not the job's step

@@ -42,22 +42,31 @@ def usable_bytes() -> int | None:
     total = device_bytes()
     if total is None:
         return None
+    fraction = memory_fraction()
+    return int(total * min(fraction if fraction is not None else 1.0, 1.0))
+
+
+def memory_fraction(device: Any = None) -> float | None:
+    """The process's cap on its GPU's memory (torch.cuda.set_per_process_memory_fraction);
+    None where this torch cannot say."""
     get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None) or getattr(torch.cuda.memory, "get_per_process_memory_fraction", None)
-    fraction = get_fraction() if get_fraction is not None else 1.0
-    return int(total * min(fraction, 1.0))
+    return float(get_fraction(device)) if get_fraction is not None else None
 
 
-def blocks(model: nn.Module) -> nn.ModuleList | None:
-    """The repeated blocks: the largest ModuleList whose children are all of one class."""
-    best = None
-    for module in model.modules():
-        if isinstance(module, nn.ModuleList) and len(module) >= 2 and len({type(m) for m in module}) == 1:
-            if best is None or len(module) > len(best):
-                best = module
-    return best
+def blocks(model: nn.Module) -> list[nn.Module] | None:
+    """The repeated blocks, as memplan finds them (the longest run of identical modules in a
+    ModuleList or Sequential); None where there are none."""
+    from trainstack.memplan.anymodel import UnplannableModel, find_blocks
+
+    try:
+        run = find_blocks(model)
+    except UnplannableModel:
+        return None
+    return list(model.get_submodule(run.path))[run.first : run.first + run.count]
 
 
-def _batch(captured: Captured) -> Any:
+def batch_of(captured: Captured) -> Any:
+    """The first batch as memplan takes an example batch (a mapping, one tensor, or a tuple)."""
     if captured.kwargs and not captured.args:
         return captured.kwargs
     return captured.args[0] if len(captured.args) == 1 and not captured.kwargs else captured.args
@@ -92,7 +101,18 @@ def plan_model(captured: Captured, budget_bytes: int, *, compiled: bool = False)
     if not callable(generic):
         raise Unplannable(f"this trainstack's memplan plans its own decoder, not a {type(model).__module__}.{type(model).__qualname__}")
     optimizer = captured.optimizer if captured.optimizer is not None else "adamw"
-    return generic(model, _batch(captured), budget=budget_bytes, optimizer=optimizer, precision=precision_of(captured), loss_fn=job_loss)
+    return generic(model, batch_of(captured), budget=budget_bytes, optimizer=optimizer, precision=precision_of(captured), loss_fn=job_loss)
+
+
+def replan(captured: Captured, first: Plan, budget_bytes: int, *, compiled: bool = False) -> Plan:
+    """The plan under another budget from ``first``'s calibration (a compiled plan of the
+    bench decoder is planned afresh, over the compiler's budgets)."""
+    if first.compiler_budget is not None:
+        return plan_model(captured, budget_bytes, compiled=compiled)
+    from trainstack.memplan.overheads import default_overheads
+    from trainstack.memplan.planner import choose
+
+    return choose(first.profile, budget_bytes=budget_bytes, world_size=first.world_size, overheads=default_overheads())
 
 
 def job_loss(output: Any, _batch: Any) -> torch.Tensor:
@@ -139,14 +159,27 @@ def compile_blocks(model: nn.Module, plan: Plan | None = None) -> int:
 
     found = blocks(model)
     if found is None:
-        raise Unplannable(f"no repeated blocks found in {type(model).__qualname__} (a ModuleList of modules of one class)")
+        raise Unplannable(f"no repeated blocks found in {type(model).__qualname__} (a ModuleList or Sequential of two or more identical modules)")
     budget = plan.compiler_budget if plan is not None else None
     for block in found:
         if budget is not None and budget < 1 and choice_of(block) is Choice.KEEP:
-            block.compile(backend=budget_backend(budget))
+            _compile_in_place(block, backend=budget_backend(budget))
         else:
-            block.compile()
+            _compile_in_place(block)
     return len(found)
+
+
+def _compile_in_place(block: nn.Module, **options: Any) -> None:
+    """``block.compile(**options)``, through a function of this file: torch.compile does not
+    trace a frame of torch.nn itself, so ``block.compile()`` of a block whose forward is
+    torch.nn's (a Sequential of Linear and GELU) compiles nothing; a call from here is traced
+    and inlines the block's whole call (as torch.compile(block) does)."""
+    call = block._call_impl
+
+    def compiled_block(*args: Any, **kwargs: Any) -> Any:
+        return call(*args, **kwargs)
+
+    block._compiled_call_impl = torch.compile(compiled_block, **options)
 
 
 def reason(exc: BaseException) -> str:
