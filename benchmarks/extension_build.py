@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -110,6 +111,9 @@ def apex_in_place(source: Path, wheels: Path | None, logs: Path | None, stack_fi
               "commit": apex_component.commit, "python": python, "max_jobs": int(jobs), "cpus": cpus(), "nvcc": release,
               "torch": torch.__version__, "cuda_home": str(home), "key": key.digest()}
     wheel = None
+    if logs is not None:  # what ninja has compiled so far, every 5 s: there even if the call is killed
+        watch = threading.Thread(target=progress, args=(source / "build", logs / "progress.json"), daemon=True)
+        watch.start()
     for run in ("cold", "cached"):
         start = time.perf_counter()
         try:
@@ -147,6 +151,17 @@ def log_errors(logs: Path) -> dict:
     lines = [line for log in sorted(logs.glob("*compile-apex.log")) for line in log.read_text(encoding="utf-8", errors="replace").splitlines()]
     errors = [line.strip() for line in lines if re.search(r"(\berror\b|Error:|FAILED:|fatal)", line) and "not an error" not in line]
     return {"error_lines": errors[:12], "log_tail": lines[-25:]}
+
+
+def progress(build: Path, out: Path) -> None:
+    start = time.perf_counter()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        time.sleep(5)
+        try:
+            out.write_text(json.dumps({"elapsed_seconds": round(time.perf_counter() - start), **ninja_times(build)}) + "\n", encoding="utf-8")
+        except OSError:
+            return
 
 
 def ninja_times(build: Path) -> dict:

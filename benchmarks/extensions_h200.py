@@ -163,6 +163,9 @@ def fused_dense_vs_torch(torch) -> dict:
     torch.manual_seed(0)
     dtype = torch.bfloat16
     dense = FusedDense(1024, 4096).to(device="cuda", dtype=dtype)
+    with torch.no_grad():  # FusedDense leaves its parameters uninitialised (torch.empty)
+        dense.weight.copy_(torch.randn(4096, 1024, device="cuda", dtype=dtype) / 32)
+        dense.bias.copy_(0.1 * torch.randn(4096, device="cuda", dtype=dtype))
     x = torch.randn(512, 1024, device="cuda", dtype=dtype)
     grad = torch.randn(512, 4096, device="cuda", dtype=dtype)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
