@@ -120,6 +120,13 @@ def test_which_preset_layers_convert(preset, recipe, converted, kept):
         assert all(plan.kept[f"layers.{i}.{place}"].startswith(f"{shape}: too small for float8 {recipe}") for i in range(layers))
 
 
+def test_a_model_with_no_layer_to_convert_is_refused_in_one_line():
+    # the tiny preset: 2 blocks of width 64, every layer far below either recipe's sizes
+    with pytest.raises(ModeUnavailable, match=r"^unavailable: float8 tensorwise would convert none of the model's 9 linear layers \(") as info:
+        fp8.convert(Transformer(PRESETS["tiny"]), "tensorwise")
+    assert "\n" not in str(info.value)
+
+
 def test_unknown_recipe_is_refused():
     with pytest.raises(ValueError, match="fp8 recipe 'colwise'; accepted: tensorwise, rowwise"):
         fp8.plan_conversion(Transformer(PRESETS["tiny"]), "colwise")

@@ -133,8 +133,14 @@ def plan_conversion(model: nn.Module, recipe: str) -> Conversion:
 def convert(model: nn.Module, recipe: str, *, emulate: bool = False) -> Conversion:
     """Swap ``model``'s convertible linear layers for torchao's Float8Linear in place.
 
-    ``emulate``: float8 arithmetic emulated in higher precision (runs anywhere, slowly; for tests)."""
+    ``emulate``: float8 arithmetic emulated in higher precision (runs anywhere, slowly; for tests).
+    ModeUnavailable when no layer would convert: such a row would be a bf16 run named fp8."""
     conversion = plan_conversion(model, recipe)
+    if not conversion.converted:
+        raise ModeUnavailable(
+            f"unavailable: float8 {recipe} would convert none of the model's {len(conversion.kept)} linear layers "
+            f"(each is the output projection, not divisible by {DIVISOR}, or too small for float8 {recipe} to pay for its casts)"
+        )
     float8 = _torchao_float8()
     config = float8.Float8LinearConfig.from_recipe_name(recipe)
     if emulate:
