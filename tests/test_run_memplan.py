@@ -145,6 +145,76 @@ def test_probes_still_over_after_their_rounds_leave_the_plan_planned_under_the_l
     assert describe(fitted).endswith(f"still over after 2 probes: {fitted.plan.summary()} predicted {gib(fitted.plan.peak_bytes)} under the corrected budget, not probed")
 
 
+class FakeAllocator:
+    """The CUDA allocator's statistics and the process's cap, standing in on a CPU (the probe's
+    arithmetic and restoring are what is tested; the GPU's figures come from the H200 run)."""
+
+    def __init__(self, monkeypatch, *, reserved: int, allocated: int = 0, fraction: float = 0.5):
+        self.calls: list[tuple] = []
+        self.reserved, self.allocated, self.fraction = reserved, allocated, fraction
+        from trainstack.run import planning
+
+        monkeypatch.setattr(planning, "memory_fraction", lambda device=None: self.fraction)
+        for name in ("synchronize", "reset_peak_memory_stats", "empty_cache"):
+            monkeypatch.setattr(torch.cuda, name, lambda *a, _n=name, **k: self.calls.append((_n,)))
+        monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, device=None: self.calls.append(("cap", f)))
+        monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: self.reserved)
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: self.allocated)
+
+
+def _probed_model():
+    """Blocks with buffers that a forward changes (batch norm) and random state it draws (dropout)."""
+    from torch import nn
+
+    from trainstack import memplan
+    from trainstack.run.capture import Captured
+    from trainstack.run.planning import job_loss
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.BatchNorm1d(64), nn.Dropout(0.2), nn.GELU()) for _ in range(3)], nn.Linear(64, 1))
+    x = torch.randn(256, 64)
+    plan = memplan.plan(model, x, budget=2**40, optimizer="adamw", precision="fp32", loss_fn=job_loss)
+    return model, Captured(root=model, model=model, args=(x,), kwargs={}), plan
+
+
+def test_a_probe_step_measures_the_allocator_and_leaves_the_job_as_it_found_it(monkeypatch):
+    from trainstack.run.fitting import Measured, probe_step
+    from trainstack.run.planning import job_loss
+
+    model, captured, plan = _probed_model()
+    fake = FakeAllocator(monkeypatch, reserved=3 * 2**30)
+    buffers = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    measured = probe_step(captured, plan, captured.args[0], job_loss)
+    assert measured == Measured(3 * 2**30)
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(v, buffers[k]) for k, v in model.state_dict().items())  # running statistics put back
+    assert torch.equal(torch.get_rng_state(), rng)  # dropout drew from a forked generator
+    caps = [c for c in fake.calls if c[0] == "cap"]
+    assert caps == [("cap", 1.0), ("cap", 0.5)]  # lifted for the probe, then the job's own
+    restored = fake.calls.index(("cap", 0.5))
+    assert fake.calls[restored - 1] == ("empty_cache",)  # what the probe reserved above the cap is given back first
+    assert fake.calls[-1] == ("reset_peak_memory_stats",)  # the job's peaks start with its own steps
+
+
+def test_a_probe_step_that_runs_out_of_memory_gives_a_lower_bound_and_still_restores(monkeypatch):
+    from trainstack.run.fitting import Measured, probe_step
+    from trainstack.run.planning import job_loss
+
+    model, captured, plan = _probed_model()
+    fake = FakeAllocator(monkeypatch, reserved=0, allocated=20 * 2**30)
+    buffers = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def loss_then_oom(output, batch):
+        job_loss(output, batch).backward()  # gradients exist when the step fails
+        raise torch.OutOfMemoryError(RECORDED_H200_OOM)
+
+    assert probe_step(captured, plan, captured.args[0], loss_then_oom) == Measured(20 * 2**30 + int(1.95 * 2**30), complete=False)
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(v, buffers[k]) for k, v in model.state_dict().items())
+    assert [c for c in fake.calls if c[0] == "cap"] == [("cap", 1.0), ("cap", 0.5)]
+
+
 def test_memplan_turns_on_expandable_segments_unless_the_job_set_its_allocator(tmp_path):
     show = "import os, torch; print(os.environ.get('PYTORCH_CUDA_ALLOC_CONF'), os.environ.get('PYTORCH_ALLOC_CONF'))"
     planned = subprocess.run([*TRAINSTACK, "--out", "o", "--memplan", "1GiB", "--", sys.executable, "-c", show], capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=60)

@@ -109,7 +109,7 @@ def probe_step(captured: Captured, plan: Plan, batch: Any, loss_fn: Callable[[An
     try:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-        with torch.random.fork_rng(devices=[device]):
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             state = torch.empty(state_bytes, dtype=torch.uint8, device=device)
             try:
                 loss = loss_fn(call_model(model, batch), batch)
