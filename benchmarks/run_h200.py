@@ -13,11 +13,18 @@ Stages, in order (a job is skipped once --time-budget is spent):
      again in reverse order: throughput hooked/alone over all four
   2. plain capped below its natural peak (--mem-gib) under `trainstack run --oom-snapshot`:
      the snapshot, HTML view and diagnosis; the job's own error and exit code
-  3. the same capped job under `trainstack run --memplan <the diagnosis's budget>`: runs,
-     and its measured peak against the budget
+  3. the same capped job under `trainstack run --memplan <the diagnosis's budget>`: its exit
+     code, the hook's memplan line (the plan, its probe steps' measured peaks, the allocator),
+     and the job's measured peak reserved against the budget
   4. trainer under `trainstack run` with SIGUSR1 after its timed steps, then alone
+  5. compile: a small plain job under `trainstack run --compile` (its blocks compiled, it
+     trains); last, and run only with COMPILE_NEEDS_S of the budget left
+
+Results go to --out (run_h200.txt, run_h200.json), rewritten after each stage, so a run cut
+short keeps the stages it finished.
 
 Usage: PYTHONPATH=src python benchmarks/run_h200.py [--out benchmarks/results] [--artifacts DIR] [--time-budget 170]
+         [--stages plain,oom,trainer,compile]
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -40,8 +48,10 @@ DATA = ROOT / "tests" / "test_run_data"
 RUN = [sys.executable, "-m", "trainstack.cli", "run"]
 PLAIN = [sys.executable, str(DATA / "llama_loop.py"), "--layers", "8", "--hidden", "2048", "--batch", "16", "--seq", "1024"]
 TRAINER = [sys.executable, str(DATA / "trainer_job.py"), "--layers", "8", "--hidden", "1024", "--batch", "8", "--seq", "1024"]
+COMPILED = [sys.executable, str(DATA / "llama_loop.py"), "--layers", "2", "--hidden", "1024", "--batch", "8", "--seq", "512"]
 GiB = 2**30
 CAP_FRACTION = 0.8  # the planted OOM: the plain job capped at this fraction of its natural peak
+COMPILE_NEEDS_S = 75  # the compile stage's start-up and cold compile of one Llama block
 
 
 class Jobs:
@@ -65,6 +75,8 @@ class Jobs:
             log.write(f"\n=== {name}: {' '.join(argv)}\n")
             log.flush()
             job = subprocess.Popen(argv, cwd=self.work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            watchdog = threading.Timer(timeout, job.kill)  # a job silent past its time (compiling) is ended too
+            watchdog.start()
             lines, records, signalled = [], [], None
             try:
                 assert job.stdout is not None
@@ -84,9 +96,11 @@ class Jobs:
                         break
                 rc = job.wait(timeout=30)
             finally:
+                watchdog.cancel()
                 if job.poll() is None:
                     job.kill()
-        return {"name": name, "rc": rc, "records": records, "signal_at_s": signalled, "wall_s": time.monotonic() - start, "tail": lines[-6:]}
+        hook = [line for line in lines if line.startswith("trainstack run:")]
+        return {"name": name, "rc": rc, "records": records, "signal_at_s": signalled, "wall_s": time.monotonic() - start, "tail": lines[-6:], "hook_lines": hook}
 
 
 def timed(result: dict, key: str) -> float | None:
@@ -141,10 +155,14 @@ def oom_then_plan(jobs: Jobs, results: dict) -> None:
     planned = jobs.run(f"plain capped, --memplan {budget.group(1)}", [*RUN, "--out", str(jobs.work / "memplan"), "--memplan", budget.group(1), "--", *capped], timeout=120)
     budget_bytes = float(budget.group(1).removesuffix("GiB")) * GiB
     measured = peak(planned)
+    hook = planned.get("hook_lines", [])
     results["memplan"] = {**planned, "budget": budget.group(1), "peak_reserved_gib": measured / GiB if measured else None,
-                          "under_budget": measured is not None and measured <= budget_bytes,
+                          "under_budget": planned.get("rc") == 0 and measured is not None and measured <= budget_bytes,
                           "budget_below_natural_peak": budget_bytes < natural,
-                          "plan_line": next((line for line in planned.get("tail", []) if "memplan for" in line), None)}
+                          "tokens_per_s": timed(planned, "tokens_per_s"),
+                          "plan_line": next((line for line in hook if "memplan for" in line), None),
+                          "memplan_notes": [line for line in hook if line.startswith("trainstack run: memplan:")],
+                          "error_line": next((line for line in reversed(planned.get("tail", [])) if "Error" in line), None) if planned.get("rc") else None}
 
 
 def trainer(jobs: Jobs, results: dict, hooked: bool) -> None:
@@ -163,13 +181,25 @@ def trainer(jobs: Jobs, results: dict, hooked: bool) -> None:
         results["trainer_hooked_over_alone"] = with_hook[0] / alone[0]
 
 
+def compiled(jobs: Jobs, results: dict) -> None:
+    """A small plain job under --compile: its blocks compiled (the hook's line), it trains."""
+    if jobs.left() < COMPILE_NEEDS_S:
+        results["compile"] = {"skipped": f"{jobs.left():.0f} s of the time budget left, {COMPILE_NEEDS_S} s needed"}
+        return
+    argv = [*RUN, "--out", str(jobs.work / "compile"), "--compile", "--", *COMPILED, "--warmup", "3", "--timed", "10"]
+    r = jobs.run("plain small, --compile", argv, timeout=150)
+    results["compile"] = {**r, "tokens_per_s": timed(r, "tokens_per_s"),
+                          "compile_line": next((line for line in r.get("hook_lines", []) if "compile" in line), None)}
+
+
 # the targets first, the repeats for the throughput ratio last (skipped if time runs out)
 STAGES = (
-    lambda jobs, results: plain(jobs, results, (False, True)),
-    oom_then_plan,
-    lambda jobs, results: trainer(jobs, results, True),
-    lambda jobs, results: trainer(jobs, results, False),
-    lambda jobs, results: plain(jobs, results, (True, False)),
+    ("plain", lambda jobs, results: plain(jobs, results, (False, True))),
+    ("oom", oom_then_plan),
+    ("trainer", lambda jobs, results: trainer(jobs, results, True)),
+    ("trainer", lambda jobs, results: trainer(jobs, results, False)),
+    ("plain", lambda jobs, results: plain(jobs, results, (True, False))),
+    ("compile", compiled),
 )
 
 
@@ -184,12 +214,22 @@ def report(results: dict) -> str:
     lines.append(f"    job's error: {oom.get('error_line')}")
     lines.append(f"    diagnosis: {oom.get('diagnosis')}")
     mp = results.get("memplan", {})
-    lines.append(f"  --memplan {mp.get('budget')}: exit {mp.get('rc')}, peak reserved {mp.get('peak_reserved_gib')} GiB, under budget {mp.get('under_budget')}, budget below natural peak {mp.get('budget_below_natural_peak')}")
-    lines.append(f"    {mp.get('plan_line') or mp.get('skipped')}")
+    reserved = f"{mp['peak_reserved_gib']:.2f}" if mp.get("peak_reserved_gib") else None
+    lines.append(f"  --memplan {mp.get('budget')}: exit {mp.get('rc')}, peak reserved {reserved} GiB, under budget {mp.get('under_budget')}, budget below natural peak {mp.get('budget_below_natural_peak')}, {mp.get('tokens_per_s') or 0:,.0f} tokens/s")
+    for line in [mp.get("plan_line") or mp.get("skipped"), *mp.get("memplan_notes", []), mp.get("error_line")]:
+        if line:
+            lines.append(f"    {line}")
     for r in results.get("trainer", []):
         lines.append(f"  trainer {'hooked' if r.get('hooked') else 'alone '}: {timed(r, 'steps_per_s') or 0:.3f} steps/s  exit {r.get('rc')}  profiles {r.get('profiles')}")
     if "trainer_hooked_over_alone" in results:
         lines.append(f"  trainer hooked/alone throughput: {results['trainer_hooked_over_alone']:.4f}")
+    comp = results.get("compile")
+    if comp is not None:
+        if "skipped" in comp:
+            lines.append(f"  --compile: skipped ({comp['skipped']})")
+        else:
+            lines.append(f"  --compile (2 layers, hidden 1024, batch 8x512): exit {comp.get('rc')}, {comp.get('tokens_per_s') or 0:,.0f} tokens/s, {comp.get('wall_s', 0):.0f} s wall")
+            lines.append(f"    {comp.get('compile_line') or (comp.get('tail') or ['no output'])[-1]}")
     return "\n".join(lines)
 
 
@@ -198,7 +238,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--artifacts", type=Path, default=None, help="folder for traces, tables, the OOM snapshot and view, the jobs' log")
     parser.add_argument("--time-budget", type=float, default=130)
+    parser.add_argument("--stages", default="plain,oom,trainer,compile", help="which stages run, comma-separated (of plain, oom, trainer, compile)")
     args = parser.parse_args()
+    wanted = {name.strip() for name in args.stages.split(",") if name.strip()}
+    unknown = wanted - {name for name, _ in STAGES}
+    if unknown:
+        parser.error(f"--stages: unknown {', '.join(sorted(unknown))}; accepted: plain, oom, trainer, compile")
     import torch
 
     if not torch.cuda.is_available():
@@ -208,16 +253,16 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     jobs = Jobs(work, args.time_budget)
-    results: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    for stage in STAGES:
-        stage(jobs, results)
-        print(report(results), flush=True)
-        (work / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    text = report(results)
-    print(text)
+    results: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "stages": sorted(wanted), "time_budget_s": args.time_budget}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "run_h200.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    (args.out / "run_h200.txt").write_text(text + "\n")
+    for name, stage in STAGES:
+        if name not in wanted:
+            continue
+        stage(jobs, results)
+        results["elapsed_s"] = args.time_budget - jobs.left()
+        print(report(results), flush=True)
+        (args.out / "run_h200.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+        (args.out / "run_h200.txt").write_text(report(results) + "\n")
     if args.artifacts is not None:
         args.artifacts.mkdir(parents=True, exist_ok=True)
         snapshot = work / "oom" / "oom" / "oom-rank0.pickle"
