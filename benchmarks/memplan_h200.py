@@ -37,12 +37,21 @@ trains them (``HfCausalLM``: bf16 autocast over fp32 weights, fused AdamW, the c
 loss). Each shape (architecture, batch, seq) is planned by ``memplan.plan``'s calibration
 (``calibrate_any``: fake tensors, one real block per choice measured and timed) at budgets a
 fraction of the way from its predicted fully recomputed peak to its predicted peak without
-recompute (so no recompute runs out of memory); each planned run is capped at its budget.
-The uniform options (full, every-N, none) run once per shape, uncapped: one fits a budget
-where its measured reserved peak is within it; planned is compared with the fastest that fits.
+recompute (so no recompute runs out of memory). The uniform options (full, every-N, none)
+are screened once per shape, uncapped: one fits a budget where its measured reserved peak is
+within it. At each budget the plan and the fitting uniform options (the one that recomputes
+the fewest blocks, and the screen's fastest) run interleaved, ABBA, each capped at the budget;
+a uniform option with the plan's very layout is the plan itself (ratio 1) and is not run
+again. The first shape's last plan is also run with its counts placed three ways (every-N
+or spread, recomputed first, recomputed last), and one case is compiled: planned+compile
+(the plan, then the blocks and the loss compiled) against compile@r (no recompute, blocks
+compiled under activation_memory_budget r, r bisected to the fastest within planned+compile's
+measured peak). Results: OUT/memplan_h200_hf_COMMIT.txt and .json, written after each case.
 
 Usage: python benchmarks/memplan_h200.py [--out benchmarks/results] [--time-budget 300] [--skip-compile]
-       python benchmarks/memplan_h200.py --hf [--hf-shapes llama:4:2048,gpt2:8:1024] [--time-budget 240]
+       python benchmarks/memplan_h200.py --hf [--hf-shapes llama:4:2048,gpt2:8:1024] [--hf-compile gpt2:4:2048:0.45]
+                                         [--time-budget 240] [--compile-time 120] [--commit abc1234]
+       python benchmarks/memplan_h200.py --hf --device cpu --tiny --hf-shapes gpt2:2:64 --out /tmp/smoke  (smoke run)
 """
 
 from __future__ import annotations
@@ -74,10 +83,14 @@ from trainstack.memplan.overheads import default_overheads
 from trainstack.memplan.plan import Choice, Overheads
 from trainstack.memplan.planner import choose, choose_over_budgets
 from trainstack.errors import BudgetError
+from trainstack.fsutil import atomic_write_text
 
 GiB = 1 << 30
 MiB = 1 << 20
 WARMUP, STEPS = 2, 5
+# where --hf trains: "cuda", or "cpu" (--device cpu: a smoke run of the script itself, with
+# --tiny configs; no memory is measured and no figure means anything)
+DEVICE = "cuda"
 
 # (preset, batch, seq, budget GiB): budgets between "everything recomputed" and "nothing".
 CASES = [
@@ -112,6 +125,7 @@ class Row:
     note: str = ""
     alloc_retries: int = 0  # times the allocator hit the cap, freed its cache and tried again
     repeats: int = 1
+    run_tokens_per_s: list[float] = field(default_factory=list)  # each run's own (interleaved repeats)
 
     @property
     def error(self) -> float | None:
@@ -199,39 +213,49 @@ def parse_choices(text: str) -> tuple[Choice, ...]:
 
 
 def cap(budget: int | None) -> None:
+    if DEVICE != "cuda":
+        return
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(1.0 if budget is None else min(1.0, budget / total))
 
 
 def clean() -> None:
     gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 def train(model, opt, batches, *, warmup: int = WARMUP, steps: int = STEPS) -> tuple[int, int, list[float], int]:
     """bench's step; returns (max allocated, max reserved, step seconds, allocator retries) over the timed steps."""
 
+    device = torch.device(DEVICE)
+    cuda = device.type == "cuda"
+
     def step(i: int) -> None:
         tokens = batches[i % len(batches)]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    with dev.sdpa_context(torch.device("cuda")):
+    with dev.sdpa_context(device):
         for i in range(warmup):
             step(i)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        retries_before = torch.cuda.memory_stats().get("num_alloc_retries", 0)
-        timer = dev.StepTimer(torch.device("cuda"))
+        retries_before = 0
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            retries_before = torch.cuda.memory_stats().get("num_alloc_retries", 0)
+        timer = dev.StepTimer(device)
         timer.mark()
         for i in range(warmup, warmup + steps):
             step(i)
             timer.mark()
         seconds = timer.step_seconds()
+    if not cuda:  # nothing measured: the smoke run's peaks are 0
+        return 0, 0, seconds, 0
     retries = torch.cuda.memory_stats().get("num_alloc_retries", 0) - retries_before
     return torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(), seconds, retries
 
@@ -507,15 +531,29 @@ def write(out: Path, header: list[str], rows: list[Row], summaries: list[dict], 
 
 # Hugging Face shapes: (architecture, batch, seq); budgets at these fractions of the way from
 # the predicted fully recomputed peak to the predicted peak without recompute.
-HF_SHAPES = [("llama", 4, 2048), ("llama", 2, 4096), ("qwen2", 4, 2048), ("mistral", 8, 1024), ("gpt2", 8, 1024), ("gpt2", 4, 2048)]
+HF_SHAPES = [("llama", 4, 2048), ("qwen2", 4, 2048), ("mistral", 8, 1024), ("gpt2", 4, 2048)]
 HF_FRACTIONS = (0.15, 0.45, 0.8)
 HF_EVERY = (2, 3, 4, 6)
+# the compiled comparison: (architecture, batch, seq, budget fraction)
+HF_COMPILE = [("gpt2", 4, 2048, 0.45)]
+HF_WARMUP, HF_SCREEN_STEPS, HF_STEPS = 2, 3, 6
+TINY = False  # --tiny: six-block configs of the same families (with --device cpu, the smoke run)
 
 
 def hf_config(arch: str):
-    """Config shapes of public models (TinyLlama-1.1B, Qwen2-0.5B, a 12-layer Mistral, GPT-2 medium), from_config only."""
+    """Config shapes of public models (TinyLlama-1.1B, Qwen2-0.5B, a 12-layer Mistral, GPT-2 medium), from_config only;
+    with ``TINY``, six-block configs of the same families (the smoke run on a CPU)."""
     import transformers as t
 
+    if TINY:
+        small = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+        tiny = {
+            "llama": lambda: t.LlamaConfig(**small),
+            "qwen2": lambda: t.Qwen2Config(**small, tie_word_embeddings=True),
+            "mistral": lambda: t.MistralConfig(**small, sliding_window=None),
+            "gpt2": lambda: t.GPT2Config(vocab_size=512, n_embd=64, n_layer=6, n_head=4, n_positions=512),
+        }
+        return tiny[arch]()
     if arch == "llama":
         return t.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=4096)
     if arch == "qwen2":
@@ -527,8 +565,30 @@ def hf_config(arch: str):
     raise ValueError(arch)
 
 
+def fold(row: Row, again: Row, tokens: int, budget: int | None) -> Row:
+    """Fold a repeat of ``row``'s run into it: every timed step, the higher peaks, the run's tokens/s kept apart."""
+    if again.status != "ok" or row.status not in ("ok", "over"):
+        row.status = again.status if row.status == "ok" else row.status
+        row.note = (row.note + f" (repeat: {again.status} {again.note})").strip()
+        return row
+    row.step_s += again.step_s
+    row.run_tokens_per_s += again.run_tokens_per_s
+    row.allocated, row.reserved = max(row.allocated, again.allocated), max(row.reserved, again.reserved)
+    row.alloc_retries += again.alloc_retries
+    row.repeats += 1
+    row.tokens_per_s = tokens / statistics.median(row.step_s)
+    if budget is not None and row.reserved > budget:
+        row.status = "over"
+    return row
+
+
+def pair_ratios(a: Row, b: Row) -> list[float]:
+    """a/b tokens/s of each interleaved pair of runs (run k of a against run k of b)."""
+    return [x / y for x, y in zip(a.run_tokens_per_s, b.run_tokens_per_s)]
+
+
 class HfShape:
-    """One Hugging Face model at one (batch, seq): calibrated once, uniform options run once."""
+    """One Hugging Face model at one (batch, seq): calibrated once, uniform options screened once."""
 
     def __init__(self, arch: str, batch: int, seq: int) -> None:
         import transformers
@@ -541,32 +601,39 @@ class HfShape:
         clean()
         cap(None)
         torch.manual_seed(0)
-        with torch.device("cuda"):
+        with torch.device(DEVICE):
             hf = transformers.AutoModelForCausalLM.from_config(hf_config(arch), attn_implementation="sdpa").float()
         self.model = HfCausalLM(hf, arch).train()
         t0 = time.perf_counter()
-        with dev.sdpa_context(torch.device("cuda")):
+        with dev.sdpa_context(torch.device(DEVICE)):
             self.profile = calibrate_any(self.model, self.model.example_batch(batch, seq), label=self.name)
         self.calibration_s = time.perf_counter() - t0
         self.overheads = default_overheads()
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-4, fused=True)
-        self.batches = torch.randint(0, hf.config.vocab_size, (2, batch, seq + 1), device="cuda")
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-4, fused=DEVICE == "cuda")
+        self.batches = torch.randint(0, hf.config.vocab_size, (2, batch, seq + 1), device=DEVICE)
         self.params = sum(p.numel() for p in self.model.parameters())
         self.n = self.profile.n_blocks
 
     def predicted(self, choices: tuple[Choice, ...]):
         return breakdown(self.profile, choices, overheads=self.overheads)
 
-    def run(self, case: str, variant: str, choices: tuple[Choice, ...], budget: int | None, note: str = "") -> Row:
-        apply_choices(self.model, choices, self.profile.blocks, self.profile.first_block)
+    def run(self, case: str, variant: str, choices: tuple[Choice, ...], budget: int | None, note: str = "", *, steps: int | None = None, compiled: bool = False) -> Row:
+        """Train ``steps`` timed steps with ``choices`` under ``budget``. ``compiled``: the
+        blocks are already set up (choices applied, then compiled), and the memory model,
+        which plans eager blocks, predicts nothing for them."""
+        if not compiled:
+            apply_choices(self.model, choices, self.profile.blocks, self.profile.first_block)
         self.opt.zero_grad(set_to_none=True)
         clean()
         cap(budget)
-        pred = self.predicted(choices)
-        row = Row(case, variant, describe(choices), "ok", pred.allocated_peak, pred.reserved_peak, note=note)
+        row = Row(case, variant, describe(choices), "ok", note=note)
+        if not compiled:
+            pred = self.predicted(choices)
+            row.predicted_allocated, row.predicted_reserved = pred.allocated_peak, pred.reserved_peak
         try:
-            row.allocated, row.reserved, row.step_s, row.alloc_retries = train(self.model, self.opt, self.batches, warmup=HF_WARMUP, steps=HF_STEPS)
+            row.allocated, row.reserved, row.step_s, row.alloc_retries = train(self.model, self.opt, self.batches, warmup=HF_WARMUP, steps=HF_STEPS if steps is None else steps)
             row.tokens_per_s = self.batch * self.seq / statistics.median(row.step_s)
+            row.run_tokens_per_s = [row.tokens_per_s]
             if budget is not None and row.reserved > budget:
                 row.status = "over"
         except torch.OutOfMemoryError as exc:
@@ -577,26 +644,40 @@ class HfShape:
             clean()
         return row
 
+    def interleaved(self, case: str, variants: list[tuple[str, tuple[Choice, ...], str]], budget: int | None) -> list[Row]:
+        """ABBA: the variants in order, then in reverse, each ``HF_STEPS`` timed steps; a
+        variant's row pools both runs' steps (tokens/s from their median) and keeps each run's
+        tokens/s, so that clock or temperature drift over the case falls on all alike."""
+        rows: dict[str, Row] = {}
+        for variant, choices, note in [*variants, *reversed(variants)]:
+            row = self.run(case, variant, choices, budget, note=note)
+            rows[variant] = fold(rows[variant], row, self.batch * self.seq, budget) if variant in rows else row
+        return [rows[v[0]] for v in variants]
+
     def close(self) -> None:
         del self.model, self.opt, self.batches
         clean()
 
 
-HF_WARMUP, HF_STEPS = 2, 4
+def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict], *, save, placement: bool = False, compile_fractions: tuple[float, ...] = (), compile_until: float = float("inf")) -> None:
+    """One shape: the uniform options screened uncapped; at each budget the plan against the
+    fitting uniform options, interleaved (ABBA) and all capped at the budget; then, where
+    asked, the placement of the last plan's counts (uncapped) and the compiled comparison.
+    ``save()`` after each case, so that a run stopped part way keeps what it measured."""
+    from trainstack.memplan.planner import choices_for, placements
 
-
-def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict]) -> None:
-    """One shape: the uniform options uncapped, then the plan at each budget, capped."""
     arch, batch, seq = spec
     shape = HfShape(arch, batch, seq)
     n = shape.n
     print(f"{shape.name}: {shape.params / 1e9:.2f}B parameters, {n} blocks at {shape.profile.blocks}, calibrated in {shape.calibration_s:.1f} s", flush=True)
     keep, full = (shape.predicted((c,) * n).reserved_peak for c in (Choice.KEEP, Choice.FULL))
-    shape.run(shape.name, "warm-up", (Choice.FULL,) * n, None)  # untimed: the first run pays for clocks and allocator
-    uniform = [shape.run(shape.name, "full", (Choice.FULL,) * n, None, note="uncapped")]
-    uniform += [shape.run(shape.name, f"every-{e}", uniform_every(n, e), None, note="uncapped") for e in HF_EVERY if e < n]
-    none = shape.run(shape.name, "none", (Choice.KEEP,) * n, None, note="uncapped")
-    rows.extend([*uniform, none])
+    shape.run(shape.name, "warm-up", (Choice.FULL,) * n, None, steps=1)  # untimed: the first run pays for clocks and allocator
+    screen = [shape.run(shape.name, "full", (Choice.FULL,) * n, None, note="uncapped screen", steps=HF_SCREEN_STEPS)]
+    screen += [shape.run(shape.name, f"every-{e}", uniform_every(n, e), None, note="uncapped screen", steps=HF_SCREEN_STEPS) for e in HF_EVERY if e < n]
+    none = shape.run(shape.name, "none", (Choice.KEEP,) * n, None, note="uncapped screen", steps=HF_SCREEN_STEPS)
+    rows.extend([*screen, none])
+    later = []  # (summary, case, plan, budget) of the cases compared compiled, after the others
+    last_plan = None
     for fraction in HF_FRACTIONS:
         budget = int(full + fraction * (keep - full))
         case = f"{shape.name} {budget / GiB:.1f}GiB"
@@ -606,18 +687,131 @@ def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict]) 
         except BudgetError as exc:
             summaries.append({**summary, "planned": f"no plan: {exc}"})
             continue
-        planned = shape.run(case, "planned", plan.choices, budget, note=plan.summary())
-        rows.append(planned)
-        fits = [r for r in uniform if r.status == "ok" and r.reserved <= budget]
-        summary.update(planned=planned, plan=plan.summary(), best_uniform=max(fits, key=lambda r: r.tokens_per_s) if fits else None, none=none)
-        summary["none_fits"] = none.status == "ok" and none.reserved <= budget
+        fits = [r for r in screen if r.status == "ok" and r.reserved <= budget]
+        # the fitting uniform option that recomputes the fewest blocks, and the screen's fastest
+        rivals = {r.variant: r for r in (min(fits, key=lambda r: r.choices.count("f")), max(fits, key=lambda r: r.tokens_per_s))} if fits else {}
+        same = [v for v, r in rivals.items() if parse_choices(r.choices) == plan.choices]
+        others = [(v, parse_choices(r.choices), f"capped at {budget / GiB:.1f} GiB") for v, r in rivals.items() if v not in same]
+        measured = shape.interleaved(case, [("planned", plan.choices, plan.summary()), *others], budget)
+        planned, uniform = measured[0], measured[1:]
+        rows.extend(measured)
+        summary.update(planned=planned, plan=plan.summary(), same_as=same, uniform=uniform, none_fits=none.status == "ok" and none.reserved <= budget)
         summaries.append(summary)
+        save()
+        last_plan = plan
+        if fraction in compile_fractions and planned.status == "ok":
+            later.append((summary, case, plan, budget))
+    if placement and last_plan is not None:
+        # the same counts placed three ways: the planner's own choice of layout (every-N, else
+        # spread), the recomputed blocks first, and last
+        counts = tuple(last_plan.counts[c] for c in (Choice.FULL, Choice.SELECTIVE, Choice.KEEP))
+        first = choices_for(*counts)
+        layouts = [("layout-spread", next(placements(*counts)), "uncapped"), ("layout-first", first, "uncapped"), ("layout-last", tuple(reversed(first)), "uncapped")]
+        layout_rows = shape.interleaved(f"{shape.name} layouts", layouts, None)
+        rows.extend(layout_rows)
+        summaries.append({"case": f"{shape.name} layouts", "layouts": layout_rows})
+        save()
+    for summary, case, plan, budget in later:
+        if time.perf_counter() > compile_until:
+            summary["compiled"] = {"error": "not run: time budget spent"}
+            continue
+        try:
+            summary["compiled"] = hf_compiled(shape, case, plan, budget, rows, until=compile_until)
+        except Exception:  # noqa: BLE001 - report the compiler's failure, keep the other figures
+            traceback.print_exc()
+            rows.append(Row(case, "compile", "", "error", note=traceback.format_exc().splitlines()[-1][:160]))
+            summary["compiled"] = {"error": rows[-1].note}
+        save()
     shape.close()
+
+
+def hf_compiled(shape: HfShape, case: str, plan, budget: int, rows: list[Row], rounds: int = 3, until: float = float("inf")) -> dict:
+    """planned+compile (the plan applied, then each block and the loss compiled as bench
+    compiles them) against compile@r (no recompute planned, every block compiled with
+    activation_memory_budget r, r bisected to the fastest whose measured peak is within
+    planned+compile's), then both once more in reverse order (ABBA). A new round of the
+    bisection starts only before ``until`` (time.perf_counter()); all capped at ``budget``."""
+    import torch._dynamo.config as dynamo_config
+
+    from trainstack.memplan.wrappers import block_list
+
+    layers = block_list(shape.model, shape.profile.blocks)
+    originals = list(layers)
+    all_keep = (Choice.KEEP,) * shape.n
+    tokens = shape.batch * shape.seq
+
+    def compiled(variant: str, choices: tuple[Choice, ...], keep_budget: float | None, note: str) -> Row:
+        apply_choices(shape.model, choices, shape.profile.blocks, shape.profile.first_block)
+        for i, block in enumerate(originals):
+            layers[i] = compile_block(block, keep_budget)
+        t0 = time.perf_counter()
+        try:
+            row = shape.run(case, variant, choices, budget, note=note, compiled=True)
+        finally:
+            for i, block in enumerate(originals):
+                layers[i] = block
+        row.note = f"{row.note}; {time.perf_counter() - t0:.0f} s with compiling".strip("; ")
+        print(f"{case} {variant}: {row.status} {row.tokens_per_s or 0:.0f} tok/s, {gib(row.allocated).strip()} GiB allocated ({row.note})", flush=True)
+        return row
+
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    torch._dynamo.reset()
+    shape.model.compile_loss()
+    try:
+        with dynamo_config.patch({name: 64}):
+            pc = compiled("planned+compile", plan.choices, None, plan.summary() + ", compiled")
+            rows.append(pc)
+            if pc.status != "ok":
+                return {"planned+compile": pc}
+            lo, hi, r, best, best_r, tried = 0.0, 1.0, 0.5, None, None, []
+            for k in range(rounds):
+                if k and time.perf_counter() > until:
+                    break
+                row = compiled(f"compile@{r:.3f}", all_keep, r, f"activation_memory_budget {r:g}")
+                rows.append(row)
+                tried.append(row)
+                fits = row.status == "ok" and row.allocated <= pc.allocated
+                if fits and (best is None or row.tokens_per_s > best.tokens_per_s):
+                    best, best_r = row, r
+                lo, hi = (r, hi) if fits else (lo, r)
+                r = (lo + hi) / 2
+            if best is not None:  # the reverse order: compile@r again, then planned+compile
+                fold(best, compiled(best.variant, all_keep, best_r, ""), tokens, budget)
+            fold(pc, compiled("planned+compile", plan.choices, None, ""), tokens, budget)
+    finally:
+        shape.model.loss_chunk_fn = None
+        apply_choices(shape.model, all_keep, shape.profile.blocks, shape.profile.first_block)
+        torch._dynamo.reset()
+        clean()
+    return {"planned+compile": pc, "compile": best, "budget_r": best_r, "tried": tried}
+
+
+def _ratio_text(a: Row, b: Row) -> str:
+    pairs = pair_ratios(a, b)
+    spread = f" (ABBA pairs {', '.join(f'{x:.3f}' for x in pairs)})" if len(pairs) > 1 else ""
+    return f"{a.tokens_per_s / b.tokens_per_s:.3f}{spread}"
+
+
+def best_uniform_ratio(s: dict) -> float | None:
+    """planned / the best fitting uniform option of one case: the fastest measured beside it
+    (capped, ABBA), a uniform option of planned's very layout counting as planned itself."""
+    p = s.get("planned")
+    if not isinstance(p, Row) or p.status != "ok":
+        return None
+    rivals = [u.tokens_per_s for u in s["uniform"] if u.status == "ok"]
+    if s["same_as"]:
+        rivals.append(p.tokens_per_s)
+    return p.tokens_per_s / max(rivals) if rivals else None
 
 
 def hf_verdicts(summaries: list[dict]) -> list[str]:
     lines = []
     for s in summaries:
+        if "layouts" in s:
+            ok = [r for r in s["layouts"] if r.status == "ok"]
+            if ok:
+                lines.append(f"{s['case']} (same counts, uncapped, ABBA): " + "; ".join(f"{r.variant} {r.tokens_per_s:.0f} tok/s ({r.choices}), /spread {_ratio_text(r, ok[0])}" for r in ok))
+            continue
         p = s.get("planned")
         if not isinstance(p, Row):
             lines.append(f"{s['case']}: {p}")
@@ -625,66 +819,164 @@ def hf_verdicts(summaries: list[dict]) -> list[str]:
         if p.status != "ok":
             lines.append(f"{s['case']}: planned {p.status} ({p.note})")
             continue
-        parts = [f"planned {p.tokens_per_s:.0f} tok/s ({s['plan']}), reserved {p.reserved / GiB:.2f} GiB within budget, prediction error {p.error:+.1%}"]
-        u = s.get("best_uniform")
-        parts.append(f"best uniform that fits {u.variant} {u.tokens_per_s:.0f} tok/s, planned/uniform {p.tokens_per_s / u.tokens_per_s:.3f}" if u else "no uniform option fits")
+        err = "-" if p.error is None else f"{p.error:+.1%}"
+        parts = [f"planned {p.tokens_per_s:.0f} tok/s ({s['plan']}, {p.choices}), reserved {gib(p.reserved).strip()} GiB within budget, prediction error {err}"]
+        if s["same_as"]:
+            parts.append(f"the same layout as {', '.join(s['same_as'])}: planned/uniform 1 by identity")
+        for u in s["uniform"]:
+            parts.append(f"{u.variant} {u.tokens_per_s:.0f} tok/s, planned/{u.variant} {_ratio_text(p, u)}" if u.status == "ok" else f"{u.variant} {u.status} under the cap")
+        if not s["same_as"] and not s["uniform"]:
+            parts.append("no uniform option fits")
         parts.append("none fits" if s["none_fits"] else "none does not fit")
         lines.append(f"{s['case']}: " + "; ".join(parts))
+        c = s.get("compiled")
+        if isinstance(c, dict) and "planned+compile" in c:
+            pc, best = c["planned+compile"], c.get("compile")
+            tried = ", ".join(f"r={t.variant.split('@')[1]} {t.status} {gib(t.allocated).strip()} GiB {t.tokens_per_s or 0:.0f} tok/s" for t in c.get("tried", []))
+            text = f"{s['case']} compiled: planned+compile {pc.status} {pc.tokens_per_s or 0:.0f} tok/s at {gib(pc.allocated).strip()} GiB allocated"
+            if best is not None and pc.status == "ok":
+                text += f"; compile@{c['budget_r']:g} {best.tokens_per_s:.0f} tok/s at {gib(best.allocated).strip()} GiB; (planned+compile)/compile@r {_ratio_text(pc, best)}"
+            else:
+                text += "; no compile@r within planned+compile's peak"
+            lines.append(text + (f"; bisection: {tried}" if tried else ""))
+        elif isinstance(c, dict):
+            lines.append(f"{s['case']} compiled: {c.get('error')}")
     return lines
+
+
+def commit_name() -> str:
+    """The checkout's short commit (marked -dirty with uncommitted changes under src/ or
+    benchmarks/), or "unknown" where there is no git checkout."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return "unknown"
+    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks") else "")
 
 
 def hf_main(args) -> int:
     specs = [(a, int(b), int(q)) for a, b, q in (x.split(":") for x in args.hf_shapes.split(","))] if args.hf_shapes else HF_SHAPES
+    if args.skip_compile:
+        compile_specs = []
+    elif args.hf_compile:
+        compile_specs = [(a, int(b), int(q), float(f)) for a, b, q, f in (x.split(":") for x in args.hf_compile.split(","))]
+    else:
+        compile_specs = HF_COMPILE
     t0 = time.perf_counter()
     rows: list[Row] = []
     summaries: list[dict] = []
     skipped: list = []
     import transformers
 
-    header = [f"{torch.cuda.get_device_name()} torch {torch.__version__} transformers {transformers.__version__}: memplan.plan on Hugging Face models (from_config)"]
-    for spec in specs:
+    device_name = torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE
+    name = f"memplan_h200_hf_{args.commit or commit_name()}"
+    header = [
+        "$ python3 " + " ".join(["benchmarks/memplan_h200.py", *sys.argv[1:]]),
+        f"{device_name} torch {torch.__version__} transformers {transformers.__version__}: memplan.plan on Hugging Face models (from_config)",
+        f"uniform options screened uncapped ({HF_SCREEN_STEPS} timed steps); planned and the fitting uniform options (the one recomputing fewest blocks, "
+        f"the screen's fastest) interleaved ABBA, capped at the budget, {HF_STEPS} timed steps a run ({2 * HF_STEPS} a variant); tokens/s from the median step",
+    ]
+    if DEVICE != "cuda":
+        header.append(f"smoke run on {DEVICE}: no memory measured, tokens/s of a CPU; no figure here means anything")
+
+    def save() -> None:
+        hf_write(args.out, name, header, rows, summaries, skipped, time.perf_counter() - t0)
+
+    for i, spec in enumerate(specs):
         if time.perf_counter() - t0 > args.time_budget:
             skipped.append(spec)
             continue
         first = len(rows)
+        fractions = tuple(f for a, b, q, f in compile_specs if (a, b, q) == spec)
         try:
-            hf_grid(spec, rows, summaries)
+            hf_grid(spec, rows, summaries, save=save, placement=i == 0 and not args.skip_layouts, compile_fractions=fractions, compile_until=t0 + args.time_budget + args.compile_time)
         except Exception:  # noqa: BLE001 - one broken shape must not lose the others' figures
             traceback.print_exc()
             summaries.append({"case": f"{spec}", "planned": "error: " + traceback.format_exc().splitlines()[-1]})
             clean()
         print(table(rows[first:]), flush=True)
-        hf_write(args.out, header, rows, summaries, skipped, time.perf_counter() - t0)
-    print(hf_write(args.out, header, rows, summaries, skipped, time.perf_counter() - t0))
+        save()
+    print(hf_write(args.out, name, header, rows, summaries, skipped, time.perf_counter() - t0))
+    print(f"wrote {args.out / name}.txt and .json")
     return 0
 
 
-def hf_write(out: Path, header: list[str], rows: list[Row], summaries: list[dict], skipped: list, seconds: float) -> str:
+def hf_totals(rows: list[Row], summaries: list[dict]) -> list[str]:
+    """The summary lines: cases, planned ok/over/OOM, prediction error, planned/best uniform, compiled."""
     errors = [abs(r.error) for r in rows if r.error is not None and r.status == "ok"]
-    planned = [s["planned"] for s in summaries if isinstance(s.get("planned"), Row)]
-    ratios = [s["planned"].tokens_per_s / s["best_uniform"].tokens_per_s for s in summaries if isinstance(s.get("planned"), Row) and s["planned"].status == "ok" and s.get("best_uniform")]
-    totals = [
-        f"cases {len(summaries)}; planned runs ok {sum(p.status == 'ok' for p in planned)}, over budget {sum(p.status == 'over' for p in planned)}, out of memory {sum(p.status == 'oom' for p in planned)}",
-        f"prediction error over {len(errors)} runs: max {max(errors):.2%}" if errors else "no prediction errors",
-        f"planned/best fitting uniform: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}" if ratios else "no planned/uniform ratio",
+    cases = [s for s in summaries if "layouts" not in s]
+    planned = [s["planned"] for s in cases if isinstance(s.get("planned"), Row)]
+    archs = sorted({s["case"].split()[0] for s in cases})
+    ratios = [r for r in (best_uniform_ratio(s) for s in cases) if r is not None]
+    pairs = [x for s in cases if isinstance(s.get("planned"), Row) and s["planned"].status == "ok" for u in s["uniform"] if u.status == "ok" for x in pair_ratios(s["planned"], u)]
+    identical = sum(bool(s.get("same_as")) for s in cases if isinstance(s.get("planned"), Row))
+    compiled = [s["compiled"] for s in cases if isinstance(s.get("compiled"), dict)]
+    lines = [
+        f"cases {len(cases)} over {len(archs)} architectures ({', '.join(archs)}); planned runs ok {sum(p.status == 'ok' for p in planned)}, "
+        f"over budget {sum(p.status == 'over' for p in planned)}, out of memory {sum(p.status == 'oom' for p in planned)}, "
+        f"no plan or error {len(cases) - len(planned)}",
+        f"prediction error (allocated peak) over {len(errors)} eager runs: max {max(errors):.2%}" if errors else "no prediction error measured",
+        (
+            f"planned/best fitting uniform over {len(ratios)} cases: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}; below 1: {sum(r < 1 for r in ratios)}"
+            f" ({identical} cases planned a uniform option's very layout)" + (f"; single ABBA run pairs {min(pairs):.3f} to {max(pairs):.3f}" if pairs else "")
+        )
+        if ratios
+        else "no planned/uniform ratio",
     ]
-    text = "\n".join([*header, "", table(rows), "", *hf_verdicts(summaries), "", *totals])
+    for c in compiled:
+        pc, best = c.get("planned+compile"), c.get("compile")
+        if isinstance(pc, Row) and isinstance(best, Row) and pc.status == "ok" and best.status == "ok":
+            lines.append(f"(planned+compile)/compile@{c['budget_r']:g} at the same peak: {_ratio_text(pc, best)}")
+        elif isinstance(pc, Row):
+            lines.append(f"compiled comparison: planned+compile {pc.status}, " + ("no compile@r within its peak" if best is None else f"compile@r {best.status}"))
+        else:
+            lines.append(f"compiled comparison: {c.get('error')}")
+    return lines
+
+
+def hf_write(out: Path, name: str, header: list[str], rows: list[Row], summaries: list[dict], skipped: list, seconds: float) -> str:
+    text = "\n".join([*header, "", table(rows), "", *hf_verdicts(summaries), "", *hf_totals(rows, summaries)])
     if skipped:
         text += "\nnot run (time budget spent): " + ", ".join(f"{a} b{b} s{q}" for a, b, q in skipped)
-    text += f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {seconds:.0f} s"
+    device_name = torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE
+    text += f"\n{device_name}, torch {torch.__version__}, {seconds:.0f} s"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "memplan_h200_hf.txt").write_text(text + "\n", encoding="utf-8")
+    # atomic: a run stopped while writing keeps the last complete files
+    atomic_write_text(out / f"{name}.txt", text + "\n")
+
+    def plain(v: object) -> object:
+        if isinstance(v, Row):
+            return {**v.__dict__, "error": v.error}
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        return v
+
     data = {
-        "device": torch.cuda.get_device_name(),
+        "command": header[0][2:],
+        "device": device_name,
         "torch": torch.__version__,
-        "rows": [{**r.__dict__, "error": r.error} for r in rows],
-        "cases": [{k: (v.__dict__ if isinstance(v, Row) else v) for k, v in s.items()} for s in summaries],
+        "seconds": round(seconds, 1),
+        "summary": hf_totals(rows, summaries),
+        "rows": [plain(r) for r in rows],
+        "cases": [plain(s) for s in summaries],
+        "skipped": [list(s) for s in skipped],
     }
-    (out / "memplan_h200_hf.json").write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    atomic_write_text(out / f"{name}.json", json.dumps(data, indent=2, default=str) + "\n")
     return text
 
 
 def main() -> int:
+    global DEVICE, TINY, HF_STEPS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--time-budget", type=float, default=300.0, help="seconds; later cases are skipped once spent")
@@ -692,9 +984,17 @@ def main() -> int:
     ap.add_argument("--cases", default="", help="run only these cases, e.g. '125m:8:2048:8,1b:4:4096:45' (preset:batch:seq:GiB)")
     ap.add_argument("--hf", action="store_true", help="the grid of Hugging Face models planned by memplan.plan")
     ap.add_argument("--hf-shapes", default="", help="with --hf, only these shapes, e.g. 'llama:4:2048,gpt2:8:1024' (arch:batch:seq)")
+    ap.add_argument("--hf-compile", default="", help="with --hf, the compiled comparison at these cases, e.g. 'gpt2:4:2048:0.45' (arch:batch:seq:budget fraction)")
+    ap.add_argument("--compile-time", type=float, default=120.0, help="with --hf, seconds past --time-budget within which the compiled comparison may still start a run")
+    ap.add_argument("--skip-layouts", action="store_true", help="with --hf, leave out the placement comparison (the first shape's last plan placed three ways)")
+    ap.add_argument("--commit", default="", help="with --hf, the commit in the result files' names (memplan_h200_hf_COMMIT.txt/.json); default: git's")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="with --hf: cpu runs the script itself (a smoke check, with --tiny)")
+    ap.add_argument("--tiny", action="store_true", help="with --hf, six-block configs of the same families")
+    ap.add_argument("--steps", type=int, default=HF_STEPS, help=f"with --hf, timed steps a run of the compared variants (default {HF_STEPS})")
     args = ap.parse_args()
     if args.hf:
-        if not torch.cuda.is_available():
+        DEVICE, TINY, HF_STEPS = args.device, args.tiny, args.steps
+        if DEVICE == "cuda" and not torch.cuda.is_available():
             print("skip: no GPU")
             return 0
         return hf_main(args)
