@@ -716,7 +716,7 @@ def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict], 
             summary["compiled"] = {"error": "not run: time budget spent"}
             continue
         try:
-            summary["compiled"] = hf_compiled(shape, case, plan, budget, rows, until=compile_until)
+            summary["compiled"] = hf_compiled(shape, case, plan, budget, rows, until=compile_until, save=save)
         except Exception:  # noqa: BLE001 - report the compiler's failure, keep the other figures
             traceback.print_exc()
             rows.append(Row(case, "compile", "", "error", note=traceback.format_exc().splitlines()[-1][:160]))
@@ -725,12 +725,13 @@ def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict], 
     shape.close()
 
 
-def hf_compiled(shape: HfShape, case: str, plan, budget: int, rows: list[Row], rounds: int = 3, until: float = float("inf")) -> dict:
+def hf_compiled(shape: HfShape, case: str, plan, budget: int, rows: list[Row], rounds: int = 3, until: float = float("inf"), save=lambda: None) -> dict:
     """planned+compile (the plan applied, then each block and the loss compiled as bench
     compiles them) against compile@r (no recompute planned, every block compiled with
     activation_memory_budget r, r bisected to the fastest whose measured peak is within
     planned+compile's), then both once more in reverse order (ABBA). A new round of the
-    bisection starts only before ``until`` (time.perf_counter()); all capped at ``budget``."""
+    bisection starts only before ``until`` (time.perf_counter()); all capped at ``budget``;
+    ``save()`` after each run."""
     import torch._dynamo.config as dynamo_config
 
     from trainstack.memplan.wrappers import block_list
@@ -752,6 +753,7 @@ def hf_compiled(shape: HfShape, case: str, plan, budget: int, rows: list[Row], r
                 layers[i] = block
         row.note = f"{row.note}; {time.perf_counter() - t0:.0f} s with compiling".strip("; ")
         print(f"{case} {variant}: {row.status} {row.tokens_per_s or 0:.0f} tok/s, {gib(row.allocated).strip()} GiB allocated ({row.note})", flush=True)
+        save()
         return row
 
     name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
@@ -761,6 +763,7 @@ def hf_compiled(shape: HfShape, case: str, plan, budget: int, rows: list[Row], r
         with dynamo_config.patch({name: 64}):
             pc = compiled("planned+compile", plan.choices, None, plan.summary() + ", compiled")
             rows.append(pc)
+            save()
             if pc.status != "ok":
                 return {"planned+compile": pc}
             lo, hi, r, best, best_r, tried = 0.0, 1.0, 0.5, None, None, []
@@ -770,6 +773,7 @@ def hf_compiled(shape: HfShape, case: str, plan, budget: int, rows: list[Row], r
                 row = compiled(f"compile@{r:.3f}", all_keep, r, f"activation_memory_budget {r:g}")
                 rows.append(row)
                 tried.append(row)
+                save()
                 fits = row.status == "ok" and row.allocated <= pc.allocated
                 if fits and (best is None or row.tokens_per_s > best.tokens_per_s):
                     best, best_r = row, r
