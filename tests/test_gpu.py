@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 
 CLI = [sys.executable, "-m", "trainstack.cli"]
 
-# A plain loop whose activations dominate: 8 blocks of 4096 features at 8192 rows (128 MiB a
+# A plain loop whose activations dominate: 8 blocks of 4096 features at 16384 rows (256 MiB a
 # tensor), AdamW. Prints each step's loss and, at the end, the allocator's reserved peak.
 JOB = """
 import sys, torch
@@ -26,7 +26,7 @@ from torch import nn
 torch.manual_seed(0)
 model = nn.Sequential(*[nn.Sequential(nn.Linear(4096, 4096), nn.GELU()) for _ in range(8)], nn.Linear(4096, 1)).cuda()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-x, y = torch.randn(8192, 4096, device="cuda"), torch.randn(8192, 1, device="cuda")
+x, y = torch.randn(16384, 4096, device="cuda"), torch.randn(16384, 1, device="cuda")
 oom_at = int(sys.argv[1]) if len(sys.argv) > 1 else -1
 for step in range(4):
     if step == oom_at:
@@ -81,7 +81,7 @@ def test_a_real_cuda_oom_leaves_the_snapshot_its_view_and_the_jobs_own_error(tmp
 
 
 def test_bench_trains_on_the_gpu_and_reports_mfu(tmp_path: Path) -> None:
-    done = subprocess.run([*CLI, "bench", "--preset", "tiny", "--device", "cuda", "--modes", "eager,compile+bf16", "--steps", "3", "--warmup", "2", "--out", str(tmp_path), "--json"],
+    done = subprocess.run([*CLI, "bench", "--preset", "tiny", "--device", "cuda", "--modes", "eager,compile+bf16", "--ablation", "--steps", "3", "--warmup", "2", "--out", str(tmp_path), "--json"],
                           capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {row["mode"]: row for row in json.loads(done.stdout)["rows"]}

@@ -141,7 +141,7 @@ LOCK_TEXT = (
 
 def _layers(stack: Stack, flavour) -> FlavourLayers:
     full = parse_lock(LOCK_TEXT)
-    locked = LockedFlavour(
+    locked = LockedFlavour.model_construct(  # unchecked, as the stack is
         **flavour.as_dict(), lock_file=f"locks/{flavour.slug}.txt", lock_sha256="c" * 64, index=None,
         cache_key=f"corpus-{flavour.slug}-{'d' * 12}", packages={"numpy": "2.2.6", "setuptools": "80.9.0"},
     )  # fmt: skip
@@ -151,7 +151,7 @@ def _layers(stack: Stack, flavour) -> FlavourLayers:
 
 def render_unchecked(stack: Stack) -> dict[str, str]:
     flavours = expand_flavours(stack)
-    manifest = Manifest(
+    manifest = Manifest.model_construct(  # unchecked, as the stack is
         stack=stack.stack.name, release=stack.stack.release, image=stack.stack.image_ref, inputs_hash="e" * 64,
         uv_version="0.13.9", generated_at="2026-12-03T00:00:00+00:00", flavours={},
     )  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def flavour(packages: dict[str, str], sources: dict[str, str] | None = None, *, 
 
 
 def manifest(release: str, flavours: dict[str, LockedFlavour], stack: str = "torch-cuda") -> Manifest:
-    return Manifest(stack=stack, release=release, image="registry.example.com/ml/torch", inputs_hash=release,
+    return Manifest(stack=stack, release=release, image="registry.example.com/ml/torch", inputs_hash=hashlib.sha256(release.encode()).hexdigest(),
                     uv_version="0.9.0", generated_at="2026-12-01T00:00:00Z", flavours=flavours)
 
 

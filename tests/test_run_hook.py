@@ -31,7 +31,9 @@ def venv(tmp_path_factory) -> Path:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINSTACK_") and k != "PYTHONPATH"}
+    # the allocator's variables too: a bench test run in this process may have set them
+    dropped = {"PYTHONPATH", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINSTACK_") and k not in dropped}
     return {**env, **extra}
 
 
