@@ -25,7 +25,7 @@ def command(
     timeout_s: float = typer.Option(1800.0, "--timeout", help="Seconds one ablation mode may take."),
     profile: Path | None = typer.Option(None, "--profile", help="Folder: profile 2 more steps per mode after the timed ones; a Chrome trace and a table of the kernels by time."),
     compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Two result files A and B: print an A/B table with ratios, run nothing."),
-    parity: str | None = typer.Option(None, "--parity", help="Two modes A,B: train both from the same seed on a learnable synthetic task and report the loss curves' largest relative gap (after the ablation, with --ablation)."),
+    parity: str | None = typer.Option(None, "--parity", help="Two modes A,B: train both from the same seed on a learnable synthetic task and report the relative gap of the smoothed loss curves after the last step, the largest over the last third beside it (after the ablation, with --ablation)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result (the rows, or the A/B pairs of --compare) as one JSON document on stdout; the tables go to stderr."),
     output: Path | None = typer.Option(None, "--output", help="Also write that JSON document to this file."),
 ) -> None:

@@ -77,5 +77,8 @@ def _parity(fig, parity: dict) -> None:
     gaps.set_ylim(0, max(1.0, 1.5 * max(gap[parity["tail_from"]:])))
     gaps.set_xlabel("step")
     gaps.set_ylabel("|B - A| / A % (moving averages)")
-    gaps.set_title(f"largest in the tail: {100 * parity['max_rel_gap']:.2f}%", fontsize="medium")
+    gaps.set_title(
+        f"after the last step: {100 * parity['final_rel_gap']:.2f}% (largest in the tail {100 * parity['max_rel_gap']:.2f}%)",
+        fontsize="medium",
+    )
     gaps.legend(fontsize="small")
