@@ -85,11 +85,14 @@ def _mapped_bytes() -> int:
 
 
 def memory_budget(device: torch.device, cap_bytes: int | None) -> int:
-    """Bytes a mode may plan for: the cap if given, else the device's memory."""
+    """Bytes a mode may plan for: the cap if given, else what PyTorch can have of the
+    device's memory: its free bytes and what PyTorch holds already (the CUDA context and
+    libraries outside the allocator are not for the plan)."""
     if cap_bytes:
         return cap_bytes
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
+        free, _total = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device)
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 

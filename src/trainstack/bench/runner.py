@@ -173,8 +173,10 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
     plan, keep_budget = None, None
     if mode.ac == "planned":
         budget = dev.memory_budget(device, spec.memory_cap_bytes)
+        precision = "bf16" if mode.bf16 and not dist.enabled else "autocast-bf16"  # as optimizer() trains it
         model, chosen = apply_planned(
-            model, spec.cfg, batch=spec.batch, seq=spec.seq, budget_bytes=budget, world_size=dist.world_size, compiled=mode.compile
+            model, spec.cfg, batch=spec.batch, seq=spec.seq, budget_bytes=budget, world_size=dist.world_size,
+            compiled=mode.compile, precision=precision,
         )
         plan = chosen.summary() if hasattr(chosen, "summary") else _first_line(chosen)
         keep_budget = getattr(chosen, "compiler_budget", None)

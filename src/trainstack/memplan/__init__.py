@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from trainstack.bench.model import ModelConfig
+    from trainstack.memplan.optim import PrecisionSpec
 
 __all__ = [
     "COMPILER_BUDGETS",
@@ -85,6 +86,7 @@ def plan_memory(
     device: str | None = None,
     time_blocks: bool | None = None,
     compiled: bool = False,
+    precision: str = "autocast-bf16",
 ) -> Plan:
     """The plan of least recompute cost whose predicted peak fits ``budget_bytes``.
 
@@ -95,12 +97,24 @@ def plan_memory(
     measured compiled, and the kept blocks also under each of ``COMPILER_BUDGETS`` (the
     compiler's activation memory budget); the plan names the budget it chose. Raises
     BudgetError (how much is missing, and the batch or sharding that would fit).
+
+    ``precision``: how the bench trains the blocks' weights, a name of
+    ``memplan.optim.PRECISIONS``. The blocks are calibrated under bf16 autocast either way;
+    ``bf16`` (bf16 parameters and gradients, AdamW on fp32 master copies) changes the
+    weights', gradients' and optimizer state's bytes, and adds the master update's
+    temporaries when it runs eagerly.
     """
     from trainstack.memplan.calibrate import calibrate
+    from trainstack.memplan.optim import precision_spec
     from trainstack.memplan.overheads import default_overheads
     from trainstack.memplan.planner import choose_over_budgets
 
-    profile = calibrate(cfg, batch=batch, seq=seq, device=device)
+    spec = precision_spec(precision)
+
+    def calibrated(b: int) -> Profile:
+        return stored_as(calibrate(cfg, batch=b, seq=seq, device=device), spec, cfg, compiled=compiled)
+
+    profile = calibrated(batch)
     profiles = {1.0: profile}
     if compiled and _cuda():
         profiles = measure_compiled_blocks(profile, cfg, batch=batch, seq=seq)
@@ -111,7 +125,7 @@ def plan_memory(
         budget_bytes=budget_bytes,
         world_size=world_size,
         overheads=overheads if overheads is not None else default_overheads(),
-        profile_at=cache(lambda b: calibrate(cfg, batch=b, seq=seq, device=device)),
+        profile_at=cache(calibrated),
     )
     return plan if compiled else replace(plan, compiler_budget=None)
 
@@ -120,6 +134,36 @@ def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+# The eager master update's temporaries of one parameter (bench.precision.adamw_update): the
+# fp32 gradient, the square root, the denominator and the update, each of the parameter's size.
+MASTER_UPDATE_TEMPORARIES = 4
+
+
+def stored_as(profile: Profile, precision: PrecisionSpec, cfg: ModelConfig, *, compiled: bool) -> Profile:
+    """``profile`` (calibrated with fp32 weights, gradients and AdamW state) for the bench's
+    ``precision``: with bf16 parameters the weights and gradients take 2 bytes an element
+    and AdamW keeps fp32 master weights beside its two fp32 moments; run eagerly, the master
+    update makes ``MASTER_UPDATE_TEMPORARIES`` fp32 tensors of the largest parameter (the
+    embedding or the output projection), compiled it is one fused kernel."""
+    if precision.param_itemsize is None:
+        return profile
+    fp32_block, fp32_other = profile.block_param_bytes, profile.other_param_bytes
+    block, other = fp32_block * precision.param_itemsize // 4, fp32_other * precision.param_itemsize // 4
+    states = profile.optimizer_states + precision.master_itemsize // 4
+    largest = 4 * cfg.vocab_size * cfg.dim
+    return replace(
+        profile,
+        block_param_bytes=block,
+        other_param_bytes=other,
+        block_grad_bytes=block,
+        other_grad_bytes=other,
+        block_state_bytes=states * fp32_block,
+        other_state_bytes=states * fp32_other,
+        step_scratch=0 if compiled else MASTER_UPDATE_TEMPORARIES * largest,
+        precision=precision.name,
+    )
 
 
 def measure_real_block(profile: Profile, cfg: ModelConfig, *, batch: int, seq: int, compiled: bool = False, timed: bool = True) -> Profile:

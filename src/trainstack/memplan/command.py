@@ -19,7 +19,7 @@ def command(
     hf_config: Path | None = typer.Option(None, "--hf-config", help="Plan a Hugging Face causal LM from a local config.json (or its folder), built on the meta device; nothing is downloaded."),
     model_factory: str | None = typer.Option(None, "--model", help="Plan your own model: module:function returning a model, (model, example_batch) or (model, example_batch, loss_fn)."),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw-foreach, adam, sgd, sgd-momentum, adafactor, adamw8bit (with --hf-config or --model)."),
-    precision: str = typer.Option("autocast-bf16", "--precision", help="autocast-bf16, bf16 (fp32 master weights) or fp32 (with --hf-config or --model)."),
+    precision: str = typer.Option("autocast-bf16", "--precision", help="autocast-bf16, bf16 (bf16 parameters, fp32 master weights and AdamW state, as bench's +bf16 modes) or fp32 (with --hf-config or --model)."),
     blocks: str | None = typer.Option(None, "--blocks", help="Dotted name of the list of blocks to plan (default: found)."),
     stray: list[str] = typer.Argument(None, hidden=True),
 ) -> None:
@@ -47,6 +47,8 @@ def command(
     if any_model and compiled:
         raise UsageError("--compiled plans the presets' blocks only; leave it out with --hf-config or --model")
     if not any_model:
+        if precision not in ("autocast-bf16", "bf16"):
+            raise UsageError(f"--precision: '{precision}' plans --hf-config or --model only; the presets train under autocast-bf16 or bf16")
         max_seq = shape(preset)["max_seq"]
         if seq > max_seq:
             raise UsageError(f"--seq: {seq} exceeds the {preset} preset's max_seq {max_seq}")
@@ -60,8 +62,9 @@ def command(
     from trainstack.memplan import plan_memory
     from trainstack.memplan.report import to_json
 
-    plan = plan_memory(get_preset(preset), batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled)
-    document = {"preset": preset, "batch": batch, "seq": seq, "compiled": compiled, **to_json(plan)}
+    plan = plan_memory(get_preset(preset), batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled,
+                       precision=precision)
+    document = {"preset": preset, "batch": batch, "seq": seq, "compiled": compiled, "precision": precision, **to_json(plan)}
     _emit(plan, document, json_out=json_out, output=output)
 
 

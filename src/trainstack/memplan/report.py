@@ -49,7 +49,7 @@ def breakdown_table(plan: Plan) -> Table:
     table.add_column("part")
     table.add_column("bytes", justify="right")
     rows: list[tuple[str, int]] = [
-        ("weights (fp32) and buffers", b.weights),
+        (f"weights and buffers ({plan.profile.precision})", b.weights),
         ("gradients live at the peak", b.grads),
         (f"optimizer state ({plan.profile.optimizer})", b.optimizer),
         ("saved activations, all blocks", b.saved_activations),

@@ -1,0 +1,59 @@
+"""memplan for the bench's bf16 modes: bf16 parameters and gradients, AdamW on fp32 master
+copies (bench.precision). The static bytes predicted are those the real optimizer holds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainstack.bench.model import Transformer  # noqa: E402
+from trainstack.bench.precision import to_bf16_with_master  # noqa: E402
+from trainstack.bench.presets import preset  # noqa: E402
+from trainstack.memplan import MASTER_UPDATE_TEMPORARIES, plan_memory  # noqa: E402
+
+BUDGET = 64 * 2**30  # room for anything: the breakdown, not the choice, is under test
+
+
+def _storage(tensors) -> int:
+    return sum(t.untyped_storage().nbytes() for t in tensors)
+
+
+def test_bf16_static_bytes_are_what_the_master_optimizer_really_holds():
+    cfg = preset("tiny")
+    plan = plan_memory(cfg, batch=2, seq=64, budget_bytes=BUDGET, device="cpu", time_blocks=False, precision="bf16")
+    model = Transformer(cfg)
+    opt = to_bf16_with_master(model, lr=1e-3, compiled=False)
+    params = list(model.parameters())
+    assert all(p.dtype == torch.bfloat16 for p in params)
+    assert plan.breakdown.weights == _storage(params) + _storage(model.buffers())
+    assert plan.breakdown.optimizer == _storage([*opt.masters, *opt.exp_avgs, *opt.exp_avg_sqs])
+    assert "bf16 parameters, fp32 master weights" in plan.profile.precision
+
+
+def test_bf16_costs_more_memory_at_the_loss_than_autocast_and_eager_adds_the_master_update():
+    cfg = preset("tiny")
+    common = dict(batch=2, seq=64, budget_bytes=BUDGET, device="cpu", time_blocks=False)
+    autocast = plan_memory(cfg, **common)
+    eager = plan_memory(cfg, **common, precision="bf16")
+    compiled = plan_memory(cfg, **common, precision="bf16", compiled=True)
+    n_params = sum(p.numel() for p in Transformer(cfg).parameters())
+    # fp32 weights + two fp32 moments (12 bytes a parameter) against bf16 weights + fp32 master and moments (14)
+    static = lambda plan: plan.breakdown.weights + plan.breakdown.optimizer  # noqa: E731
+    assert static(eager) - static(autocast) == 2 * n_params
+    assert eager.profile.step_scratch == MASTER_UPDATE_TEMPORARIES * 4 * cfg.vocab_size * cfg.dim
+    assert compiled.profile.step_scratch == 0 and autocast.profile.step_scratch == 0
+
+
+def test_the_verb_plans_a_preset_in_bf16_and_refuses_fp32_in_one_line():
+    run = [sys.executable, "-m", "trainstack.cli", "memplan", "--preset", "tiny", "--batch", "2", "--seq", "64", "--budget", "8GiB"]
+    ok = subprocess.run([*run, "--precision", "bf16", "--json"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert '"precision": "bf16"' in ok.stdout
+    refused = subprocess.run([*run, "--precision", "fp32"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().count("\n") == 0
+    assert "--precision: 'fp32' plans --hf-config or --model only" in refused.stderr
