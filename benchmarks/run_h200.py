@@ -189,7 +189,7 @@ def compiled(jobs: Jobs, results: dict) -> None:
     argv = [*RUN, "--out", str(jobs.work / "compile"), "--compile", "--", *COMPILED, "--warmup", "3", "--timed", "10"]
     r = jobs.run("plain small, --compile", argv, timeout=150)
     results["compile"] = {**r, "tokens_per_s": timed(r, "tokens_per_s"),
-                          "compile_line": next((line for line in r.get("hook_lines", []) if "compile" in line), None)}
+                          "compile_line": next((line for line in r.get("hook_lines", []) if line.startswith("trainstack run: compiled ")), None)}
 
 
 # the targets first, the repeats for the throughput ratio last (skipped if time runs out)
@@ -209,16 +209,9 @@ def report(results: dict) -> str:
         lines.append(f"  plain {'hooked' if r.get('hooked') else 'alone '}: {timed(r, 'tokens_per_s') or 0:,.0f} tokens/s  peak reserved {((peak(r) or 0) / GiB):.2f} GiB  profiles {r.get('profiles')}")
     if "plain_hooked_over_alone" in results:
         lines.append(f"  plain hooked/alone throughput: {results['plain_hooked_over_alone']:.4f}")
-    oom = results.get("oom", {})
-    lines.append(f"  planted OOM at cap {oom.get('cap_gib')} GiB (natural peak {oom.get('natural_peak_gib') or 0:.2f} GiB): exit {oom.get('rc')}, files {oom.get('files')}")
-    lines.append(f"    job's error: {oom.get('error_line')}")
-    lines.append(f"    diagnosis: {oom.get('diagnosis')}")
-    mp = results.get("memplan", {})
-    reserved = f"{mp['peak_reserved_gib']:.2f}" if mp.get("peak_reserved_gib") else None
-    lines.append(f"  --memplan {mp.get('budget')}: exit {mp.get('rc')}, peak reserved {reserved} GiB, under budget {mp.get('under_budget')}, budget below natural peak {mp.get('budget_below_natural_peak')}, {mp.get('tokens_per_s') or 0:,.0f} tokens/s")
-    for line in [mp.get("plan_line") or mp.get("skipped"), *mp.get("memplan_notes", []), mp.get("error_line")]:
-        if line:
-            lines.append(f"    {line}")
+    oom = results.get("oom")
+    if oom is not None:
+        lines.extend(_oom_lines(oom, results.get("memplan", {})))
     for r in results.get("trainer", []):
         lines.append(f"  trainer {'hooked' if r.get('hooked') else 'alone '}: {timed(r, 'steps_per_s') or 0:.3f} steps/s  exit {r.get('rc')}  profiles {r.get('profiles')}")
     if "trainer_hooked_over_alone" in results:
@@ -231,6 +224,19 @@ def report(results: dict) -> str:
             lines.append(f"  --compile (2 layers, hidden 1024, batch 8x512): exit {comp.get('rc')}, {comp.get('tokens_per_s') or 0:,.0f} tokens/s, {comp.get('wall_s', 0):.0f} s wall")
             lines.append(f"    {comp.get('compile_line') or (comp.get('tail') or ['no output'])[-1]}")
     return "\n".join(lines)
+
+
+def _oom_lines(oom: dict, mp: dict) -> list[str]:
+    """The planted OOM and its --memplan rerun, when that stage ran."""
+    lines = [f"  planted OOM at cap {oom.get('cap_gib')} GiB (natural peak {oom.get('natural_peak_gib') or 0:.2f} GiB): exit {oom.get('rc')}, files {oom.get('files')}",
+             f"    job's error: {oom.get('error_line')}",
+             f"    diagnosis: {oom.get('diagnosis')}"]
+    reserved = f"{mp['peak_reserved_gib']:.2f}" if mp.get("peak_reserved_gib") else None
+    lines.append(f"  --memplan {mp.get('budget')}: exit {mp.get('rc')}, peak reserved {reserved} GiB, under budget {mp.get('under_budget')}, budget below natural peak {mp.get('budget_below_natural_peak')}, {mp.get('tokens_per_s') or 0:,.0f} tokens/s")
+    for line in [mp.get("plan_line") or mp.get("skipped"), *mp.get("memplan_notes", []), mp.get("error_line")]:
+        if line:
+            lines.append(f"    {line}")
+    return lines
 
 
 def main() -> None:
