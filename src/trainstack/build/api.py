@@ -83,13 +83,17 @@ def _build_one(
             record = _run(inputs, layers, backend, tools, staging, final, cpus, skip_sources)
             swap_into_place(staging, final)
         except OSError as exc:
-            shutil.rmtree(staging, ignore_errors=True)
             if exc.errno != errno.ENOSPC:
+                _keep_failed_logs(staging, final, exc)
+                shutil.rmtree(staging, ignore_errors=True)
                 raise
-            raise DiskSpaceError(
+            full = DiskSpaceError(
                 f"{build_dir}: no space left on the device while building {slug}",
                 hint="free some space; the previous build of this flavour is unchanged",
-            ) from None
+            )
+            _keep_failed_logs(staging, final, full)
+            shutil.rmtree(staging, ignore_errors=True)
+            raise full from None
         except BaseException as exc:
             _keep_failed_logs(staging, final, exc)
             shutil.rmtree(staging, ignore_errors=True)
@@ -103,6 +107,13 @@ def _keep_failed_logs(staging: Path, final: Path, exc: BaseException) -> Path | 
     logs = staging / "logs"
     if not logs.is_dir() or not any(logs.iterdir()):
         return None
+    for part in staging.iterdir():  # the half-built environment first: on a full disk, room for the move
+        if part == logs:
+            continue
+        if part.is_dir() and not part.is_symlink():
+            shutil.rmtree(part, ignore_errors=True)
+        else:
+            part.unlink(missing_ok=True)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     kept = final / "logs" / f"failed-{stamp}"
     try:
