@@ -659,7 +659,7 @@ class HfShape:
         clean()
 
 
-def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict], *, save, placement: bool = False, compile_fractions: tuple[float, ...] = (), compile_until: float = float("inf")) -> None:
+def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict], *, save, placement: bool = False, compile_fractions: tuple[float, ...] = (), compile_until: float = float("inf"), fractions: tuple[float, ...] = HF_FRACTIONS) -> None:
     """One shape: the uniform options screened uncapped; at each budget the plan against the
     fitting uniform options, interleaved (ABBA) and all capped at the budget; then, where
     asked, the placement of the last plan's counts (uncapped) and the compiled comparison.
@@ -678,7 +678,7 @@ def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict], 
     rows.extend([*screen, none])
     later = []  # (summary, case, plan, budget) of the cases compared compiled, after the others
     last_plan = None
-    for fraction in HF_FRACTIONS:
+    for fraction in fractions:
         budget = int(full + fraction * (keep - full))
         case = f"{shape.name} {budget / GiB:.1f}GiB"
         summary: dict = {"case": case, "budget": budget, "fraction": fraction, "calibration_s": shape.calibration_s}
@@ -734,6 +734,8 @@ def hf_compiled(shape: HfShape, case: str, plan, budget: int, rows: list[Row], r
     ``save()`` after each run."""
     import torch._dynamo.config as dynamo_config
 
+    from trainstack.memplan import calibrate_any_compiled
+    from trainstack.memplan.planner import choose_over_budgets
     from trainstack.memplan.wrappers import block_list
 
     layers = block_list(shape.model, shape.profile.blocks)
@@ -757,11 +759,18 @@ def hf_compiled(shape: HfShape, case: str, plan, budget: int, rows: list[Row], r
         return row
 
     name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    # memplan's plan for compiled blocks: the real block measured compiled, the kept one also
+    # under each compiler budget (as the bench and `run --compile --memplan` plan)
+    apply_choices(shape.model, all_keep, shape.profile.blocks, shape.profile.first_block)
+    t0 = time.perf_counter()
+    profiles = calibrate_any_compiled(shape.model, shape.model.example_batch(shape.batch, shape.seq), compiled=True, label=shape.name)
+    plan = choose_over_budgets(profiles, budget_bytes=budget, overheads=shape.overheads)
+    print(f"{case}: plan for compiled blocks {plan.summary()} in {time.perf_counter() - t0:.0f} s", flush=True)
     torch._dynamo.reset()
     shape.model.compile_loss()
     try:
         with dynamo_config.patch({name: 64}):
-            pc = compiled("planned+compile", plan.choices, None, plan.summary() + ", compiled")
+            pc = compiled("planned+compile", plan.choices, plan.compiler_budget, plan.summary() + ", compiled")
             rows.append(pc)
             save()
             if pc.status != "ok":
@@ -781,7 +790,7 @@ def hf_compiled(shape: HfShape, case: str, plan, budget: int, rows: list[Row], r
                 r = (lo + hi) / 2
             if best is not None:  # the reverse order: compile@r again, then planned+compile
                 fold(best, compiled(best.variant, all_keep, best_r, ""), tokens, budget)
-            fold(pc, compiled("planned+compile", plan.choices, None, ""), tokens, budget)
+            fold(pc, compiled("planned+compile", plan.choices, plan.compiler_budget, ""), tokens, budget)
     finally:
         shape.model.loss_chunk_fn = None
         apply_choices(shape.model, all_keep, shape.profile.blocks, shape.profile.first_block)
@@ -874,6 +883,7 @@ def hf_main(args) -> int:
         compile_specs = [(a, int(b), int(q), float(f)) for a, b, q, f in (x.split(":") for x in args.hf_compile.split(","))]
     else:
         compile_specs = HF_COMPILE
+    budget_fractions = tuple(float(f) for f in args.hf_fractions.split(",")) if args.hf_fractions else HF_FRACTIONS
     t0 = time.perf_counter()
     rows: list[Row] = []
     summaries: list[dict] = []
@@ -901,7 +911,8 @@ def hf_main(args) -> int:
         first = len(rows)
         fractions = tuple(f for a, b, q, f in compile_specs if (a, b, q) == spec)
         try:
-            hf_grid(spec, rows, summaries, save=save, placement=i == 0 and not args.skip_layouts, compile_fractions=fractions, compile_until=t0 + args.time_budget + args.compile_time)
+            hf_grid(spec, rows, summaries, save=save, placement=i == 0 and not args.skip_layouts, compile_fractions=fractions, compile_until=t0 + args.time_budget + args.compile_time,
+                    fractions=budget_fractions)
         except Exception:  # noqa: BLE001 - one broken shape must not lose the others' figures
             traceback.print_exc()
             summaries.append({"case": f"{spec}", "planned": "error: " + traceback.format_exc().splitlines()[-1]})
@@ -989,6 +1000,7 @@ def main() -> int:
     ap.add_argument("--hf", action="store_true", help="the grid of Hugging Face models planned by memplan.plan")
     ap.add_argument("--hf-shapes", default="", help="with --hf, only these shapes, e.g. 'llama:4:2048,gpt2:8:1024' (arch:batch:seq)")
     ap.add_argument("--hf-compile", default="", help="with --hf, the compiled comparison at these cases, e.g. 'gpt2:4:2048:0.45' (arch:batch:seq:budget fraction)")
+    ap.add_argument("--hf-fractions", default="", help=f"with --hf, the budgets as fractions of the way from full recompute's peak to none's (default {','.join(map(str, HF_FRACTIONS))})")
     ap.add_argument("--compile-time", type=float, default=120.0, help="with --hf, seconds past --time-budget within which the compiled comparison may still start a run")
     ap.add_argument("--skip-layouts", action="store_true", help="with --hf, leave out the placement comparison (the first shape's last plan placed three ways)")
     ap.add_argument("--commit", default="", help="with --hf, the commit in the result files' names (memplan_h200_hf_COMMIT.txt/.json); default: git's")

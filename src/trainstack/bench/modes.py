@@ -111,7 +111,7 @@ def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: 
         if hasattr(model, "example_batch"):  # a Hugging Face model: planned from the model itself
             from trainstack.memplan import plan as plan_model
 
-            plan = plan_model(model, model.example_batch(batch, seq), budget=budget_bytes, world_size=world_size, precision=precision)
+            plan = plan_model(model, model.example_batch(batch, seq), budget=budget_bytes, world_size=world_size, precision=precision, compiled=compiled)
         else:
             plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled, precision=precision)
     except TrainstackError as exc:

@@ -63,6 +63,7 @@ __all__ = [
     "UnplannableModel",
     "apply",
     "calibrate_any",
+    "calibrate_any_compiled",
     "measure_compiled_blocks",
     "measure_real_block",
     "plan",
@@ -185,7 +186,6 @@ def _measured(profile: Profile, cfg: ModelConfig, *, batch: int, seq: int, compi
     import torch
 
     from trainstack.memplan.calibrate import block_memory, real_blocks, reset_compiler, time_block
-    from trainstack.memplan.memory import with_measured_memory, with_measured_times
 
     device = "cuda" if _cuda() else "cpu"
     blocks = None
@@ -201,6 +201,15 @@ def _measured(profile: Profile, cfg: ModelConfig, *, batch: int, seq: int, compi
         reset_compiler(compiled)
         if device == "cuda":
             torch.cuda.empty_cache()
+    return per_budget(profile, memory, seconds, budgets)
+
+
+def per_budget(profile: Profile, memory: dict | None, seconds: dict | None, budgets: tuple[float, ...]) -> dict[float, Profile]:
+    """One profile per activation memory budget of the kept blocks, from a real block's bytes
+    and times measured per choice and per budget (keyed by the budget; 1.0 is the plain kept
+    block); the selective and fully recomputed blocks are the same in each."""
+    from trainstack.memplan.memory import with_measured_memory, with_measured_times
+
     profiles = {}
     for budget in budgets:
         keep = Choice.KEEP if budget >= 1 else budget
@@ -251,10 +260,30 @@ def calibrate_any(
     label: str = "",
 ) -> Profile:
     """The calibration ``plan`` composes: fake tensors, then real blocks where ``measure``."""
+    kwargs = dict(optimizer=optimizer, precision=precision, blocks=blocks, loss_fn=loss_fn, device=device, label=label)
+    return calibrate_any_compiled(model, example_batch, measure=measure, compiled=False, **kwargs)[1.0]
+
+
+def calibrate_any_compiled(
+    model: nn.Module,
+    example_batch: object,
+    *,
+    compiled: bool,
+    optimizer: object = "adamw",
+    precision: str = "autocast-bf16",
+    blocks: str | None = None,
+    loss_fn: Callable | None = None,
+    device: object = None,
+    measure: bool | None = None,
+    label: str = "",
+) -> dict[float, Profile]:
+    """``calibrate_any``'s profile keyed by 1.0; where ``compiled`` and the blocks are
+    measured on a CUDA GPU, the real blocks run under torch.compile and a kept block is also
+    measured under each of ``COMPILER_BUDGETS``, one profile per budget."""
     import torch
 
     from trainstack.memplan.anymodel import calibrate_model, default_loss, find_blocks
-    from trainstack.memplan.memory import with_measured_memory, with_measured_times
+    from trainstack.memplan.calibrate import reset_compiler
     from trainstack.memplan.optim import optimizer_spec, precision_spec
     from trainstack.memplan.realblock import measure_real
 
@@ -270,18 +299,21 @@ def calibrate_any(
         dev = torch.device("cuda" if _cuda() else "cpu")
     loss = loss_fn or default_loss
     profile = calibrate_model(model, example_batch, run=run, optimizer=opt, precision=prec, device=dev, loss_fn=loss, label=label)
-    if measure or (measure is None and on_cuda):
-        try:
-            memory, seconds = measure_real(model, example_batch, run=run, precision=prec)
-        except torch.OutOfMemoryError:
-            return profile
-        finally:
-            # the measurement's tensors are all freed now: give their segments back, so that
-            # the training step planned here finds them (the planned peak leaves no room for them)
-            torch.cuda.empty_cache()
-        profile = with_measured_memory(profile, memory)
-        profile = with_measured_times(profile, seconds) if seconds is not None else profile
-    return profile
+    if not (measure or (measure is None and on_cuda)):
+        return {1.0: profile}
+    budgets = COMPILER_BUDGETS if compiled else (1.0,)
+    keep_budgets = tuple(b for b in budgets if b < 1)
+    try:
+        with _compiled_graphs_allowed(len(budgets) + 2) if compiled else nullcontext():
+            memory, seconds = measure_real(model, example_batch, run=run, precision=prec, compiled=compiled, keep_budgets=keep_budgets)
+    except torch.OutOfMemoryError:
+        return {1.0: profile}
+    finally:
+        reset_compiler(compiled)
+        # the measurement's tensors are all freed now: give their segments back, so that
+        # the training step planned here finds them (the planned peak leaves no room for them)
+        torch.cuda.empty_cache()
+    return per_budget(profile, memory, seconds, budgets)
 
 
 def plan(
@@ -298,22 +330,26 @@ def plan(
     measure: bool | None = None,
     overheads: Overheads | None = None,
     label: str = "",
+    compiled: bool = False,
 ) -> Plan:
     """The plan of least recompute cost whose predicted peak fits ``budget`` (bytes, or a
     string such as "60GiB" or "0.9" of the GPU) for ``model`` training on ``example_batch``;
-    see the module docstring."""
+    see the module docstring. ``compiled``: the blocks will run under torch.compile; measured
+    on a CUDA GPU, compiled, the kept blocks also under each compiler activation memory
+    budget, and the plan names the budget it chose (``plan.compiler_budget``)."""
     from trainstack.memplan.anymodel import batch_rows
     from trainstack.memplan.budget import gpu_memory_bytes, parse_budget
     from trainstack.memplan.overheads import default_overheads
-    from trainstack.memplan.planner import choose
+    from trainstack.memplan.planner import choose_over_budgets
 
     budget_bytes = budget if isinstance(budget, int) else parse_budget(str(budget), gpu_memory_bytes)
     kwargs = dict(optimizer=optimizer, precision=precision, blocks=blocks, loss_fn=loss_fn, device=device, label=label)
-    profile = calibrate_any(model, example_batch, measure=measure, **kwargs)
-    return choose(
-        profile,
+    profiles = calibrate_any_compiled(model, example_batch, measure=measure, compiled=compiled, **kwargs)
+    chosen = choose_over_budgets(
+        profiles,
         budget_bytes=budget_bytes,
         world_size=world_size,
         overheads=overheads if overheads is not None else default_overheads(),
         profile_at=cache(lambda rows: calibrate_any(model, batch_rows(example_batch, rows), measure=False, **kwargs)),
     )
+    return chosen if compiled else replace(chosen, compiler_budget=None)

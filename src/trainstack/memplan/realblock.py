@@ -12,15 +12,26 @@ from typing import Any
 from trainstack.memplan.anymodel import BlockRun, _autocast, hidden_of, no_kv_cache, record_call
 from trainstack.memplan.optim import PrecisionSpec
 from trainstack.memplan.plan import BlockCost, Choice
-from trainstack.memplan.wrappers import wrap
+from trainstack.memplan.wrappers import compile_block, wrap
 
 
 def measure_real(
-    model: Any, batch: Any, *, run: BlockRun, precision: PrecisionSpec, timed: bool = True, steps: int = 5
-) -> tuple[dict[Choice, BlockCost], dict[Choice, float] | None]:
+    model: Any,
+    batch: Any,
+    *,
+    run: BlockRun,
+    precision: PrecisionSpec,
+    timed: bool = True,
+    steps: int = 5,
+    compiled: bool = False,
+    keep_budgets: tuple[float, ...] = (),
+) -> tuple[dict[Any, BlockCost], dict[Any, float] | None]:
     """One real copy of the first block per choice, on the model's CUDA device: its bytes
     from the allocator (as ``calibrate.block_memory``) and, when ``timed``, the median time
-    of its forward and backward (as ``calibrate.time_block``, in one round robin)."""
+    of its forward and backward (as ``calibrate.time_block``, in one round robin).
+    ``compiled``: each copy under torch.compile, as a compiled run uses it, and a kept copy
+    compiled under each of ``keep_budgets`` (the compiler's activation memory budget), keyed
+    by the budget."""
     import torch
 
     container = model.get_submodule(run.path)
@@ -28,9 +39,12 @@ def measure_real(
     device = next(original.parameters()).device
     with torch.no_grad(), no_kv_cache(model):
         call = record_call(model, original, batch, label=f"{run.path}[{run.first}]", context=_autocast(device, precision))
-    blocks = {c: wrap(copy.deepcopy(original), c) for c in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL)}
+    blocks: dict[Any, Any] = {c: wrap(copy.deepcopy(original), c) for c in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL)}
     for b in blocks.values():
         b.train()
+    if compiled:
+        blocks = {c: compile_block(b) for c, b in blocks.items()}
+        blocks |= {budget: compile_block(copy.deepcopy(original).train(), budget) for budget in keep_budgets}
     x0 = call.x
     allocated, peak = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
 
@@ -68,7 +82,7 @@ def measure_real(
         return time.perf_counter() - start
 
     try:
-        memory = {}
+        memory: dict[Any, BlockCost] = {}
         for choice, block in blocks.items():
             once(block)
             memory[choice] = once(block)
@@ -76,7 +90,7 @@ def measure_real(
         if timed:
             for block in tuple(blocks.values()) * 2:
                 seconds(block)
-            samples: dict[Choice, list[float]] = {c: [] for c in blocks}
+            samples: dict[Any, list[float]] = {c: [] for c in blocks}
             for _ in range(steps):
                 for choice, block in blocks.items():
                     samples[choice].append(seconds(block))

@@ -101,12 +101,12 @@ def plan_model(captured: Captured, budget_bytes: int, *, compiled: bool = False)
     if not callable(generic):
         raise Unplannable(f"this trainstack's memplan plans its own decoder, not a {type(model).__module__}.{type(model).__qualname__}")
     optimizer = captured.optimizer if captured.optimizer is not None else "adamw"
-    return generic(model, batch_of(captured), budget=budget_bytes, optimizer=optimizer, precision=precision_of(captured), loss_fn=job_loss)
+    return generic(model, batch_of(captured), budget=budget_bytes, optimizer=optimizer, precision=precision_of(captured), loss_fn=job_loss, compiled=compiled)
 
 
 def replan(captured: Captured, first: Plan, budget_bytes: int, *, compiled: bool = False) -> Plan:
-    """The plan under another budget from ``first``'s calibration (a compiled plan of the
-    bench decoder is planned afresh, over the compiler's budgets)."""
+    """The plan under another budget from ``first``'s calibration (a compiled plan is
+    planned afresh, over the compiler's budgets)."""
     if first.compiler_budget is not None:
         return plan_model(captured, budget_bytes, compiled=compiled)
     from trainstack.memplan.overheads import default_overheads
