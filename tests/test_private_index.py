@@ -63,6 +63,20 @@ nvcc = false
 pytestmark = pytest.mark.timeout(900)  # the OCI build takes minutes when it builds its own base; the others seconds
 
 
+
+def authorized(handler: BaseHTTPRequestHandler) -> bool:
+    """Basic auth with USER:PASSWORD, counted on the handler's class; a 401 otherwise."""
+    expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    if handler.headers.get("Authorization") != expected:
+        type(handler).refused += 1
+        handler.send_response(401)
+        handler.send_header("WWW-Authenticate", 'Basic realm="private"')
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+        return False
+    type(handler).authorized += 1
+    return True
+
 class AuthIndex(BaseHTTPRequestHandler):
     """A PEP 503 index that answers 401 to any request without the right basic credentials."""
 
@@ -73,15 +87,8 @@ class AuthIndex(BaseHTTPRequestHandler):
         self._reply(405, b"", "text/plain")
 
     def do_GET(self) -> None:  # noqa: N802
-        expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-        if self.headers.get("Authorization") != expected:
-            type(self).refused += 1
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", 'Basic realm="private"')
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+        if not authorized(self):
             return
-        type(self).authorized += 1
         if self.path.rstrip("/") == "/simple/demo-pkg":
             links = "".join(
                 f'<a href="/files/{name}#sha256={hashlib.sha256(data).hexdigest()}">{name}</a>\n'
@@ -244,15 +251,8 @@ class SdistIndex(BaseHTTPRequestHandler):
     file_host = ""  # where /files/... redirects
 
     def do_GET(self) -> None:  # noqa: N802
-        expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-        if self.headers.get("Authorization") != expected:
-            type(self).refused += 1
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", 'Basic realm="private"')
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+        if not authorized(self):
             return
-        type(self).authorized += 1
         if self.path == "/simple/demo-pkg/":
             item = {"filename": "demo_pkg-1.0.tar.gz", "url": "../../files/demo_pkg-1.0.tar.gz", "hashes": {"sha256": hashlib.sha256(SDIST).hexdigest()}}
             body = json.dumps({"files": [item]}).encode()

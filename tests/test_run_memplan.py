@@ -23,13 +23,19 @@ def losses(stdout: str) -> list[str]:
     return re.findall(r"^step \d+ loss \S+$", stdout, flags=re.M)
 
 
-@pytest.mark.timeout(150)
-def test_the_plan_for_a_budget_below_the_unplanned_peak_recomputes_and_keeps_the_losses(tmp_path):
+def _plain_loop():
+    """tests/test_run_data/plain_loop.py, the job's own module, imported from its folder."""
     sys.path.insert(0, str(DATA))
     try:
         import plain_loop
     finally:
         sys.path.remove(str(DATA))
+    return plain_loop
+
+
+@pytest.mark.timeout(150)
+def test_the_plan_for_a_budget_below_the_unplanned_peak_recomputes_and_keeps_the_losses(tmp_path):
+    plain_loop = _plain_loop()
     from trainstack import memplan
     from trainstack.run.planning import job_loss
 
@@ -67,11 +73,7 @@ RECORDED_H200_OOM = (  # the job's own error in benchmarks/results/run_h200.json
 
 def _plain_plans():
     """A real plan of the plain loop's model below its unplanned peak, and a replanner from its calibration."""
-    sys.path.insert(0, str(DATA))
-    try:
-        import plain_loop
-    finally:
-        sys.path.remove(str(DATA))
+    plain_loop = _plain_loop()
     from trainstack import memplan
     from trainstack.memplan.overheads import default_overheads
     from trainstack.memplan.planner import choose

@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from trainstack.errors import LockError, SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
@@ -61,6 +61,22 @@ def _pinned_source(value: str) -> str:
     raise ValueError(f"'{grammar.shown(value)}' is not a pinned source ('git+URL@<40 hex>' or 'file:///PATH')")
 
 
+AXIS = re.compile(r"^[a-z0-9][a-z0-9.]*$")
+_AXIS_ACCEPTED = "a matrix value ('12.8', 'cpu', 'debian12', '3.12', 'release')"
+_SHA_ACCEPTED = "a sha256 (64 lowercase hex digits)"
+# the flavour's one-line values: the pattern each must match and what it accepts
+FLAVOUR_PATTERNS = {
+    "cuda": (AXIS, _AXIS_ACCEPTED),
+    "os": (AXIS, _AXIS_ACCEPTED),
+    "python": (AXIS, _AXIS_ACCEPTED),
+    "channel": (AXIS, _AXIS_ACCEPTED),
+    "lock_file": (LOCK_FILE, "a lock file of the folder ('locks/<flavour>.txt')"),
+    "lock_sha256": (SHA256, _SHA_ACCEPTED),
+    "inputs_hash": (SHA256, _SHA_ACCEPTED),
+    "cache_key": (CACHE_KEY, "a cache key ('<image>-<flavour>-<12 hex>')"),
+}
+
+
 class LockedFlavour(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -80,50 +96,26 @@ class LockedFlavour(BaseModel):
     layers: dict[str, str] = {}
     inputs_hash: str = ""  # sha256 of this flavour's resolution inputs (uv requests, sources)
 
-    @field_validator("cuda", "os", "python", "channel")
+    @field_validator(*FLAVOUR_PATTERNS)
     @classmethod
-    def _axis(cls, value: str) -> str:
-        return _matching(value, re.compile(r"^[a-z0-9][a-z0-9.]*$"), "a matrix value ('12.8', 'cpu', 'debian12', '3.12', 'release')")
-
-    @field_validator("lock_file")
-    @classmethod
-    def _lock_file(cls, value: str) -> str:
-        return _matching(value, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.txt')")
-
-    @field_validator("lock_sha256")
-    @classmethod
-    def _sha(cls, value: str) -> str:
-        return _matching(value, SHA256, "a sha256 (64 lowercase hex digits)")
-
-    @field_validator("inputs_hash")
-    @classmethod
-    def _inputs(cls, value: str) -> str:
-        return value and _matching(value, SHA256, "a sha256 (64 lowercase hex digits)")
+    def _pattern(cls, value: str, info: ValidationInfo) -> str:
+        if info.field_name == "inputs_hash" and not value:  # locks before inputs were hashed
+            return value
+        pattern, accepted = FLAVOUR_PATTERNS[info.field_name]
+        return _matching(value, pattern, accepted)
 
     @field_validator("index")
     @classmethod
     def _index(cls, value: str | None) -> str | None:
         return None if value is None else grammar.index_url(value)
 
-    @field_validator("cache_key")
+    @field_validator("packages", "sources")
     @classmethod
-    def _key(cls, value: str) -> str:
-        return _matching(value, CACHE_KEY, "a cache key ('<image>-<flavour>-<12 hex>')")
-
-    @field_validator("packages")
-    @classmethod
-    def _packages(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, version in value.items():
-            grammar.pep508_name(name)
-            _version(version)
-        return value
-
-    @field_validator("sources")
-    @classmethod
-    def _sources(cls, value: dict[str, str]) -> dict[str, str]:
+    def _pins(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        check = _version if info.field_name == "packages" else _pinned_source
         for name, pinned in value.items():
             grammar.pep508_name(name)
-            _pinned_source(pinned)
+            check(pinned)
         return value
 
     @field_validator("layers")
@@ -167,7 +159,7 @@ class Manifest(BaseModel):
     @field_validator("inputs_hash")
     @classmethod
     def _inputs(cls, value: str) -> str:
-        return _matching(value, SHA256, "a sha256 (64 lowercase hex digits)")
+        return _matching(value, SHA256, _SHA_ACCEPTED)
 
     @field_validator("flavours")
     @classmethod

@@ -247,21 +247,11 @@ def __getattr__(name: str) -> object:
     raise AttributeError(name)
 
 
-def calibrate_any(
-    model: nn.Module,
-    example_batch: object,
-    *,
-    optimizer: object = "adamw",
-    precision: str = "autocast-bf16",
-    blocks: str | None = None,
-    loss_fn: Callable | None = None,
-    device: object = None,
-    measure: bool | None = None,
-    label: str = "",
-) -> Profile:
-    """The calibration ``plan`` composes: fake tensors, then real blocks where ``measure``."""
-    kwargs = dict(optimizer=optimizer, precision=precision, blocks=blocks, loss_fn=loss_fn, device=device, label=label)
-    return calibrate_any_compiled(model, example_batch, measure=measure, compiled=False, **kwargs)[1.0]
+def calibrate_any(model: nn.Module, example_batch: object, **options: object) -> Profile:
+    """The calibration ``plan`` composes: fake tensors, then real blocks where ``measure``.
+    ``options``: those of ``calibrate_any_compiled`` but ``compiled`` (optimizer, precision,
+    blocks, loss_fn, device, measure, label)."""
+    return calibrate_any_compiled(model, example_batch, compiled=False, **options)[1.0]
 
 
 def calibrate_any_compiled(
