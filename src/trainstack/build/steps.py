@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from trainstack import proc
 from trainstack.build.record import StepRecord
+from rich.status import Status
 from rich.text import Text
 
 from trainstack.console import err
@@ -172,7 +175,7 @@ class Steps:
         if not err.is_terminal:
             err.print(Text(f"… {name}{where}"), highlight=False)
         try:
-            with err.status(Text.assemble((name, "bold"), (where, "dim"))):
+            with err.status(Text.assemble((name, "bold"), (where, "dim"))) as status, _heartbeat(name, where, start, status):
                 value = fn()
         except BaseException:
             self._record(name, start, "failed", log, free_disk_gb, detail)
@@ -190,6 +193,33 @@ class Steps:
     def skipped(self, name: str, why: str) -> None:
         self.records.append(StepRecord(name=name, seconds=0.0, status="skipped", detail=why))
         err.print(Text.assemble(("-", "yellow"), " ", name, " ", (f"skipped: {why}", "dim")), highlight=False)
+
+
+# A long step says it is alive: in a terminal its spinner counts the seconds; elsewhere (a CI
+# log) a plain line every HEARTBEAT_S seconds.
+HEARTBEAT_S = 30.0
+
+
+@contextmanager
+def _heartbeat(name: str, where: str, start: float, status: Status) -> Iterator[None]:
+    stop = threading.Event()
+
+    def beat() -> None:
+        interval = 1.0 if err.is_terminal else HEARTBEAT_S
+        while not stop.wait(interval):
+            elapsed = time.perf_counter() - start
+            if err.is_terminal:
+                status.update(Text.assemble((name, "bold"), (f" {elapsed:.0f}s", "cyan"), (where, "dim")))
+            else:
+                err.print(Text(f"  {name}: running for {elapsed:.0f} s"), highlight=False)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{name}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _last_line(result: proc.Result) -> str:
