@@ -25,6 +25,7 @@ RUN = [
     "trainstack lock examples/stacks/torch-cuda.toml --flavour cu130-ubuntu2404-py312-release",
     "trainstack render examples/stacks/torch-cuda.toml --flavour cu130-ubuntu2404-py312-release --out build/render",
     "trainstack memplan --preset 3b --batch 2 --seq 4096 --budget 60GiB",
+    "trainstack memplan --preset 8b --batch 2 --seq 4096 --budget 139GiB --precision bf16",
     "trainstack lock broken.toml",  # the README's example of an error line, with a broken.toml made for it
 ]
 
