@@ -6,10 +6,12 @@ import os
 import shlex
 import shutil
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from trainstack.errors import ToolMissingError
 from trainstack.redact import redact
@@ -65,13 +67,15 @@ def run(
     timeout: float | None = None,
     input: str | None = None,
     new_session: bool = False,
+    on_line: Callable[[str], None] | None = None,
 ) -> Result:
     """Run ``argv`` to completion and capture its output; never raises on a non-zero exit.
 
     ``env`` is merged over the current environment. ``log`` receives the command line
-    and both streams. Callers decide what a failure means. ``new_session``: the command runs
-    in a process group of its own, and the whole group (children it started too) is killed
-    on timeout and when it ends.
+    and both streams, each line as it comes (so the log of a long step can be followed while
+    it runs), and ``on_line`` each non-blank line. Callers decide what a failure means.
+    ``new_session``: the command runs in a process group of its own, and the whole group
+    (children it started too) is killed on timeout and when it ends.
     """
     args = [str(a) for a in argv]
     args[0] = require(args[0]) if os.sep not in args[0] else args[0]
@@ -83,6 +87,9 @@ def run(
         err.print(f"[dim]$ {escape(render(args))}[/dim]", highlight=False)
     full_env = {**os.environ, **(env or {})}
     start = time.perf_counter()
+    if log is not None and input is None and not new_session:
+        proc = _run_streamed(args, cwd, full_env, timeout, log, on_line)
+        return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - start)
     if new_session:
         proc = _run_in_session(args, cwd, full_env, timeout, input)
     else:
@@ -103,6 +110,50 @@ def run(
             output = redact(f"{proc.stdout}{proc.stderr}")
             fh.write(f"$ {render(args)}\n{output}\n[exit {proc.returncode} after {seconds:.1f}s]\n")
     return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr, seconds)
+
+
+def _run_streamed(
+    args: list[str], cwd: str | os.PathLike[str] | None, env: dict[str, str], timeout: float | None, log: Path, on_line: Callable[[str], None] | None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` with both streams read line by line as they come: kept for the result,
+    appended to ``log`` (credentials masked) and handed to ``on_line``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write(f"$ {render(args)}\n")
+        fh.flush()
+        child = subprocess.Popen(
+            args, cwd=cwd, env=env, text=True, errors="replace", stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+        )
+        writing = threading.Lock()
+        kept: dict[str, list[str]] = {"out": [], "err": []}
+
+        def pump(stream: IO[str], key: str) -> None:
+            for line in stream:
+                kept[key].append(line)
+                with writing:
+                    fh.write(redact(line))
+                    fh.flush()
+                if on_line is not None and line.strip():
+                    on_line(redact(line.rstrip()))
+
+        readers = [threading.Thread(target=pump, args=(child.stdout, "out"), daemon=True), threading.Thread(target=pump, args=(child.stderr, "err"), daemon=True)]
+        for reader in readers:
+            reader.start()
+        try:
+            child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            for reader in readers:
+                reader.join()
+            raise subprocess.TimeoutExpired(args, timeout or 0, "".join(kept["out"]), "".join(kept["err"])) from None
+        for reader in readers:
+            reader.join()
+        out, err = "".join(kept["out"]), "".join(kept["err"])
+        tail = "" if not (out + err) or (out + err).endswith("\n") else "\n"
+        fh.write(f"{tail}[exit {child.returncode} after {time.perf_counter() - start:.1f}s]\n")
+    return subprocess.CompletedProcess(args, child.returncode, out, err)
 
 
 def _run_in_session(

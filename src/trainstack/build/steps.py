@@ -86,6 +86,10 @@ class Steps:
         self.retries = retries
         self.retry_wait = retry_wait
         self.failure: Failure | None = None
+        self.last_output = ""  # the running step's last line of output, for its heartbeat
+
+    def _output(self, line: str) -> None:
+        self.last_output = line
 
     def log_path(self, name: str) -> Path:
         return self.root / "logs" / f"{len(self.records) + 1:02d}-{name}.log"
@@ -112,7 +116,7 @@ class Steps:
 
         def once() -> proc.Result:
             nonlocal current
-            result = proc.run(current, env=env, cwd=cwd, log=log, echo=False)
+            result = proc.run(current, env=env, cwd=cwd, log=log, echo=False, on_line=self._output)
             last[:] = [result]
             if result.ok or not network:
                 return result
@@ -175,7 +179,8 @@ class Steps:
         if not err.is_terminal:
             err.print(Text(f"… {name}{where}"), highlight=False)
         try:
-            with err.status(Text.assemble((name, "bold"), (where, "dim"))) as status, _heartbeat(name, where, start, status):
+            self.last_output = ""
+            with err.status(Text.assemble((name, "bold"), (where, "dim"))) as status, _heartbeat(name, where, start, status, lambda: self.last_output):
                 value = fn()
         except BaseException:
             self._record(name, start, "failed", log, free_disk_gb, detail)
@@ -196,22 +201,26 @@ class Steps:
 
 
 # A long step says it is alive: in a terminal its spinner counts the seconds; elsewhere (a CI
-# log) a plain line every HEARTBEAT_S seconds.
+# log) a plain line every HEARTBEAT_S seconds; both with the step's last line of output.
 HEARTBEAT_S = 30.0
+LAST_LINE_CHARS = 160
 
 
 @contextmanager
-def _heartbeat(name: str, where: str, start: float, status: Status) -> Iterator[None]:
+def _heartbeat(name: str, where: str, start: float, status: Status, last: Callable[[], str]) -> Iterator[None]:
+    """While a step runs: in a terminal its spinner counts seconds and shows the step's last
+    line of output; in a CI log a plain line with both every HEARTBEAT_S seconds."""
     stop = threading.Event()
 
     def beat() -> None:
         interval = 1.0 if err.is_terminal else HEARTBEAT_S
         while not stop.wait(interval):
             elapsed = time.perf_counter() - start
+            line = last()[:LAST_LINE_CHARS]
             if err.is_terminal:
-                status.update(Text.assemble((name, "bold"), (f" {elapsed:.0f}s", "cyan"), (where, "dim")))
+                status.update(Text.assemble((name, "bold"), (f" {elapsed:.0f}s", "cyan"), (f" {line}" if line else where, "dim")))
             else:
-                err.print(Text(f"  {name}: running for {elapsed:.0f} s"), highlight=False)
+                err.print(Text(f"  {name}: running for {elapsed:.0f} s" + (f"; last: {line}" if line else "")), highlight=False)
 
     thread = threading.Thread(target=beat, name=f"heartbeat-{name}", daemon=True)
     thread.start()
