@@ -80,7 +80,8 @@ def main() -> None:
             line = f"{name:<28} {median:>9.3f} {alt_name:<26} {other:>9.3f} {ratio:>6.2f}  {verdict}"
             lines.append(line)
             print(line, flush=True)
-            figures.append({"command": name, "argv": argv[1:], "exit_codes": sorted(codes), "median_s": round(median, 4),
+            shown = [{fill["a"]: "A.jsonl", fill["b"]: "B.jsonl", fill["stack"]: "examples/stacks/cpu-minimal.toml"}.get(a, a) for a in argv[1:]]
+            figures.append({"command": name, "argv": shown, "exit_codes": sorted(codes), "median_s": round(median, 4),
                             "min_s": round(min(mine), 4), "max_s": round(max(mine), 4), "alternative": alt_name,
                             "alternative_median_s": round(other, 4), "ratio_median": round(ratio, 3), "target_s": target,
                             "runs": args.runs})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,15 @@ TRAINSTACK = [sys.executable, "-m", "trainstack.cli"]
 
 def run(args: list[str], cwd: Path, timeout: int = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+GLOO_ABORT = re.compile(r"exitcode\s*: -6 .*SIGABRT|Signal 6 \(SIGABRT\)", re.S)
+
+
+def ranks_story(stderr: str) -> str:
+    """What each rank said before it died (torchrun's own report alone cuts it off), then the end."""
+    said = [line for line in stderr.splitlines() if re.search(r"\[rank\d\]|terminate called|what\(\)|gloo|Fatal Python error", line)]
+    return "\n".join(said[-40:]) + "\n...\n" + stderr[-1500:]
 
 
 def traces(folder: Path) -> list[str]:
@@ -97,11 +107,15 @@ def _wait_for(condition, job: subprocess.Popen, seconds: float = 60) -> None:
 def test_under_torchrun_every_rank_writes_its_trace(tmp_path):
     torchrun = Path(sys.executable).parent / "torchrun"
     command = [str(torchrun)] if torchrun.exists() else [sys.executable, "-m", "torch.distributed.run"]
-    done = run(
-        [*TRAINSTACK, "run", "--out", "out", "--profile-steps", "2:4", "--", *command, "--nproc-per-node", "2", str(PLAIN), "--steps", "5"],
-        tmp_path, timeout=140,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    argv = [*TRAINSTACK, "run", "--out", "out", "--profile-steps", "2:4", "--", *command, "--nproc-per-node", "2", str(PLAIN), "--steps", "5"]
+    done = run(argv, tmp_path, timeout=140)
+    if done.returncode != 0 and GLOO_ABORT.search(done.stderr):
+        # gloo's TCP transport can abort a rank on a loaded machine (upstream: pytorch/pytorch#188266);
+        # the other rank then sees "Connection closed by peer". Once more, in a fresh folder.
+        tmp_path = tmp_path / "again"
+        tmp_path.mkdir()
+        done = run(argv, tmp_path, timeout=140)
+    assert done.returncode == 0, ranks_story(done.stderr)
     profile = tmp_path / "out" / "profile"
     assert traces(profile) == ["steps2-3-rank0.trace.json", "steps2-3-rank1.trace.json"]
     for rank in (0, 1):
