@@ -676,7 +676,7 @@ def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict], 
     screen += [shape.run(shape.name, f"every-{e}", uniform_every(n, e), None, note="uncapped screen", steps=HF_SCREEN_STEPS) for e in HF_EVERY if e < n]
     none = shape.run(shape.name, "none", (Choice.KEEP,) * n, None, note="uncapped screen", steps=HF_SCREEN_STEPS)
     rows.extend([*screen, none])
-    later = []  # (summary, case, plan, budget) of the cases compared compiled, after the others
+    later = []  # (summary, case, budget) of the cases compared compiled, after the others
     last_plan = None
     for fraction in fractions:
         budget = int(full + fraction * (keep - full))
@@ -700,7 +700,7 @@ def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict], 
         save()
         last_plan = plan
         if fraction in compile_fractions and planned.status == "ok":
-            later.append((summary, case, plan, budget))
+            later.append((summary, case, budget))
     if placement and last_plan is not None:
         # the same counts placed three ways: the planner's own choice of layout (every-N, else
         # spread), the recomputed blocks first, and last
@@ -711,12 +711,12 @@ def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict], 
         rows.extend(layout_rows)
         summaries.append({"case": f"{shape.name} layouts", "layouts": layout_rows})
         save()
-    for summary, case, plan, budget in later:
+    for summary, case, budget in later:
         if time.perf_counter() > compile_until:
             summary["compiled"] = {"error": "not run: time budget spent"}
             continue
         try:
-            summary["compiled"] = hf_compiled(shape, case, plan, budget, rows, until=compile_until, save=save)
+            summary["compiled"] = hf_compiled(shape, case, budget, rows, until=compile_until, save=save)
         except Exception:  # noqa: BLE001 - report the compiler's failure, keep the other figures
             traceback.print_exc()
             rows.append(Row(case, "compile", "", "error", note=traceback.format_exc().splitlines()[-1][:160]))
@@ -725,9 +725,9 @@ def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict], 
     shape.close()
 
 
-def hf_compiled(shape: HfShape, case: str, plan, budget: int, rows: list[Row], rounds: int = 3, until: float = float("inf"), save=lambda: None) -> dict:
-    """planned+compile (the plan applied, then each block and the loss compiled as bench
-    compiles them) against compile@r (no recompute planned, every block compiled with
+def hf_compiled(shape: HfShape, case: str, budget: int, rows: list[Row], rounds: int = 3, until: float = float("inf"), save=lambda: None) -> dict:
+    """planned+compile (memplan's plan for compiled blocks applied, then each block and the
+    loss compiled as bench compiles them) against compile@r (no recompute planned, every block compiled with
     activation_memory_budget r, r bisected to the fastest whose measured peak is within
     planned+compile's), then both once more in reverse order (ABBA). A new round of the
     bisection starts only before ``until`` (time.perf_counter()); all capped at ``budget``;

@@ -131,11 +131,12 @@ def _run_streamed(
         def pump(stream: IO[str], key: str) -> None:
             for line in stream:
                 kept[key].append(line)
+                shown = redact(line)
                 with writing:
-                    fh.write(redact(line))
+                    fh.write(shown)
                     fh.flush()
-                if on_line is not None and line.strip():
-                    on_line(redact(line.rstrip()))
+                if on_line is not None and shown.strip():
+                    on_line(shown.rstrip())
 
         readers = [threading.Thread(target=pump, args=(child.stdout, "out"), daemon=True), threading.Thread(target=pump, args=(child.stderr, "err"), daemon=True)]
         for reader in readers:

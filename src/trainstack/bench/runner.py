@@ -173,10 +173,9 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
     plan, keep_budget = None, None
     if mode.ac == "planned":
         budget = dev.memory_budget(device, spec.memory_cap_bytes)
-        precision = "bf16" if mode.bf16 and not dist.enabled else "autocast-bf16"  # as optimizer() trains it
         model, chosen = apply_planned(
             model, spec.cfg, batch=spec.batch, seq=spec.seq, budget_bytes=budget, world_size=dist.world_size,
-            compiled=mode.compile, precision=precision,
+            compiled=mode.compile, precision="bf16" if master_weights(mode, dist) else "autocast-bf16",
         )
         plan = chosen.summary() if hasattr(chosen, "summary") else _first_line(chosen)
         keep_budget = getattr(chosen, "compiler_budget", None)
@@ -189,10 +188,16 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
     return model, plan, fp8_note
 
 
+def master_weights(mode: Mode, dist: dev.Dist) -> bool:
+    """Whether the mode trains bf16 parameters with fp32 master weights (a ``bf16`` mode on
+    one process; FSDP keeps its own fp32 copies), as memplan must plan it."""
+    return mode.bf16 and not dist.enabled
+
+
 def optimizer(model: torch.nn.Module, mode: Mode, lr: float, device: torch.device, dist: dev.Dist):
     """Fused AdamW on the model's parameters; for a ``bf16`` mode on one process, the
     parameters become bf16 and AdamW runs on fp32 master copies (bench.precision)."""
-    if mode.bf16 and not dist.enabled:
+    if master_weights(mode, dist):
         from trainstack.bench.precision import to_bf16_with_master
 
         return to_bf16_with_master(model, lr=lr, compiled=mode.compile)

@@ -82,21 +82,16 @@ def _build_one(
         try:
             record = _run(inputs, layers, backend, tools, staging, final, cpus, skip_sources)
             swap_into_place(staging, final)
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                _keep_failed_logs(staging, final, exc)
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
-            full = DiskSpaceError(
+        except BaseException as exc:
+            full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+            error = DiskSpaceError(
                 f"{build_dir}: no space left on the device while building {slug}",
                 hint="free some space; the previous build of this flavour is unchanged",
-            )
-            _keep_failed_logs(staging, final, full)
+            ) if full else exc
+            _keep_failed_logs(staging, final, error)
             shutil.rmtree(staging, ignore_errors=True)
-            raise full from None
-        except BaseException as exc:
-            _keep_failed_logs(staging, final, exc)
-            shutil.rmtree(staging, ignore_errors=True)
+            if full:
+                raise error from None
             raise
     return record
 
