@@ -99,7 +99,7 @@ def rows_of(name: str) -> list[dict]:
 
 def fp8_speedup(name: str, ok: dict, target: float) -> None:
     """The best fp8 mode over compile+bf16 with the same checkpointing part."""
-    fp8 = [r for m, r in ok.items() if "fp8" in m.split("+") or "fp8-rowwise" in m.split("+")]
+    fp8 = [r for m, r in ok.items() if any(p.startswith("fp8") for p in m.split("+"))]
     if not fp8:
         return verdict(f"{name}: fp8 / compile+bf16 not measured", False)
     best = max(fp8, key=lambda r: r["tokens_per_s_per_gpu"])

@@ -766,6 +766,9 @@ def hf_compiled(shape: HfShape, case: str, budget: int, rows: list[Row], rounds:
     profiles = calibrate_any_compiled(shape.model, shape.model.example_batch(shape.batch, shape.seq), compiled=True, label=shape.name)
     plan = choose_over_budgets(profiles, budget_bytes=budget, overheads=shape.overheads)
     print(f"{case}: plan for compiled blocks {plan.summary()} in {time.perf_counter() - t0:.0f} s", flush=True)
+    for r, profile in profiles.items():  # what each compiler budget offered the planner
+        keep = profile.step_seconds - profile.head_seconds
+        print(f"{case}: budget {r:g}: kept block {1e3 * keep / profile.n_blocks:.3f} ms, saves {gib(profile.options[Choice.KEEP].saved).strip()} GiB; {_budget_plan(profile, budget, shape.overheads)}", flush=True)
     torch._dynamo.reset()
     shape.model.compile_loss()
     try:
@@ -797,6 +800,16 @@ def hf_compiled(shape: HfShape, case: str, budget: int, rows: list[Row], rounds:
         torch._dynamo.reset()
         clean()
     return {"planned+compile": pc, "compile": best, "budget_r": best_r, "tried": tried}
+
+
+def _budget_plan(profile, budget: int, overheads) -> str:
+    from trainstack.memplan.memory import step_seconds
+
+    try:
+        p = choose(profile, budget_bytes=budget, overheads=overheads)
+    except BudgetError:
+        return "no plan fits"
+    return f"plan {p.summary()}, {1e3 * step_seconds(p.profile, p.counts):.1f} ms, peak {gib(p.peak_bytes).strip()} GiB"
 
 
 def _ratio_text(a: Row, b: Row) -> str:

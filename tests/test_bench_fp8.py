@@ -40,6 +40,7 @@ SMALL_BLOCK = ModelConfig(dim=1088, n_layers=1, n_heads=8, n_kv_heads=4, ffn_dim
         ("fp8-rowwise+bf16+compile", Mode(compile=True, bf16=True, fp8="rowwise"), "compile+bf16+fp8-rowwise"),
         ("compile+bf16+fp8+planned", Mode(compile=True, ac="planned", bf16=True, fp8="tensorwise"), "compile+planned+bf16+fp8"),
         ("ac-every-2+fp8-rowwise", Mode(ac="every", every=2, fp8="rowwise"), "ac-every-2+fp8-rowwise"),
+        ("bf16+fp8-fastacc+compile", Mode(compile=True, bf16=True, fp8="tensorwise-fastacc"), "compile+bf16+fp8-fastacc"),
     ],
 )
 def test_fp8_mode_parts(text, mode, name):
@@ -128,7 +129,7 @@ def test_a_model_with_no_layer_to_convert_is_refused_in_one_line():
 
 
 def test_unknown_recipe_is_refused():
-    with pytest.raises(ValueError, match="fp8 recipe 'colwise'; accepted: tensorwise, rowwise"):
+    with pytest.raises(ValueError, match="fp8 recipe 'colwise'; accepted: tensorwise, rowwise, tensorwise-fastacc"):
         fp8.plan_conversion(Transformer(PRESETS["tiny"]), "colwise")
 
 
@@ -142,7 +143,9 @@ def test_converted_model_trains_with_emulated_float8(recipe):
     torch.manual_seed(0)
     model = Transformer(SMALL_BLOCK)
     conversion = fp8.convert(model, recipe, emulate=True)
-    assert len(conversion.converted) == {"tensorwise": 4, "rowwise": 1}[recipe]
+    assert len(conversion.converted) == {"tensorwise": 4, "rowwise": 1, "tensorwise-fastacc": 4}[recipe]
+    gemms = {(g.use_fast_accum) for m in model.modules() if isinstance(m, Float8Linear) for g in (m.config.gemm_config_output, m.config.gemm_config_grad_input, m.config.gemm_config_grad_weight)}
+    assert gemms == ({True} if recipe.endswith("-fastacc") else {True, False})  # torchao's recipes: fast only in the forward product
     kinds = {name: type(m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     assert {n for n, k in kinds.items() if k is Float8Linear} == set(conversion.converted)
     assert {n for n, k in kinds.items() if k is torch.nn.Linear} == set(conversion.kept)

@@ -17,7 +17,7 @@ def command(
     seq: int | None = typer.Option(None, "--seq", "-s", help="Sequence length [default: 2048, or the model's max_seq if smaller]."),
     steps: int | None = typer.Option(None, "--steps", help="Timed steps [default: 20; 300 with --parity]."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed steps first (compilation happens here)."),
-    modes: str | None = typer.Option(None, "--modes", help="Mode, or comma-separated modes with --ablation: eager, compile, bf16, fp8, fp8-rowwise, ac-none, ac-full, ac-every-N, ac-selective, planned, joined by '+' (compile+bf16+fp8)."),
+    modes: str | None = typer.Option(None, "--modes", help="Mode, or comma-separated modes with --ablation: eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, ac-none, ac-full, ac-every-N, ac-selective, planned, joined by '+' (compile+bf16+fp8)."),
     ablation: bool = typer.Option(False, "--ablation", help="Run each mode in a fresh process; one table, JSON lines and a PNG chart."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Folder for bench-<model>-b<batch>-s<seq>.jsonl (and .png for several modes)."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),

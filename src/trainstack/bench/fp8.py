@@ -2,7 +2,10 @@
 
 ``convert(model, recipe)`` swaps the ``nn.Linear`` layers of the blocks for torchao's
 ``Float8Linear`` (dynamic scaling: ``tensorwise``, one scale per tensor, or ``rowwise``,
-one per row) and returns what it converted and what it left in higher precision, and why:
+one per row; ``tensorwise-fastacc`` is tensorwise with cuBLAS's fast accumulation in all
+three products, where torchao's recipe uses it in the forward product alone: faster
+backward products, whose sums are then not promoted to fp32 as they go) and returns what
+it converted and what it left in higher precision, and why:
 
 - the output projection (lm head): the loss multiplies by its weight directly, and its
   logits feed a softmax over the whole vocabulary, where float8 rounding costs accuracy;
@@ -25,13 +28,14 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from torch import nn
 
 from trainstack.bench.modes import ModeUnavailable
 
-RECIPES = ("tensorwise", "rowwise")
+RECIPES = ("tensorwise", "rowwise", "tensorwise-fastacc")
+FAST_ACCUMULATION = "-fastacc"  # a recipe's suffix: fast accumulation in every product
 MIN_CAPABILITY = (8, 9)
 DIVISOR = 16  # float8 matrix products need both dimensions divisible by 16
 EXTRA = "pip install 'trainstack[fp8]'  (torchao)"
@@ -60,7 +64,13 @@ class Conversion:
             f"{names[0] if len(names) == 1 else f'{pattern} x{len(names)}'} ({why})" for (pattern, why), names in groups.items()
         ) or "none"
         total = len(self.converted) + len(self.kept)
-        return f"float8 {self.recipe} scaling (torchao): {len(self.converted)} of {total} linear layers; kept in bf16: {kept}"
+        scaling = base_recipe(self.recipe) + (" scaling, fast accumulation in every product" if self.recipe.endswith(FAST_ACCUMULATION) else " scaling")
+        return f"float8 {scaling} (torchao): {len(self.converted)} of {total} linear layers; kept in bf16: {kept}"
+
+
+def base_recipe(recipe: str) -> str:
+    """The scaling granularity of ``recipe`` (``tensorwise-fastacc`` scales as ``tensorwise``)."""
+    return recipe.removesuffix(FAST_ACCUMULATION)
 
 
 def torchao_missing() -> bool:
@@ -97,7 +107,7 @@ def output_heads(model: nn.Module) -> set[int]:
 
 def too_small(recipe: str, k: int, n: int) -> str | None:
     """The size rule under which a K x N float8 product of ``recipe`` is slower than bf16, or None."""
-    for max_k, max_n in SMALL[recipe]:
+    for max_k, max_n in SMALL[base_recipe(recipe)]:
         if (max_k is None or k <= max_k) and (max_n is None or n <= max_n):
             rule = " and ".join(f"{dim} <= {v}" for dim, v in (("K", max_k), ("N", max_n)) if v is not None)
             return f"{k}x{n}: too small for float8 {recipe} to pay for its casts ({rule})"
@@ -142,10 +152,11 @@ def convert(model: nn.Module, recipe: str, *, emulate: bool = False) -> Conversi
             f"(each is the output projection, not divisible by {DIVISOR}, or too small for float8 {recipe} to pay for its casts)"
         )
     float8 = _torchao_float8()
-    config = float8.Float8LinearConfig.from_recipe_name(recipe)
+    config = float8.Float8LinearConfig.from_recipe_name(base_recipe(recipe))
+    if recipe.endswith(FAST_ACCUMULATION):
+        fast = float8.Float8GemmConfig(use_fast_accum=True)
+        config = replace(config, gemm_config_output=fast, gemm_config_grad_input=fast, gemm_config_grad_weight=fast)
     if emulate:
-        from dataclasses import replace
-
         config = replace(config, emulate=True)
     chosen = set(conversion.converted)
     float8.convert_to_float8_training(model, config=config, module_filter_fn=lambda module, fqn: fqn in chosen)

@@ -6,7 +6,8 @@ matrix products and attention are saved, cheap element-wise ops recomputed) and
 ``planned`` (what memplan chooses for the memory budget); e.g. ``compile+ac-selective``.
 On one GPU the weights are fp32 under bf16 autocast, unless the mode has the part ``bf16``:
 bf16 parameters with fp32 master weights and AdamW state (bench.precision), e.g.
-``compile+bf16``. The part ``fp8`` (tensorwise scaling) or ``fp8-rowwise`` trains the
+``compile+bf16``. The part ``fp8`` (tensorwise scaling), ``fp8-rowwise`` or ``fp8-fastacc``
+(tensorwise, fast accumulation in the backward products too) trains the
 linear layers of the blocks in float8 through torchao (bench.fp8: those large enough for
 float8 to pay for its casts; the output projection stays bf16), e.g. ``compile+bf16+fp8``.
 """
@@ -19,12 +20,13 @@ from torch import nn
 
 from trainstack.errors import TrainstackError, UsageError
 
-ACCEPTED = "eager, compile, bf16, fp8, fp8-rowwise, ac-none, ac-full, ac-every-N, ac-selective, planned, or parts joined by '+'"
+ACCEPTED = "eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, ac-none, ac-full, ac-every-N, ac-selective, planned, or parts joined by '+'"
 DEFAULT_ABLATION = ("eager", "compile", "compile+bf16", "ac-full", "ac-every-2", "ac-selective", "compile+ac-selective", "planned")
 
 _AC_PART = re.compile(r"^ac-(none|full|selective|every-([1-9][0-9]*))$")
 # fp8 mode part -> torchao float8 recipe (the scaling granularity)
-FP8_PARTS = {"fp8": "tensorwise", "fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}
+FP8_PARTS = {"fp8": "tensorwise", "fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise", "fp8-fastacc": "tensorwise-fastacc"}
+FP8_NAMES = {"tensorwise": "fp8", "rowwise": "fp8-rowwise", "tensorwise-fastacc": "fp8-fastacc"}  # recipe -> its part in a mode's name
 
 
 class ModeUnavailable(Exception):
@@ -37,14 +39,14 @@ class Mode:
     ac: str = "none"  # none | full | every | selective | planned
     every: int = 0
     bf16: bool = False  # bf16 parameters, fp32 master weights and optimizer state
-    fp8: str = ""  # "" (off), "tensorwise" or "rowwise": float8 linear layers (bench.fp8)
+    fp8: str = ""  # "" (off) or a recipe of bench.fp8 (tensorwise, rowwise, tensorwise-fastacc): float8 linear layers
 
     @property
     def name(self) -> str:
         ac = {"none": "", "every": f"ac-every-{self.every}", "planned": "planned"}.get(self.ac, f"ac-{self.ac}")
         parts = (["compile"] if self.compile else []) + ([ac] if ac else [])
         parts = (parts or ["eager"]) + (["bf16"] if self.bf16 else [])
-        parts += {"": [], "tensorwise": ["fp8"]}.get(self.fp8, [f"fp8-{self.fp8}"])
+        parts += [FP8_NAMES[self.fp8]] if self.fp8 else []
         return "+".join(parts)
 
 
