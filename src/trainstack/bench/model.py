@@ -225,13 +225,17 @@ def chunked_cross_entropy(
 
 
 def softmax_xent_grad(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed cross-entropy of one chunk and its gradient wrt the logits (softmax - one_hot)."""
+    """Summed cross-entropy of one chunk and its gradient wrt the logits (softmax - one_hot),
+    the gradient in the logits' dtype. Compiled, it reads the logits twice (their
+    log-sum-exp, then the softmax) and allocates nothing of their size but the gradient: the
+    target entries, softmax - 1 computed in fp32, are written into it after the softmax."""
     x = logits.float()  # (n, V)
-    lse = torch.logsumexp(x, dim=-1)  # (n,)
-    loss = (lse - x.gather(1, targets[:, None]).squeeze(1)).sum()
-    grad = x.sub_(lse[:, None]).exp_()
-    grad.scatter_add_(1, targets[:, None], torch.full_like(lse[:, None], -1.0))
-    return loss, grad.to(logits.dtype)
+    lse = torch.logsumexp(x, dim=-1, keepdim=True)  # (n, 1)
+    target_logit = x.gather(1, targets[:, None])  # (n, 1)
+    loss = (lse - target_logit).sum()
+    grad = torch.exp(x - lse).to(logits.dtype)  # (n, V)
+    at_target = torch.exp(target_logit - lse) - 1.0  # (n, 1)
+    return loss, grad.scatter_(1, targets[:, None], at_target.to(logits.dtype))
 
 
 def softmax_xent_grad_(logits: torch.Tensor, targets: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
@@ -271,9 +275,8 @@ def _chunks(
         if chunk_fn is None:
             g = torch.mm(hc, weight.t(), out=logits[: hc.shape[0]])  # (r, V)
             yield rows, softmax_xent_grad_(g, tc, scratch[: hc.shape[0]]), g
-        else:
-            loss, g = chunk_fn(hc @ weight.t(), tc)
-            yield rows, loss, g
+        else:  # no name here holds the chunk's gradient once yielded: freed before the next chunk's logits
+            yield (rows, *chunk_fn(hc @ weight.t(), tc))
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -288,7 +291,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 total += loss
                 torch.mm(g, weight, out=grad_h[rows])
                 grad_w = _add_t_mm_fp32(grad_w, g, h[rows])  # (V, C)
-            del g  # the last chunk's logits: freed before the weight gradient's copy below
+                del g  # this chunk's logits: freed before the next chunk's and the weight gradient's copy below
             ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
             ctx.n = n
         return total / n
