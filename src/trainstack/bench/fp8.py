@@ -107,10 +107,11 @@ def output_heads(model: nn.Module) -> set[int]:
 
 def too_small(recipe: str, k: int, n: int) -> str | None:
     """The size rule under which a K x N float8 product of ``recipe`` is slower than bf16, or None."""
-    for max_k, max_n in SMALL[base_recipe(recipe)]:
+    scaling = base_recipe(recipe)
+    for max_k, max_n in SMALL[scaling]:
         if (max_k is None or k <= max_k) and (max_n is None or n <= max_n):
             rule = " and ".join(f"{dim} <= {v}" for dim, v in (("K", max_k), ("N", max_n)) if v is not None)
-            return f"{k}x{n}: too small for float8 {recipe} to pay for its casts ({rule})"
+            return f"{k}x{n}: too small for float8 {scaling} to pay for its casts ({rule})"
     return None
 
 

@@ -18,8 +18,11 @@ KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern, re.I))
     for kind, pattern in (
         ("attention", r"fmha|flash|attention|cudnn|sdpa"),
-        ("matmul fp8", r"(gemm|xmma|cutlass|nvjet|scaled_mm).*(e4m3|e5m2|f8|fp8)|(e4m3|e5m2).*(gemm|xmma|cutlass|nvjet)"),
+        # cuBLAS's nvjet kernels name float8 operands with a q (qqtst, qrtst; 16-bit: tst, tss)
+        ("matmul fp8", r"nvjet_sm\d+_q|(gemm|xmma|cutlass|scaled_mm).*(e4m3|e5m2|f8|fp8)|(e4m3|e5m2).*(gemm|xmma|cutlass)"),
         ("matmul 16-bit", r"gemm|xmma|cutlass|nvjet|cublas|_mma|splitk"),
+        # inductor's kernels that reduce a tensor to its float8 scale (abs, max) or cast for _scaled_mm
+        ("float8 scales, casts", r"^triton_.*(_scaled_mm|abs_(\w+_)?max|amax)"),
         ("compiled (triton)", r"^triton_"),
         ("optimizer", r"adam|foreach|multi_tensor"),
         ("copy / fill", r"memcpy|memset|copy|fill|cat_|CatArray"),
