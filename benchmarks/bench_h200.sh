@@ -10,7 +10,8 @@
 # Then checks the targets, each on what was measured (a target whose modes did not run is
 # MISSED): on 1b and 3b the best mode reaches 58% MFU (989 TFLOP/s dense bf16 basis) and
 # compile beats eager by at least 15% in each precision measured; the best fp8 mode beats
-# compile+bf16 (same checkpointing) by 1.15x on 1b, 1.2x on 3b and on 8b; the best 8b mode
+# compile+bf16 (same checkpointing) by 1.15x on 1b, 1.2x on 3b and on 8b (a float8 recipe whose
+# parity run in the same output missed 1% does not count); the best 8b mode
 # reaches 58% MFU (bf16 basis) at some batch; the parity modes' losses after the parity steps
 # are within 1% (relative, moving averages of the last steps; the largest gap over the last
 # third of the steps is printed too).
@@ -97,9 +98,31 @@ def rows_of(name: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
+def fp8_part(mode: str) -> str:
+    return next((p for p in mode.split("+") if p.startswith("fp8")), "")
+
+
+def parity_verdicts() -> dict[str, bool]:
+    """fp8 part -> whether its parity run here stayed within 1% (the modes a run compared)."""
+    found: dict[str, bool] = {}
+    for path in sorted(out.glob("parity-*.json")):
+        result = json.loads(path.read_text())
+        for mode in result["modes"]:
+            if fp8_part(mode):
+                passed = result["status"] == "ok" and result["final_rel_gap"] <= 0.01
+                found[fp8_part(mode)] = found.get(fp8_part(mode), True) and passed
+    return found
+
+
 def fp8_speedup(name: str, ok: dict, target: float) -> None:
-    """The best fp8 mode over compile+bf16 with the same checkpointing part."""
-    fp8 = [r for m, r in ok.items() if any(p.startswith("fp8") for p in m.split("+"))]
+    """The best fp8 mode over compile+bf16 with the same checkpointing part; a float8 recipe
+    whose parity run here missed its 1% does not count (its speed is printed all the same)."""
+    parity = parity_verdicts()
+    fp8 = [r for m, r in ok.items() if fp8_part(m)]
+    for r in fp8:
+        if parity.get(fp8_part(r["mode"])) is False:
+            print(f"{name}: {r['mode']} {r['tokens_per_s_per_gpu']:,.0f} tokens/s not counted: its parity run missed 1%")
+    fp8 = [r for r in fp8 if parity.get(fp8_part(r["mode"])) is not False]
     if not fp8:
         return verdict(f"{name}: fp8 / compile+bf16 not measured", False)
     best = max(fp8, key=lambda r: r["tokens_per_s_per_gpu"])
@@ -107,7 +130,8 @@ def fp8_speedup(name: str, ok: dict, target: float) -> None:
     if base not in ok:
         return verdict(f"{name}: {best['mode']} / {base} not measured", False)
     ratio = best["tokens_per_s_per_gpu"] / ok[base]["tokens_per_s_per_gpu"]
-    verdict(f"{name}: {best['mode']} / {base} tokens/s = {ratio:.3f} (target {target})", ratio >= target)
+    checked = "" if fp8_part(best["mode"]) in parity else "; its parity not checked here"
+    verdict(f"{name}: {best['mode']} / {base} tokens/s = {ratio:.3f} (target {target}{checked})", ratio >= target)
 
 
 for name, target in (("bench-1b-b4-s4096.jsonl", 1.15), ("bench-3b-b2-s4096.jsonl", 1.2)):
