@@ -4,8 +4,10 @@
 ``Float8Linear`` (dynamic scaling: ``tensorwise``, one scale per tensor, or ``rowwise``,
 one per row; ``tensorwise-fastacc`` is tensorwise with cuBLAS's fast accumulation in all
 three products, where torchao's recipe uses it in the forward product alone: faster
-backward products, whose sums are then not promoted to fp32 as they go) and returns what
-it converted and what it left in higher precision, and why:
+backward products, whose sums are then not promoted to fp32 as they go: on an H200 it ran
+3b 1.206x over bf16 where tensorwise ran 1.183x, and its 125m parity gap was 3.12%, so it
+is a mode for measuring that trade, not a default) and returns what it converted and what
+it left in higher precision, and why:
 
 - the output projection (lm head): the loss multiplies by its weight directly, and its
   logits feed a softmax over the whole vocabulary, where float8 rounding costs accuracy;
