@@ -117,7 +117,7 @@ def parity_verdicts() -> dict[str, bool]:
 def fp8_speedup(name: str, ok: dict, target: float) -> None:
     """The best fp8 mode over compile+bf16 with the same checkpointing part; a float8 recipe
     whose parity run here missed its 1% does not count (its speed is printed all the same)."""
-    parity = parity_verdicts()
+    parity = PARITY
     fp8 = [r for m, r in ok.items() if fp8_part(m)]
     for r in fp8:
         if parity.get(fp8_part(r["mode"])) is False:
@@ -134,6 +134,7 @@ def fp8_speedup(name: str, ok: dict, target: float) -> None:
     verdict(f"{name}: {best['mode']} / {base} tokens/s = {ratio:.3f} (target {target}{checked})", ratio >= target)
 
 
+PARITY = parity_verdicts()
 for name, target in (("bench-1b-b4-s4096.jsonl", 1.15), ("bench-3b-b2-s4096.jsonl", 1.2)):
     rows = rows_of(name)
     if not rows:

@@ -24,7 +24,6 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
@@ -32,29 +31,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from trainstack.bench.fp8 import _torchao_float8  # noqa: E402
+from trainstack.bench.fp8 import _torchao_float8, float8_config  # noqa: E402
 from trainstack.bench.model import Block, rope_tables  # noqa: E402
 from trainstack.bench.presets import preset  # noqa: E402
 
-VARIANTS = ("tensorwise", "tensorwise-fast", "rowwise", "tw-ffn", "tw-fast-ffn")
 
 
-def config(variant: str):
-    float8 = _torchao_float8()
-    if variant.startswith("rowwise"):
-        return float8.Float8LinearConfig.from_recipe_name("rowwise")
-    cfg = float8.Float8LinearConfig.from_recipe_name("tensorwise")
-    if "fast" in variant:
-        fast = float8.Float8GemmConfig(use_fast_accum=True)
-        cfg = replace(cfg, gemm_config_grad_input=fast, gemm_config_grad_weight=fast)
-    return cfg
+# variant -> (bench.fp8 recipe, whether only the feed-forward layers convert)
+VARIANT_RECIPES = {
+    "tensorwise": ("tensorwise", False),
+    "tensorwise-fast": ("tensorwise-fastacc", False),
+    "rowwise": ("rowwise", False),
+    "tw-ffn": ("tensorwise", True),
+    "tw-fast-ffn": ("tensorwise-fastacc", True),
+}
 
 
 def converted(module: nn.Module, variant: str) -> nn.Module:
-    float8 = _torchao_float8()
-    ffn_only = variant.endswith("-ffn")
+    """A copy of ``module`` with its linear layers in float8, all of them (no size rule:
+    this measures where the rules draw their lines) or the feed-forward ones."""
+    recipe, ffn_only = VARIANT_RECIPES[variant]
     m = copy.deepcopy(module)
-    float8.convert_to_float8_training(m, config=config(variant), module_filter_fn=lambda mod, fqn: not ffn_only or "feed_forward" in fqn)
+    _torchao_float8().convert_to_float8_training(m, config=float8_config(recipe), module_filter_fn=lambda mod, fqn: not ffn_only or "feed_forward" in fqn)
     return m
 
 
@@ -88,7 +86,7 @@ def block_rows(name: str, batch: int, seq: int) -> list[dict]:
 
     rows = []
     base = None
-    for variant in ("bf16",) + VARIANTS:
+    for variant in ("bf16", *VARIANT_RECIPES):
         t0 = time.perf_counter()
         m = block if variant == "bf16" else converted(block, variant)
         compiled = torch.compile(m)

@@ -154,16 +154,19 @@ def convert(model: nn.Module, recipe: str, *, emulate: bool = False) -> Conversi
             f"unavailable: float8 {recipe} would convert none of the model's {len(conversion.kept)} linear layers "
             f"(each is the output projection, not divisible by {DIVISOR}, or too small for float8 {recipe} to pay for its casts)"
         )
+    chosen = set(conversion.converted)
+    _torchao_float8().convert_to_float8_training(model, config=float8_config(recipe, emulate=emulate), module_filter_fn=lambda module, fqn: fqn in chosen)
+    return conversion
+
+
+def float8_config(recipe: str, *, emulate: bool = False):
+    """torchao's Float8LinearConfig of ``recipe`` (one of ``RECIPES``)."""
     float8 = _torchao_float8()
     config = float8.Float8LinearConfig.from_recipe_name(base_recipe(recipe))
     if recipe.endswith(FAST_ACCUMULATION):
         fast = float8.Float8GemmConfig(use_fast_accum=True)
         config = replace(config, gemm_config_output=fast, gemm_config_grad_input=fast, gemm_config_grad_weight=fast)
-    if emulate:
-        config = replace(config, emulate=True)
-    chosen = set(conversion.converted)
-    float8.convert_to_float8_training(model, config=config, module_filter_fn=lambda module, fqn: fqn in chosen)
-    return conversion
+    return replace(config, emulate=True) if emulate else config
 
 
 def _torchao_float8():
