@@ -27,6 +27,7 @@ Hopper, Blackwell); ``require`` says so in one line, as it does when torchao is 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import re
@@ -155,8 +156,35 @@ def convert(model: nn.Module, recipe: str, *, emulate: bool = False) -> Conversi
             f"(each is the output projection, not divisible by {DIVISOR}, or too small for float8 {recipe} to pay for its casts)"
         )
     chosen = set(conversion.converted)
-    _torchao_float8().convert_to_float8_training(model, config=float8_config(recipe, emulate=emulate), module_filter_fn=lambda module, fqn: fqn in chosen)
+    float8 = _torchao_float8()
+    float8.convert_to_float8_training(model, config=float8_config(recipe, emulate=emulate), module_filter_fn=lambda module, fqn: fqn in chosen)
+    flat = _flat_input_linear(float8.float8_linear.Float8Linear)
+    for name, module in model.named_modules():
+        if name in chosen:
+            module.__class__ = flat
     return conversion
+
+
+@functools.cache
+def _flat_input_linear(float8_linear: type) -> type:
+    """torchao's ``Float8Linear`` fed its input as one matrix (tokens, features).
+
+    Float8Linear's backward reduces its saved input to a scale again for the weight's gradient,
+    on the input reshaped to two dimensions; when the forward was handed three (batch, sequence,
+    features), the two reductions are over different views of one tensor and the compiler keeps
+    both: a second full pass over every converted layer's input (and the kernels that produce it,
+    recomputed). Handed a matrix, the reshape is the identity, the compiler's common-subexpression
+    pass merges the two, and the backward reduces only the gradients. The same arithmetic, so the
+    same results: only the repeated passes go."""
+
+    class Float8LinearFlatInput(float8_linear):
+        def forward(self, input):  # noqa: A002 - nn.Linear's name
+            if input.dim() <= 2:
+                return super().forward(input)
+            return super().forward(input.reshape(-1, input.shape[-1])).unflatten(0, input.shape[:-1])
+
+    Float8LinearFlatInput.__qualname__ = Float8LinearFlatInput.__name__
+    return Float8LinearFlatInput
 
 
 def float8_config(recipe: str, *, emulate: bool = False):
