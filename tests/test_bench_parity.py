@@ -64,6 +64,7 @@ def test_parity_report_on_the_tiny_preset(tmp_path, capsys, monkeypatch):
     text = " ".join(capsys.readouterr().out.split())
     assert "parity eager vs eager+bf16: tiny, batch 4 x seq 64, Markov chain over 256 tokens" in text
     assert "relative loss gap |B - A| / A after 61 steps: " in text and "(largest over steps 41-61: " in text
+    assert "AdamW lr 0.001, linear warm-up over 10% of the steps, cosine decay to 0.1 x)" in text
     result = json.loads((tmp_path / "parity-tiny-b4-s64.json").read_text())
     assert result["status"] == "ok" and result["modes"] == ["eager", "eager+bf16"] and result["steps"] == 61
     a, b = (r["losses"] for r in result["rows"])
@@ -72,6 +73,17 @@ def test_parity_report_on_the_tiny_preset(tmp_path, capsys, monkeypatch):
     assert result["smoothed"][0][-1] < 0.75 * a[0]  # the task is learnt, unlike uniform tokens
     assert 0 < result["final_rel_gap"] <= result["max_rel_gap"] < 0.05
     assert (tmp_path / "parity-tiny-b4-s64.png").stat().st_size > 10_000
+
+
+def test_learning_rate_schedule():
+    """Warm-up from LR/warm-up steps to LR, then a cosine decay to a tenth of it at the last step."""
+    factors = [parity.lr_factor(i, 300) for i in range(300)]
+    assert factors[0] == pytest.approx(1 / 30) and factors[29] == 1.0
+    assert all(a < b for a, b in zip(factors[:30], factors[1:30]))  # rising through the warm-up
+    assert all(a > b for a, b in zip(factors[30:], factors[31:]))  # then falling
+    assert factors[-1] == pytest.approx(parity.FINAL_LR_FRACTION)
+    assert parity.lr_factor(165, 300) == pytest.approx(0.55, abs=0.01)  # half-way down the cosine
+    assert [parity.lr_factor(i, 2) for i in range(2)] == [1.0, pytest.approx(0.1)]  # short runs too
 
 
 def test_parity_needs_two_modes(capsys):

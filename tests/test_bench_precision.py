@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 from trainstack.bench.model import Transformer  # noqa: E402
 from trainstack.bench.precision import MasterAdamW, to_bf16_with_master  # noqa: E402
 from trainstack.bench.presets import PRESETS  # noqa: E402
-from trainstack.bench.runner import RunSpec, run  # noqa: E402
+from trainstack.bench.runner import RunSpec, run, set_lr  # noqa: E402
 
 
 def _grads(seed: int, shapes: list[tuple[int, ...]]) -> list[torch.Tensor]:
@@ -19,7 +19,8 @@ def _grads(seed: int, shapes: list[tuple[int, ...]]) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_master_adamw_matches_torch_adamw(compiled):
-    """On fp32 parameters the master update is torch.optim.AdamW's, step for step."""
+    """On fp32 parameters the master update is torch.optim.AdamW's, step for step, with the
+    learning rate changed between steps as a schedule does (one compiled update serves all)."""
     shapes = [(7, 5), (5,), (3, 4, 2)]
     init = _grads(0, shapes)
     ref = [torch.nn.Parameter(t.clone()) for t in init]
@@ -30,6 +31,8 @@ def test_master_adamw_matches_torch_adamw(compiled):
     for step in range(5):
         for a, b, g in zip(ref, ours, _grads(step + 1, shapes)):
             a.grad, b.grad = g.clone(), g.clone()
+        set_lr(ref_opt, hyper["lr"] / (step + 1))
+        set_lr(opt, hyper["lr"] / (step + 1))
         ref_opt.step()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -146,7 +146,7 @@ def _with_parity(opts: BenchOptions, spec: RunSpec, parity_modes: tuple[Mode, Mo
         rows = run_ablation([replace(spec, mode=m) for m in [m.name for m in parse_modes(opts.modes)]], timeout_s=opts.timeout_s, on_row=_progress if lead else None)
     from trainstack.bench.parity import LR
 
-    specs = [replace(spec, mode=m.name, task="markov", lr=LR) for m in parity_modes]
+    specs = [replace(spec, mode=m.name, task="markov", lr=LR, lr_schedule=True) for m in parity_modes]
     result = parity_result(run_ablation(specs, timeout_s=opts.timeout_s, on_row=_progress if lead else None))
     if lead:
         _publish(rows or result["rows"], spec, opts.out, result, stem_prefix="bench" if rows else "parity")

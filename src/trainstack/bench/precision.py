@@ -24,7 +24,7 @@ def adamw_update(
     exp_avg: torch.Tensor,
     exp_avg_sq: torch.Tensor,
     step: torch.Tensor,
-    lr: float,
+    lr: torch.Tensor | float,
     beta1: float,
     beta2: float,
     eps: float,
@@ -32,7 +32,8 @@ def adamw_update(
 ) -> None:
     """One AdamW step (decoupled weight decay, as torch.optim.AdamW) on the fp32 state, in place.
 
-    ``step`` is a 0-d float tensor on the device, so bias corrections need no host value.
+    ``step`` and ``lr`` are 0-d float tensors on the device, so bias corrections and a
+    scheduled rate need no host value (and a compiled update no recompile).
     """
     g = grad.float()
     master.mul_(1 - lr * weight_decay)
@@ -68,15 +69,18 @@ class MasterAdamW:
         self.exp_avg_sqs = [torch.zeros_like(m) for m in masters]
         device = masters[0].device if masters else torch.device("cpu")
         self.step_count = torch.zeros((), dtype=torch.float32, device=device)
-        self.hyper = (lr, betas[0], betas[1], eps, weight_decay)
+        self.param_groups = [{"lr": lr}]  # as torch's optimizers: a schedule sets the rate here
+        self._lr = torch.full((), lr, dtype=torch.float32, device=device)  # a tensor: no recompile when it changes
+        self.hyper = (betas[0], betas[1], eps, weight_decay)
         self._update: Callable = torch.compile(adamw_update) if compiled else adamw_update
 
     @torch.no_grad()
     def step(self) -> None:
         self.step_count += 1
+        self._lr.fill_(self.param_groups[0]["lr"])
         for p, w, m, v in zip(self.params, self.masters, self.exp_avgs, self.exp_avg_sqs):
             if p.grad is not None:
-                self._update(p, p.grad, w, m, v, self.step_count, *self.hyper)
+                self._update(p, p.grad, w, m, v, self.step_count, self._lr, *self.hyper)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:

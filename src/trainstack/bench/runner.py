@@ -23,6 +23,7 @@ from trainstack.bench.mfu import flops_per_token, mfu, mfu_fp8, peak_for
 from trainstack.bench.hf import HfShape
 from trainstack.bench.model import ModelConfig, Transformer
 from trainstack.bench.modes import Mode, ModeUnavailable, apply_checkpointing, apply_compile, apply_planned, parse_mode
+from trainstack.bench.parity import lr_factor
 
 # Distinct synthetic batches cycled through, generated on the device once.
 _BATCHES = 4
@@ -44,6 +45,7 @@ class RunSpec:
     seed: int = 0
     profile_dir: str | None = None  # profile PROFILE_STEPS more steps after the timed ones
     task: str = "random"  # the tokens: "random" (uniform) or "markov" (learnable: bench.parity)
+    lr_schedule: bool = False  # bench.parity's warm-up and cosine decay over warmup + steps; else constant
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -102,6 +104,8 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
         with amp:
             loss = model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
+        if spec.lr_schedule:
+            set_lr(opt, spec.lr * lr_factor(i, spec.warmup + spec.steps))
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.detach()
@@ -192,6 +196,12 @@ def master_weights(mode: Mode, dist: dev.Dist) -> bool:
     """Whether the mode trains bf16 parameters with fp32 master weights (a ``bf16`` mode on
     one process; FSDP keeps its own fp32 copies), as memplan must plan it."""
     return mode.bf16 and not dist.enabled
+
+
+def set_lr(opt, lr: float) -> None:
+    """The learning rate of every parameter group (torch's optimizers and MasterAdamW alike)."""
+    for group in opt.param_groups:
+        group["lr"] = lr
 
 
 def optimizer(model: torch.nn.Module, mode: Mode, lr: float, device: torch.device, dist: dev.Dist):
