@@ -2,7 +2,8 @@
 
 For each preset asked, at the bench's tokens per step (batch x seq), time the forward and
 backward of (1) one compiled decoder block with bf16 parameters, as bench's compile+bf16
-mode runs it, and the same block with its linear layers converted by torchao under each
+mode runs it, and the same block with its linear layers converted as bench converts them
+(`bench.fp8.swap_linears`: torchao's Float8Linear, fed a matrix) under each
 float8 variant; (2) each distinct linear shape of the block alone, compiled. Prints one
 table per preset with float8's speed-up over bf16 (bf16 time / float8 time) and writes
 the figures as JSON.
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from trainstack.bench.fp8 import _torchao_float8, float8_config  # noqa: E402
+from trainstack.bench.fp8 import swap_linears  # noqa: E402
 from trainstack.bench.model import Block, rope_tables  # noqa: E402
 from trainstack.bench.presets import preset  # noqa: E402
 
@@ -52,7 +53,7 @@ def converted(module: nn.Module, variant: str) -> nn.Module:
     this measures where the rules draw their lines) or the feed-forward ones."""
     recipe, ffn_only = VARIANT_RECIPES[variant]
     m = copy.deepcopy(module)
-    _torchao_float8().convert_to_float8_training(m, config=float8_config(recipe), module_filter_fn=lambda mod, fqn: not ffn_only or "feed_forward" in fqn)
+    swap_linears(m, recipe, lambda name: not ffn_only or "feed_forward" in name)
     return m
 
 

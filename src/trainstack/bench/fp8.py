@@ -31,6 +31,7 @@ import functools
 import importlib.util
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from torch import nn
@@ -156,13 +157,20 @@ def convert(model: nn.Module, recipe: str, *, emulate: bool = False) -> Conversi
             f"(each is the output projection, not divisible by {DIVISOR}, or too small for float8 {recipe} to pay for its casts)"
         )
     chosen = set(conversion.converted)
-    float8 = _torchao_float8()
-    float8.convert_to_float8_training(model, config=float8_config(recipe, emulate=emulate), module_filter_fn=lambda module, fqn: fqn in chosen)
-    flat = _flat_input_linear(float8.float8_linear.Float8Linear)
-    for name, module in model.named_modules():
-        if name in chosen:
-            module.__class__ = flat
+    swap_linears(model, recipe, lambda name: name in chosen, emulate=emulate)
     return conversion
+
+
+def swap_linears(model: nn.Module, recipe: str, selected: Callable[[str], bool], *, emulate: bool = False) -> None:
+    """torchao's Float8Linear of ``recipe`` in place of each of ``model``'s ``nn.Linear``
+    layers whose name ``selected`` accepts (no size rule: ``convert`` applies those), each fed
+    its input as one matrix (``_flat_input_linear``)."""
+    float8 = _torchao_float8()
+    float8.convert_to_float8_training(model, config=float8_config(recipe, emulate=emulate), module_filter_fn=lambda module, fqn: selected(fqn))
+    torchao_linear = float8.float8_linear.Float8Linear
+    for module in model.modules():
+        if type(module) is torchao_linear:
+            module.__class__ = _flat_input_linear(torchao_linear)
 
 
 @functools.cache
