@@ -43,10 +43,12 @@ within it. At each budget the plan and the fitting uniform options (the one that
 the fewest blocks, and the screen's fastest) run interleaved, ABBA, each capped at the budget;
 a uniform option with the plan's very layout is the plan itself (ratio 1) and is not run
 again. The first shape's last plan is also run with its counts placed three ways (every-N
-or spread, recomputed first, recomputed last), and one case is compiled: planned+compile
-(the plan, then the blocks and the loss compiled) against compile@r (no recompute, blocks
-compiled under activation_memory_budget r, r bisected to the fastest within planned+compile's
-measured peak). Results: OUT/memplan_h200_hf_COMMIT.txt and .json, written after each case.
+or spread, recomputed first, recomputed last), and the cases --hf-compile names are compiled:
+planned+compile (memplan's plan for compiled blocks, then the blocks and the loss compiled)
+against compile@r (no recompute, blocks compiled under activation_memory_budget r, the largest
+r whose measured peak is within planned+compile's), each graph compiled once, then ten runs of
+each interleaved ABBA (hf_compiled says how). Results: OUT/memplan_h200_hf_COMMIT.txt and
+.json, written after each case.
 
 Usage: python benchmarks/memplan_h200.py [--out benchmarks/results] [--time-budget 300] [--skip-compile]
        python benchmarks/memplan_h200.py --hf [--hf-shapes llama:4:2048,gpt2:8:1024] [--hf-compile gpt2:4:2048:0.45]
@@ -537,6 +539,9 @@ HF_EVERY = (2, 3, 4, 6)
 # the compiled comparison: (architecture, batch, seq, budget fraction)
 HF_COMPILE = [("gpt2", 4, 2048, 0.45)]
 HF_WARMUP, HF_SCREEN_STEPS, HF_STEPS = 2, 3, 6
+# the compiled comparison: runs of each variant (interleaved ABBA) and timed steps a run; the
+# timed steps of a run that only measures a peak; rounds of bisecting the compiler's budget
+COMPILED_SEGMENTS, COMPILED_STEPS, PEAK_STEPS, BISECT_ROUNDS = 10, 8, 2, 5
 TINY = False  # --tiny: six-block configs of the same families (with --device cpu, the smoke run)
 
 
@@ -713,24 +718,61 @@ def hf_grid(spec: tuple[str, int, int], rows: list[Row], summaries: list[dict], 
         save()
     for summary, case, budget in later:
         if time.perf_counter() > compile_until:
-            summary["compiled"] = {"error": "not run: time budget spent"}
+            summary["compiled"] = {"case": case, "error": "not run: time budget spent"}
             continue
         try:
             summary["compiled"] = hf_compiled(shape, case, budget, rows, until=compile_until, save=save)
         except Exception:  # noqa: BLE001 - report the compiler's failure, keep the other figures
             traceback.print_exc()
             rows.append(Row(case, "compile", "", "error", note=traceback.format_exc().splitlines()[-1][:160]))
-            summary["compiled"] = {"error": rows[-1].note}
+            summary["compiled"] = {"case": case, "error": rows[-1].note}
         save()
     shape.close()
 
 
-def hf_compiled(shape: HfShape, case: str, budget: int, rows: list[Row], rounds: int = 3, until: float = float("inf"), save=lambda: None) -> dict:
-    """planned+compile (memplan's plan for compiled blocks applied, then each block and the
-    loss compiled as bench compiles them) against compile@r (no recompute planned, every block compiled with
-    activation_memory_budget r, r bisected to the fastest whose measured peak is within
-    planned+compile's), then both once more in reverse order (ABBA). A new round of the
-    bisection starts only before ``until`` (time.perf_counter()); all capped at ``budget``;
+def mean_rate(step_s: list[float], tokens: int) -> float:
+    """Tokens/s over ``step_s``: all their tokens over all their time (the mean step, which a
+    bimodal step time does not tip as it tips the median)."""
+    return tokens * len(step_s) / sum(step_s)
+
+
+def paired_interval(a: list[float], b: list[float], *, draws: int = 4000, seed: int = 0) -> tuple[float, float, float]:
+    """The mean of the paired ratios a[k]/b[k] and its 95% bootstrap interval (percentiles of
+    the mean over ``draws`` resamples of the pairs, seeded: the same figures give the same interval)."""
+    import random
+
+    ratios = [x / y for x, y in zip(a, b)]
+    if not ratios:
+        raise ValueError("no pairs")
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    return statistics.fmean(ratios), means[int(0.025 * draws)], means[min(draws - 1, int(0.975 * draws))]
+
+
+def abba(variants: list[str], segments: int) -> list[str]:
+    """``segments`` runs of each variant, interleaved ABBA (A B B A A B ...), so that drift
+    over the comparison falls on both alike and run k of one sits beside run k of the other."""
+    order: list[str] = []
+    while len(order) < segments * len(variants):
+        order += variants if len(order) // len(variants) % 2 == 0 else list(reversed(variants))
+    return order
+
+
+def hf_compiled(shape: HfShape, case: str, budget: int, rows: list[Row], until: float = float("inf"), save=lambda: None) -> dict:
+    """planned+compile against compile@r: the compiler's activation memory budget tuned to the same peak.
+
+    planned+compile is memplan's plan for compiled blocks (the real block measured compiled,
+    the kept one also under each compiler budget, as bench and ``run --compile --memplan``
+    plan), applied, then every block and the loss compiled as bench compiles them. compile@r
+    plans no recompute and compiles every block under activation_memory_budget r, the
+    largest r whose measured peak is within planned+compile's: r = 1 (the default
+    partitioner) where it fits, else bisected on the peak alone (a compiled graph fixes it)
+    for ``BISECT_ROUNDS`` rounds, each a short run; a new round starts only before ``until``
+    (time.perf_counter()). Then the two run ``COMPILED_SEGMENTS`` times each, interleaved
+    ABBA, each run ``COMPILED_STEPS`` timed steps after ``HF_WARMUP`` untimed ones, all capped
+    at ``budget``. Every graph is compiled before the timing starts, and switching between
+    them recompiles nothing. A run's tokens/s is its tokens over its time; the ratio is the
+    pooled one, with the mean of the pairs' ratios and its 95% bootstrap interval beside it.
     ``save()`` after each run."""
     import torch._dynamo.config as dynamo_config
 
@@ -743,24 +785,24 @@ def hf_compiled(shape: HfShape, case: str, budget: int, rows: list[Row], rounds:
     all_keep = (Choice.KEEP,) * shape.n
     tokens = shape.batch * shape.seq
 
-    def compiled(variant: str, choices: tuple[Choice, ...], keep_budget: float | None, note: str) -> Row:
+    def compiled(variant: str, choices: tuple[Choice, ...], keep_budget: float | None, note: str, steps: int) -> Row:
         apply_choices(shape.model, choices, shape.profile.blocks, shape.profile.first_block)
         for i, block in enumerate(originals):
             layers[i] = compile_block(block, keep_budget)
         t0 = time.perf_counter()
         try:
-            row = shape.run(case, variant, choices, budget, note=note, compiled=True)
+            row = shape.run(case, variant, choices, budget, note=note, steps=steps, compiled=True)
         finally:
             for i, block in enumerate(originals):
                 layers[i] = block
-        row.note = f"{row.note}; {time.perf_counter() - t0:.0f} s with compiling".strip("; ")
-        print(f"{case} {variant}: {row.status} {row.tokens_per_s or 0:.0f} tok/s, {gib(row.allocated).strip()} GiB allocated ({row.note})", flush=True)
+        if row.status == "ok":
+            row.tokens_per_s = mean_rate(row.step_s, tokens)
+            row.run_tokens_per_s = [row.tokens_per_s]
+        print(f"{case} {variant}: {row.status} {row.tokens_per_s or 0:.0f} tok/s, {gib(row.allocated).strip()} GiB allocated ({note}{'; ' if note else ''}{time.perf_counter() - t0:.1f} s)", flush=True)
         save()
         return row
 
     name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
-    # memplan's plan for compiled blocks: the real block measured compiled, the kept one also
-    # under each compiler budget (as the bench and `run --compile --memplan` plan)
     apply_choices(shape.model, all_keep, shape.profile.blocks, shape.profile.first_block)
     t0 = time.perf_counter()
     profiles = calibrate_any_compiled(shape.model, shape.model.example_batch(shape.batch, shape.seq), compiled=True, label=shape.name)
@@ -771,35 +813,57 @@ def hf_compiled(shape: HfShape, case: str, budget: int, rows: list[Row], rounds:
         print(f"{case}: budget {r:g}: kept block {1e3 * keep / profile.n_blocks:.3f} ms, saves {gib(profile.options[Choice.KEEP].saved).strip()} GiB; {_budget_plan(profile, budget, shape.overheads)}", flush=True)
     torch._dynamo.reset()
     shape.model.compile_loss()
+    result: dict = {"case": case, "plan": plan.summary(), "tried": []}
     try:
         with dynamo_config.patch({name: 64}):
-            pc = compiled("planned+compile", plan.choices, plan.compiler_budget, plan.summary() + ", compiled")
-            rows.append(pc)
-            save()
-            if pc.status != "ok":
-                return {"planned+compile": pc}
-            lo, hi, r, best, best_r, tried = 0.0, 1.0, 0.5, None, None, []
-            for k in range(rounds):
+            # the first run compiles the plan's graphs and measures its peak
+            first = compiled("planned+compile", plan.choices, plan.compiler_budget, plan.summary() + ", compiled; first run", PEAK_STEPS)
+            rows.append(first)
+            result["planned+compile"] = first
+            if first.status != "ok":
+                return result
+            best_r, lo, hi, r = None, 0.0, 1.0, 1.0
+            for k in range(BISECT_ROUNDS + 1):
                 if k and time.perf_counter() > until:
                     break
-                row = compiled(f"compile@{r:.3f}", all_keep, r, f"activation_memory_budget {r:g}")
+                row = compiled(f"compile@{r:.3f}", all_keep, r, f"activation_memory_budget {r:g}; peak", PEAK_STEPS)
                 rows.append(row)
-                tried.append(row)
-                save()
-                fits = row.status == "ok" and row.allocated <= pc.allocated
-                if fits and (best is None or row.tokens_per_s > best.tokens_per_s):
-                    best, best_r = row, r
-                lo, hi = (r, hi) if fits else (lo, r)
+                result["tried"].append(row)
+                if row.status == "ok" and row.allocated <= first.allocated:
+                    best_r, lo = r, r
+                    if r == 1.0:
+                        break  # the default partitioner fits: nothing to tune
+                else:
+                    hi = r
                 r = (lo + hi) / 2
-            if best is not None:  # the reverse order: compile@r again, then planned+compile
-                fold(best, compiled(best.variant, all_keep, best_r, ""), tokens, budget)
-            fold(pc, compiled("planned+compile", plan.choices, plan.compiler_budget, ""), tokens, budget)
+            result["budget_r"] = best_r
+            if best_r is None:
+                return result
+            variants = {
+                "planned+compile": (plan.choices, plan.compiler_budget, plan.summary() + ", compiled"),
+                f"compile@{best_r:.3f}": (all_keep, best_r, f"activation_memory_budget {best_r:g}"),
+            }
+            timed: dict[str, Row] = {}
+            for variant in abba(list(variants), COMPILED_SEGMENTS):
+                choices, keep_budget, note = variants[variant]
+                row = compiled(variant, choices, keep_budget, note if variant not in timed else "", COMPILED_STEPS)
+                timed[variant] = fold(timed[variant], row, tokens, budget) if variant in timed else row
+            for row in timed.values():
+                if row.status == "ok":
+                    row.tokens_per_s = mean_rate(row.step_s, tokens)
+                rows.append(row)
+            result["planned+compile"], result["compile"] = timed.values()
+            pc, rival = result["planned+compile"], result["compile"]
+            if pc.status == "ok" and rival.status == "ok":
+                result["ratio"] = pc.tokens_per_s / rival.tokens_per_s
+                result["pairs"] = pair_ratios(pc, rival)
+                result["interval"] = paired_interval(pc.run_tokens_per_s, rival.run_tokens_per_s)
     finally:
         shape.model.loss_chunk_fn = None
         apply_choices(shape.model, all_keep, shape.profile.blocks, shape.profile.first_block)
         torch._dynamo.reset()
         clean()
-    return {"planned+compile": pc, "compile": best, "budget_r": best_r, "tried": tried}
+    return result
 
 
 def _budget_plan(profile, budget: int, overheads) -> str:
@@ -830,6 +894,37 @@ def best_uniform_ratio(s: dict) -> float | None:
     return p.tokens_per_s / max(rivals) if rivals else None
 
 
+def compiled_ratio(c: dict) -> str:
+    """One compiled comparison in a line: the ratio and its interval, or why there is none."""
+    pc, best = c.get("planned+compile"), c.get("compile")
+    if "error" in c:
+        return str(c["error"])
+    if not isinstance(pc, Row) or pc.status != "ok":
+        return f"planned+compile {getattr(pc, 'status', 'not run')}"
+    if not isinstance(best, Row):
+        return "no compile@r within planned+compile's peak"
+    if best.status != "ok":
+        return f"compile@{c['budget_r']:g} {best.status} under the cap"
+    mean, lo, hi = c["interval"]
+    return (
+        f"(planned+compile)/compile@{c['budget_r']:g} {c['ratio']:.3f} over {len(c['pairs'])} interleaved pairs "
+        f"(mean of the pairs' ratios {mean:.3f}, 95% interval {lo:.3f} to {hi:.3f}; pairs {min(c['pairs']):.3f} to {max(c['pairs']):.3f})"
+    )
+
+
+def compiled_text(c: dict) -> str:
+    """The compiled comparison of one case: the plan, both variants' tokens/s and peaks, the ratio, the bisection."""
+    pc, best = c.get("planned+compile"), c.get("compile")
+    parts = [f"plan {c['plan']}"] if "plan" in c else []
+    if isinstance(pc, Row):
+        parts.append(f"planned+compile {pc.status} {pc.tokens_per_s or 0:.0f} tok/s at {gib(pc.allocated).strip()} GiB allocated")
+    if isinstance(best, Row):
+        parts.append(f"compile@{c['budget_r']:g} {best.status} {best.tokens_per_s or 0:.0f} tok/s at {gib(best.allocated).strip()} GiB")
+    parts.append(compiled_ratio(c))
+    tried = ", ".join(f"r={t.variant.split('@')[1]} {t.status} {gib(t.allocated).strip()} GiB" for t in c.get("tried", []))
+    return "; ".join(parts) + (f"; bisection on the peak: {tried}" if tried else "")
+
+
 def hf_verdicts(summaries: list[dict]) -> list[str]:
     lines = []
     for s in summaries:
@@ -856,17 +951,8 @@ def hf_verdicts(summaries: list[dict]) -> list[str]:
         parts.append("none fits" if s["none_fits"] else "none does not fit")
         lines.append(f"{s['case']}: " + "; ".join(parts))
         c = s.get("compiled")
-        if isinstance(c, dict) and "planned+compile" in c:
-            pc, best = c["planned+compile"], c.get("compile")
-            tried = ", ".join(f"r={t.variant.split('@')[1]} {t.status} {gib(t.allocated).strip()} GiB {t.tokens_per_s or 0:.0f} tok/s" for t in c.get("tried", []))
-            text = f"{s['case']} compiled: planned+compile {pc.status} {pc.tokens_per_s or 0:.0f} tok/s at {gib(pc.allocated).strip()} GiB allocated"
-            if best is not None and pc.status == "ok":
-                text += f"; compile@{c['budget_r']:g} {best.tokens_per_s:.0f} tok/s at {gib(best.allocated).strip()} GiB; (planned+compile)/compile@r {_ratio_text(pc, best)}"
-            else:
-                text += "; no compile@r within planned+compile's peak"
-            lines.append(text + (f"; bisection: {tried}" if tried else ""))
-        elif isinstance(c, dict):
-            lines.append(f"{s['case']} compiled: {c.get('error')}")
+        if isinstance(c, dict):
+            lines.append(f"{s['case']} compiled: {compiled_text(c)}")
     return lines
 
 
@@ -910,6 +996,8 @@ def hf_main(args) -> int:
         f"{device_name} torch {torch.__version__} transformers {transformers.__version__}: memplan.plan on Hugging Face models (from_config)",
         f"uniform options screened uncapped ({HF_SCREEN_STEPS} timed steps); planned and the fitting uniform options (the one recomputing fewest blocks, "
         f"the screen's fastest) interleaved ABBA, capped at the budget, {HF_STEPS} timed steps a run ({2 * HF_STEPS} a variant); tokens/s from the median step",
+        f"compiled: planned+compile and compile@r (r the largest whose peak fits within planned+compile's) {COMPILED_SEGMENTS} runs each, interleaved ABBA, "
+        f"capped at the budget, {COMPILED_STEPS} timed steps a run; tokens/s from the mean step (all tokens over all time)",
     ]
     if DEVICE != "cuda":
         header.append(f"smoke run on {DEVICE}: no memory measured, tokens/s of a CPU; no figure here means anything")
@@ -959,14 +1047,15 @@ def hf_totals(rows: list[Row], summaries: list[dict]) -> list[str]:
         if ratios
         else "no planned/uniform ratio",
     ]
+    intervals = [c["interval"] for c in compiled if "interval" in c]
     for c in compiled:
-        pc, best = c.get("planned+compile"), c.get("compile")
-        if isinstance(pc, Row) and isinstance(best, Row) and pc.status == "ok" and best.status == "ok":
-            lines.append(f"(planned+compile)/compile@{c['budget_r']:g} at the same peak: {_ratio_text(pc, best)}")
-        elif isinstance(pc, Row):
-            lines.append(f"compiled comparison: planned+compile {pc.status}, " + ("no compile@r within its peak" if best is None else f"compile@r {best.status}"))
-        else:
-            lines.append(f"compiled comparison: {c.get('error')}")
+        lines.append(f"compiled, {c.get('case', '')}: {compiled_ratio(c)}")
+    if intervals:
+        lines.append(
+            f"(planned+compile)/compile@r at the same peak over {len(intervals)} cases: "
+            f"{min(c['ratio'] for c in compiled if 'interval' in c):.3f} to {max(c['ratio'] for c in compiled if 'interval' in c):.3f}; "
+            f"below 1 beyond the 95% interval: {sum(hi < 1 for _, _, hi in intervals)}; above 1 beyond it: {sum(lo > 1 for _, lo, _ in intervals)}"
+        )
     return lines
 
 

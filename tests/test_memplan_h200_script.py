@@ -65,3 +65,45 @@ def test_the_script_runs_on_a_cpu(tmp_path, monkeypatch) -> None:
     assert data["summary"][0].startswith("cases 3 ")
     assert [c["case"] for c in data["cases"]][-1] == "gpt2 b2 s16 layouts"
     assert {r["variant"] for r in data["rows"]} >= {"full", "every-2", "none", "planned", "layout-spread", "layout-first", "layout-last"}
+
+
+def test_abba_interleaves_so_each_run_sits_beside_its_pair(bench) -> None:
+    assert bench.abba(["a", "b"], 4) == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert bench.abba(["a", "b"], 3) == ["a", "b", "b", "a", "a", "b"]
+    order = bench.abba(["a", "b"], 10)
+    assert order.count("a") == order.count("b") == 10
+
+
+def test_mean_rate_is_all_tokens_over_all_time(bench) -> None:
+    # a bimodal run: the median step is the slow one, the rate is the mean's
+    assert bench.mean_rate([0.076, 0.088, 0.088], tokens=1000) == pytest.approx(3000 / 0.252)
+
+
+def test_paired_interval_brackets_the_mean_and_is_seeded(bench) -> None:
+    a = [100.0, 104.0, 98.0, 101.0, 103.0, 99.0]
+    b = [100.0, 100.0, 100.0, 100.0, 100.0, 100.0]
+    mean, lo, hi = bench.paired_interval(a, b)
+    assert mean == pytest.approx(1.0083333, rel=1e-6)
+    assert lo < mean < hi and lo >= 0.98 and hi <= 1.04
+    assert bench.paired_interval(a, b) == (mean, lo, hi)
+    # a steady 10% gap: the whole interval above 1
+    assert bench.paired_interval([110.0, 111.0, 109.0, 110.0], [100.0] * 4)[1] > 1.05
+    with pytest.raises(ValueError):
+        bench.paired_interval([], [])
+
+
+def test_the_compiled_comparison_runs_on_a_cpu(tmp_path, monkeypatch) -> None:
+    """planned+compile against compile@r end to end (inductor on the CPU): every variant's
+    graphs compiled once, then ten runs of each interleaved, and the ratio's interval written."""
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--hf", "--device", "cpu", "--tiny", "--hf-shapes", "gpt2:2:16", "--hf-fractions", "0.3", "--hf-compile", "gpt2:2:16:0.3", "--skip-layouts", "--steps", "1", "--out", str(tmp_path), "--commit", "test"])
+    module = _load("memplan_h200_compiled")
+    try:
+        assert module.main() == 0
+    finally:
+        sys.modules.pop("memplan_h200_compiled", None)
+    data = json.loads((tmp_path / "memplan_h200_hf_test.json").read_text())
+    compiled = data["cases"][0]["compiled"]
+    assert compiled["planned+compile"]["repeats"] == compiled["compile"]["repeats"] == 10
+    assert len(compiled["pairs"]) == 10 and len(compiled["interval"]) == 3
+    assert compiled["budget_r"] == 1.0  # no memory measured on a CPU: the default partitioner fits
+    assert any("interleaved pairs" in line and "95% interval" in line for line in data["summary"])

@@ -22,13 +22,17 @@ def measure_real(
     run: BlockRun,
     precision: PrecisionSpec,
     timed: bool = True,
-    steps: int = 5,
+    steps: int = 7,
+    reps: int = 3,
     compiled: bool = False,
     keep_budgets: tuple[float, ...] = (),
 ) -> tuple[dict[Any, BlockCost], dict[Any, float] | None]:
     """One real copy of the first block per choice, on the model's CUDA device: its bytes
-    from the allocator (as ``calibrate.block_memory``) and, when ``timed``, the median time
-    of its forward and backward (as ``calibrate.time_block``, in one round robin).
+    from the allocator (as ``calibrate.block_memory``) and, when ``timed``, the time of its
+    forward and backward: the median over ``steps`` rounds of a round robin, each sample
+    ``reps`` forward-and-backward passes back to back with one synchronisation (as a
+    training step issues them: the host runs ahead of the device, and one pass timed
+    alone would add the host's launch latency and the sync to every block).
     ``compiled``: each copy under torch.compile, as a compiled run uses it, and a kept copy
     compiled under each of ``keep_budgets`` (the compiler's activation memory budget), keyed
     by the budget."""
@@ -71,15 +75,19 @@ def measure_real(
 
     def seconds(block: Any) -> float:
         x = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
+        args, kwargs = call.with_x(x)
         torch.cuda.synchronize(device)
         start = time.perf_counter()
-        args, kwargs = call.with_x(x)
-        with _autocast(device, precision):
-            y = hidden_of(block(*args, **kwargs))
-        y.backward(torch.ones_like(y))
+        for _ in range(reps):
+            with _autocast(device, precision):
+                y = hidden_of(block(*args, **kwargs))
+            y.backward(torch.ones_like(y))
+            del y
+            # each pass writes fresh gradients, as a step's first backward does
+            block.zero_grad(set_to_none=True)
+            x.grad = None
         torch.cuda.synchronize(device)
-        block.zero_grad(set_to_none=True)
-        return time.perf_counter() - start
+        return (time.perf_counter() - start) / reps
 
     try:
         memory: dict[Any, BlockCost] = {}
