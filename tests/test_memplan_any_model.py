@@ -1,4 +1,5 @@
-"""memplan.plan on any model: Hugging Face architectures built from tiny configs (no download).
+"""memplan.plan on any model: Hugging Face architectures built from tiny configs (no download):
+pre-norm and post-norm decoders, parallel blocks, fused projections, a mixture of experts.
 
 Against real measurements on CPU: the saved bytes calibration predicts for a block against
 the bytes autograd really saves (saved_tensors_hooks on the real block); the composed
@@ -19,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
 from trainstack import memplan  # noqa: E402
-from trainstack.memplan.anymodel import UnplannableModel, _bool_checks_true, as_eager, find_blocks, no_kv_cache, record_call  # noqa: E402
+from trainstack.memplan.anymodel import UnplannableModel, fake_as_real, as_eager, find_blocks, no_kv_cache, record_call  # noqa: E402
 from trainstack.memplan.calibrate import Roofline, _tracker  # noqa: E402
 from trainstack.memplan.memory import breakdown  # noqa: E402
 from trainstack.memplan.optim import OPTIMIZERS, optimizer_spec  # noqa: E402
@@ -39,6 +40,12 @@ def _configs() -> dict:
         "mistral": lambda: t.MistralConfig(**SMALL, sliding_window=None),
         "gemma": lambda: t.GemmaConfig(**SMALL, head_dim=16),
         "gpt2": lambda: t.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=3, n_head=4, n_positions=128, bos_token_id=0, eos_token_id=0),
+        "olmo2": lambda: t.Olmo2Config(**SMALL),  # norms after attention and MLP, not before
+        "cohere": lambda: t.CohereConfig(**SMALL),  # attention and MLP side by side on one norm
+        "phi3": lambda: t.Phi3Config(**SMALL, pad_token_id=0),  # fused QKV and gate-up projections
+        "falcon": lambda: t.FalconConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, new_decoder_architecture=True, num_kv_heads=2),
+        # mixture of experts: grouped matrix products of float32 weights under autocast
+        "mixtral": lambda: t.MixtralConfig(**SMALL, num_local_experts=4, num_experts_per_tok=2),
     }
 
 
@@ -62,14 +69,16 @@ def arch_and_profile(request):
     return request.param, model, profile
 
 
-def autograd_saved_bytes(model: nn.Module) -> int:
+def autograd_saved_bytes(model: nn.Module, batch: dict | None = None) -> int:
     """Bytes autograd saves in one real block's forward (the storages of its saved
     tensors, parameters and what the model passes every block excluded), hidden input included."""
     run = find_blocks(model)
     block = model.get_submodule(run.path)[run.first]
     with no_kv_cache(model), torch.autocast("cpu", dtype=torch.bfloat16):
-        call = record_call(model, block, example_batch(), label="block", context=torch.no_grad())
-    x = torch.randn(call.x.shape, dtype=call.x.dtype, requires_grad=True)
+        call = record_call(model, block, example_batch() if batch is None else batch, label="block", context=torch.no_grad())
+    # the input is the last block's output, not a leaf: autocast caches its casts of leaves
+    # (weights), and a leaf input would share one cast among the block's projections
+    x = torch.randn(call.x.shape, dtype=call.x.dtype, requires_grad=True).clone()
     args, kwargs = call.with_x(x)
     exclude = {p.untyped_storage().data_ptr() for p in model.parameters()}
     exclude |= {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_flatten((call.args, call.kwargs))[0] if isinstance(t, torch.Tensor) and t is not call.x}
@@ -81,7 +90,7 @@ def autograd_saved_bytes(model: nn.Module) -> int:
             storages[s.data_ptr()] = s.nbytes()
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
+    with no_kv_cache(model), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
         block(*args, **kwargs)
     return sum(storages.values())
 
@@ -105,7 +114,7 @@ def live_step_peak(model: nn.Module, choices: tuple[Choice, ...]) -> int:
     mode = _tracker(Roofline())
     batch = example_batch()
     fake = copy.deepcopy(model)
-    with FakeTensorMode(), _bool_checks_true(), as_eager(), mode:
+    with FakeTensorMode(), fake_as_real(), as_eager(), mode:
         fakes: dict[int, torch.Tensor] = {}  # tied parameters stay tied
         for m in fake.modules():
             for table in (m._parameters, m._buffers):
@@ -257,3 +266,67 @@ def test_bf16_parameters_with_fp32_master_weights() -> None:
     assert b.weights - profile.buffer_bytes == 2 * n
     assert b.optimizer == 12 * n
     assert sum(profile.grad_bytes()) + 2 * profile.grad_bytes()[0] == 2 * n  # one block's and the rest, three blocks
+
+
+def _other_families() -> dict:
+    """Models that are not decoder-only language models: (builder, batch, where the blocks are)."""
+    t = transformers
+    ids = example_batch()["input_ids"]
+    return {
+        # a post-norm encoder
+        "bert": (lambda: t.AutoModelForMaskedLM.from_config(t.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128, max_position_embeddings=128), attn_implementation="sdpa"),
+                 {"input_ids": ids, "labels": ids}, "bert.encoder.layer"),
+        # an encoder-decoder: the decoder keeps a config (and a key/value cache) of its own,
+        # its first block differs (relative position bias) and hands the bias to the others
+        "t5": (lambda: t.AutoModelForSeq2SeqLM.from_config(t.T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=3, num_heads=4, decoder_start_token_id=0)),
+               {"input_ids": ids, "labels": ids}, "decoder.block"),
+        # an image model: patches, not tokens
+        "vit": (lambda: t.AutoModelForImageClassification.from_config(t.ViTConfig(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128, image_size=32, patch_size=8, num_labels=5)),
+                {"pixel_values": torch.randn(BATCH, 3, 32, 32, generator=torch.Generator().manual_seed(2)), "labels": torch.tensor([1, 4])}, "vit.layers"),
+    }
+
+
+@pytest.mark.parametrize("family", list(_other_families()))
+def test_encoders_encoder_decoders_and_image_models(family) -> None:
+    """Saved bytes as autograd saves them, and a plan that recomputes leaves loss and
+    gradients bit-identical."""
+    build_model, batch, path = _other_families()[family]
+    torch.manual_seed(0)
+    model = build_model().train()
+    profile = memplan.calibrate_any(model, batch, device="cpu", measure=False)
+    assert profile.blocks == path
+    measured = autograd_saved_bytes(model, batch)
+    assert abs(profile.options[K].saved - measured) <= 0.02 * measured, (family, profile.options[K].saved, measured)
+    n = profile.n_blocks
+    budget = (breakdown(profile, (K,) * n, overheads=Overheads()).reserved_peak + breakdown(profile, (F,) * n, overheads=Overheads()).reserved_peak) // 2
+    planned = copy.deepcopy(model)
+    plan = memplan.plan(planned, batch, budget=budget, device="cpu", measure=False, overheads=Overheads())
+    assert plan.counts[K] < n, plan.summary()
+    memplan.apply(planned, plan)
+
+    def loss_and_grads(m: nn.Module) -> tuple[torch.Tensor, dict]:
+        torch.manual_seed(3)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = m(**batch).loss
+        loss.backward()
+        return loss.detach(), {name: p.grad for name, p in m.named_parameters() if p.grad is not None}
+
+    with no_kv_cache(model), no_kv_cache(planned):
+        (loss, grads), (ref_loss, ref) = loss_and_grads(planned), loss_and_grads(model)
+    assert torch.equal(loss, ref_loss), family
+    assert grads.keys() == ref.keys()
+    for name, g in ref.items():
+        assert torch.equal(grads[name], g), (family, name)
+
+
+def test_grouped_products_are_counted_and_kept_by_selective_recompute() -> None:
+    """A mixture of experts: its grouped matrix products cost 2*M*K*N (forward, and the
+    weight gradient grouped along K), and selective recompute keeps their outputs."""
+    from trainstack.memplan.calibrate import _grouped_mm_flops
+    from trainstack.memplan.wrappers import save_ops
+
+    tokens, k, n, experts = 12, 16, 8, 3
+    a, b = torch.randn(tokens, k), torch.randn(experts, k, n)
+    assert _grouped_mm_flops(a, b, torch.empty(tokens, n)) == 2 * tokens * k * n
+    assert _grouped_mm_flops(torch.randn(k, tokens), torch.randn(tokens, n), torch.empty(experts, k, n)) == 2 * k * tokens * n
+    assert torch.ops.aten._grouped_mm.default in save_ops()

@@ -109,3 +109,33 @@ def test_a_factory_that_is_not_module_function_is_a_usage_error() -> None:
     result = trainstack("memplan", "--model", "no_such_module_here:build", "--budget", "1GiB")
     assert result.returncode == 2 and "cannot import 'no_such_module_here'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("fields", "blocks"),
+    [
+        # an encoder trained as its config's architectures say (masked LM)
+        ({"model_type": "bert", "architectures": ["BertForMaskedLM"], "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+          "num_hidden_layers": 3, "num_attention_heads": 4, "max_position_embeddings": 256}, "bert.encoder.layer"),
+        # an encoder-decoder without architectures: its language model, the decoder's run of blocks
+        ({"model_type": "t5", "vocab_size": 512, "d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 3, "num_heads": 4,
+          "decoder_start_token_id": 0, "is_encoder_decoder": True}, "decoder.block"),
+    ],
+)
+def test_plans_encoder_and_encoder_decoder_configs(tmp_path, fields, blocks) -> None:
+    pytest.importorskip("transformers")
+    (tmp_path / "config.json").write_text(json.dumps(fields))
+    result = trainstack("memplan", "--hf-config", str(tmp_path), "--batch", "2", "--seq", "64", "--budget", "1GiB", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["blocks"] == blocks and data["predicted_reserved_bytes"] <= data["budget_bytes"]
+
+
+def test_a_config_without_a_token_head_names_the_factory_route(tmp_path) -> None:
+    pytest.importorskip("transformers")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "vit", "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
+                                                      "intermediate_size": 128, "image_size": 32, "patch_size": 8}))
+    result = trainstack("memplan", "--hf-config", str(tmp_path), "--budget", "1GiB")
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert "model_type 'vit' has no model" in result.stderr and "--model module:function" in result.stderr

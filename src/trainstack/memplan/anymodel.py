@@ -36,7 +36,7 @@ from trainstack.errors import SpecError
 from trainstack.memplan.calibrate import Roofline, _OpCost, _tracker
 from trainstack.memplan.optim import OptimizerSpec, PrecisionSpec
 from trainstack.memplan.plan import BlockCost, Choice, HeadCost, Profile
-from trainstack.memplan.wrappers import wrap
+from trainstack.memplan.wrappers import cache_configs, wrap
 
 LossFn = Callable[[Any, Any], Any]
 HIDDEN_NAMES = ("hidden_states", "hidden_state", "x", "input", "inputs", "hidden")
@@ -209,18 +209,18 @@ def _fake_like(batch: Any, device: Any) -> Any:
 
 @contextmanager
 def no_kv_cache(model: Any) -> Iterator[None]:
-    """A Hugging Face model with ``config.use_cache`` off while inside: a key/value cache
-    is state that a recomputed block would extend twice (Hugging Face's own gradient
-    checkpointing turns it off too)."""
-    config = getattr(model, "config", None)
-    before = getattr(config, "use_cache", None)
-    if before:
+    """A Hugging Face model with ``use_cache`` off in every config it holds while inside: a
+    key/value cache is state that a recomputed block would extend twice (Hugging Face's own
+    gradient checkpointing turns it off too), and a cross-attention cache hands the next
+    call tensors of the last one's graph."""
+    configs = cache_configs(model)
+    for config in configs:
         config.use_cache = False
     try:
         yield
     finally:
-        if before:
-            config.use_cache = before
+        for config in configs:
+            config.use_cache = True
 
 
 def _autocast(device: Any, precision: PrecisionSpec) -> Any:
@@ -276,8 +276,7 @@ def _fake_copy(model: Any, device: Any, precision: PrecisionSpec) -> Any:
         fake = copy.deepcopy(model, memo)
     except Exception as exc:  # noqa: BLE001 - any failure to copy is the model's: one line
         raise UnplannableModel(f"{type(model).__name__} cannot be copied for calibration ({type(exc).__name__}: {_first_line(exc)})") from None
-    config = getattr(fake, "config", None)
-    if getattr(config, "use_cache", None):
+    for config in cache_configs(fake):
         config.use_cache = False  # see no_kv_cache
     return fake.train()
 
@@ -399,20 +398,26 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
     mode = _tracker(roofline)
     x0 = call.x
     with mode:
-        x = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
+        # the block's input is the last block's output: a copy of a leaf, which nothing
+        # but the block's saved state keeps once the forward is over (a post-norm block,
+        # whose first ops save casts of its input, does not keep the input itself)
+        leaf = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
+        x = leaf.clone()
+        leaf_bytes, x_bytes = leaf.untyped_storage().nbytes(), x.untyped_storage().nbytes()
         mode.reset_peak()
         mode.reset_cost()
-        start = mode.live - x.untyped_storage().nbytes()
+        start = mode.live - x_bytes
         args, kwargs = call.with_x(x)
+        del x
         with _autocast(device, precision):
             out = wrapped(*args, **kwargs)
             y = hidden_of(out)
             y_bytes = y.untyped_storage().nbytes()
-            held = mode.live - y_bytes
-        del out
+            held = mode.live - y_bytes - leaf_bytes
+        del out, args, kwargs
         fwd_cost = mode.state.cost
         fwd_peak = mode.state.peak - start
-        saved = mode.live - y_bytes
+        saved = mode.live - y_bytes - leaf_bytes
         gy = torch.randn_like(y)
         before = mode.live
         mode.reset_peak()
@@ -519,23 +524,35 @@ def as_eager(enabled: bool = True) -> Iterator[None]:
             setattr(module, attr, original)
 
 
-def _bool_checks_true() -> Any:
-    """A dispatch mode that answers the truth value of a fake boolean tensor (``mask.all()``
-    in an ``if``) with True: a mask without padding, sequences not packed, the common case
-    of a training batch. Other values read from fake data stay an error."""
+def fake_as_real() -> Any:
+    """A dispatch mode over fake tensors that answers as a real step would, where torch's
+    fake kernels answer otherwise:
+
+    - the truth value of a fake boolean tensor (``mask.all()`` in an ``if``) is True: a mask
+      without padding, sequences not packed, the common case of a training batch. Other
+      values read from fake data stay an error.
+    - a grouped matrix product (mixture-of-experts layers) of float32 operands, which the
+      real kernels multiply (a model trained in float32 weights under autocast) and torch's
+      fake kernel refuses, takes its shape from the fake kernel asked in bf16 and keeps the
+      operands' dtype."""
     import torch
 
     from trainstack.memplan.calibrate import _dispatch_mode_base
 
     local_scalar = torch.ops.aten._local_scalar_dense.default
+    grouped = getattr(getattr(torch.ops.aten, "_grouped_mm", None), "default", None)
 
-    class BoolChecksTrue(_dispatch_mode_base()):  # type: ignore[misc]
+    class FakeAsReal(_dispatch_mode_base()):  # type: ignore[misc]
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
             if func is local_scalar and args[0].dtype == torch.bool:
                 return True
-            return func(*args, **(kwargs or {}))
+            if func is grouped and kwargs.get("out_dtype") is None and args[0].dtype == args[1].dtype != torch.bfloat16:
+                a, b, *rest = args
+                return func(a.to(torch.bfloat16), b.to(torch.bfloat16), *rest, **kwargs).to(a.dtype)
+            return func(*args, **kwargs)
 
-    return BoolChecksTrue()
+    return FakeAsReal()
 
 
 FAKE_ERRORS_HINT = "memplan calibrates on fake tensors, which need a fake (meta) kernel for every op and no data-dependent shapes"
@@ -589,7 +606,7 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
     rows, seq = batch_shape(batch)
     where = f"{run.path}[{run.first}]"
     try:
-        with FakeTensorMode(), _bool_checks_true(), as_eager(eager):
+        with FakeTensorMode(), fake_as_real(), as_eager(eager):
             fake = _fake_copy(model, device, precision)
             block = fake.get_submodule(run.path)[run.first]
             call = record_call(fake, block, _fake_like(batch, device), label=where, context=_autocast(device, precision))

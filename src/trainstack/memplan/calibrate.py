@@ -175,12 +175,23 @@ def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, r
         b, h, tq, d = q.shape
         flops = 4 * b * h * tq * k.shape[-2] * d
         return float(flops if name in fwd else 2 * flops)
+    if name == "aten::_grouped_mm":
+        return _grouped_mm_flops(args[0], args[1], out)
     packet = func._overloadpacket
     if packet not in registry:
         return 0.0
     # the out_dtype overloads (mm.dtype, addmm.dtype) pass a dtype the shape formulas do not take
     args = tuple(a for a in args if not isinstance(a, torch.dtype))
     return float(registry[packet](*args, **kwargs, out_val=out))
+
+
+def _grouped_mm_flops(a: Any, b: Any, out: Any) -> float:
+    """A grouped matrix product (mixture-of-experts layers): every row of ``a`` meets one
+    group's matrix, 2*M*K*N in all. Two matrices grouped along K (the weight gradient)
+    give one (M, N) product per group over the shared K."""
+    if a.dim() == 2 and b.dim() == 2:
+        return 2.0 * a.shape[0] * a.shape[1] * b.shape[1]
+    return 2.0 * out.numel() * a.shape[-1]
 
 
 def _device(device: str | None) -> str:

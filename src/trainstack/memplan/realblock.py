@@ -53,16 +53,20 @@ def measure_real(
     allocated, peak = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
 
     def once(block: Any) -> BlockCost:
+        # the input is a copy of a leaf, as the last block's output is (anymodel.measure_block
+        # says why); the leaf stands for what came before the block and is not counted
+        leaf = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
         torch.cuda.synchronize(device)
         base = allocated(device)
-        x = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
+        x = leaf.clone()
         torch.cuda.reset_peak_memory_stats(device)
         args, kwargs = call.with_x(x)
+        del x
         with _autocast(device, precision):
             out = block(*args, **kwargs)
             y = hidden_of(out)
             held = allocated(device) - base - y.untyped_storage().nbytes()
-        del out
+        del out, args, kwargs
         saved = allocated(device) - base - y.untyped_storage().nbytes()
         fwd_peak = peak(device) - base
         gy = torch.randn_like(y)
@@ -74,18 +78,18 @@ def measure_real(
         return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak)
 
     def seconds(block: Any) -> float:
-        x = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
-        args, kwargs = call.with_x(x)
+        leaf = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
         torch.cuda.synchronize(device)
         start = time.perf_counter()
         for _ in range(reps):
+            args, kwargs = call.with_x(leaf.clone())
             with _autocast(device, precision):
                 y = hidden_of(block(*args, **kwargs))
             y.backward(torch.ones_like(y))
-            del y
+            del y, args, kwargs
             # each pass writes fresh gradients, as a step's first backward does
             block.zero_grad(set_to_none=True)
-            x.grad = None
+            leaf.grad = None
         torch.cuda.synchronize(device)
         return (time.perf_counter() - start) / reps
 

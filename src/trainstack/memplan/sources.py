@@ -1,5 +1,6 @@
 """The models the memplan verb plans besides the presets: a local Hugging Face config
-(built on the meta device, nothing downloaded) and a user's factory ``module:function``."""
+(built on the meta device, nothing downloaded: a causal LM, a masked LM or an
+encoder-decoder) and a user's factory ``module:function``."""
 
 from __future__ import annotations
 
@@ -28,10 +29,45 @@ def token_batch(vocab_size: int, batch: int, seq: int) -> dict:
     return {"input_ids": ids, "labels": ids}
 
 
-def from_hf_config(path: str | Path, *, batch: int, seq: int) -> Source:
-    """``AutoModelForCausalLM.from_config`` on the meta device, trained with labels (its own loss)."""
-    import torch
+# The heads a config's ``architectures`` may name that train on token ids with token labels,
+# and the auto class that builds each; a config that names none is built as an
+# encoder-decoder's language model where it is one, else as a causal LM, else as a masked LM.
+TOKEN_HEADS = {"ForCausalLM": "AutoModelForCausalLM", "ForMaskedLM": "AutoModelForMaskedLM", "ForConditionalGeneration": "AutoModelForSeq2SeqLM"}
 
+
+def _token_model(hf: Any, path: str | Path) -> Any:
+    """The model a config describes, with a head that trains on token ids and labels, on the meta device."""
+    import torch
+    import transformers
+
+    from trainstack.errors import SpecError
+
+    named = [TOKEN_HEADS[suffix] for a in getattr(hf, "architectures", None) or [] for suffix in TOKEN_HEADS if a.endswith(suffix)]
+    if named:
+        autos = named[:1]
+    elif getattr(hf, "is_encoder_decoder", False):
+        autos = ["AutoModelForSeq2SeqLM"]
+    else:
+        autos = ["AutoModelForCausalLM", "AutoModelForMaskedLM"]
+    reasons = []
+    with torch.device("meta"):
+        for auto in autos:
+            for options in ({"attn_implementation": "sdpa"}, {}):
+                try:
+                    return getattr(transformers, auto).from_config(hf, **options)
+                except ValueError as exc:
+                    reason = str(exc).splitlines()[0]
+            if not reason.startswith("Unrecognized configuration class"):  # the config's own fault: say it
+                reasons.append(reason)
+    why = f": {'; '.join(reasons)}" if reasons else ""
+    raise SpecError(
+        f"{path}: model_type '{getattr(hf, 'model_type', '?')}' has no model that trains on token ids and labels (tried {', '.join(autos)}){why}; "
+        "accepted: a causal-LM, masked-LM or encoder-decoder config; for other models pass --model module:function"
+    )
+
+
+def from_hf_config(path: str | Path, *, batch: int, seq: int) -> Source:
+    """The config's model (``_token_model``) on the meta device, trained with labels (its own loss)."""
     from trainstack.bench.hf import load_hf_config
     from trainstack.errors import SpecError
 
@@ -39,19 +75,10 @@ def from_hf_config(path: str | Path, *, batch: int, seq: int) -> Source:
     max_seq = getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None)
     if max_seq and seq > max_seq:
         raise UsageError(f"--seq: {seq} exceeds {path}'s max_position_embeddings {max_seq}")
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        try:
-            model = AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa")
-        except ValueError:
-            try:
-                model = AutoModelForCausalLM.from_config(hf)
-            except ValueError as exc:
-                raise SpecError(f"{path}: not a causal-LM config ({str(exc).splitlines()[0]})") from None
+    model = _token_model(hf, path)
     vocab = getattr(hf, "vocab_size", None) or getattr(getattr(hf, "text_config", None), "vocab_size", None)
     if not vocab:
-        raise SpecError(f"{path}: field 'vocab_size' is missing; accepted: a causal-LM config with vocab_size")
+        raise SpecError(f"{path}: field 'vocab_size' is missing; accepted: a language-model config with vocab_size")
     return Source(model.train(), token_batch(int(vocab), batch, seq), name=f"{getattr(hf, 'model_type', 'hf')} ({path})")
 
 

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 @cache
 def save_ops() -> frozenset[object]:
-    """The ops whose outputs selective recompute keeps: matrix products and attention."""
+    """The ops whose outputs selective recompute keeps: matrix products (the grouped ones of
+    mixture-of-experts layers too) and attention."""
     import torch
 
     aten = torch.ops.aten
@@ -29,6 +30,7 @@ def save_ops() -> frozenset[object]:
         "mm",
         "addmm",
         "bmm",
+        "_grouped_mm",
         "_scaled_mm",
         "_scaled_dot_product_flash_attention",
         "_scaled_dot_product_efficient_attention",
@@ -97,12 +99,26 @@ def apply_choices(model: nn.Module, choices: tuple[Choice, ...] | list[Choice], 
         raise ValueError(f"a plan for {len(choices)} blocks cannot apply to a model of {len(layers)}")
     for block, choice in zip(list(layers)[first : first + len(choices)], choices):
         wrap(block, choice)
-    config = getattr(model, "config", None)
-    if any(c is not Choice.KEEP for c in choices) and getattr(config, "use_cache", None):
+    if any(c is not Choice.KEEP for c in choices):
         # a key/value cache would be extended again by each recomputed block (Hugging Face's
         # own gradient checkpointing turns it off too)
-        config.use_cache = False
+        for config in cache_configs(model):
+            config.use_cache = False
     return model
+
+
+def cache_configs(model: nn.Module) -> list[Any]:
+    """Every distinct ``config`` of the model and its submodules with ``use_cache`` on: an
+    encoder-decoder's decoder keeps a config of its own, which the model's does not reach."""
+    seen: set[int] = set()
+    found = []
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and id(config) not in seen:
+            seen.add(id(config))
+            if getattr(config, "use_cache", None):
+                found.append(config)
+    return found
 
 
 def apply(model: nn.Module, plan: Plan) -> nn.Module:
