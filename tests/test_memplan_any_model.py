@@ -20,12 +20,11 @@ transformers = pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
 from trainstack import memplan  # noqa: E402
-from trainstack.memplan.anymodel import UnplannableModel, fake_as_real, as_eager, find_blocks, no_kv_cache, record_call  # noqa: E402
-from trainstack.memplan.calibrate import Roofline, _tracker  # noqa: E402
+from trainstack.memplan import reference  # noqa: E402
+from trainstack.memplan.anymodel import UnplannableModel, find_blocks, no_kv_cache  # noqa: E402
 from trainstack.memplan.memory import breakdown  # noqa: E402
 from trainstack.memplan.optim import OPTIMIZERS, optimizer_spec  # noqa: E402
 from trainstack.memplan.plan import Choice, Overheads  # noqa: E402
-from trainstack.memplan.wrappers import apply_choices  # noqa: E402
 
 K, S, F = Choice.KEEP, Choice.SELECTIVE, Choice.FULL
 VOCAB, BATCH, SEQ = 256, 2, 48
@@ -70,29 +69,7 @@ def arch_and_profile(request):
 
 
 def autograd_saved_bytes(model: nn.Module, batch: dict | None = None) -> int:
-    """Bytes autograd saves in one real block's forward (the storages of its saved
-    tensors, parameters and what the model passes every block excluded), hidden input included."""
-    run = find_blocks(model)
-    block = model.get_submodule(run.path)[run.first]
-    with no_kv_cache(model), torch.autocast("cpu", dtype=torch.bfloat16):
-        call = record_call(model, block, example_batch() if batch is None else batch, label="block", context=torch.no_grad())
-    # the input is the last block's output, not a leaf: autocast caches its casts of leaves
-    # (weights), and a leaf input would share one cast among the block's projections
-    x = torch.randn(call.x.shape, dtype=call.x.dtype, requires_grad=True).clone()
-    args, kwargs = call.with_x(x)
-    exclude = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    exclude |= {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_flatten((call.args, call.kwargs))[0] if isinstance(t, torch.Tensor) and t is not call.x}
-    storages: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        s = t.untyped_storage()
-        if s.data_ptr() not in exclude:
-            storages[s.data_ptr()] = s.nbytes()
-        return t
-
-    with no_kv_cache(model), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
-        block(*args, **kwargs)
-    return sum(storages.values())
+    return reference.autograd_saved_bytes(model, example_batch() if batch is None else batch)
 
 
 def test_predicted_saved_bytes_match_autograd(arch_and_profile) -> None:
@@ -107,38 +84,7 @@ def test_predicted_saved_bytes_match_autograd(arch_and_profile) -> None:
 
 
 def live_step_peak(model: nn.Module, choices: tuple[Choice, ...]) -> int:
-    """The most bytes live over a second training step (AdamW, bf16 autocast), the model
-    built and trained on fake tensors under the live-bytes tracker: the whole step, nothing composed."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    mode = _tracker(Roofline())
-    batch = example_batch()
-    fake = copy.deepcopy(model)
-    with FakeTensorMode(), fake_as_real(), as_eager(), mode:
-        fakes: dict[int, torch.Tensor] = {}  # tied parameters stay tied
-        for m in fake.modules():
-            for table in (m._parameters, m._buffers):
-                for name, t in table.items():
-                    if t is not None:
-                        if id(t) not in fakes:
-                            empty = torch.empty(t.shape, dtype=t.dtype)
-                            fakes[id(t)] = nn.Parameter(empty, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else empty
-                        table[name] = fakes[id(t)]
-        fake.config.use_cache = False
-        run = find_blocks(fake)
-        apply_choices(fake, choices, run.path, run.first)
-        opt = torch.optim.AdamW(fake.parameters(), foreach=False)
-        for step in range(2):
-            if step == 1:
-                mode.reset_peak()
-            tokens = torch.empty(batch["input_ids"].shape, dtype=torch.long)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = fake(input_ids=tokens, labels=tokens).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            del loss
-        return mode.state.peak
+    return reference.fake_step_peak(model, example_batch(), choices)
 
 
 @pytest.mark.parametrize("choices", [(K, K, K), (F, F, F), (F, S, K)])

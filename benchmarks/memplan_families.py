@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Memplan's calibration on Hugging Face model families nobody here wrote, on a CPU.
+
+Each family is built with ``from_config`` from a small config of its own kind (no download:
+three blocks, width 64), and planned by ``memplan.calibrate_any`` (fake tensors). Its
+predictions are set beside two references that compose nothing (``memplan.reference``):
+
+- saved: the bytes one block saves for backward, against the storages autograd really
+  saves in a real forward of that block (``saved_tensors_hooks``);
+- peak keep / full / mixed: the allocated peak of a whole training step (AdamW, bf16
+  autocast) with every block kept, every block recomputed, and the first recomputed, the
+  second selective, the rest kept; against the most bytes live over the same step run
+  whole on fake tensors.
+
+Printed as a table and written to OUT/memplan_families.txt and .json (atomically).
+
+Usage: python benchmarks/memplan_families.py [--out benchmarks/results] [--only llama,t5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import transformers as t
+
+from trainstack import memplan
+from trainstack.fsutil import atomic_write_text
+from trainstack.memplan.memory import breakdown
+from trainstack.memplan.plan import Choice, Overheads
+from trainstack.memplan.reference import autograd_saved_bytes, fake_step_peak
+
+K, S, F = Choice.KEEP, Choice.SELECTIVE, Choice.FULL
+VOCAB, BATCH, SEQ = 256, 2, 48
+SMALL = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128}
+ENC_DEC = {"vocab_size": VOCAB, "d_model": 64, "encoder_layers": 3, "decoder_layers": 3, "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128}
+
+
+def tokens() -> dict:
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    return {"input_ids": ids, "labels": ids}
+
+
+def pixels() -> dict:
+    return {"pixel_values": torch.randn(BATCH, 3, 32, 32, generator=torch.Generator().manual_seed(1)), "labels": torch.tensor([1, 4])}
+
+
+def audio() -> dict:
+    return {"input_features": torch.randn(BATCH, 16, 48, generator=torch.Generator().manual_seed(1)), "labels": tokens()["labels"][:, :16]}
+
+
+causal, masked, seq2seq = t.AutoModelForCausalLM, t.AutoModelForMaskedLM, t.AutoModelForSeq2SeqLM
+# family: (what is particular to it, auto class, config, batch)
+FAMILIES = {
+    "llama": ("pre-norm RMSNorm, rotary, grouped KV heads", causal, lambda: t.LlamaConfig(**SMALL), tokens),
+    "qwen2": ("tied embeddings, QKV biases", causal, lambda: t.Qwen2Config(**SMALL, tie_word_embeddings=True), tokens),
+    "qwen3": ("per-head q/k norms", causal, lambda: t.Qwen3Config(**SMALL, head_dim=16), tokens),
+    "mistral": ("Llama-like, sliding window off", causal, lambda: t.MistralConfig(**SMALL, sliding_window=None), tokens),
+    "gemma": ("scaled embeddings, GeGLU", causal, lambda: t.GemmaConfig(**SMALL, head_dim=16), tokens),
+    "gemma3": ("four norms a block, q/k norms", causal, lambda: t.Gemma3TextConfig(**SMALL, head_dim=16), tokens),
+    "olmo2": ("norms after attention and MLP", causal, lambda: t.Olmo2Config(**SMALL), tokens),
+    "cohere": ("attention and MLP side by side, LayerNorm", causal, lambda: t.CohereConfig(**SMALL), tokens),
+    "phi3": ("fused QKV and gate-up projections", causal, lambda: t.Phi3Config(**SMALL, pad_token_id=0), tokens),
+    "phi": ("parallel block, partial rotary, LayerNorm", causal, lambda: t.PhiConfig(**SMALL), tokens),
+    "stablelm": ("LayerNorm, partial rotary", causal, lambda: t.StableLmConfig(**SMALL), tokens),
+    "granite": ("scaled residuals and logits", causal, lambda: t.GraniteConfig(**SMALL), tokens),
+    "starcoder2": ("LayerNorm, biases, GELU MLP", causal, lambda: t.Starcoder2Config(**SMALL), tokens),
+    "falcon": ("parallel block, multi-query groups", causal,
+               lambda: t.FalconConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, new_decoder_architecture=True, num_kv_heads=2), tokens),
+    "gpt2": ("learned positions, Conv1D, LayerNorm", causal, lambda: t.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=3, n_head=4, n_positions=128), tokens),
+    "gpt_neox": ("parallel residual, fused QKV", causal, lambda: t.GPTNeoXConfig(**{k: v for k, v in SMALL.items() if k != "num_key_value_heads"}), tokens),
+    "gptj": ("parallel block, rotary on part of each head", causal, lambda: t.GPTJConfig(vocab_size=VOCAB, n_embd=64, n_layer=3, n_head=4, n_positions=128, rotary_dim=8), tokens),
+    "gpt_bigcode": ("multi-query attention", causal, lambda: t.GPTBigCodeConfig(vocab_size=VOCAB, n_embd=64, n_layer=3, n_head=4, n_positions=128), tokens),
+    "opt": ("learned positions, ReLU MLP", causal,
+            lambda: t.OPTConfig(vocab_size=VOCAB, hidden_size=64, ffn_dim=128, num_hidden_layers=3, num_attention_heads=4, max_position_embeddings=128, word_embed_proj_dim=64), tokens),
+    "mixtral": ("mixture of experts (grouped products, float32 weights)", causal, lambda: t.MixtralConfig(**SMALL, num_local_experts=4, num_experts_per_tok=2), tokens),
+    "qwen2_moe": ("experts and a shared expert", causal,
+                  lambda: t.Qwen2MoeConfig(**SMALL, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=64), tokens),
+    "mamba": ("state-space blocks, no attention", causal, lambda: t.MambaConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3), tokens),
+    "bert": ("post-norm encoder, masked LM", masked,
+             lambda: t.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128, max_position_embeddings=128), tokens),
+    "t5": ("encoder-decoder; the decoder's first block differs", seq2seq,
+           lambda: t.T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=3, num_heads=4, decoder_start_token_id=0), tokens),
+    "bart": ("encoder-decoder, post-norm", seq2seq, lambda: t.BartConfig(**ENC_DEC, max_position_embeddings=128), tokens),
+    "vit": ("image patches", t.AutoModelForImageClassification,
+            lambda: t.ViTConfig(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128, image_size=32, patch_size=8, num_labels=5), pixels),
+    "whisper": ("speech encoder-decoder", t.AutoModelForSpeechSeq2Seq,
+                lambda: t.WhisperConfig(**ENC_DEC, num_mel_bins=16, max_source_positions=24, max_target_positions=64, decoder_start_token_id=0, pad_token_id=0), audio),
+}
+
+
+def build(auto, config):
+    """The model from a fresh config (a refused attention implementation stays in the config it was asked of)."""
+    torch.manual_seed(0)
+    try:
+        return auto.from_config(config(), attn_implementation="sdpa").train()
+    except ValueError:  # a family without an SDPA path
+        return auto.from_config(config()).train()
+
+
+def measure(name: str) -> dict:
+    what, auto, config, batch_of = FAMILIES[name]
+    model, batch = build(auto, config), batch_of()
+    t0 = time.perf_counter()
+    profile = memplan.calibrate_any(model, batch, device="cpu", measure=False)
+    seconds = time.perf_counter() - t0
+    n = profile.n_blocks
+    row = {"family": name, "what": what, "blocks": f"{profile.blocks}[{profile.first_block}:{profile.first_block + n}]", "calibration_s": round(seconds, 2)}
+    row["saved_predicted"], row["saved_autograd"] = profile.options[K].saved, autograd_saved_bytes(model, batch)
+    mixed = (F, S, *(K,) * (n - 2)) if n >= 2 else (F,)
+    for label, choices in (("keep", (K,) * n), ("full", (F,) * n), ("mixed", mixed)):
+        row[f"peak_{label}_predicted"] = breakdown(profile, choices, overheads=Overheads()).allocated_peak
+        row[f"peak_{label}_fake_step"] = fake_step_peak(model, batch, choices)
+    return row
+
+
+def error(row: dict, key: str, reference: str) -> float:
+    return row[key] / row[reference] - 1
+
+
+def table(rows: list[dict]) -> str:
+    head = f"{'family':<12} {'blocks':<24} {'saved pred':>10} {'autograd':>10} {'error':>7}  {'peak keep':>9} {'full':>7} {'mixed':>7}  {'calib s':>7}  what"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['family']:<12} not planned: {r['error']}")
+            continue
+        peaks = [f"{error(r, f'peak_{c}_predicted', f'peak_{c}_fake_step'):+.2%}" for c in ("keep", "full", "mixed")]
+        lines.append(
+            f"{r['family']:<12} {r['blocks']:<24} {r['saved_predicted']:>10} {r['saved_autograd']:>10} {error(r, 'saved_predicted', 'saved_autograd'):>+7.2%}  "
+            f"{peaks[0]:>9} {peaks[1]:>7} {peaks[2]:>7}  {r['calibration_s']:>7.2f}  {r['what']}"
+        )
+    return "\n".join(lines)
+
+
+def summary(rows: list[dict]) -> list[str]:
+    ok = [r for r in rows if "error" not in r]
+    if not ok:
+        return ["no family planned"]
+    saved = [abs(error(r, "saved_predicted", "saved_autograd")) for r in ok]
+    peaks = [abs(error(r, f"peak_{c}_predicted", f"peak_{c}_fake_step")) for r in ok for c in ("keep", "full", "mixed")]
+    exact = sum(r["saved_predicted"] == r["saved_autograd"] for r in ok)
+    return [
+        f"{len(ok)} of {len(rows)} families planned; saved bytes exactly autograd's in {exact}, largest error {max(saved):.2%}; "
+        f"allocated peak of a whole step (keep, full, mixed) within {max(peaks):.2%} of the fake step's",
+    ]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--only", default="", help="comma-separated families (default: all)")
+    args = ap.parse_args()
+    names = [n for n in (args.only.split(",") if args.only else FAMILIES) if n]
+    unknown = [n for n in names if n not in FAMILIES]
+    if unknown:
+        print(f"error: --only: unknown families {', '.join(unknown)}; accepted: {', '.join(FAMILIES)}", file=sys.stderr)
+        return 2
+    rows = []
+    for name in names:
+        try:
+            rows.append(measure(name))
+        except Exception as exc:  # noqa: BLE001 - a family memplan cannot plan is a row, with its reason
+            traceback.print_exc()
+            rows.append({"family": name, "what": FAMILIES[name][0], "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
+    header = [
+        "$ python3 " + " ".join(["benchmarks/memplan_families.py", *sys.argv[1:]]),
+        f"CPU, torch {torch.__version__}, transformers {t.__version__}: batch {BATCH}, seq {SEQ} (tokens), bf16 autocast, fused AdamW; "
+        "error = predicted / reference - 1",
+    ]
+    text = "\n".join([*header, "", table(rows), "", *summary(rows)])
+    print("\n" + text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out / "memplan_families.txt", text + "\n")
+    atomic_write_text(args.out / "memplan_families.json", json.dumps({"command": header[0][2:], "torch": torch.__version__, "transformers": t.__version__, "rows": rows, "summary": summary(rows)}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

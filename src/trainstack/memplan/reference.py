@@ -1,0 +1,88 @@
+"""What a real step holds, measured without memplan's composition: the references its
+predictions are checked against on a CPU (tests, ``benchmarks/memplan_families.py``).
+
+- ``autograd_saved_bytes``: the bytes autograd saves in one real block's forward, read
+  from the saved tensors themselves (``saved_tensors_hooks``);
+- ``fake_step_peak``: the most bytes live over a whole training step, the model trained
+  on fake tensors under the live-bytes tracker, every block as it is, nothing composed.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from trainstack.memplan.anymodel import as_eager, call_model, default_loss, fake_as_real, find_blocks, no_kv_cache, record_call
+from trainstack.memplan.calibrate import Roofline, _tracker
+from trainstack.memplan.plan import Choice
+from trainstack.memplan.wrappers import apply_choices, cache_configs
+
+
+def autograd_saved_bytes(model: Any, batch: Any, *, autocast: bool = True) -> int:
+    """Bytes autograd saves in the forward of ``model``'s first planned block, called as the
+    model calls it on ``batch`` (CPU): the storages of its saved tensors, the block's input
+    among them where saved; parameters and what the model hands every block excluded."""
+    import torch
+
+    run = find_blocks(model)
+    block = model.get_submodule(run.path)[run.first]
+    context = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else torch.no_grad()
+    with no_kv_cache(model), context:
+        call = record_call(model, block, batch, label="block", context=torch.no_grad())
+    # the input is the last block's output, not a leaf: autocast caches its casts of leaves
+    # (weights), and a leaf input would share one cast among the block's projections
+    x = torch.randn(call.x.shape, dtype=call.x.dtype, requires_grad=True).clone()
+    args, kwargs = call.with_x(x)
+    exclude = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    exclude |= {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_flatten((call.args, call.kwargs))[0] if isinstance(t, torch.Tensor) and t is not call.x}
+    storages: dict[int, int] = {}
+
+    def pack(t: Any) -> Any:
+        s = t.untyped_storage()
+        if s.data_ptr() not in exclude:
+            storages[s.data_ptr()] = s.nbytes()
+        return t
+
+    amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
+    with no_kv_cache(model), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp:
+        block(*args, **kwargs)
+    return sum(storages.values())
+
+
+def fake_step_peak(model: Any, batch: Any, choices: tuple[Choice, ...], *, loss_fn: Any = default_loss, steps: int = 2) -> int:
+    """The most bytes live over the last of ``steps`` training steps (AdamW, bf16 autocast)
+    of ``model`` with its blocks wrapped per ``choices``, built and trained on fake tensors
+    (CPU) under the live-bytes tracker: the whole step, nothing composed."""
+    import torch
+    from torch import nn
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._pytree import tree_map
+
+    mode = _tracker(Roofline())
+    fake = copy.deepcopy(model)
+    with FakeTensorMode(), fake_as_real(), as_eager(), mode:
+        fakes: dict[int, Any] = {}  # tied parameters stay tied
+        for m in fake.modules():
+            for table in (m._parameters, m._buffers):
+                for name, t in table.items():
+                    if t is not None:
+                        if id(t) not in fakes:
+                            empty = torch.empty(t.shape, dtype=t.dtype)
+                            fakes[id(t)] = nn.Parameter(empty, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else empty
+                        table[name] = fakes[id(t)]
+        for config in cache_configs(fake):
+            config.use_cache = False
+        run = find_blocks(fake)
+        apply_choices(fake, choices, run.path, run.first)
+        opt = torch.optim.AdamW(fake.parameters(), fused=True)  # as memplan's "adamw" (fused: no temporaries)
+        for step in range(steps):
+            if step == steps - 1:
+                mode.reset_peak()
+            fake_batch = tree_map(lambda t: torch.empty(t.shape, dtype=t.dtype) if isinstance(t, torch.Tensor) else t, batch)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = loss_fn(call_model(fake, fake_batch), fake_batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            del loss
+        return mode.state.peak
