@@ -188,15 +188,18 @@ def batch_rows(batch: Any, rows: int) -> Any:
 
 
 def batch_shape(batch: Any) -> tuple[int, int]:
-    """(batch, sequence) of the first tensor with two or more dimensions, or (rows, 0)."""
+    """(batch, sequence): from the first (batch, seq) matrix of token ids, else from the first
+    tensor of two or three dimensions (batch, seq[, width]); a batch of images alone has no
+    sequence (rows, 0)."""
     import torch
     from torch.utils._pytree import tree_flatten
 
     tensors = [t for t in tree_flatten(batch)[0] if isinstance(t, torch.Tensor) and t.dim()]
     if not tensors:
         raise UnplannableModel("the example batch holds no tensor; accepted: a tensor, or a tuple, list or dict of tensors")
-    first = next((t for t in tensors if t.dim() >= 2), tensors[0])
-    return int(first.shape[0]), int(first.shape[1]) if first.dim() >= 2 else 0
+    ids = [t for t in tensors if t.dim() == 2 and not t.is_floating_point()]
+    first = (ids or [t for t in tensors if t.dim() in (2, 3)] or tensors)[0]
+    return int(first.shape[0]), int(first.shape[1]) if first.dim() in (2, 3) else 0
 
 
 def _fake_like(batch: Any, device: Any) -> Any:

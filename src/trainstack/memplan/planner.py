@@ -155,7 +155,7 @@ def _shortfall(profile: Profile, budget: int, world_size: int, overheads: Overhe
     label = f"{profile.label}: " if profile.label else ""
     msg = (
         f"{label}budget {human(budget)} is {human(least - budget)} short of the smallest plan "
-        f"(every block fully recomputed: {human(least)}) at batch {profile.batch}, seq {profile.seq}, "
+        f"(every block fully recomputed: {human(least)}) at batch {profile.batch}{f', seq {profile.seq}' if profile.seq else ''}, "
         f"{world_size} GPU{'s' if world_size > 1 else ''}"
     )
     fixes = []
