@@ -276,3 +276,29 @@ def test_grouped_products_are_counted_and_kept_by_selective_recompute() -> None:
     assert _grouped_mm_flops(a, b, torch.empty(tokens, n)) == 2 * tokens * k * n
     assert _grouped_mm_flops(torch.randn(k, tokens), torch.randn(tokens, n), torch.empty(experts, k, n)) == 2 * k * tokens * n
     assert torch.ops.aten._grouped_mm.default in save_ops()
+
+
+def test_the_libraries_own_checkpointing_is_measured_off_and_replaced_by_the_plan() -> None:
+    """A Hugging Face model with gradient checkpointing enabled: its blocks would recompute
+    where the plan says keep. Calibration measures them as they compute without it, and
+    apply() hands the decision to the plan (the blocks' flag off, loss and gradients as before)."""
+    import warnings
+
+    plain = build("llama")
+    model = copy.deepcopy(plain)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # gradient_checkpointing_enable: renamed in transformers 5
+        model.gradient_checkpointing_enable()
+    assert all(layer.gradient_checkpointing for layer in model.model.layers)
+    expected = memplan.calibrate_any(plain, example_batch(), device="cpu", measure=False)
+    profile = memplan.calibrate_any(model, example_batch(), device="cpu", measure=False)
+    assert {c: o.saved for c, o in profile.options.items()} == {c: o.saved for c, o in expected.options.items()}
+    assert all(layer.gradient_checkpointing for layer in model.model.layers)  # calibration leaves the model as it was
+    reference_loss, reference = loss_and_grads(plain)
+    plan = memplan.plan(model, example_batch(), budget=breakdown(profile, (F, K, K), overheads=Overheads()).reserved_peak, device="cpu", measure=False, overheads=Overheads())
+    memplan.apply(model, plan)
+    assert not any(layer.gradient_checkpointing for layer in model.model.layers)
+    loss, grads = loss_and_grads(model)
+    assert torch.equal(loss, reference_loss)
+    for name, g in reference.items():
+        assert torch.equal(grads[name], g), name

@@ -36,7 +36,7 @@ from trainstack.errors import SpecError
 from trainstack.memplan.calibrate import Roofline, _OpCost, _tracker
 from trainstack.memplan.optim import OptimizerSpec, PrecisionSpec
 from trainstack.memplan.plan import BlockCost, Choice, HeadCost, Profile
-from trainstack.memplan.wrappers import cache_configs, wrap
+from trainstack.memplan.wrappers import cache_configs, library_checkpointing_off, wrap
 
 LossFn = Callable[[Any, Any], Any]
 HIDDEN_NAMES = ("hidden_states", "hidden_state", "x", "input", "inputs", "hidden")
@@ -611,7 +611,11 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
     try:
         with FakeTensorMode(), fake_as_real(), as_eager(eager):
             fake = _fake_copy(model, device, precision)
-            block = fake.get_submodule(run.path)[run.first]
+            container = fake.get_submodule(run.path)
+            for i in range(run.first, run.first + run.count):
+                # measured as they compute without it: the plan, once applied, decides what they recompute
+                library_checkpointing_off(container[i])
+            block = container[run.first]
             call = record_call(fake, block, _fake_like(batch, device), label=where, context=_autocast(device, precision))
             options: dict[Choice, BlockCost] = {}
             costs: dict[Choice, tuple[_OpCost, _OpCost]] = {}

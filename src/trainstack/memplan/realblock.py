@@ -12,7 +12,7 @@ from typing import Any
 from trainstack.memplan.anymodel import BlockRun, _autocast, hidden_of, no_kv_cache, record_call
 from trainstack.memplan.optim import PrecisionSpec
 from trainstack.memplan.plan import BlockCost, Choice
-from trainstack.memplan.wrappers import compile_block, wrap
+from trainstack.memplan.wrappers import compile_block, library_checkpointing_off, wrap
 
 
 def measure_real(
@@ -43,12 +43,15 @@ def measure_real(
     device = next(original.parameters()).device
     with torch.no_grad(), no_kv_cache(model):
         call = record_call(model, original, batch, label=f"{run.path}[{run.first}]", context=_autocast(device, precision))
-    blocks: dict[Any, Any] = {c: wrap(copy.deepcopy(original), c) for c in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL)}
-    for b in blocks.values():
-        b.train()
+    def plain_copy() -> Any:
+        block = copy.deepcopy(original).train()
+        library_checkpointing_off(block)
+        return block
+
+    blocks: dict[Any, Any] = {c: wrap(plain_copy(), c) for c in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL)}
     if compiled:
         blocks = {c: compile_block(b) for c, b in blocks.items()}
-        blocks |= {budget: compile_block(copy.deepcopy(original).train(), budget) for budget in keep_budgets}
+        blocks |= {budget: compile_block(plain_copy(), budget) for budget in keep_budgets}
     x0 = call.x
     allocated, peak = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
 

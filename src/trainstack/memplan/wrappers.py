@@ -91,13 +91,28 @@ def block_list(model: nn.Module, blocks: str | None = None) -> nn.Module:
     return model.layers if blocks is None else model.get_submodule(blocks)
 
 
+def library_checkpointing_off(module: nn.Module) -> int:
+    """Turn off a library's own activation checkpointing in ``module`` and below (Hugging
+    Face layers checkpoint themselves while their ``gradient_checkpointing`` is True, after
+    ``model.gradient_checkpointing_enable()``); returns how many modules had it on. A block
+    measured or planned with it on would recompute where the plan says keep."""
+    turned = 0
+    for m in module.modules():
+        if m.__dict__.get("gradient_checkpointing") is True:
+            m.gradient_checkpointing = False
+            turned += 1
+    return turned
+
+
 def apply_choices(model: nn.Module, choices: tuple[Choice, ...] | list[Choice], blocks: str | None = None, first: int = 0) -> nn.Module:
     """Wrap block ``first + i`` of the list ``blocks`` (default ``model.layers``) per
-    ``choices[i]``, replacing any earlier plan."""
+    ``choices[i]``, replacing any earlier plan and the blocks' own library checkpointing
+    (the plan decides what they recompute)."""
     layers = block_list(model, blocks)
     if (blocks is None and len(choices) != len(layers)) or first + len(choices) > len(layers):
         raise ValueError(f"a plan for {len(choices)} blocks cannot apply to a model of {len(layers)}")
     for block, choice in zip(list(layers)[first : first + len(choices)], choices):
+        library_checkpointing_off(block)
         wrap(block, choice)
     if any(c is not Choice.KEEP for c in choices):
         # a key/value cache would be extended again by each recomputed block (Hugging Face's
