@@ -107,3 +107,56 @@ def test_the_compiled_comparison_runs_on_a_cpu(tmp_path, monkeypatch) -> None:
     assert len(compiled["pairs"]) == 10 and len(compiled["interval"]) == 3
     assert compiled["budget_r"] == 1.0  # no memory measured on a CPU: the default partitioner fits
     assert any("interleaved pairs" in line and "95% interval" in line for line in data["summary"])
+
+
+def test_switching_between_compiled_variants_compiles_nothing_new() -> None:
+    """hf_compiled compiles each variant's graphs once, then switches between the variants
+    for every interleaved run: planned (some blocks recomputed, the rest compiled as they are)
+    and compile@r (every block kept, compiled under a memory budget). The switch must find
+    the graphs compiled before, or the timing would include compilation."""
+    from torch import nn
+    from torch._dynamo.utils import counters
+
+    from trainstack.memplan.plan import Choice
+    from trainstack.memplan.wrappers import apply_choices, compile_block
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(16, 32), nn.Linear(32, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.b(torch.nn.functional.gelu(self.a(x)))
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList(Block() for _ in range(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = layer(x)
+            return x.square().mean()
+
+    torch._dynamo.reset()
+    model = Model()
+    originals = list(model.layers)
+    k, f = Choice.KEEP, Choice.FULL
+    variants = {"planned": ((f, k, f, k), None), "compile@0.5": ((k,) * 4, 0.5)}
+
+    def run(name: str) -> None:
+        choices, budget = variants[name]
+        apply_choices(model, choices)
+        for i, block in enumerate(originals):
+            model.layers[i] = compile_block(block, budget)
+        model(torch.randn(8, 16, requires_grad=True)).backward()
+
+    with torch._dynamo.config.patch(recompile_limit=64):
+        for name in variants:  # each variant's graphs compiled once
+            run(name)
+        compiled = counters["stats"]["unique_graphs"]
+        for name in ["planned", "compile@0.5", "compile@0.5", "planned"]:
+            run(name)
+    assert compiled >= 3  # the kept block, the recomputed one, the kept one under the budget
+    assert counters["stats"]["unique_graphs"] == compiled
+    torch._dynamo.reset()

@@ -43,6 +43,7 @@ def measure_real(
     device = next(original.parameters()).device
     with torch.no_grad(), no_kv_cache(model):
         call = record_call(model, original, batch, label=f"{run.path}[{run.first}]", context=_autocast(device, precision))
+
     def plain_copy() -> Any:
         block = copy.deepcopy(original).train()
         library_checkpointing_off(block)
