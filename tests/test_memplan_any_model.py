@@ -302,3 +302,14 @@ def test_the_libraries_own_checkpointing_is_measured_off_and_replaced_by_the_pla
     assert torch.equal(loss, reference_loss)
     for name, g in reference.items():
         assert torch.equal(grads[name], g), name
+
+
+def test_blocks_already_wrapped_for_checkpointing_get_their_reason() -> None:
+    """torch.distributed's checkpoint_wrapper (as FSDP training scripts apply it): the wrapped
+    blocks recompute whatever a plan says, and a plan over them would recompute twice."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+
+    model = build("llama")
+    apply_activation_checkpointing(model, check_fn=lambda m: type(m).__name__ == "LlamaDecoderLayer")
+    with pytest.raises(UnplannableModel, match="already wrapped for activation checkpointing .CheckpointWrapper."):
+        memplan.plan(model, example_batch(), budget="1GiB", device="cpu", measure=False)

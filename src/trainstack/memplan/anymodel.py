@@ -110,6 +110,11 @@ def find_blocks(model: Any, name: str | None = None) -> BlockRun:
     parameters are configured differently (``differing_setting``)."""
     found = _named_or_found(model, name)
     blocks = list(model.get_submodule(found.path))[found.first : found.first + found.count]
+    if hasattr(blocks[0], "_checkpoint_wrapped_module"):  # torch.distributed's checkpoint_wrapper
+        raise UnplannableModel(
+            f"the blocks at {found.path or type(model).__name__} are already wrapped for activation checkpointing ({type(blocks[0]).__name__}), "
+            "so every one recomputes whatever a plan says; plan the model before wrapping its blocks, and let apply() decide what they recompute"
+        )
     differing = differing_setting(blocks)
     if differing is not None:
         setting, values = differing
