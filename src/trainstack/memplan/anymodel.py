@@ -421,8 +421,10 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
             out = wrapped(*args, **kwargs)
             y = hidden_of(out)
             y_bytes = y.untyped_storage().nbytes()
+            del out, args, kwargs
+            # what the block leaves behind while the forward goes on: its saved state, and
+            # autocast's casts of its weights, cached until the forward's autocast ends
             held = mode.live - y_bytes - leaf_bytes
-        del out, args, kwargs
         fwd_cost = mode.state.cost
         fwd_peak = mode.state.peak - start
         saved = mode.live - y_bytes - leaf_bytes
