@@ -244,6 +244,11 @@ def test_encoders_encoder_decoders_and_image_models(family) -> None:
     measured = autograd_saved_bytes(model, batch)
     assert abs(profile.options[K].saved - measured) <= 0.02 * measured, (family, profile.options[K].saved, measured)
     n = profile.n_blocks
+    for choices in ((K,) * n, (F,) * n):
+        # the whole step: never under (a plan must not run out of memory), at most 2% over
+        predicted = breakdown(profile, choices, overheads=Overheads()).allocated_peak
+        whole = reference.fake_step_peak(model, batch, choices)
+        assert -0.001 <= predicted / whole - 1 <= 0.02, (family, choices[0], predicted, whole)
     budget = (breakdown(profile, (K,) * n, overheads=Overheads()).reserved_peak + breakdown(profile, (F,) * n, overheads=Overheads()).reserved_peak) // 2
     planned = copy.deepcopy(model)
     plan = memplan.plan(planned, batch, budget=budget, device="cpu", measure=False, overheads=Overheads())

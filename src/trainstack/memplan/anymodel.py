@@ -471,14 +471,16 @@ def _measure_head(model: Any, run: BlockRun, call: BlockCall, batch: Any, loss_f
         mode.reset_peak()
 
     def on_input(hidden: Any, args: tuple, kwargs: dict) -> None:
-        if kept:
-            return
+        if "first" in marks:  # only the first stand-in marks: the blocks that follow are handed
+            return  # the same tensors (no others at all, for an encoder called without a mask)
+        marks["first"] = 1
         others = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor) and t is not hidden]
         kept.extend(others)
         mode._prune()
         hidden_id = StorageWeakRef(hidden.untyped_storage()).cdata
         storages = {StorageWeakRef(t.untyped_storage()).cdata for t in others} - {hidden_id}
         marks["shared"] = sum(n for k, (_, n) in mode.state.live.items() if k in storages)
+        marks["shared_grad"] = sum(t.numel() * t.element_size() for t in others if t.requires_grad)
         if hidden.requires_grad:
             hidden.register_hook(at_blocks)
 
@@ -505,7 +507,12 @@ def _measure_head(model: Any, run: BlockRun, call: BlockCall, batch: Any, loss_f
     if "after_bwd" not in marks:  # the blocks' input needs no gradient (frozen embedding)
         marks.update(bwd_peak=embed_bwd_peak, after_bwd=after)
     head = HeadCost(
-        fwd_peak=fwd_peak, bwd_peak=marks["bwd_peak"], after_bwd=marks["after_bwd"], embed_bwd_peak=embed_bwd_peak, shared=marks.get("shared", 0)
+        fwd_peak=fwd_peak,
+        bwd_peak=marks["bwd_peak"],
+        after_bwd=marks["after_bwd"],
+        embed_bwd_peak=embed_bwd_peak,
+        shared=marks.get("shared", 0),
+        shared_grad=marks.get("shared_grad", 0),
     )
     return head, cost
 

@@ -51,7 +51,7 @@ def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 
     phases.append(("loss backward", 0, total_saved, head.bwd_peak))
     for i in reversed(range(len(cost))):
         grads = (len(cost) - 1 - i) * block_grad
-        phases.append((f"backward of block {i}", grads, before[i], head.after_bwd + cost[i].bwd_peak + gathered))
+        phases.append((f"backward of block {i}", grads, before[i], head.after_bwd + head.shared_grad + cost[i].bwd_peak + gathered))
     phases.append(("embedding backward", len(cost) * block_grad, 0, head.embed_bwd_peak))
     phases.append(("optimizer step", all_grads, 0, _shard(profile.step_scratch, world_size)))
     name, grads, live_saved, transient = max(phases, key=lambda p: p[1] + p[2] + p[3])

@@ -63,6 +63,9 @@ class HeadCost:
     # bytes made before the blocks and passed to each (masks, position embeddings): the
     # blocks keep them alive through their forward and backward
     shared: int = 0
+    # the gradient those of them that need one accumulate through the blocks' backward
+    # (an encoder's output handed to every decoder block, a position bias with parameters)
+    shared_grad: int = 0
 
 
 @dataclass(frozen=True)
