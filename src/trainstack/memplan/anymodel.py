@@ -411,7 +411,7 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
         # whose first ops save casts of its input, does not keep the input itself)
         leaf = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
         x = leaf.clone()
-        leaf_bytes, x_bytes = leaf.untyped_storage().nbytes(), x.untyped_storage().nbytes()
+        x_bytes = x.untyped_storage().nbytes()  # the leaf's too
         mode.reset_peak()
         mode.reset_cost()
         start = mode.live - x_bytes
@@ -424,10 +424,10 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
             del out, args, kwargs
             # what the block leaves behind while the forward goes on: its saved state, and
             # autocast's casts of its weights, cached until the forward's autocast ends
-            held = mode.live - y_bytes - leaf_bytes
+            held = mode.live - y_bytes - x_bytes
         fwd_cost = mode.state.cost
         fwd_peak = mode.state.peak - start
-        saved = mode.live - y_bytes - leaf_bytes
+        saved = mode.live - y_bytes - x_bytes
         gy = torch.randn_like(y)
         before = mode.live
         mode.reset_peak()

@@ -9,13 +9,13 @@ predictions are checked against on a CPU (tests, ``benchmarks/memplan_families.p
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from trainstack.memplan.anymodel import as_eager, call_model, default_loss, fake_as_real, find_blocks, no_kv_cache, record_call
+from trainstack.memplan.anymodel import _fake_copy, _fake_like, as_eager, call_model, default_loss, fake_as_real, find_blocks, no_kv_cache, record_call
 from trainstack.memplan.calibrate import Roofline, _tracker
+from trainstack.memplan.optim import precision_spec
 from trainstack.memplan.plan import Choice
-from trainstack.memplan.wrappers import apply_choices, cache_configs
+from trainstack.memplan.wrappers import apply_choices
 
 
 def autograd_saved_bytes(model: Any, batch: Any, *, autocast: bool = True) -> int:
@@ -50,35 +50,22 @@ def autograd_saved_bytes(model: Any, batch: Any, *, autocast: bool = True) -> in
 
 
 def fake_step_peak(model: Any, batch: Any, choices: tuple[Choice, ...], *, loss_fn: Any = default_loss, steps: int = 2) -> int:
-    """The most bytes live over the last of ``steps`` training steps (AdamW, bf16 autocast)
-    of ``model`` with its blocks wrapped per ``choices``, built and trained on fake tensors
+    """The most bytes live over the last of ``steps`` training steps (fused AdamW, bf16
+    autocast) of ``model`` with its blocks wrapped per ``choices``, built and trained on fake tensors
     (CPU) under the live-bytes tracker: the whole step, nothing composed."""
     import torch
-    from torch import nn
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils._pytree import tree_map
 
     mode = _tracker(Roofline())
-    fake = copy.deepcopy(model)
     with FakeTensorMode(), fake_as_real(), as_eager(), mode:
-        fakes: dict[int, Any] = {}  # tied parameters stay tied
-        for m in fake.modules():
-            for table in (m._parameters, m._buffers):
-                for name, t in table.items():
-                    if t is not None:
-                        if id(t) not in fakes:
-                            empty = torch.empty(t.shape, dtype=t.dtype)
-                            fakes[id(t)] = nn.Parameter(empty, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else empty
-                        table[name] = fakes[id(t)]
-        for config in cache_configs(fake):
-            config.use_cache = False
+        fake = _fake_copy(model, "cpu", precision_spec("autocast-bf16"))  # tied parameters stay tied; no key/value cache
         run = find_blocks(fake)
         apply_choices(fake, choices, run.path, run.first)
         opt = torch.optim.AdamW(fake.parameters(), fused=True)  # as memplan's "adamw" (fused: no temporaries)
         for step in range(steps):
             if step == steps - 1:
                 mode.reset_peak()
-            fake_batch = tree_map(lambda t: torch.empty(t.shape, dtype=t.dtype) if isinstance(t, torch.Tensor) else t, batch)
+            fake_batch = _fake_like(batch, "cpu")
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 loss = loss_fn(call_model(fake, fake_batch), fake_batch)
             loss.backward()

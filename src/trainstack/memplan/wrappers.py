@@ -91,17 +91,14 @@ def block_list(model: nn.Module, blocks: str | None = None) -> nn.Module:
     return model.layers if blocks is None else model.get_submodule(blocks)
 
 
-def library_checkpointing_off(module: nn.Module) -> int:
+def library_checkpointing_off(module: nn.Module) -> None:
     """Turn off a library's own activation checkpointing in ``module`` and below (Hugging
     Face layers checkpoint themselves while their ``gradient_checkpointing`` is True, after
-    ``model.gradient_checkpointing_enable()``); returns how many modules had it on. A block
-    measured or planned with it on would recompute where the plan says keep."""
-    turned = 0
+    ``model.gradient_checkpointing_enable()``). A block measured or planned with it on
+    would recompute where the plan says keep."""
     for m in module.modules():
         if m.__dict__.get("gradient_checkpointing") is True:
             m.gradient_checkpointing = False
-            turned += 1
-    return turned
 
 
 def apply_choices(model: nn.Module, choices: tuple[Choice, ...] | list[Choice], blocks: str | None = None, first: int = 0) -> nn.Module:
