@@ -113,6 +113,27 @@ def test_overheads_enter_the_reserved_peak() -> None:
     assert padded.reserved_peak == padded.allocated_peak + int(padded.allocated_peak * 0.02)
 
 
+def test_inputs_kept_blocks_do_not_save_live_on_only_while_a_recomputing_block_is_to_go_back() -> None:
+    """An encoder's output handed to every block, of which kept blocks save only casts: a
+    recomputing block holds it (its inputs) until its own backward, and the phases after."""
+    K, F = Choice.KEEP, Choice.FULL
+    base = synthetic(random.Random(5), n=4)
+    # the loss's backward as the peak, in each plan below
+    base = replace(base, head=replace(base.head, bwd_peak=8000 * MiB, after_bwd=10 * MiB))
+    profile = replace(base, head=replace(base.head, unkept_shared=96 * MiB))
+    for choices in ((K, K, K, K), (F, K, K, K), (K, K, K, F)):
+        plain, with_input = breakdown(base, choices), breakdown(profile, choices)
+        assert with_input.transient_phase == plain.transient_phase == "loss backward"
+        assert with_input.allocated_peak - plain.allocated_peak == (0 if choices == (K, K, K, K) else 96 * MiB), choices
+    # the last block recomputed: once its backward is done, no block holds the input
+    last = (K, K, K, F)
+    late = replace(profile, head=replace(profile.head, bwd_peak=0, after_bwd=9000 * MiB))
+    late_base = replace(base, head=replace(base.head, bwd_peak=0, after_bwd=9000 * MiB))
+    assert breakdown(late, last).transient_phase == "backward of block 3"
+    assert breakdown(late, last).allocated_peak - breakdown(late_base, last).allocated_peak == 96 * MiB
+    assert breakdown(late, (K, K, F, K)).allocated_peak - breakdown(late_base, (K, K, F, K)).allocated_peak == 96 * MiB
+
+
 def test_allocator_room_is_the_larger_of_its_two_rules() -> None:
     profile = replace(synthetic(random.Random(3), n=4), largest_allocation=300 * MiB)
     choices = choices_for(0, 0, 4)

@@ -305,6 +305,10 @@ class BlockCall:
     kwargs: dict[str, Any]
     hidden: int | str
     output: Any
+    # the other tensors that needed a gradient in the model's call (an encoder's output
+    # handed to each decoder block, a position bias the first block computed), as
+    # positions in tree_flatten((args, kwargs))
+    grad_inputs: tuple[int, ...] = ()
 
     @property
     def x(self) -> Any:
@@ -314,6 +318,22 @@ class BlockCall:
         if isinstance(self.hidden, int):
             return (*self.args[: self.hidden], x, *self.args[self.hidden + 1 :]), self.kwargs
         return self.args, {**self.kwargs, self.hidden: x}
+
+    def with_grad_inputs(self) -> BlockCall:
+        """The call with each of ``grad_inputs`` as the model hands it: a tensor that is not
+        a leaf and needs a gradient. A block then saves what that gradient takes (the
+        weights' casts of an encoder's output's projections) and computes it, and autocast
+        casts it afresh in each op (it caches only a leaf's casts). Made once, before a
+        measurement: what came before the blocks is not the block's."""
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+
+        if not self.grad_inputs:
+            return self
+        flat, spec = tree_flatten((self.args, self.kwargs))
+        for i in self.grad_inputs:
+            flat[i] = flat[i].detach().requires_grad_().clone()
+        args, kwargs = tree_unflatten(flat, spec)
+        return replace(self, args=tuple(args), kwargs=dict(kwargs))
 
     def output_like(self, x: Any) -> Any:
         """The block's output structure with ``x`` as its hidden output."""
@@ -364,7 +384,7 @@ def _hidden_index(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str:
 def record_call(model: Any, block: Any, batch: Any, *, label: str, context: Any) -> BlockCall:
     """Run ``model`` on ``batch`` until ``block`` has run once; its call and output."""
     import torch
-    from torch.utils._pytree import tree_map
+    from torch.utils._pytree import tree_flatten, tree_map
 
     seen: dict[str, Any] = {}
 
@@ -388,7 +408,11 @@ def record_call(model: Any, block: Any, batch: Any, *, label: str, context: Any)
         raise UnplannableModel(f"{label} never ran in the model's forward")
     detach = lambda t: t.detach() if isinstance(t, torch.Tensor) else t  # noqa: E731
     args, kwargs = tree_map(detach, seen["args"]), tree_map(detach, seen["kwargs"])
-    return BlockCall(tuple(args), dict(kwargs), _hidden_index(tuple(args), dict(kwargs)), tree_map(detach, seen["out"]))
+    hidden = _hidden_index(tuple(args), dict(kwargs))
+    x = args[hidden] if isinstance(hidden, int) else kwargs[hidden]
+    flat = tree_flatten((seen["args"], seen["kwargs"]))[0]
+    grad_inputs = tuple(i for i, (t, d) in enumerate(zip(flat, tree_flatten((args, kwargs))[0], strict=True)) if isinstance(t, torch.Tensor) and t.requires_grad and d is not x)
+    return BlockCall(tuple(args), dict(kwargs), hidden, tree_map(detach, seen["out"]), grad_inputs)
 
 
 # -- fake-tensor measurement -----------------------------------------------------------------
@@ -405,6 +429,7 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
         p.grad = None
     mode = _tracker(roofline)
     x0 = call.x
+    call = call.with_grad_inputs()
     with mode:
         # the block's input is the last block's output: a copy of a leaf, which nothing
         # but the block's saved state keeps once the forward is over (a post-norm block,
@@ -441,22 +466,71 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
     return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak), fwd_cost, bwd_cost
 
 
-def _pass_through(call: BlockCall, on_input: Callable[[Any, tuple, dict], None]) -> Any:
-    """A module that stands for a block in the head's step: hands its hidden input on in
-    the block's output structure, after ``on_input(hidden, args, kwargs)``."""
+def saved_inputs(block: Any, call: BlockCall, device: Any, precision: PrecisionSpec) -> frozenset[int]:
+    """Which of the tensors the model hands a kept block besides its hidden input (positions
+    in tree_flatten((args, kwargs))) the block saves for backward itself, not a copy: a mask
+    or a position embedding a product saves, but not an encoder's output a block saves only
+    casts of, which nothing then keeps through the backward unless a block recomputes."""
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._pytree import tree_flatten
+
+    call = call.with_grad_inputs()
+    x = torch.randn(call.x.shape, dtype=call.x.dtype, device=device, requires_grad=True).clone()
+    args, kwargs = call.with_x(x)
+    positions: dict[int, list[int]] = {}
+    for i, t in enumerate(tree_flatten((args, kwargs))[0]):
+        if isinstance(t, torch.Tensor) and t is not x:
+            positions.setdefault(StorageWeakRef(t.untyped_storage()).cdata, []).append(i)
+    saved: set[int] = set()
+
+    def pack(t: Any) -> Any:
+        saved.update(positions.get(StorageWeakRef(t.untyped_storage()).cdata, ()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _autocast(device, precision):
+        block(*args, **kwargs)
+    return frozenset(saved)
+
+
+def _pass_through(call: BlockCall, on_input: Callable[[Any, tuple, dict], Any]) -> Any:
+    """A module that stands for a block in the head's step: hands on, in the block's output
+    structure, what ``on_input(hidden, args, kwargs)`` returns for its hidden input."""
     from torch import nn
 
     class PassThrough(nn.Module):
         def forward(self, *args: Any, **kwargs: Any) -> Any:
             hidden = args[call.hidden] if isinstance(call.hidden, int) else kwargs[call.hidden]
-            on_input(hidden, args, kwargs)
-            return call.output_like(hidden)
+            return call.output_like(on_input(hidden, args, kwargs))
 
     return PassThrough()
 
 
-def _measure_head(model: Any, run: BlockRun, call: BlockCall, batch: Any, loss_fn: LossFn, device: Any, precision: PrecisionSpec, roofline: Roofline) -> tuple[HeadCost, _OpCost]:
-    """One step of the model with its blocks passed through: embedding, final norm, head, loss."""
+def _joined(hidden: Any, others: list[Any]) -> Any:
+    """``hidden`` handed on (a view) with a gradient for ``others`` when the backward passes:
+    zeros of their shapes, as the blocks' backward accumulates for them. What computed them
+    (an encoder) then runs its backward in the head's step, as it does in the model's, and
+    its graph stays alive without the tensors themselves, which no kept block holds."""
+    import torch
+
+    class Join(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, h: Any, *rest: Any) -> Any:
+            ctx.like = [(t.shape, t.dtype, t.device) for t in rest]
+            return h.view_as(h)
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return (grad, *(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.like))
+
+    return Join.apply(hidden, *others) if others else hidden
+
+
+def _measure_head(
+    model: Any, run: BlockRun, call: BlockCall, batch: Any, loss_fn: LossFn, device: Any, precision: PrecisionSpec, roofline: Roofline, kept_inputs: frozenset[int]
+) -> tuple[HeadCost, _OpCost]:
+    """One step of the model with its blocks passed through: embedding, final norm, head,
+    loss. The stand-ins keep what kept blocks save of their other inputs (``kept_inputs``)."""
     import torch
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._pytree import tree_flatten
@@ -470,19 +544,25 @@ def _measure_head(model: Any, run: BlockRun, call: BlockCall, batch: Any, loss_f
         marks["after_bwd"] = mode.live + grad.untyped_storage().nbytes()
         mode.reset_peak()
 
-    def on_input(hidden: Any, args: tuple, kwargs: dict) -> None:
+    def on_input(hidden: Any, args: tuple, kwargs: dict) -> Any:
         if "first" in marks:  # only the first stand-in marks: the blocks that follow are handed
-            return  # the same tensors (no others at all, for an encoder called without a mask)
+            return hidden  # the same tensors (no others at all, for an encoder called without a mask)
         marks["first"] = 1
-        others = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor) and t is not hidden]
-        kept.extend(others)
+        flat = tree_flatten((args, kwargs))[0]
+        others = [t for t in flat if isinstance(t, torch.Tensor) and t is not hidden]
+        # what kept blocks save of the others stays alive through the backward, as in the model
+        kept.extend(t for i, t in enumerate(flat) if i in kept_inputs and t is not hidden)
         mode._prune()
         hidden_id = StorageWeakRef(hidden.untyped_storage()).cdata
         storages = {StorageWeakRef(t.untyped_storage()).cdata for t in others} - {hidden_id}
+        held = {StorageWeakRef(t.untyped_storage()).cdata for t in kept}
         marks["shared"] = sum(n for k, (_, n) in mode.state.live.items() if k in storages)
+        marks["unkept_shared"] = sum(n for k, (_, n) in mode.state.live.items() if k in storages - held)
         marks["shared_grad"] = sum(t.numel() * t.element_size() for t in others if t.requires_grad)
-        if hidden.requires_grad:
-            hidden.register_hook(at_blocks)
+        out = _joined(hidden, [t for t in others if t.requires_grad])
+        if out.requires_grad:
+            out.register_hook(at_blocks)
+        return out
 
     # each stand-in keeps what the model passed it, as a real block's saved state does;
     # the first marks when the gradient reaches the blocks
@@ -513,6 +593,7 @@ def _measure_head(model: Any, run: BlockRun, call: BlockCall, batch: Any, loss_f
         embed_bwd_peak=embed_bwd_peak,
         shared=marks.get("shared", 0),
         shared_grad=marks.get("shared_grad", 0),
+        unkept_shared=marks.get("unkept_shared", 0),
     )
     return head, cost
 
@@ -636,7 +717,8 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
             for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
                 options[choice], *pair = measure_block(block, choice, call, device, precision, roofline)
                 costs[choice] = (pair[0], pair[1])
-            head, head_cost = _measure_head(fake, run, call, batch, loss_fn, device, precision, roofline)
+            kept_inputs = saved_inputs(block, call, device, precision)
+            head, head_cost = _measure_head(fake, run, call, batch, loss_fn, device, precision, roofline, kept_inputs)
     except UnplannableModel:
         raise
     except Exception as exc:  # noqa: BLE001 - a model that fake tensors cannot run gets its one-line reason

@@ -66,6 +66,10 @@ class HeadCost:
     # the gradient those of them that need one accumulate through the blocks' backward
     # (an encoder's output handed to every decoder block, a position bias with parameters)
     shared_grad: int = 0
+    # of ``shared``, what kept blocks do not save themselves (an encoder's output they save
+    # only casts of): not in the backward's bytes above, alive there only while a block
+    # that recomputes (and so holds its inputs) is still to go back through
+    unkept_shared: int = 0
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,9 @@ def measure_real(
     container = model.get_submodule(run.path)
     original = container[run.first]
     device = next(original.parameters()).device
-    with torch.no_grad(), no_kv_cache(model):
+    with no_kv_cache(model):  # with gradients: the call says which inputs need one
         call = record_call(model, original, batch, label=f"{run.path}[{run.first}]", context=_autocast(device, precision))
+    call = call.with_grad_inputs()
 
     def plain_copy() -> Any:
         block = copy.deepcopy(original).train()

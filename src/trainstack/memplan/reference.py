@@ -26,9 +26,9 @@ def autograd_saved_bytes(model: Any, batch: Any, *, autocast: bool = True) -> in
 
     run = find_blocks(model)
     block = model.get_submodule(run.path)[run.first]
-    context = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else torch.no_grad()
-    with no_kv_cache(model), context:
-        call = record_call(model, block, batch, label="block", context=torch.no_grad())
+    amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
+    with no_kv_cache(model):  # with gradients: an input the model hands the block needing one, needs one here
+        call = record_call(model, block, batch, label="block", context=amp).with_grad_inputs()
     # the input is the last block's output, not a leaf: autocast caches its casts of leaves
     # (weights), and a leaf input would share one cast among the block's projections
     x = torch.randn(call.x.shape, dtype=call.x.dtype, requires_grad=True).clone()
@@ -43,7 +43,6 @@ def autograd_saved_bytes(model: Any, batch: Any, *, autocast: bool = True) -> in
             storages[s.data_ptr()] = s.nbytes()
         return t
 
-    amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
     with no_kv_cache(model), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp:
         block(*args, **kwargs)
     return sum(storages.values())
