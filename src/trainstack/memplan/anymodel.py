@@ -564,8 +564,8 @@ def _measure_head(
             out.register_hook(at_blocks)
         return out
 
-    # each stand-in keeps what the model passed it, as a real block's saved state does;
-    # the first marks when the gradient reaches the blocks
+    # the first stand-in keeps what a kept block saves of what the model passed it, hands a
+    # gradient to what needs one, and marks when the gradient reaches the blocks
     container = model.get_submodule(run.path)
     for i in range(run.first, run.first + run.count):
         container[i] = _pass_through(call, on_input)
