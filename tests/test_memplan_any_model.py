@@ -92,7 +92,7 @@ def test_composed_peak_matches_a_whole_step(arch_and_profile, choices) -> None:
     arch, model, profile = arch_and_profile
     predicted = breakdown(profile, choices, overheads=Overheads()).allocated_peak
     measured = live_step_peak(model, choices)
-    assert abs(predicted / measured - 1) <= 0.05, (arch, choices, predicted, measured)
+    assert abs(predicted / measured - 1) <= 0.001, (arch, choices, predicted, measured)
 
 
 def loss_and_grads(model: nn.Module) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -251,13 +251,10 @@ def test_encoders_encoder_decoders_and_image_models(family) -> None:
     assert abs(profile.options[K].saved - measured) <= 0.02 * measured, (family, profile.options[K].saved, measured)
     n = profile.n_blocks
     for choices in ((K,) * n, (F,) * n):
-        # the whole step: never under (a plan must not run out of memory), at most 2% over
+        # the whole step, the encoder's graph, output and backward among it: within 0.1%
         predicted = breakdown(profile, choices, overheads=Overheads()).allocated_peak
         whole = reference.fake_step_peak(model, batch, choices)
-        assert -0.001 <= predicted / whole - 1 <= 0.02, (family, choices[0], predicted, whole)
-        if family in ("t5", "bart") and choices[0] is K:
-            # nothing recomputed: the encoder's graph, its output and backward as the model has them
-            assert abs(predicted / whole - 1) <= 0.001, (family, predicted, whole)
+        assert abs(predicted / whole - 1) <= 0.001, (family, choices[0], predicted, whole)
     budget = (breakdown(profile, (K,) * n, overheads=Overheads()).reserved_peak + breakdown(profile, (F,) * n, overheads=Overheads()).reserved_peak) // 2
     planned = copy.deepcopy(model)
     plan = memplan.plan(planned, batch, budget=budget, device="cpu", measure=False, overheads=Overheads())

@@ -541,7 +541,7 @@ def _measure_head(
 
     def at_blocks(grad: Any) -> None:
         marks["bwd_peak"] = mode.state.peak
-        marks["after_bwd"] = mode.live + grad.untyped_storage().nbytes()
+        marks["after_bwd"] = mode.live_with(grad)
         mode.reset_peak()
 
     def on_input(hidden: Any, args: tuple, kwargs: dict) -> Any:

@@ -84,6 +84,13 @@ def _tracker(roofline: Roofline) -> Any:
             self._prune()
             return sum(n for _, n in self.state.live.values())
 
+        def live_with(self, tensor: Any) -> int:
+            """Bytes live, ``tensor``'s storage among them (once: made under this mode, it is
+            counted already)."""
+            self._prune()
+            ref = StorageWeakRef(tensor.untyped_storage())
+            return self.live + (0 if ref.cdata in self.state.live else tensor.untyped_storage().nbytes())
+
         def reset_peak(self) -> None:
             self.state.peak = self.live
 
@@ -258,7 +265,7 @@ def _measure_head(model: nn.Module, batch: int, seq: int, vocab: int, device: st
     def at_blocks(grad: torch.Tensor) -> None:
         # the gradient has reached the hidden states: what the blocks' backward starts from
         marks["bwd_peak"] = mode.state.peak
-        marks["after_bwd"] = mode.live + grad.untyped_storage().nbytes()
+        marks["after_bwd"] = mode.live_with(grad)
         mode.reset_peak()
 
     def hook(_module: nn.Module, _inputs: Any, out: torch.Tensor) -> None:
