@@ -542,6 +542,9 @@ def _measure_head(
     def at_blocks(grad: Any) -> None:
         marks["bwd_peak"] = mode.state.peak
         marks["after_bwd"] = mode.live_with(grad)
+        # what the blocks are handed, kept blocks do not save and the head's step has freed by
+        # now (mode.state.watched): a block that recomputes would still hold it
+        marks["unkept_shared"] = mode.watched_gone()
         mode.reset_peak()
 
     def on_input(hidden: Any, args: tuple, kwargs: dict) -> Any:
@@ -557,7 +560,7 @@ def _measure_head(
         storages = {StorageWeakRef(t.untyped_storage()).cdata for t in others} - {hidden_id}
         held = {StorageWeakRef(t.untyped_storage()).cdata for t in kept}
         marks["shared"] = sum(n for k, (_, n) in mode.state.live.items() if k in storages)
-        marks["unkept_shared"] = sum(n for k, (_, n) in mode.state.live.items() if k in storages - held)
+        mode.state.watched.update((k, v) for k, v in mode.state.live.items() if k in storages - held)
         marks["shared_grad"] = sum(t.numel() * t.element_size() for t in others if t.requires_grad)
         out = _joined(hidden, [t for t in others if t.requires_grad])
         if out.requires_grad:
@@ -575,6 +578,7 @@ def _measure_head(
             with _autocast(device, precision):
                 loss = loss_fn(call_model(model, fake_batch), fake_batch)
             fwd_peak = mode.state.peak
+            marks["unkept_loss"] = mode.state.watched_gone_at_peak
             mode.reset_peak()
             loss.backward()
             embed_bwd_peak = mode.state.peak
@@ -593,7 +597,8 @@ def _measure_head(
         embed_bwd_peak=embed_bwd_peak,
         shared=marks.get("shared", 0),
         shared_grad=marks.get("shared_grad", 0),
-        unkept_shared=marks.get("unkept_shared", 0),
+        unkept_shared=marks.get("unkept_shared", marks["unkept_loss"]),
+        unkept_loss=marks["unkept_loss"],
     )
     return head, cost
 

@@ -65,6 +65,10 @@ class _State:
     live: dict[int, tuple[Any, int]] = field(default_factory=dict)  # storage id -> (weak ref, bytes)
     peak: int = 0
     cost: _OpCost = field(default_factory=_OpCost)
+    # storages to follow (storage id -> (weak ref, bytes)), and how many of their bytes had
+    # been freed when the peak was reached
+    watched: dict[int, tuple[Any, int]] = field(default_factory=dict)
+    watched_gone_at_peak: int = 0
 
 
 def _tracker(roofline: Roofline) -> Any:
@@ -91,8 +95,12 @@ def _tracker(roofline: Roofline) -> Any:
             ref = StorageWeakRef(tensor.untyped_storage())
             return self.live + (0 if ref.cdata in self.state.live else tensor.untyped_storage().nbytes())
 
+        def watched_gone(self) -> int:
+            return sum(n for ref, n in self.state.watched.values() if ref.expired())
+
         def reset_peak(self) -> None:
             self.state.peak = self.live
+            self.state.watched_gone_at_peak = self.watched_gone()
 
         def reset_cost(self) -> None:
             self.state.cost = _OpCost()
@@ -119,7 +127,10 @@ def _tracker(roofline: Roofline) -> Any:
                     self.state.cost.largest = max(self.state.cost.largest, storage.nbytes())
             live = sum(n for _, n in self.state.live.values())
             temporary = _temporary_bytes(func, args)
-            self.state.peak = max(self.state.peak, live + temporary)
+            if live + temporary > self.state.peak:
+                self.state.peak = live + temporary
+                if self.state.watched:
+                    self.state.watched_gone_at_peak = self.watched_gone()
             self.state.cost.largest = max(self.state.cost.largest, temporary)
             self.state.cost.ops += 1
             if new_bytes or func._schema.is_mutable:  # views move no bytes; in-place and out= ops do

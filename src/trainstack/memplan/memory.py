@@ -48,12 +48,16 @@ def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 
     for i, c in enumerate(cost):
         phases.append((f"forward of block {i}", 0, held[i], shared + c.fwd_peak + gathered))
     # what the blocks are handed but kept blocks do not save, a recomputing block holds until its backward
-    unkept = [head.unkept_shared if any(c is not Choice.KEEP for c in choices[: i + 1]) else 0 for i in range(len(choices))]
-    phases.append(("loss forward", 0, held[-1], head.fwd_peak + unkept[-1]))
+    holding = [any(c is not Choice.KEEP for c in choices[: i + 1]) for i in range(len(choices))]
+    unkept = [head.unkept_shared if h else 0 for h in holding]
+    phases.append(("loss forward", 0, held[-1], head.fwd_peak + (head.unkept_loss if holding[-1] else 0)))
     phases.append(("loss backward", 0, total_saved, head.bwd_peak + unkept[-1]))
     for i in reversed(range(len(cost))):
         grads = (len(cost) - 1 - i) * block_grad
-        phases.append((f"backward of block {i}", grads, before[i], head.after_bwd + head.shared_grad + unkept[i] + cost[i].bwd_peak + gathered))
+        # the gradient the blocks accumulate for a shared input: from the second block's backward on
+        # (the first's is part of its own backward's bytes)
+        shared_grad = head.shared_grad if i < len(cost) - 1 else 0
+        phases.append((f"backward of block {i}", grads, before[i], head.after_bwd + shared_grad + unkept[i] + cost[i].bwd_peak + gathered))
     phases.append(("embedding backward", len(cost) * block_grad, 0, head.embed_bwd_peak))
     phases.append(("optimizer step", all_grads, 0, _shard(profile.step_scratch, world_size)))
     name, grads, live_saved, transient = max(phases, key=lambda p: p[1] + p[2] + p[3])

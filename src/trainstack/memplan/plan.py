@@ -66,10 +66,13 @@ class HeadCost:
     # the gradient those of them that need one accumulate through the blocks' backward
     # (an encoder's output handed to every decoder block, a position bias with parameters)
     shared_grad: int = 0
-    # of ``shared``, what kept blocks do not save themselves (an encoder's output they save
-    # only casts of): not in the backward's bytes above, alive there only while a block
-    # that recomputes (and so holds its inputs) is still to go back through
+    # of ``shared``, what kept blocks do not save themselves (a mask they save only casts
+    # of) and nothing else holds by the time the gradient reaches the blocks: not in the
+    # backward's bytes above, alive there only while a block that recomputes (and so holds
+    # its inputs) is still to go back through; ``unkept_loss``: the same by the time the
+    # loss is computed (an encoder's output the model returns is not among them)
     unkept_shared: int = 0
+    unkept_loss: int = 0
 
 
 @dataclass(frozen=True)
