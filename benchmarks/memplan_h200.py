@@ -792,6 +792,8 @@ def hf_compiled(shape: HfShape, case: str, budget: int, rows: list[Row], until: 
         t0 = time.perf_counter()
         try:
             row = shape.run(case, variant, choices, budget, note=note, steps=steps, compiled=True)
+        except Exception as exc:  # noqa: BLE001 - a budget the compiler cannot partition under is a result, not a crash
+            row = Row(case, variant, "", "error", note=f"{note}; the compile failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:120]}")
         finally:
             for i, block in enumerate(originals):
                 layers[i] = block
@@ -829,6 +831,8 @@ def hf_compiled(shape: HfShape, case: str, budget: int, rows: list[Row], until: 
                 row = compiled(f"compile@{r:.3f}", all_keep, r, f"activation_memory_budget {r:g}; peak", PEAK_STEPS)
                 rows.append(row)
                 result["tried"].append(row)
+                if row.status == "error":
+                    break  # the compiler cannot partition under this budget: the ones tried before stand
                 if row.status == "ok" and row.allocated <= first.allocated:
                     best_r, lo = r, r
                     if r == 1.0:

@@ -26,6 +26,7 @@ def measure_real(
     reps: int = 3,
     compiled: bool = False,
     keep_budgets: tuple[float, ...] = (),
+    refused: dict[float, str] | None = None,
 ) -> tuple[dict[Any, BlockCost], dict[Any, float] | None]:
     """One real copy of the first block per choice, on the model's CUDA device: its bytes
     from the allocator (as ``calibrate.block_memory``) and, when ``timed``, the time of its
@@ -35,8 +36,11 @@ def measure_real(
     alone would add the host's launch latency and the sync to every block).
     ``compiled``: each copy under torch.compile, as a compiled run uses it, and a kept copy
     compiled under each of ``keep_budgets`` (the compiler's activation memory budget), keyed
-    by the budget."""
+    by the budget. A budget the compiler fails to partition under (torch 2.11's runtime
+    estimate cannot count grouped-query attention) is left out, its reason in ``refused``."""
     import torch
+
+    refused = {} if refused is None else refused
 
     container = model.get_submodule(run.path)
     original = container[run.first]
@@ -101,8 +105,18 @@ def measure_real(
 
     try:
         memory: dict[Any, BlockCost] = {}
-        for choice, block in blocks.items():
-            once(block)
+        for choice, block in list(blocks.items()):
+            if isinstance(choice, float):
+                try:
+                    once(block)  # compiles it
+                except Exception as exc:  # noqa: BLE001 - a budget the compiler cannot partition under is left out, not the plan
+                    if isinstance(exc, torch.OutOfMemoryError):
+                        raise
+                    del blocks[choice]
+                    refused[choice] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+                    continue
+            else:
+                once(block)
             memory[choice] = once(block)
         times = None
         if timed:
