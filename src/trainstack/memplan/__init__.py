@@ -39,8 +39,6 @@ called.
 
 from __future__ import annotations
 
-import warnings
-
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
@@ -295,10 +293,9 @@ def calibrate_any_compiled(
         return {1.0: profile}
     budgets = COMPILER_BUDGETS if compiled else (1.0,)
     keep_budgets = tuple(b for b in budgets if b < 1)
-    refused: dict[float, str] = {}
     try:
         with _compiled_graphs_allowed(len(budgets) + 2) if compiled else nullcontext():
-            memory, seconds = measure_real(model, example_batch, run=run, precision=prec, compiled=compiled, keep_budgets=keep_budgets, refused=refused)
+            memory, seconds = measure_real(model, example_batch, run=run, precision=prec, compiled=compiled, keep_budgets=keep_budgets)
     except torch.OutOfMemoryError:
         return {1.0: profile}
     finally:
@@ -306,9 +303,8 @@ def calibrate_any_compiled(
         # the measurement's tensors are all freed now: give their segments back, so that
         # the training step planned here finds them (the planned peak leaves no room for them)
         torch.cuda.empty_cache()
-    for b, reason in refused.items():
-        warnings.warn(f"memplan: compiler activation memory budget {b:g} left out of the plan (the compile failed: {reason})", stacklevel=2)
-    return per_budget(profile, memory, seconds, tuple(b for b in budgets if b not in refused))
+    # a budget the compiler could not partition under is not in memory (measure_real warned)
+    return per_budget(profile, memory, seconds, tuple(b for b in budgets if b >= 1 or b in memory))
 
 
 def plan(

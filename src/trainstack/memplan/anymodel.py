@@ -319,6 +319,14 @@ class BlockCall:
             return (*self.args[: self.hidden], x, *self.args[self.hidden + 1 :]), self.kwargs
         return self.args, {**self.kwargs, self.hidden: x}
 
+    def fresh_x(self, device: Any = None) -> Any:
+        """A hidden input of the recorded one's shape, as the last block's output is: a copy
+        of a leaf, not the leaf (autocast caches its casts of leaves, so a leaf input would
+        share one cast among the block's projections)."""
+        import torch
+
+        return torch.randn(self.x.shape, dtype=self.x.dtype, device=device, requires_grad=True).clone()
+
     def with_grad_inputs(self) -> BlockCall:
         """The call with each of ``grad_inputs`` as the model hands it: a tensor that is not
         a leaf and needs a gradient. A block then saves what that gradient takes (the
@@ -476,7 +484,7 @@ def saved_inputs(block: Any, call: BlockCall, device: Any, precision: PrecisionS
     from torch.utils._pytree import tree_flatten
 
     call = call.with_grad_inputs()
-    x = torch.randn(call.x.shape, dtype=call.x.dtype, device=device, requires_grad=True).clone()
+    x = call.fresh_x(device)
     args, kwargs = call.with_x(x)
     positions: dict[int, list[int]] = {}
     for i, t in enumerate(tree_flatten((args, kwargs))[0]):

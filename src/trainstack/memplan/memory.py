@@ -8,6 +8,7 @@ forward to its backward. The peak is the largest sum over those phases. Pure ari
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import replace
 from itertools import accumulate
@@ -48,7 +49,7 @@ def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 
     for i, c in enumerate(cost):
         phases.append((f"forward of block {i}", 0, held[i], shared + c.fwd_peak + gathered))
     # what the blocks are handed but kept blocks do not save, a recomputing block holds until its backward
-    holding = [any(c is not Choice.KEEP for c in choices[: i + 1]) for i in range(len(choices))]
+    holding = list(accumulate((c is not Choice.KEEP for c in choices), operator.or_))  # any of blocks 0..i recomputes
     unkept = [head.unkept_shared if h else 0 for h in holding]
     phases.append(("loss forward", 0, held[-1], head.fwd_peak + (head.unkept_loss if holding[-1] else 0)))
     phases.append(("loss backward", 0, total_saved, head.bwd_peak + unkept[-1]))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
+import warnings
 from typing import Any
 
 from trainstack.memplan.anymodel import BlockRun, _autocast, hidden_of, no_kv_cache, record_call
@@ -26,7 +27,6 @@ def measure_real(
     reps: int = 3,
     compiled: bool = False,
     keep_budgets: tuple[float, ...] = (),
-    refused: dict[float, str] | None = None,
 ) -> tuple[dict[Any, BlockCost], dict[Any, float] | None]:
     """One real copy of the first block per choice, on the model's CUDA device: its bytes
     from the allocator (as ``calibrate.block_memory``) and, when ``timed``, the time of its
@@ -37,10 +37,8 @@ def measure_real(
     ``compiled``: each copy under torch.compile, as a compiled run uses it, and a kept copy
     compiled under each of ``keep_budgets`` (the compiler's activation memory budget), keyed
     by the budget. A budget the compiler fails to partition under (torch 2.11's runtime
-    estimate cannot count grouped-query attention) is left out, its reason in ``refused``."""
+    estimate cannot count grouped-query attention) is left out, with a warning saying why."""
     import torch
-
-    refused = {} if refused is None else refused
 
     container = model.get_submodule(run.path)
     original = container[run.first]
@@ -106,17 +104,17 @@ def measure_real(
     try:
         memory: dict[Any, BlockCost] = {}
         for choice, block in list(blocks.items()):
-            if isinstance(choice, float):
-                try:
-                    once(block)  # compiles it
-                except Exception as exc:  # noqa: BLE001 - a budget the compiler cannot partition under is left out, not the plan
-                    if isinstance(exc, torch.OutOfMemoryError):
-                        raise
-                    del blocks[choice]
-                    refused[choice] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
-                    continue
-            else:
-                once(block)
+            try:
+                once(block)  # the first pass compiles a compiled copy
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a budget the compiler cannot partition under is left out, not the plan
+                if not isinstance(choice, float):
+                    raise
+                del blocks[choice]
+                reason = (str(exc).strip().splitlines() or [""])[-1]
+                warnings.warn(f"memplan: compiler activation memory budget {choice:g} left out of the plan (the compile failed: {type(exc).__name__}: {reason})", stacklevel=2)
+                continue
             memory[choice] = once(block)
         times = None
         if timed:

@@ -29,10 +29,7 @@ def autograd_saved_bytes(model: Any, batch: Any, *, autocast: bool = True) -> in
     amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
     with no_kv_cache(model):  # with gradients: an input the model hands the block needing one, needs one here
         call = record_call(model, block, batch, label="block", context=amp).with_grad_inputs()
-    # the input is the last block's output, not a leaf: autocast caches its casts of leaves
-    # (weights), and a leaf input would share one cast among the block's projections
-    x = torch.randn(call.x.shape, dtype=call.x.dtype, requires_grad=True).clone()
-    args, kwargs = call.with_x(x)
+    args, kwargs = call.with_x(call.fresh_x())
     exclude = {p.untyped_storage().data_ptr() for p in model.parameters()}
     exclude |= {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_flatten((call.args, call.kwargs))[0] if isinstance(t, torch.Tensor) and t is not call.x}
     storages: dict[int, int] = {}
