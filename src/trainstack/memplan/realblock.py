@@ -36,8 +36,8 @@ def measure_real(
     alone would add the host's launch latency and the sync to every block).
     ``compiled``: each copy under torch.compile, as a compiled run uses it, and a kept copy
     compiled under each of ``keep_budgets`` (the compiler's activation memory budget), keyed
-    by the budget. A budget the compiler fails to partition under (torch 2.11's runtime
-    estimate cannot count grouped-query attention) is left out, with a warning saying why."""
+    by the budget. A budget the compiler fails to partition under is left out, with a
+    warning saying why."""
     import torch
 
     container = model.get_submodule(run.path)

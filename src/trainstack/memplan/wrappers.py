@@ -152,14 +152,17 @@ def compile_block(block: nn.Module, budget: float | None = None) -> nn.Module:
 def budget_backend(budget: float) -> Callable[..., Any]:
     """Inductor, with the partitioner's activation memory budget set to ``budget`` while it
     splits this graph into forward and backward (one backend per budget, so torch.compile
-    keeps one compiled graph per budget)."""
+    keeps one compiled graph per budget). The partitioner counts grouped-query attention's
+    FLOPs as ``attention_flops`` does (torch before 2.13 cannot)."""
 
     def backend(gm: Any, example_inputs: Any) -> Any:
         import torch._functorch.config as functorch_config
         from torch._inductor.compile_fx import compile_fx
 
+        from trainstack.memplan.attention_flops import grouped_query_flops
+
         # no autograd cache: a graph partitioned under another budget must not be reused
-        with functorch_config.patch(activation_memory_budget=budget, enable_autograd_cache=False):
+        with functorch_config.patch(activation_memory_budget=budget, enable_autograd_cache=False), grouped_query_flops():
             return compile_fx(gm, example_inputs)
 
     backend.__name__ = f"inductor_memory_budget_{budget:g}"
