@@ -14,7 +14,12 @@ predictions are set beside two references that compose nothing (``memplan.refere
 
 Printed as a table and written to OUT/memplan_families.txt and .json (atomically).
 
-Usage: python benchmarks/memplan_families.py [--out benchmarks/results] [--only llama,t5]
+``--torchvision``: torchvision's image classifiers instead (``torchvision.models``, random
+weights, 5 classes, cross-entropy on their logits), each planned on the run of blocks memplan
+finds (the stage holding the most parameters) and ResNet-50 also on its first stage, named;
+written to OUT/memplan_torchvision.txt and .json.
+
+Usage: python benchmarks/memplan_families.py [--out benchmarks/results] [--only llama,t5] [--torchvision]
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from trainstack import memplan
 from trainstack.fsutil import atomic_write_text
 from trainstack.memplan.memory import breakdown
 from trainstack.memplan.plan import Choice, Overheads
+from trainstack.memplan.anymodel import default_loss
 from trainstack.memplan.reference import autograd_saved_bytes, fake_step_peak
 
 K, S, F = Choice.KEEP, Choice.SELECTIVE, Choice.FULL
@@ -94,6 +100,41 @@ FAMILIES = {
 }
 
 
+def vision(name: str, size: int):
+    """torchvision's ``name`` (random weights, 5 classes) and a batch of ``size`` pixel images."""
+
+    def make():
+        import torchvision
+
+        torch.manual_seed(0)
+        model = getattr(torchvision.models, name)(num_classes=5).train()
+        return model, (torch.randn(BATCH, 3, size, size, generator=torch.Generator().manual_seed(1)),)
+
+    return make
+
+
+def class_loss(logits, _batch):
+    return torch.nn.functional.cross_entropy(logits.float(), torch.tensor([1, 4]))
+
+
+# family: (what is particular to it, model and batch, the list of blocks: None finds it)
+TORCHVISION = {
+    "resnet50": ("bottleneck stages, batch norm; the last stage found", vision("resnet50", 64), None),
+    "resnet50/layer1": ("the first stage, named: the most activations", vision("resnet50", 64), "layer1"),
+    "convnext_tiny": ("depthwise convolutions, layer scale", vision("convnext_tiny", 64), None),
+    "efficientnet_b0": ("inverted residuals, squeeze-excitation", vision("efficientnet_b0", 64), None),
+    "mobilenet_v3_large": ("hard-swish, squeeze-excitation", vision("mobilenet_v3_large", 64), None),
+    "regnet_y_400mf": ("grouped convolutions", vision("regnet_y_400mf", 64), None),
+    "swin_t": ("shifted windows", vision("swin_t", 64), None),
+    "vit_b_16": ("image patches, 224 px", vision("vit_b_16", 224), None),
+}
+
+
+def hugging_face(name: str):
+    _, auto, config, batch_of = FAMILIES[name]
+    return lambda: (build(auto, config), batch_of())
+
+
 def build(auto, config):
     """The model from a fresh config (a refused attention implementation stays in the config it was asked of)."""
     torch.manual_seed(0)
@@ -103,19 +144,18 @@ def build(auto, config):
         return auto.from_config(config()).train()
 
 
-def measure(name: str) -> dict:
-    what, auto, config, batch_of = FAMILIES[name]
-    model, batch = build(auto, config), batch_of()
+def measure(name: str, what: str, make, blocks: str | None = None, loss_fn=default_loss) -> dict:
+    model, batch = make()
     t0 = time.perf_counter()
-    profile = memplan.calibrate_any(model, batch, device="cpu", measure=False)
+    profile = memplan.calibrate_any(model, batch, device="cpu", measure=False, blocks=blocks, loss_fn=loss_fn)
     seconds = time.perf_counter() - t0
     n = profile.n_blocks
     row = {"family": name, "what": what, "blocks": f"{profile.blocks}[{profile.first_block}:{profile.first_block + n}]", "calibration_s": round(seconds, 2)}
-    row["saved_predicted"], row["saved_autograd"] = profile.options[K].saved, autograd_saved_bytes(model, batch)
+    row["saved_predicted"], row["saved_autograd"] = profile.options[K].saved, autograd_saved_bytes(model, batch, blocks=blocks)
     mixed = (F, S, *(K,) * (n - 2)) if n >= 2 else (F,)
     for label, choices in (("keep", (K,) * n), ("full", (F,) * n), ("mixed", mixed)):
         row[f"peak_{label}_predicted"] = breakdown(profile, choices, overheads=Overheads()).allocated_peak
-        row[f"peak_{label}_fake_step"] = fake_step_peak(model, batch, choices)
+        row[f"peak_{label}_fake_step"] = fake_step_peak(model, batch, choices, loss_fn=loss_fn, blocks=blocks)
     return row
 
 
@@ -124,15 +164,15 @@ def error(row: dict, key: str, reference: str) -> float:
 
 
 def table(rows: list[dict]) -> str:
-    head = f"{'family':<12} {'blocks':<24} {'saved pred':>10} {'autograd':>10} {'error':>7}  {'peak keep':>9} {'full':>7} {'mixed':>7}  {'calib s':>7}  what"
+    head = f"{'family':<18} {'blocks':<26} {'saved pred':>10} {'autograd':>10} {'error':>7}  {'peak keep':>9} {'full':>7} {'mixed':>7}  {'calib s':>7}  what"
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
-            lines.append(f"{r['family']:<12} not planned: {r['error']}")
+            lines.append(f"{r['family']:<18} not planned: {r['error']}")
             continue
         peaks = [f"{error(r, f'peak_{c}_predicted', f'peak_{c}_fake_step'):+.2%}" for c in ("keep", "full", "mixed")]
         lines.append(
-            f"{r['family']:<12} {r['blocks']:<24} {r['saved_predicted']:>10} {r['saved_autograd']:>10} {error(r, 'saved_predicted', 'saved_autograd'):>+7.2%}  "
+            f"{r['family']:<18} {r['blocks']:<26} {r['saved_predicted']:>10} {r['saved_autograd']:>10} {error(r, 'saved_predicted', 'saved_autograd'):>+7.2%}  "
             f"{peaks[0]:>9} {peaks[1]:>7} {peaks[2]:>7}  {r['calibration_s']:>7.2f}  {r['what']}"
         )
     return "\n".join(lines)
@@ -155,32 +195,46 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--only", default="", help="comma-separated families (default: all)")
+    ap.add_argument("--torchvision", action="store_true", help="torchvision's image classifiers instead of Hugging Face families")
     args = ap.parse_args()
-    names = [n for n in (args.only.split(",") if args.only else FAMILIES) if n]
-    unknown = [n for n in names if n not in FAMILIES]
+    if args.torchvision:
+        try:
+            import torchvision
+        except ImportError as exc:
+            print(f"error: --torchvision: torchvision does not import ({exc}); install the torchvision built for torch {torch.__version__}", file=sys.stderr)
+            return 6
+        families = {name: (what, make, blocks, class_loss) for name, (what, make, blocks) in TORCHVISION.items()}
+        stem, versions = "memplan_torchvision", {"torchvision": torchvision.__version__}
+        shape = f"batch {BATCH} images"
+    else:
+        families = {name: (spec[0], hugging_face(name), None, default_loss) for name, spec in FAMILIES.items()}
+        stem, versions, shape = "memplan_families", {"transformers": t.__version__}, f"batch {BATCH}, seq {SEQ} (tokens)"
+    names = [n for n in (args.only.split(",") if args.only else families) if n]
+    unknown = [n for n in names if n not in families]
     if unknown:
-        print(f"error: --only: unknown families {', '.join(unknown)}; accepted: {', '.join(FAMILIES)}", file=sys.stderr)
+        print(f"error: --only: unknown families {', '.join(unknown)}; accepted: {', '.join(families)}", file=sys.stderr)
         return 2
     rows = []
     for name in names:
+        what, make, blocks, loss_fn = families[name]
         try:
-            rows.append(measure(name))
+            rows.append(measure(name, what, make, blocks, loss_fn))
         except Exception as exc:  # noqa: BLE001 - a family memplan cannot plan is a row, with its reason
             traceback.print_exc()
-            rows.append({"family": name, "what": FAMILIES[name][0], "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
+            rows.append({"family": name, "what": what, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
         print(table(rows[-1:]).splitlines()[-1], flush=True)
     header = [
         "$ python3 " + " ".join(["benchmarks/memplan_families.py", *sys.argv[1:]]),
-        f"CPU, torch {torch.__version__}, transformers {t.__version__}: batch {BATCH}, seq {SEQ} (tokens), bf16 autocast, fused AdamW; "
+        f"CPU, torch {torch.__version__}, {', '.join(f'{k} {v}' for k, v in versions.items())}: {shape}, bf16 autocast, fused AdamW; "
         "error = predicted / reference - 1",
     ]
     text = "\n".join([*header, "", table(rows), "", *summary(rows)])
     print("\n" + text)
     args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out / "memplan_families.txt", text + "\n")
-    atomic_write_text(args.out / "memplan_families.json", json.dumps({"command": header[0][2:], "torch": torch.__version__, "transformers": t.__version__, "rows": rows, "summary": summary(rows)}, indent=2) + "\n")
+    atomic_write_text(args.out / f"{stem}.txt", text + "\n")
+    document = {"command": header[0][2:], "torch": torch.__version__, **versions, "rows": rows, "summary": summary(rows)}
+    atomic_write_text(args.out / f"{stem}.json", json.dumps(document, indent=2) + "\n")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -324,3 +324,47 @@ def test_blocks_already_wrapped_for_checkpointing_get_their_reason() -> None:
     apply_activation_checkpointing(model, check_fn=lambda m: type(m).__name__ == "LlamaDecoderLayer")
     with pytest.raises(UnplannableModel, match="already wrapped for activation checkpointing .CheckpointWrapper."):
         memplan.plan(model, example_batch(), budget="1GiB", device="cpu", measure=False)
+
+
+class Bottleneck(nn.Module):
+    """A ResNet bottleneck: convolutions, batch norm, in-place ReLU after the residual add."""
+
+    def __init__(self, width: int, inner: int, downsample: bool = False) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(width, inner, 1, bias=False), nn.BatchNorm2d(inner)
+        self.conv2, self.bn2 = nn.Conv2d(inner, inner, 3, padding=1, bias=False), nn.BatchNorm2d(inner)
+        self.conv3, self.bn3 = nn.Conv2d(inner, width, 1, bias=False), nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = nn.Sequential(nn.Conv2d(width, width, 1, bias=False), nn.BatchNorm2d(width)) if downsample else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        out += identity
+        return self.relu(out)
+
+
+def small_resnet() -> nn.Module:
+    """Two stages, each a first block with a downsample path and three plain ones."""
+    torch.manual_seed(0)
+    stage = lambda width: nn.Sequential(Bottleneck(width, width // 4, downsample=True), *(Bottleneck(width, width // 4) for _ in range(3)))  # noqa: E731
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), stage(32), nn.Conv2d(32, 64, 3, stride=2, padding=1), stage(64), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 5)).train()
+
+
+def test_a_resnet_stage_named() -> None:
+    """A convolutional stage, named: batch norm's running statistics are buffers, not saved
+    activations; the block's output its last ReLU saves is the next block's input."""
+    stage = "1"
+    model = small_resnet()
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    loss_fn = lambda logits, _: torch.nn.functional.cross_entropy(logits.float(), torch.tensor([1, 4]))  # noqa: E731
+    profile = memplan.calibrate_any(model, images, blocks=stage, loss_fn=loss_fn, device="cpu", measure=False)
+    assert (profile.blocks, profile.first_block, profile.n_blocks) == (stage, 1, 3)
+    measured = reference.autograd_saved_bytes(model, images, blocks=stage)
+    assert abs(profile.options[K].saved - measured) <= 0.01 * measured, (profile.options[K].saved, measured)
+    for choices in ((K,) * 3, (F,) * 3, (F, S, K)):
+        predicted = breakdown(profile, choices, overheads=Overheads()).allocated_peak
+        whole = reference.fake_step_peak(model, images, choices, loss_fn=loss_fn, blocks=stage)
+        assert abs(predicted / whole - 1) <= 0.001, (choices, predicted, whole)

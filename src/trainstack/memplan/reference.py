@@ -11,26 +11,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainstack.memplan.anymodel import _fake_copy, _fake_like, as_eager, call_model, default_loss, fake_as_real, find_blocks, no_kv_cache, record_call
+from trainstack.memplan.anymodel import _fake_copy, _fake_like, as_eager, call_model, default_loss, fake_as_real, find_blocks, hidden_of, no_kv_cache, record_call
 from trainstack.memplan.calibrate import Roofline, _tracker
 from trainstack.memplan.optim import precision_spec
 from trainstack.memplan.plan import Choice
 from trainstack.memplan.wrappers import apply_choices
 
 
-def autograd_saved_bytes(model: Any, batch: Any, *, autocast: bool = True) -> int:
+def autograd_saved_bytes(model: Any, batch: Any, *, autocast: bool = True, blocks: str | None = None) -> int:
     """Bytes autograd saves in the forward of ``model``'s first planned block, called as the
     model calls it on ``batch`` (CPU): the storages of its saved tensors, the block's input
-    among them where saved; parameters and what the model hands every block excluded."""
+    among them where saved; excluded are the parameters and buffers (batch norm's running
+    statistics), what the model hands every block, and the block's output where the block
+    saves it (ResNet's in-place ReLU): that is the next block's input, counted there.
+    ``blocks``: the list of blocks, as ``memplan.plan`` takes it."""
     import torch
 
-    run = find_blocks(model)
+    run = find_blocks(model, blocks)
     block = model.get_submodule(run.path)[run.first]
     amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
     with no_kv_cache(model):  # with gradients: an input the model hands the block needing one, needs one here
         call = record_call(model, block, batch, label="block", context=amp).with_grad_inputs()
     args, kwargs = call.with_x(call.fresh_x())
-    exclude = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    exclude = {p.untyped_storage().data_ptr() for p in (*model.parameters(), *model.buffers())}
     exclude |= {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_flatten((call.args, call.kwargs))[0] if isinstance(t, torch.Tensor) and t is not call.x}
     storages: dict[int, int] = {}
 
@@ -41,11 +44,12 @@ def autograd_saved_bytes(model: Any, batch: Any, *, autocast: bool = True) -> in
         return t
 
     with no_kv_cache(model), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp:
-        block(*args, **kwargs)
+        output = hidden_of(block(*args, **kwargs))
+    storages.pop(output.untyped_storage().data_ptr(), None)
     return sum(storages.values())
 
 
-def fake_step_peak(model: Any, batch: Any, choices: tuple[Choice, ...], *, loss_fn: Any = default_loss, steps: int = 2) -> int:
+def fake_step_peak(model: Any, batch: Any, choices: tuple[Choice, ...], *, loss_fn: Any = default_loss, steps: int = 2, blocks: str | None = None) -> int:
     """The most bytes live over the last of ``steps`` training steps (fused AdamW, bf16
     autocast) of ``model`` with its blocks wrapped per ``choices``, built and trained on fake tensors
     (CPU) under the live-bytes tracker: the whole step, nothing composed."""
@@ -55,7 +59,7 @@ def fake_step_peak(model: Any, batch: Any, choices: tuple[Choice, ...], *, loss_
     mode = _tracker(Roofline())
     with FakeTensorMode(), fake_as_real(), as_eager(), mode:
         fake = _fake_copy(model, "cpu", precision_spec("autocast-bf16"))  # tied parameters stay tied; no key/value cache
-        run = find_blocks(fake)
+        run = find_blocks(fake, blocks)
         apply_choices(fake, choices, run.path, run.first)
         opt = torch.optim.AdamW(fake.parameters(), fused=True)  # as memplan's "adamw" (fused: no temporaries)
         for step in range(steps):
