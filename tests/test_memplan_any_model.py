@@ -353,10 +353,13 @@ def small_resnet() -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), stage(32), nn.Conv2d(32, 64, 3, stride=2, padding=1), stage(64), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 5)).train()
 
 
-def test_a_resnet_stage_named() -> None:
+@pytest.mark.parametrize("stage", ["1", "3"])
+def test_a_resnet_stage_named(stage: str) -> None:
     """A convolutional stage, named: batch norm's running statistics are buffers, not saved
-    activations; the block's output its last ReLU saves is the next block's input."""
-    stage = "1"
+    activations; the block's output its last ReLU saves is the next block's input, and lives
+    into the block's backward; the gradient reaching the block dies once that ReLU has used
+    it; the stage's first block (in the head) keeps the blocks' input alive, which the first
+    planned block saves too (counted once)."""
     model = small_resnet()
     images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(4))
     loss_fn = lambda logits, _: torch.nn.functional.cross_entropy(logits.float(), torch.tensor([1, 4]))  # noqa: E731
@@ -368,3 +371,29 @@ def test_a_resnet_stage_named() -> None:
         predicted = breakdown(profile, choices, overheads=Overheads()).allocated_peak
         whole = reference.fake_step_peak(model, images, choices, loss_fn=loss_fn, blocks=stage)
         assert abs(predicted / whole - 1) <= 0.001, (choices, predicted, whole)
+
+
+class ResidualReLU(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(width, width, 1, bias=False), nn.Conv2d(width, width, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv2(torch.relu(self.conv1(x))) + x)
+
+
+def test_blocks_ending_in_relu() -> None:
+    """A block whose last op saves its output: the output lives into the block's backward,
+    and the gradient handed to the block is freed by the ReLU's backward, not held through
+    the block's (one activation over at the last block's backward, before)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), *(ResidualReLU(64) for _ in range(4)), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 5)).train()
+    images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(4))
+    loss_fn = lambda logits, _: torch.nn.functional.cross_entropy(logits.float(), torch.tensor([1, 4]))  # noqa: E731
+    profile = memplan.calibrate_any(model, images, loss_fn=loss_fn, device="cpu", measure=False)
+    assert (profile.first_block, profile.n_blocks) == (1, 4)
+    for choices in ((K,) * 4, (F,) * 4, (F, S, K, K)):
+        predicted = breakdown(profile, choices, overheads=Overheads())
+        whole = reference.fake_step_peak(model, images, choices, loss_fn=loss_fn)
+        assert predicted.transient_phase == "backward of block 3"
+        assert abs(predicted.allocated_peak / whole - 1) <= 0.001, (choices, predicted.allocated_peak, whole)

@@ -431,6 +431,7 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
     with a fresh hidden input, on fake tensors under the live-bytes tracker: its saved,
     held and peak bytes (``BlockCost``), and the op costs of its forward and backward."""
     import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
 
     wrapped = wrap(block, choice)
     for p in block.parameters():
@@ -449,6 +450,7 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
         mode.reset_cost()
         start = mode.live - x_bytes
         args, kwargs = call.with_x(x)
+        x_ref = StorageWeakRef(x.untyped_storage())  # alive after the forward where the block saves it
         del x
         with _autocast(device, precision):
             out = wrapped(*args, **kwargs)
@@ -461,17 +463,32 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
         fwd_cost = mode.state.cost
         fwd_peak = mode.state.peak - start
         saved = mode.live - y_bytes - x_bytes
-        gy = torch.randn_like(y)
-        before = mode.live
+        saved_input = 0 if x_ref.expired() else x_bytes
+        # the backward as a step runs it: the gradient reaching the block is made by autograd
+        # and freed once its first op has used it, and the output lives on only where the
+        # block saved it (a last ReLU saves its result; a residual add saves nothing)
+        y = _backward_from(y)
         mode.reset_peak()
         mode.reset_cost()
-        y.backward(gy)
-        bwd_peak = mode.state.peak - before + saved
+        y.backward()
+        # the gradient reaching the block is counted with the head's bytes (HeadCost.after_bwd)
+        bwd_peak = mode.state.peak - x_bytes - y_bytes
         bwd_cost = mode.state.cost
     wrap(block, Choice.KEEP)
     for p in block.parameters():
         p.grad = None
-    return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak), fwd_cost, bwd_cost
+    return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak, saved_input=saved_input), fwd_cost, bwd_cost
+
+
+def _backward_from(y: Any) -> Any:
+    """A scalar whose backward hands ``y`` a gradient of its shape that autograd makes and
+    frees, as a step's backward does, with no reference to ``y`` or to the gradient kept
+    here (the caller's ``y`` is the one reference, and it is handed over)."""
+    import torch
+
+    with torch.no_grad():
+        weights = torch.randn_like(y)
+    return (y * weights).sum()
 
 
 def saved_inputs(block: Any, call: BlockCall, device: Any, precision: PrecisionSpec) -> frozenset[int]:
@@ -546,19 +563,29 @@ def _measure_head(
     mode = _tracker(roofline)
     marks: dict[str, int] = {}
     kept: list[Any] = []
+    calls: list[Any] = []  # the blocks' input: a weak reference to its storage, and its bytes
 
     def at_blocks(grad: Any) -> None:
         marks["bwd_peak"] = mode.state.peak
         marks["after_bwd"] = mode.live_with(grad)
+        ref, nbytes = calls[0]
+        marks["holds_input"] = 0 if ref.expired() else nbytes
         # what the blocks are handed, kept blocks do not save and the head's step has freed by
         # now (mode.state.watched): a block that recomputes would still hold it
         marks["unkept_shared"] = mode.watched_gone()
         mode.reset_peak()
 
     def on_input(hidden: Any, args: tuple, kwargs: dict) -> Any:
-        if "first" in marks:  # only the first stand-in marks: the blocks that follow are handed
-            return hidden  # the same tensors (no others at all, for an encoder called without a mask)
-        marks["first"] = 1
+        calls.append((StorageWeakRef(hidden.untyped_storage()), hidden.untyped_storage().nbytes()))
+        # only the first stand-in marks: the blocks that follow are handed the same tensors
+        # (no others at all, for an encoder called without a mask)
+        out = first(hidden, args, kwargs) if len(calls) == 1 else hidden
+        # the last block's output is a tensor of its own: what the head keeps of the blocks'
+        # input (a module before them that saves its output) and of their output (a norm or
+        # a pooling after them that saves its input) are two tensors, as in the model
+        return out.clone() if len(calls) == run.count else out
+
+    def first(hidden: Any, args: tuple, kwargs: dict) -> Any:
         flat = tree_flatten((args, kwargs))[0]
         others = [t for t in flat if isinstance(t, torch.Tensor) and t is not hidden]
         # what kept blocks save of the others stays alive through the backward, as in the model
@@ -607,6 +634,7 @@ def _measure_head(
         shared_grad=marks.get("shared_grad", 0),
         unkept_shared=marks.get("unkept_shared", marks["unkept_loss"]),
         unkept_loss=marks["unkept_loss"],
+        holds_input=marks.get("holds_input", 0),
     )
     return head, cost
 

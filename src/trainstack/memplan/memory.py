@@ -51,14 +51,17 @@ def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 
     # what the blocks are handed but kept blocks do not save, a recomputing block holds until its backward
     holding = list(accumulate((c is not Choice.KEEP for c in choices), operator.or_))  # any of blocks 0..i recomputes
     unkept = [head.unkept_shared if h else 0 for h in holding]
-    phases.append(("loss forward", 0, held[-1], head.fwd_peak + (head.unkept_loss if holding[-1] else 0)))
-    phases.append(("loss backward", 0, total_saved, head.bwd_peak + unkept[-1]))
+    # the blocks' input, once: where the head holds it and the first block saves it too
+    twice = min(head.holds_input, cost[0].saved_input) if cost else 0
+    phases.append(("loss forward", 0, held[-1] - twice, head.fwd_peak + (head.unkept_loss if holding[-1] else 0)))
+    phases.append(("loss backward", 0, total_saved - twice, head.bwd_peak + unkept[-1]))
     for i in reversed(range(len(cost))):
         grads = (len(cost) - 1 - i) * block_grad
         # the gradient the blocks accumulate for a shared input: from the second block's backward on
         # (the first's is part of its own backward's bytes)
         shared_grad = head.shared_grad if i < len(cost) - 1 else 0
-        phases.append((f"backward of block {i}", grads, before[i], head.after_bwd + shared_grad + unkept[i] + cost[i].bwd_peak + gathered))
+        phases.append((f"backward of block {i}", grads, before[i] - (twice if i else 0),
+                       head.after_bwd + shared_grad + unkept[i] + cost[i].bwd_peak - (0 if i else twice) + gathered))
     phases.append(("embedding backward", len(cost) * block_grad, 0, head.embed_bwd_peak))
     phases.append(("optimizer step", all_grads, 0, _shard(profile.step_scratch, world_size)))
     name, grads, live_saved, transient = max(phases, key=lambda p: p[1] + p[2] + p[3])
@@ -98,7 +101,7 @@ def with_measured_memory(profile: Profile, blocks: dict[Choice, BlockCost]) -> P
     """The profile with each choice's bytes (saved, held, forward and backward peaks) from
     a real block (calibrate.block_memory); recompute costs unchanged."""
     options = {
-        c: replace(o, saved=blocks[c].saved, held=blocks[c].held, fwd_peak=blocks[c].fwd_peak, bwd_peak=blocks[c].bwd_peak)
+        c: replace(o, saved=blocks[c].saved, held=blocks[c].held, fwd_peak=blocks[c].fwd_peak, bwd_peak=blocks[c].bwd_peak, saved_input=blocks[c].saved_input)
         for c, o in profile.options.items()
     }
     return replace(profile, options=options)

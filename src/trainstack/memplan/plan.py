@@ -44,6 +44,9 @@ class BlockCost:
     recompute_flops: float = 0.0
     recompute_seconds: float = 0.0
     host_seconds: float = 0.0
+    # of ``saved``, the block's own input where the block saves it (the first block's input
+    # is the model's tensor from before the blocks, which the head may hold too)
+    saved_input: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,10 @@ class HeadCost:
     # loss is computed (an encoder's output the model returns is not among them)
     unkept_shared: int = 0
     unkept_loss: int = 0
+    # the blocks' input where the head itself keeps it through the blocks' backward (the
+    # module before them saves its output: a stage's first block, a ReLU): not to be counted
+    # again where the first block saves it too
+    holds_input: int = 0
 
 
 @dataclass(frozen=True)

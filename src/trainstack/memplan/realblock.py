@@ -10,7 +10,7 @@ import time
 import warnings
 from typing import Any
 
-from trainstack.memplan.anymodel import BlockRun, _autocast, hidden_of, no_kv_cache, record_call
+from trainstack.memplan.anymodel import BlockRun, _autocast, _backward_from, hidden_of, no_kv_cache, record_call
 from trainstack.memplan.optim import PrecisionSpec
 from trainstack.memplan.plan import BlockCost, Choice
 from trainstack.memplan.wrappers import compile_block, library_checkpointing_off, wrap
@@ -75,13 +75,13 @@ def measure_real(
             del out, args, kwargs
             # what the block leaves behind while the forward goes on (anymodel.measure_block)
             held = allocated(device) - base - y.untyped_storage().nbytes()
-        saved = allocated(device) - base - y.untyped_storage().nbytes()
+        y_bytes = y.untyped_storage().nbytes()
+        saved = allocated(device) - base - y_bytes
         fwd_peak = peak(device) - base
-        gy = torch.randn_like(y)
-        before = allocated(device) - base
+        y = _backward_from(y)  # as anymodel.measure_block: the gradient made and freed by autograd
         torch.cuda.reset_peak_memory_stats(device)
-        y.backward(gy)
-        bwd_peak = peak(device) - base - before + saved
+        y.backward()
+        bwd_peak = peak(device) - base - y_bytes  # the gradient reaching the block: the head's
         block.zero_grad(set_to_none=True)
         return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak)
 
