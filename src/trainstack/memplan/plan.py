@@ -30,8 +30,9 @@ class BlockCost:
     ``held``: bytes held while the forward pass goes on (autocast keeps its bf16 weight
     copies until the autocast region ends, also for recomputed blocks).
     ``fwd_peak``: the most bytes live during its forward above what was live before, input included.
-    ``bwd_peak``: the most bytes live during its backward above what was live before, plus
-    ``saved`` (so recomputed activations, intermediate gradients and weight gradients count).
+    ``bwd_peak``: the most bytes live during its backward, its saved bytes and the output it
+    saves among them, recomputed activations, intermediate gradients and weight gradients;
+    not the gradient handed to it (the head's ``after_bwd`` counts that one).
     ``recompute_flops`` and ``recompute_seconds``: the forward work done again in backward,
     and its GPU time by roofline. ``host_seconds``: what the choice adds to the host's time
     to issue the step (the op dispatches of recompute, and selective's per-op policy).

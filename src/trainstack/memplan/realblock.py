@@ -39,6 +39,7 @@ def measure_real(
     by the budget. A budget the compiler fails to partition under is left out, with a
     warning saying why."""
     import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
 
     container = model.get_submodule(run.path)
     original = container[run.first]
@@ -68,6 +69,7 @@ def measure_real(
         x = leaf.clone()
         torch.cuda.reset_peak_memory_stats(device)
         args, kwargs = call.with_x(x)
+        x_ref, x_bytes = StorageWeakRef(x.untyped_storage()), x.untyped_storage().nbytes()
         del x
         with _autocast(device, precision):
             out = block(*args, **kwargs)
@@ -77,13 +79,14 @@ def measure_real(
             held = allocated(device) - base - y.untyped_storage().nbytes()
         y_bytes = y.untyped_storage().nbytes()
         saved = allocated(device) - base - y_bytes
+        saved_input = 0 if x_ref.expired() else x_bytes  # the block saves its input
         fwd_peak = peak(device) - base
         y = _backward_from(y)  # as anymodel.measure_block: the gradient made and freed by autograd
         torch.cuda.reset_peak_memory_stats(device)
         y.backward()
         bwd_peak = peak(device) - base - y_bytes  # the gradient reaching the block: the head's
         block.zero_grad(set_to_none=True)
-        return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak)
+        return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak, saved_input=saved_input)
 
     def seconds(block: Any) -> float:
         leaf = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
