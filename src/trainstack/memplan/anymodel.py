@@ -563,12 +563,13 @@ def _measure_head(
     mode = _tracker(roofline)
     marks: dict[str, int] = {}
     kept: list[Any] = []
-    calls: list[Any] = []  # the blocks' input: a weak reference to its storage, and its bytes
+    calls: list[int] = [0]  # the stand-ins called so far
+    blocks_input: list[Any] = []  # the first one's input: a weak reference to its storage, and its bytes
 
     def at_blocks(grad: Any) -> None:
         marks["bwd_peak"] = mode.state.peak
         marks["after_bwd"] = mode.live_with(grad)
-        ref, nbytes = calls[0]
+        ref, nbytes = blocks_input[0]
         marks["holds_input"] = 0 if ref.expired() else nbytes
         # what the blocks are handed, kept blocks do not save and the head's step has freed by
         # now (mode.state.watched): a block that recomputes would still hold it
@@ -576,16 +577,17 @@ def _measure_head(
         mode.reset_peak()
 
     def on_input(hidden: Any, args: tuple, kwargs: dict) -> Any:
-        calls.append((StorageWeakRef(hidden.untyped_storage()), hidden.untyped_storage().nbytes()))
+        calls[0] += 1
         # only the first stand-in marks: the blocks that follow are handed the same tensors
         # (no others at all, for an encoder called without a mask)
-        out = first(hidden, args, kwargs) if len(calls) == 1 else hidden
+        out = first(hidden, args, kwargs) if calls[0] == 1 else hidden
         # the last block's output is a tensor of its own: what the head keeps of the blocks'
         # input (a module before them that saves its output) and of their output (a norm or
         # a pooling after them that saves its input) are two tensors, as in the model
-        return out.clone() if len(calls) == run.count else out
+        return out.clone() if calls[0] == run.count else out
 
     def first(hidden: Any, args: tuple, kwargs: dict) -> Any:
+        blocks_input.append((StorageWeakRef(hidden.untyped_storage()), hidden.untyped_storage().nbytes()))
         flat = tree_flatten((args, kwargs))[0]
         others = [t for t in flat if isinstance(t, torch.Tensor) and t is not hidden]
         # what kept blocks save of the others stays alive through the backward, as in the model

@@ -24,21 +24,14 @@ _FORWARD = (
 _BACKWARD = tuple(f"{name}_backward" for name in _FORWARD)
 
 
-def _widened(shape: Any, heads: int) -> Any:
-    """A (batch, heads, seq, dim) key or value shape with the query's heads."""
-    return (shape[0], heads, *shape[2:])
+def _widened(count: Callable[..., int], query_at: int) -> Callable[..., int]:
+    """``count`` (a formula over shapes: the query at ``query_at``, the key and value after
+    it) with the key's and value's heads widened to the query's."""
 
-
-def _forward(count: Callable[..., int]) -> Callable[..., int]:
-    def formula(query: Any, key: Any, value: Any, *_: Any, out_shape: Any = None, **__: Any) -> int:
-        return count(query, _widened(key, query[1]), _widened(value, query[1]))
-
-    return formula
-
-
-def _backward(count: Callable[..., int]) -> Callable[..., int]:
-    def formula(grad_out: Any, query: Any, key: Any, value: Any, *_: Any, out_shape: Any = None, **__: Any) -> int:
-        return count(grad_out, query, _widened(key, query[1]), _widened(value, query[1]))
+    def formula(*shapes: Any, out_shape: Any = None, **_: Any) -> int:
+        query, key, value = shapes[query_at : query_at + 3]
+        heads = query[1]  # (batch, heads, seq, dim)
+        return count(*shapes[:query_at], query, (key[0], heads, *key[2:]), (value[0], heads, *value[2:]))
 
     return formula
 
@@ -51,7 +44,8 @@ def grouped_query_flops() -> Iterator[None]:
     from torch.utils import flop_counter as fc
 
     aten = torch.ops.aten
-    forward, backward = fc.shape_wrapper(_forward(fc.sdpa_flop_count)), fc.shape_wrapper(_backward(fc.sdpa_backward_flop_count))
+    # the backward's formula takes the output's gradient first, then query, key and value
+    forward, backward = fc.shape_wrapper(_widened(fc.sdpa_flop_count, 0)), fc.shape_wrapper(_widened(fc.sdpa_backward_flop_count, 1))
     formulas = {getattr(aten, n): forward for n in _FORWARD if hasattr(aten, n)}
     formulas |= {getattr(aten, n): backward for n in _BACKWARD if hasattr(aten, n)}
     with mock.patch.dict(fc.flop_registry, formulas):

@@ -75,9 +75,9 @@ def measure_real(
             out = block(*args, **kwargs)
             y = hidden_of(out)
             del out, args, kwargs
+            y_bytes = y.untyped_storage().nbytes()
             # what the block leaves behind while the forward goes on (anymodel.measure_block)
-            held = allocated(device) - base - y.untyped_storage().nbytes()
-        y_bytes = y.untyped_storage().nbytes()
+            held = allocated(device) - base - y_bytes
         saved = allocated(device) - base - y_bytes
         saved_input = 0 if x_ref.expired() else x_bytes  # the block saves its input
         fwd_peak = peak(device) - base
