@@ -71,7 +71,7 @@ def pip_install(lock_file: Path, venv: Path, python: str, env: dict[str, str], s
 
 def venv_figures(stack_name: str, flavour: str, work: Path) -> tuple[list[str], dict]:
     from trainstack.render.layers import needs_build
-    from trainstack.spec import load_stack
+    from trainstack.stackfile import load_stack
 
     stack = work / f"{stack_name}.toml"
     shutil.copyfile(EXAMPLES / f"{stack_name}.toml", stack)
@@ -105,7 +105,7 @@ def oci_figures(stack_name: str, bump: tuple[str, str], work: Path) -> tuple[lis
     lock(stack, None)
     argv = [sys.executable, "-m", "trainstack.cli", "build", str(stack), "--backend", "oci", "--build-dir", str(work / "b")]
     full_with_base = timed([*argv, "--force"], env)
-    from trainstack.build.oci import BuildahBackend
+    from trainstack.builder.oci import BuildahBackend
 
     driver = BuildahBackend().driver
     subprocess.run(["buildah", "--storage-driver", driver, "rmi", "--all", "--force"], env={**os.environ, **env}, capture_output=True)

@@ -13,7 +13,7 @@
     python3 benchmarks/extension_build.py apex --source DIR [--wheels DIR] [--logs DIR] [--stack FILE]
         apex from a checkout of that commit, in this environment (its Python's torch, the nvcc of
         CUDA_HOME) where the stack's venv cannot be made (no package index reachable): the same
-        compiled-extension path as `trainstack build` (trainstack.build.extensions.build_wheel
+        compiled-extension path as `trainstack build` (trainstack.builder.extensions.build_wheel
         into a wheel cache keyed by commit, torch, CUDA, GPU targets and build_env; the stack's
         build_env, GPU targets and MAX_JOBS from the CPU budget), cold then the cache hit; the
         build's step log goes to --logs, ninja's per-unit compile times into the result. Stopped
@@ -57,7 +57,7 @@ def cpus() -> float:
     """trainstack's cgroup-aware CPU count; the affinity mask where trainstack's dependencies are absent."""
     sys.path.insert(0, str(ROOT / "src"))
     try:
-        from trainstack.build.cpu import effective_cpus
+        from trainstack.builder.cpu import effective_cpus
     except ImportError:
         return float(len(os.sched_getaffinity(0)))
     return effective_cpus()
@@ -85,11 +85,11 @@ def apex_in_place(source: Path, wheels: Path | None, logs: Path | None, stack_fi
     sys.path.insert(0, str(ROOT / "src"))
     import torch
     from torch.utils.cpp_extension import CUDA_HOME
-    from trainstack.build.cpu import budget_for, max_jobs
-    from trainstack.build.extensions import ExtensionKey, WheelCache, arch_env, build_wheel
-    from trainstack.build.steps import Steps
+    from trainstack.builder.cpu import budget_for, max_jobs
+    from trainstack.builder.extensions import ExtensionKey, WheelCache, arch_env, build_wheel
+    from trainstack.builder.steps import Steps
     from trainstack.errors import TrainstackError
-    from trainstack.spec.load import load_stack
+    from trainstack.stackfile.load import load_stack
 
     if (os.environ.get("CUDA_HOME") or CUDA_HOME) is None:
         raise SystemExit("apex --source: no CUDA toolkit here (torch found no nvcc; set CUDA_HOME)")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from resultfile import Run
 from trainstack import proc
-from trainstack.spec import load_stack
+from trainstack.stackfile import load_stack
 from trainstack.verify.linkcheck.check import LinkReport, check_paths, find_elf_files
 from trainstack.verify.linkcheck.confirm import confirm_in_target
 from trainstack.verify.linkcheck.elf import cpu_count

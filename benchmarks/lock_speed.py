@@ -25,7 +25,7 @@ from pathlib import Path
 
 from resultfile import Run
 from trainstack.lock.plan import plan_flavour
-from trainstack.spec import Flavour, load_stack
+from trainstack.stackfile import Flavour, load_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK = ROOT / "examples" / "stacks" / "torch-cuda.toml"

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from trainstack import proc
-from trainstack.spec.models import Suite
+from trainstack.stackfile.models import Suite
 from trainstack.verify.suites.gate import run_gate
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.models import SuiteResult

@@ -58,7 +58,7 @@ def containers_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
     """One containers store for every OCI build of the session, apart from the machine's own images:
     the debootstrap base and the layers that equal Dockerfile stages share are built once, by the
     first test that needs them, and reused by the others (buildah's layer cache)."""
-    from trainstack.build.oci import BuildahBackend
+    from trainstack.builder.oci import BuildahBackend
 
     root = tmp_path_factory.mktemp("containers")
     conf = root / "storage.conf"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainstack.build.cpu import budget_for, cgroup_quota, effective_cpus, max_jobs
-from trainstack.spec.models import Component, JobBudget
+from trainstack.builder.cpu import budget_for, cgroup_quota, effective_cpus, max_jobs
+from trainstack.stackfile.models import Component, JobBudget
 
 
 def write(path: Path, text: str) -> None:

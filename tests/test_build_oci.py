@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_build_fixtures import copy_example, git, git_package, make_lock
-from trainstack.build.oci import BuildahBackend
+from trainstack.builder.oci import BuildahBackend
 from trainstack.cli import main
 
 SLUG = "cpu-debian12-py311-release"

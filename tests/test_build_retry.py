@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.build.download import Fetcher, download_sdist
-from trainstack.build.steps import Steps, looks_transient
+from trainstack.builder.download import Fetcher, download_sdist
+from trainstack.builder.steps import Steps, looks_transient
 from trainstack.errors import BuildError, NetworkError
 
 from tests.loopback import serve

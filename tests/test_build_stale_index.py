@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.build.steps import Steps
-from trainstack.build.venv import refresh_missing_pins
+from trainstack.builder.steps import Steps
+from trainstack.builder.venv import refresh_missing_pins
 from trainstack.errors import NetworkError
 
 from tests.loopback import serve

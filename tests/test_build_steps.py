@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.build import steps
-from trainstack.build.steps import Steps
+from trainstack.builder import steps
+from trainstack.builder.steps import Steps
 
 
 def test_a_long_step_prints_a_line_while_it_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_build_fixtures import copy_example, drop_commit, make_lock, source_stack
-from trainstack.build.cpu import effective_cpus
+from trainstack.builder.cpu import effective_cpus
 from trainstack.cli import main
 
 SLUG = "cpu-debian12-py311-release"

@@ -82,7 +82,7 @@ def test_root_help_imports_no_verb_and_is_fast():
         "import sys, time; t = time.perf_counter(); from trainstack.cli import main; main(['--help']); "
         "print(time.perf_counter() - t, file=sys.stderr); "
         "assert not [m for m in sys.modules if m.startswith(('trainstack.bench', 'trainstack.lock', 'trainstack.verify', "
-        "'trainstack.build', 'trainstack.release', 'torch'))], 'a verb was imported'"
+        "'trainstack.builder', 'trainstack.release', 'torch'))], 'a verb was imported'"
     )
     best = min(_wall(sys.executable, "-c", code) for _ in range(5))
     # typer and rich are the floor; on a loaded machine everything slows, the floor too

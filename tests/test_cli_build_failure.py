@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.build.api import _keep_failed_logs
-from trainstack.build.steps import FAILURE_FILE, Steps
+from trainstack.builder.api import _keep_failed_logs
+from trainstack.builder.steps import FAILURE_FILE, Steps
 from trainstack.errors import BuildError, NetworkError
 
 FAILING = "import sys; print('fetching https://files.example.org/demo-1.0.tar.gz'); print('compile: error: bad thing'); sys.exit(3)"

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 
 from tests.test_build_fixtures import copy_example, make_lock
-from trainstack.build.extensions import cuda_home, probe_compile
-from trainstack.build.steps import Steps
+from trainstack.builder.extensions import cuda_home, probe_compile
+from trainstack.builder.steps import Steps
 from trainstack.cli import main
 from trainstack.errors import BuildError, LockError
 from trainstack.lock import lock_dir, parse_pins
 from trainstack.lock.plan import plan_flavour, require_one_release
 from trainstack.rules.check import check_flavour, errors
-from trainstack.spec import Flavour
-from trainstack.spec.load import parse_stack
+from trainstack.stackfile import Flavour
+from trainstack.stackfile.load import parse_stack
 from trainstack.verify.fatbin import fatbin_archs
 
 CU130 = Flavour("13.0", "ubuntu24.04", "3.12", "release")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.build.cpu import budget_for, max_jobs
-from trainstack.build.extensions import ExtensionKey, WheelCache, arch_env
-from trainstack.spec.load import load_stack
+from trainstack.builder.cpu import budget_for, max_jobs
+from trainstack.builder.extensions import ExtensionKey, WheelCache, arch_env
+from trainstack.stackfile.load import load_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 

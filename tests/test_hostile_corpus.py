@@ -24,8 +24,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from trainstack.build.git import fetch_git
-from trainstack.build.steps import Steps
+from trainstack.builder.git import fetch_git
+from trainstack.builder.steps import Steps
 from trainstack.cli import main
 from trainstack.errors import LockError, SpecError, TrainstackError
 from trainstack.lock import lock_stack
@@ -37,9 +37,9 @@ from trainstack.render.api import stack_files
 from trainstack.render.inputs import Inputs
 from trainstack.render.layers import FlavourLayers, SourceBuild, needs_build
 from trainstack.render.lockfile import LockFile, parse_lock
-from trainstack.spec import expand_flavours, load_stack
-from trainstack.spec.matrix import components_for
-from trainstack.spec.models import Component, Stack
+from trainstack.stackfile import expand_flavours, load_stack
+from trainstack.stackfile.matrix import components_for
+from trainstack.stackfile.models import Component, Stack
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 BAD = sorted((CORPUS / "bad").glob("*.toml"))

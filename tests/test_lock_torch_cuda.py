@@ -7,7 +7,7 @@ import pytest
 
 from trainstack.lock import lock_dir, lock_stack, parse_pins
 from trainstack.lock.plan import plan_flavour
-from trainstack.spec import Flavour, load_stack
+from trainstack.stackfile import Flavour, load_stack
 
 from .conftest import EXAMPLES
 

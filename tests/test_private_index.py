@@ -21,8 +21,8 @@ import pytest
 
 from tests.loopback import serve
 from tests.test_build_stale_index import _wheel
-from trainstack.build.download import Fetcher, download_sdist, index_auth
-from trainstack.build.oci import BuildahBackend
+from trainstack.builder.download import Fetcher, download_sdist, index_auth
+from trainstack.builder.oci import BuildahBackend
 from trainstack.errors import BuildError
 from trainstack.cli import main
 from trainstack.indexauth import name_indexes

@@ -17,8 +17,8 @@ from trainstack.lock.manifest import LockedFlavour, load_manifest
 from trainstack.lock.plan import plan_flavour, stack_inputs_hash
 from trainstack.release.diff import diff_manifests
 from trainstack.rules.data import activate, load_rules
-from trainstack.spec import load_stack
-from trainstack.spec.matrix import expand_flavours
+from trainstack.stackfile import load_stack
+from trainstack.stackfile.matrix import expand_flavours
 
 SEED = Path(__file__).resolve().parent / "release_seed"
 SEVEN = [

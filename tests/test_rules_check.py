@@ -11,8 +11,8 @@ from trainstack import rules
 from trainstack.cli import main
 from trainstack.errors import RuleViolation
 from trainstack.rules.check import check_flavour, check_stack, errors, parse_archs, torch_version
-from trainstack.spec import Flavour, load_stack
-from trainstack.spec.load import parse_stack
+from trainstack.stackfile import Flavour, load_stack
+from trainstack.stackfile.load import parse_stack
 
 from .conftest import EXAMPLES
 

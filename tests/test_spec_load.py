@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from trainstack.cli import main
 from trainstack.errors import SpecError
-from trainstack.spec import expand_flavours, load_stack
-from trainstack.spec.load import parse_stack
+from trainstack.stackfile import expand_flavours, load_stack
+from trainstack.stackfile.load import parse_stack
 
 from .conftest import EXAMPLES
 

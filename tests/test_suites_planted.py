@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.spec.models import Suite
+from trainstack.stackfile.models import Suite
 from trainstack.verify.suites.gate import run_gate
 from trainstack.verify.suites.known_issues import KnownIssue, KnownIssues
 from trainstack.verify.suites.runner import rerun_argv

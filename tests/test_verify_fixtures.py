@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.spec import load_stack
+from trainstack.stackfile import load_stack
 
 REPO = Path(__file__).resolve().parent.parent
 _MADE: dict[str, Path] = {}

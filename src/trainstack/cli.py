@@ -26,7 +26,7 @@ VERBS: dict[str, str] = {
     "lock": "trainstack.lock.command",
     "keys": "trainstack.lock.keys_command",
     "render": "trainstack.render.command",
-    "build": "trainstack.build.command",
+    "build": "trainstack.builder.command",
     "report": "trainstack.verify.report_command",
     "linkcheck": "trainstack.verify.linkcheck.command",
     "verify": "trainstack.verify.command",

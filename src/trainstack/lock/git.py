@@ -8,8 +8,8 @@ from urllib.parse import urlparse
 
 from trainstack import proc
 from trainstack.errors import LockError
-from trainstack.spec import grammar
-from trainstack.spec.models import Component
+from trainstack.stackfile import grammar
+from trainstack.stackfile.models import Component
 
 FULL_SHA_LEN = 40
 

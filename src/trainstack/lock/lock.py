@@ -27,8 +27,8 @@ from trainstack.lock.manifest import MANIFEST_NAME, LockedFlavour, Manifest, loa
 from trainstack.lock.plan import FlavourPlan, plan_flavour, require_one_release, stack_inputs_hash
 from trainstack.lock.resolve import compile_request, uv_version
 from trainstack.rules.check import require_rules
-from trainstack.spec import expand_flavours, load_stack, select_flavour
-from trainstack.spec.models import Stack
+from trainstack.stackfile import expand_flavours, load_stack, select_flavour
+from trainstack.stackfile.models import Stack
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)", re.MULTILINE)
 

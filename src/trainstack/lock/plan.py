@@ -10,8 +10,8 @@ from trainstack import rules
 from trainstack.errors import LockError
 from trainstack.rules.check import torch_version
 from trainstack.rules.toolchain import release_message, release_mismatches, toolkit_requirement
-from trainstack.spec.matrix import Flavour, components_for
-from trainstack.spec.models import Component, Stack
+from trainstack.stackfile.matrix import Flavour, components_for
+from trainstack.stackfile.models import Component, Stack
 
 
 @dataclass(frozen=True)

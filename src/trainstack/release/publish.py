@@ -23,7 +23,7 @@ from trainstack.release.model import ReleaseNotes
 from trainstack.release.notes import DriverLookup, Inputs, check_same_stack, make_notes
 from trainstack.release.plots import charts
 from trainstack.release.results import BenchKey, BenchResult, bench_of_release, read_bench, read_verification
-from trainstack.spec import load_stack
+from trainstack.stackfile import load_stack
 
 OUTPUTS = ("RELEASE.md", "release.json", "release.html")
 

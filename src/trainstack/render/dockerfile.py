@@ -18,15 +18,15 @@ import re
 from pathlib import Path
 from dataclasses import dataclass
 
-from trainstack.build.ccache import compiler_cache_env
-from trainstack.build.extensions import arch_env, nvcc_arch_flags, probe_arch
-from trainstack.build.cpu import budget_for
+from trainstack.builder.ccache import compiler_cache_env
+from trainstack.builder.extensions import arch_env, nvcc_arch_flags, probe_arch
+from trainstack.builder.cpu import budget_for
 from trainstack.errors import SpecError
 from trainstack.rules import nvcc_package, os_pythons
 from trainstack.render import quote
 from trainstack.render.layers import FlavourLayers, SourceBuild
-from trainstack.spec import grammar
-from trainstack.spec.models import PYTHON_RE, CompilerCache, Stack
+from trainstack.stackfile import grammar
+from trainstack.stackfile.models import PYTHON_RE, CompilerCache, Stack
 
 VENV = "/opt/venv"
 UV_HOME = "/opt/uv"  # the uv that installs a standalone Python where the OS has none

@@ -8,7 +8,7 @@ from pathlib import Path
 from trainstack.errors import LockError
 from trainstack.lock import Manifest, check_lock_current, lock_dir, manifest_path
 from trainstack.render.layers import FlavourLayers, split_layers
-from trainstack.spec import Stack, load_stack, select_flavour
+from trainstack.stackfile import Stack, load_stack, select_flavour
 
 
 @dataclass(frozen=True)

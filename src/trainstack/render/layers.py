@@ -8,8 +8,8 @@ from pathlib import Path
 from trainstack.errors import LockError
 from trainstack.lock.manifest import LockedFlavour, read_lock_text
 from trainstack.render.lockfile import LockFile, parse_lock
-from trainstack.spec.matrix import Flavour, components_for
-from trainstack.spec.models import Component, Stack
+from trainstack.stackfile.matrix import Flavour, components_for
+from trainstack.stackfile.models import Component, Stack
 
 TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "numpy"})
 

@@ -7,7 +7,7 @@ from trainstack.redact import strip_userinfo
 from trainstack.render import quote
 from trainstack.render.dockerfile import labels
 from trainstack.render.layers import FlavourLayers
-from trainstack.spec.models import Stack
+from trainstack.stackfile.models import Stack
 
 
 def cache_ref(stack: Stack, cache_key: str) -> str:

@@ -11,8 +11,8 @@ from packaging.version import Version
 
 from trainstack.errors import RuleViolation
 from trainstack.rules import data, toolchain
-from trainstack.spec.matrix import Flavour, components_for, expand_flavours
-from trainstack.spec.models import Component, Stack
+from trainstack.stackfile.matrix import Flavour, components_for, expand_flavours
+from trainstack.stackfile.models import Component, Stack
 
 Level = Literal["error", "info"]
 

@@ -25,7 +25,7 @@ def command(
     from trainstack.console import out
     from trainstack.errors import RuleViolation
     from trainstack.rules.check import check_stack, errors
-    from trainstack.spec import expand_flavours, load_stack
+    from trainstack.stackfile import expand_flavours, load_stack
 
     spec = load_stack(stack)
     findings = check_stack(spec)

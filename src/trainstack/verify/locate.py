@@ -7,8 +7,8 @@ from pathlib import Path
 
 from trainstack.errors import UsageError
 from trainstack.lock.manifest import load_manifest, manifest_path
-from trainstack.spec import Flavour, Stack, load_stack, select_flavour
-from trainstack.spec.matrix import components_for
+from trainstack.stackfile import Flavour, Stack, load_stack, select_flavour
+from trainstack.stackfile.matrix import components_for
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from trainstack.render.layers import needs_build
 from trainstack.rules import load_rules
-from trainstack.spec.models import Stack
+from trainstack.stackfile.models import Stack
 from trainstack.verify.fatbin import fatbin_archs
 from trainstack.verify.report_model import NOT_FOUND
 from trainstack.verify.target import Target, run_probe

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from trainstack.errors import UsageError
-from trainstack.spec import load_stack, select_flavour
-from trainstack.spec.matrix import components_for
+from trainstack.stackfile import load_stack, select_flavour
+from trainstack.stackfile.matrix import components_for
 from trainstack.verify.locate import built_flavour, locked_packages
 from trainstack.verify.run import PARTS, Plan
 from trainstack.verify.target import Target, open_target

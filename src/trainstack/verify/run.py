@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from trainstack.spec.load import locate
-from trainstack.spec.models import Stack, Verify
+from trainstack.stackfile.load import locate
+from trainstack.stackfile.models import Stack, Verify
 from trainstack.verify.linkcheck.check import LinkReport, check_paths
 from trainstack.verify.linkcheck.confirm import confirm_in_target
 from trainstack.verify.ops import OpTable, op_table, prebuilt_wanted

@@ -34,7 +34,7 @@ def command(
 
     links = None
     if stack is not None:
-        from trainstack.spec import load_stack
+        from trainstack.stackfile import load_stack
 
         links = load_stack(stack).verify.links
     report = check_paths(paths, links, scan_strings=strings, cache=cache)

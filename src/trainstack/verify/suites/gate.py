@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from trainstack.spec.models import Suite
+from trainstack.stackfile.models import Suite
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.models import GateResult, SuiteResult
 from trainstack.verify.suites.runner import run_suite

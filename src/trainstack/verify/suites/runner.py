@@ -16,7 +16,7 @@ from rich.text import Text
 
 from trainstack.console import err
 from trainstack.errors import SpecError
-from trainstack.spec.models import Suite
+from trainstack.stackfile.models import Suite
 from trainstack.verify.suites.junit import Progress, Summary, read_junit, read_progress, read_summary
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.live import SuiteProgress

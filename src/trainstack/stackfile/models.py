@@ -9,7 +9,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trainstack.spec import grammar
+from trainstack.stackfile import grammar
 
 CUDA_RE = re.compile(r"^(cpu|\d+\.\d+)$")
 PYTHON_RE = re.compile(r"^3\.\d+$")

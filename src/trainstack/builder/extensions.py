@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainstack import proc
-from trainstack.build.ccache import compiler_cache_env
-from trainstack.build.record import ExtensionRecord
-from trainstack.build.steps import Steps
+from trainstack.builder.ccache import compiler_cache_env
+from trainstack.builder.record import ExtensionRecord
+from trainstack.builder.steps import Steps
 from trainstack.errors import BuildError
 from trainstack.fsutil import atomic_write_json
 from trainstack.render.lockfile import parse_lock
 from trainstack.rules.toolchain import toolchain_rules
 
 if TYPE_CHECKING:
-    from trainstack.build.backend import BuildJob
+    from trainstack.builder.backend import BuildJob
     from trainstack.render.layers import SourceBuild
 
 PROBE_KERNEL = "__global__ void trainstack_probe(float* x) { x[threadIdx.x] *= 2.0f; }\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from trainstack.spec.models import Component, JobBudget
+from trainstack.stackfile.models import Component, JobBudget
 
 # Compiling these packages needs far more memory per job than CPUs per job, hence the divisors.
 DEFAULT_BUDGETS: dict[str, JobBudget] = {

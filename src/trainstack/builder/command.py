@@ -25,7 +25,7 @@ def command(
 
     Example: trainstack build examples/stacks/cpu-minimal.toml --backend venv
     """
-    from trainstack.build import build_stack
+    from trainstack.builder import build_stack
     from trainstack.console import out
 
     records = build_stack(

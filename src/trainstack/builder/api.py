@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from trainstack.build.backend import Backend, BuildJob
-from trainstack.build.cpu import budget_for, effective_cpus, max_jobs
-from trainstack.build.record import BuildRecord
-from trainstack.build.steps import Steps
-from trainstack.build.swap import swap_into_place
+from trainstack.builder.backend import Backend, BuildJob
+from trainstack.builder.cpu import budget_for, effective_cpus, max_jobs
+from trainstack.builder.record import BuildRecord
+from trainstack.builder.steps import Steps
+from trainstack.builder.swap import swap_into_place
 from trainstack.console import err
 from trainstack.errors import BuildError, DiskSpaceError, TrainstackError, UsageError
 from trainstack.fsutil import atomic_write_json
@@ -29,11 +29,11 @@ BACKENDS = ("venv", "oci")
 def make_backend(name: str) -> Backend:
     """The backend called ``name``; UsageError for an unknown one, ToolMissingError when its tools are absent."""
     if name == "venv":
-        from trainstack.build.venv import VenvBackend
+        from trainstack.builder.venv import VenvBackend
 
         return VenvBackend()
     if name == "oci":
-        from trainstack.build.oci import select_oci
+        from trainstack.builder.oci import select_oci
 
         return select_oci()
     raise UsageError(f"--backend: unknown backend '{name}'", hint=f"one of: {', '.join(BACKENDS)}")

@@ -6,10 +6,10 @@ import shutil
 from pathlib import Path
 
 from trainstack import proc
-from trainstack.build.steps import Steps
+from trainstack.builder.steps import Steps
 from trainstack.errors import BuildError
-from trainstack.spec import grammar
-from trainstack.spec.models import Component
+from trainstack.stackfile import grammar
+from trainstack.stackfile.models import Component
 
 # the transports a stack's git source may use; never 'ext::' (runs a command) or another helper
 GIT_ENV = {"GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh", "GIT_TERMINAL_PROMPT": "0"}

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from trainstack import proc
-from trainstack.build.backend import BuildJob, BuildOutput
-from trainstack.build.steps import Steps
+from trainstack.builder.backend import BuildJob, BuildOutput
+from trainstack.builder.steps import Steps
 from trainstack.errors import BuildError, ToolMissingError
 from trainstack.fsutil import atomic_write_text
 from trainstack.indexauth import lock_index_urls, netrc_text

@@ -1,5 +1,5 @@
 """Build backends (venv, oci) behind one interface, with retries, CPU budget, disk checks and atomic swaps."""
 
-from trainstack.build.api import build_stack
+from trainstack.builder.api import build_stack
 
 __all__ = ["build_stack"]

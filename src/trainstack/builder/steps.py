@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from trainstack import proc
-from trainstack.build.record import StepRecord
+from trainstack.builder.record import StepRecord
 from rich.status import Status
 from rich.text import Text
 
 from trainstack.console import err
-from trainstack.build.disk import free_gb
+from trainstack.builder.disk import free_gb
 from trainstack.errors import BuildError, DiskSpaceError, NetworkError
 from trainstack.retry import TransientFailure, with_retries
 

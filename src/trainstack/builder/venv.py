@@ -12,12 +12,12 @@ import shutil
 from pathlib import Path
 
 from trainstack import proc
-from trainstack.build.backend import BuildJob, BuildOutput
-from trainstack.build.disk import require_free_disk, tree_size
-from trainstack.build.download import DEFAULT_INDEX, Fetcher, download_sdist, index_auth
-from trainstack.build.extensions import ExtensionBuilder
-from trainstack.build.git import fetch_git
-from trainstack.build.steps import Steps
+from trainstack.builder.backend import BuildJob, BuildOutput
+from trainstack.builder.disk import require_free_disk, tree_size
+from trainstack.builder.download import DEFAULT_INDEX, Fetcher, download_sdist, index_auth
+from trainstack.builder.extensions import ExtensionBuilder
+from trainstack.builder.git import fetch_git
+from trainstack.builder.steps import Steps
 from trainstack.fsutil import atomic_write_text
 from trainstack.indexauth import lock_index_urls, uv_index_options
 from trainstack.render.layers import SourceBuild

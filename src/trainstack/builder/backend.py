@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from trainstack.build.record import ExtensionRecord
-from trainstack.build.steps import Steps
+from trainstack.builder.record import ExtensionRecord
+from trainstack.builder.steps import Steps
 from trainstack.render.inputs import Inputs
 from trainstack.render.layers import FlavourLayers
 

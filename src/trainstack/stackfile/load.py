@@ -11,9 +11,9 @@ from pydantic import BaseModel, ValidationError
 
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, read_regular
-from trainstack.spec import grammar
-from trainstack.spec.matrix import expand_flavours
-from trainstack.spec.models import Stack
+from trainstack.stackfile import grammar
+from trainstack.stackfile.matrix import expand_flavours
+from trainstack.stackfile.models import Stack
 
 if sys.version_info >= (3, 11):
     import tomllib
