@@ -7,6 +7,7 @@ one unit, and fragments are consumed only after that.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -91,7 +92,7 @@ def make_release(
     previous_results_dir = _previous_results(previous_results)
     changes_dir = changes if changes is not None else stack_path.parent / "changes"
     inputs = gather(stack_path, previous_path, results_dir, previous_results_dir, changes_dir)
-    notes = make_notes(inputs, drivers if drivers is not None else rules_lookup)
+    notes = make_notes(inputs, drivers if drivers is not None else partial(rules_lookup, inputs.rules))
     texts = render_all(notes)
     written = write_outputs(out if out is not None else default_out(stack_path, notes.release), texts)
     return Outcome(notes=notes, written=written, consumed_to=consume_fragments(changes_dir, notes.fragments, notes.release))
@@ -116,6 +117,7 @@ def gather(
         bench=_of_flavours(read_bench(results), current),
         previous_bench=_previous_bench(previous_results),
         fragments=fragments,
+        rules=stack.rules_in_effect,
     )
 
 

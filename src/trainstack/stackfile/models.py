@@ -7,7 +7,10 @@ from typing import Annotated, Any, Literal
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+
+from trainstack.rules.data import shipped_rules
+from trainstack.rules.models import Rules
 
 from trainstack.stackfile import grammar
 
@@ -57,20 +60,25 @@ def _each(check, values):
     return values
 
 
-def known_pythons() -> list[str]:
-    """Python versions the rules data knows: torch's wheels and the OS archives."""
-    from trainstack.rules.data import load_rules
-
-    rules = load_rules()
+def known_pythons(rules: Rules) -> list[str]:
+    """Python versions ``rules`` know: torch's wheels and the OS archives."""
     found = {py for release in rules.torch.releases.values() for py in release.pythons}
     found |= {py for platform in rules.platforms.os.values() for py in platform.pythons}
     return sorted(found, key=lambda v: tuple(int(p) for p in v.split(".")))
 
 
-def _python(value: str) -> str:
+def rules_of(info: ValidationInfo) -> Rules:
+    """The rules a stack is validated against: handed in as the validation's context by the loader
+    (the shipped data with the stack's own rules over it); the shipped rules where none are."""
+    context = info.context if isinstance(info.context, dict) else {}
+    rules = context.get("rules")
+    return rules if isinstance(rules, Rules) else shipped_rules()
+
+
+def _python(value: str, rules: Rules) -> str:
     if not PYTHON_RE.match(value):
         raise ValueError(f"'{grammar.shown(value)}' is not a Python version (try '3.12')")
-    known = known_pythons()
+    known = known_pythons(rules)
     if value not in known:
         raise ValueError(f"Python {value} is not in the rules data (known: {', '.join(known)})")
     return value
@@ -277,7 +285,7 @@ class IncludeCell(Strict):
 
     _cuda = field_validator("cuda")(lambda v: _cuda(v))
     _os = field_validator("os")(lambda v: _os(v))
-    _python = field_validator("python")(lambda v: _python(v))
+    _python = field_validator("python")(lambda v, info: _python(v, rules_of(info)))
 
 
 class Matrix(Strict):
@@ -306,8 +314,9 @@ class Matrix(Strict):
 
     @field_validator("python")
     @classmethod
-    def _python(cls, v: list[str]) -> list[str]:
-        return _each(_python, v)
+    def _python(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        rules = rules_of(info)
+        return _each(lambda value: _python(value, rules), v)
 
     @field_validator("os")
     @classmethod
@@ -428,6 +437,12 @@ class Stack(Strict):
     bench: Bench = Bench()
     # rules added to or overriding the shipped rules data (same layout; validated by rules.stack)
     rules: dict[str, Any] = {}
+    # the rules in effect: the shipped data with this stack's own over it (set by the loader)
+    _rules_in_effect: Rules | None = PrivateAttr(default=None)
+
+    @property
+    def rules_in_effect(self) -> Rules:
+        return self._rules_in_effect or shipped_rules()
 
     @field_validator("components", mode="before")
     @classmethod
