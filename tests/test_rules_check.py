@@ -10,7 +10,7 @@ import pytest
 from trainstack import rules
 from trainstack.cli import main
 from trainstack.errors import RuleViolation, SpecError
-from trainstack.rules.check import check_flavour, check_stack, errors, parse_archs, torch_version
+from trainstack.stackfile.compat import check_flavour, check_stack, errors, parse_archs, torch_version
 from trainstack.stackfile import Flavour, load_stack
 from trainstack.stackfile.load import parse_stack
 

@@ -22,7 +22,7 @@ from trainstack.errors import TrainstackError, UsageError
 
 # verb -> module exposing `command`, in the order a release flows through them.
 VERBS: dict[str, str] = {
-    "check": "trainstack.rules.command",
+    "check": "trainstack.stackfile.command",
     "lock": "trainstack.lock.command",
     "keys": "trainstack.lock.keys_command",
     "render": "trainstack.render.command",

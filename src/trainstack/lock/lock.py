@@ -26,7 +26,7 @@ from trainstack.lock.keys import flavour_cache_key
 from trainstack.lock.manifest import MANIFEST_NAME, LockedFlavour, Manifest, load_manifest, lock_dir, manifest_path
 from trainstack.lock.plan import FlavourPlan, plan_flavour, require_one_release, stack_inputs_hash
 from trainstack.lock.resolve import compile_request, uv_version
-from trainstack.rules.check import require_rules
+from trainstack.stackfile.compat import require_rules
 from trainstack.stackfile import expand_flavours, load_stack, select_flavour
 from trainstack.stackfile.models import Stack
 

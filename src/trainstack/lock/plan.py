@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 from trainstack import rules
 from trainstack.errors import LockError
-from trainstack.rules.check import torch_version
+from trainstack.stackfile.compat import torch_version
 from trainstack.rules.toolchain import release_message, release_mismatches, toolkit_requirement
 from trainstack.stackfile.matrix import Flavour, components_for
 from trainstack.stackfile.models import Component, Stack

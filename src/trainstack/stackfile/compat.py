@@ -1,4 +1,4 @@
-"""Evaluate the rules for each flavour of a stack, before any resolution. Pure: no I/O."""
+"""A stack's flavours checked against the compatibility rules in effect (the shipped data with the stack's own over it)."""
 
 from __future__ import annotations
 

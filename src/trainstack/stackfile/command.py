@@ -24,7 +24,7 @@ def command(
 
     from trainstack.console import out
     from trainstack.errors import RuleViolation
-    from trainstack.rules.check import check_stack, errors
+    from trainstack.stackfile.compat import check_stack, errors
     from trainstack.stackfile import expand_flavours, load_stack
 
     spec = load_stack(stack)
