@@ -145,7 +145,7 @@ def test_hf_config_without_transformers_is_a_clear_error(tmp_path):
 
 def test_hf_config_maps_a_llama_config(tmp_path):
     pytest.importorskip("transformers")
-    from trainstack.bench.model import from_hf_config
+    from trainstack.bench.hf import model_config_from_hf
 
     config = tmp_path / "config.json"
     llama = {
@@ -154,7 +154,7 @@ def test_hf_config_maps_a_llama_config(tmp_path):
         "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
     }  # fmt: skip
     config.write_text(json.dumps(llama))
-    cfg = from_hf_config(str(config))
+    cfg = model_config_from_hf(str(config))
     assert (cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size) == (2048, 16, 32, 8, 8192, 128256)
     assert cfg.rope_theta == 500000.0 and cfg.max_seq == 131072
 

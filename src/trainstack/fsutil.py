@@ -53,14 +53,6 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def write_if_changed(path: Path, text: str) -> bool:
-    """Write atomically unless the file already holds ``text``; True when it changed."""
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
-    atomic_write_text(path, text)
-    return True
-
-
 def dump_json(data: Any, *, allow_nan: bool = False) -> str:
     """Strict JSON: NaN and Infinity are refused (ValueError), never written as invalid JSON
     (``allow_nan`` only for a hand-off between trainstack's own processes)."""

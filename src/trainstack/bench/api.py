@@ -155,7 +155,7 @@ def _with_parity(opts: BenchOptions, spec: RunSpec, parity_modes: tuple[Mode, Mo
 
 def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None, parity: dict | None = None, stem_prefix: str = "bench") -> None:
     title = f"trainstack bench: {spec.model}, batch {spec.batch} x seq {spec.seq}"
-    _wide().print(results_table(rows, title))
+    out.print(results_table(rows, title))
     for line in explain(rows):
         out.print(line, highlight=False, soft_wrap=True)
     if parity is not None:
@@ -193,12 +193,3 @@ def exit_code(rows: list[dict], ablation: bool, parity: bool = False) -> int:
     return 0 if ablation or rows[0]["status"] == "ok" else 1
 
 
-def compare(path_a: Path, path_b: Path) -> None:
-    from trainstack.bench.compare import print_compare
-
-    print_compare(path_a, path_b)
-
-
-def _wide() -> Console:
-    """stdout for the result tables: fitted to a terminal's width, never wrapped in a log."""
-    return out

@@ -21,7 +21,7 @@ SHA_RE = grammar.HEX_COMMIT
 ENV_NAME_RE = grammar.ENV_NAME
 # a library file name or an fnmatch pattern of one ('libcuda.so*'), as linkcheck matches them
 LIBRARY_RE = re.compile(r"^[A-Za-z0-9_*?\[][A-Za-z0-9._+*?\[\]-]*$")
-# the smoke checks verify knows (trainstack.verify.smoke.KNOWN)
+# the smoke checks verify knows and runs by default
 SMOKE_CHECKS = ("imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed")
 
 Channel = Literal["release", "nightly"]
@@ -397,7 +397,7 @@ class Links(Strict):
 
 
 class Verify(Strict):
-    smoke: list[str] = ["imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed"]
+    smoke: list[str] = list(SMOKE_CHECKS)
     suite: list[Suite] = []
     known_issues: str | None = None
     max_failed_tests: Annotated[int, Field(ge=0)] = 0

@@ -14,7 +14,7 @@ from rich.text import Text
 from trainstack.console import err
 from trainstack.verify.target import Target, run_probe
 
-KNOWN = ("imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed")
+KNOWN = SMOKE_CHECKS
 TIMEOUTS = {"compile": 900.0, "cpp_extension": 900.0, "distributed": 300.0}
 
 
