@@ -55,11 +55,15 @@ def command(
         require_cuda("trainstack bench --device cuda")
     from trainstack.bench import api
     from trainstack.bench.device import dist_from_env
-    from trainstack.bench.modes import DEFAULT_ABLATION
+    from trainstack.bench.modes import DEFAULT_ABLATION, parse_modes
 
     chosen = modes or (",".join(DEFAULT_ABLATION) if ablation else "compile")
     steps = steps if steps is not None else (300 if parity else 20)
-    opts = api.BenchOptions(model, hf_config, batch, seq, steps, warmup, chosen, ablation, out, device, memory_cap_gib, timeout_s, profile, parity)
+    opts = api.BenchOptions(
+        model=model, hf_config=hf_config, batch=batch, seq=seq, steps=steps, warmup=warmup,
+        modes=tuple(parse_modes(chosen)), ablation=ablation, out=out, device=device, memory_cap_gib=memory_cap_gib,
+        timeout_s=timeout_s, profile=profile, parity=api.parse_parity(parity) if parity else None,
+    )
     with _tables_to_stderr(json_out):
         rows = api.benchmark(opts)
     code = api.exit_code(rows, ablation, parity=parity is not None)
