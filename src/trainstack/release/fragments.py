@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 
 from trainstack.errors import SpecError
+from trainstack.fsutil import describe_os_error, read_regular
 from trainstack.release.model import SECTIONS, Fragment
 
 RELEASED_DIR = "released"
 IGNORED = {"README.md"}
+FRAGMENT_LIMIT = 64 << 10  # one change, in a few paragraphs at most: 64 KiB
 
 
 def parse_fragment(name: str, text: str, where: Path) -> Fragment:
@@ -40,22 +43,27 @@ def _natural(name: str) -> list[object]:
 
 
 def fragment_files(changes: Path) -> list[Path]:
+    """Every ``*.md`` entry of ``changes`` but its README and hidden files: links and special
+    files included, so that reading refuses them by name rather than skipping them unseen."""
     if not changes.is_dir():
         return []
-    found = [p for p in changes.iterdir() if p.suffix == ".md" and p.is_file()]
+    found = [p for p in changes.iterdir() if p.suffix == ".md" and (p.is_symlink() or not p.is_dir())]
     return sorted((p for p in found if p.name not in IGNORED and not p.name.startswith(".")), key=lambda p: _natural(p.name))
 
 
-def read_fragments(changes: Path) -> list[Fragment]:
-    """Every fragment in ``changes``, validated; the first bad one raises SpecError."""
+def read_fragments(changes: Path, inside: Path | None = None) -> list[Fragment]:
+    """Every fragment in ``changes``, validated; the first bad one raises SpecError. A fragment
+    is a regular file in ``inside`` (default ``changes``), never a link: it is moved later."""
     fragments = []
     for path in fragment_files(changes):
         try:
-            text = path.read_text(encoding="utf-8")
+            data = read_regular(path, "fragment", inside=inside or changes, folder_name="changes folder", links=False,
+                                limit=FRAGMENT_LIMIT)
+            text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise SpecError(f"{path}: not UTF-8 text; a fragment is a Markdown file") from None
         except OSError as exc:
-            raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+            raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
         fragments.append(parse_fragment(path.name, text, path))
     return fragments
 
@@ -69,7 +77,7 @@ def release_fragments(changes: Path, release: str) -> list[Fragment]:
     ones in ``changes``, in name order; SpecError when a new one repeats a consumed name."""
     new = read_fragments(changes)
     check_consumable(changes, new, release)
-    return sorted(read_fragments(released_dir(changes, release)) + new, key=lambda f: _natural(f.name))
+    return sorted(read_fragments(released_dir(changes, release), changes) + new, key=lambda f: _natural(f.name))
 
 
 def check_consumable(changes: Path, fragments: list[Fragment], release: str) -> None:
@@ -82,12 +90,24 @@ def check_consumable(changes: Path, fragments: list[Fragment], release: str) -> 
 
 def consume_fragments(changes: Path, fragments: list[Fragment], release: str) -> Path | None:
     """Move the fragments a release used into ``changes/released/<release>/``; where they
-    went, or None when none was left to move (all consumed by an earlier run of the release)."""
+    went, or None when none was left to move (all consumed by an earlier run of the release).
+    Only regular files move, and only into real folders of ``changes`` (no link on the way)."""
     target = released_dir(changes, release)
-    waiting = [f for f in fragments if (changes / f.name).is_file()]
+    waiting = [f for f in fragments if _plain_file(changes / f.name)]
     if not waiting:
         return None
-    target.mkdir(parents=True, exist_ok=True)
+    for folder in (changes / RELEASED_DIR, target):
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise SpecError(f"{folder}: is not a folder of {changes} (a symbolic link or a file); "
+                            "released fragments are moved into a folder of the changes folder")
+        folder.mkdir(exist_ok=True)
     for fragment in waiting:
         os.replace(changes / fragment.name, target / fragment.name)
     return target
+
+
+def _plain_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False

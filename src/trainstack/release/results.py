@@ -120,10 +120,11 @@ def _first_error(exc: ValidationError) -> str:
     return f"{field}: {error['msg']}"
 
 
-def read_text(path: Path, what: str) -> str:
-    """A results file's text; SpecError naming it when it is not a readable UTF-8 regular file."""
+def read_text(path: Path, what: str, inside: Path, folder_name: str = "results folder") -> str:
+    """A results file's text; SpecError naming it when it is not a readable UTF-8 regular file
+    inside ``inside`` (a symbolic link may not lead out of it)."""
     try:
-        return read_regular(path, what).decode("utf-8")
+        return read_regular(path, what, inside=inside, folder_name=folder_name).decode("utf-8")
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
     except UnicodeDecodeError as exc:
@@ -186,7 +187,7 @@ def read_verification(results: Path | None, slugs: Collection[str]) -> list[Veri
         if path is None or not (path.exists() or path.is_symlink()):
             found.append(Verification(slug=slug, measured=False))
             continue
-        found.append(parse_verify(read_text(path, "verify.json"), slug, path, f"{slug}/{VERIFY_NAME}"))
+        found.append(parse_verify(read_text(path, "verify.json", results), slug, path, f"{slug}/{VERIFY_NAME}"))
     return found
 
 
@@ -225,14 +226,14 @@ def read_bench(results: Path | None) -> dict[BenchKey, BenchResult]:
     for path in sorted(results.rglob("*.jsonl")):
         relative = path.relative_to(results)
         slug = relative.parts[0] if len(relative.parts) > 1 else ""
-        for row in parse_bench_lines(read_text(path, "JSON lines of bench results"), path, slug):
+        for row in parse_bench_lines(read_text(path, "JSON lines of bench results", results), path, slug):
             latest[row.key] = row
     return latest
 
 
 def bench_of_release(path: Path) -> dict[BenchKey, BenchResult]:
     """The bench figures a previous release.json published, keyed like read_bench's."""
-    data = _json(read_text(path, "a release.json"), str(path))
+    data = _json(read_text(path, "release.json", path.parent, "folder"), str(path))
     try:
         notes = ReleaseNotes.model_validate(data)
     except ValidationError as exc:

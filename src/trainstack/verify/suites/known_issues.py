@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from fnmatch import fnmatch
@@ -20,6 +21,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.errors import SpecError
+from trainstack.fsutil import describe_os_error, read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -57,14 +59,19 @@ class KnownIssues(BaseModel):
         return next((issue for issue in self.known if issue.matches(suite, target, test_ids, exact=exact)), None)
 
 
-def load_known_issues(path: Path) -> KnownIssues:
-    """Parse and validate; SpecError naming file, line and field when malformed."""
+def load_known_issues(path: Path, folder: Path | None = None) -> KnownIssues:
+    """Parse and validate; SpecError naming file, line and field when malformed. The file is
+    read inside ``folder`` (the stack's, where it lies in it; else its own): a symbolic link
+    may not lead out of it."""
+    inside = folder if folder is not None and _within(path, folder) else path.parent
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, "known-issues file", inside=inside, folder_name="folder").decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: no such known-issues file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read: {exc}") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); expected a known-issues file in TOML") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -75,6 +82,11 @@ def load_known_issues(path: Path) -> KnownIssues:
         return KnownIssues.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_describe(exc, text, path)) from None
+
+
+def _within(path: Path, folder: Path) -> bool:
+    root = os.path.abspath(folder)
+    return os.path.commonpath([root, os.path.abspath(path)]) == root
 
 
 def _describe(exc: ValidationError, text: str, path: Path) -> str:
