@@ -15,7 +15,9 @@ from pathlib import Path
 
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, read_regular
+from trainstack.release.markdown import safe_target
 from trainstack.release.model import SECTIONS, Fragment
+from trainstack.stackfile import grammar
 
 RELEASED_DIR = "released"
 IGNORED = {"README.md"}
@@ -31,10 +33,46 @@ def parse_fragment(name: str, text: str, where: Path) -> Fragment:
         raise SpecError(f"{where}: a fragment's file name needs an id and a type; accepted: {accepted}")
     if kind not in SECTIONS:
         raise SpecError(f"{where}: unknown fragment type '{kind}' in its file name; accepted: {accepted}")
-    body = text.strip()
+    body = text.replace("\r\n", "\n").strip()
     if not body:
         raise SpecError(f"{where}: empty fragment; write one change in Markdown, or delete the file")
+    found = grammar.TEXT_CONTROL.search(body)
+    if found:
+        line = body.count("\n", 0, found.start()) + 1 + _leading_lines(text)
+        raise SpecError(f"{where}:{line}: holds the character {grammar.shown(found.group(0))}; a fragment is Markdown "
+                        "text (newlines and tabs, but no other control, invisible or bidirectional characters)")
+    _check_markdown(body, f"{where}", _leading_lines(text))
     return Fragment(name=name, type=kind, text=body)  # type: ignore[arg-type]
+
+
+def _leading_lines(text: str) -> int:
+    """Lines stripped before a fragment's text: to name lines of the file, not of the text."""
+    stripped = text.replace("\r\n", "\n")
+    return stripped[: len(stripped) - len(stripped.lstrip())].count("\n")
+
+
+def _check_markdown(body: str, where: str, offset: int) -> None:
+    """A fragment is prose for one section of the notes: no heading (the notes make them), no
+    raw HTML, and links only to http(s) pages or relative paths."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": True})
+    md.validateLink = lambda url: True  # every link as a token here, to be checked below
+    line = offset + 1
+    for token in md.parse(body):
+        if token.map:
+            line = offset + token.map[0] + 1
+        if token.type == "heading_open":
+            raise SpecError(f"{where}:{line}: a heading; a fragment is one change for its section (the notes make "
+                            "the headings): write it as a paragraph or a list")
+        for part in [token, *(token.children or [])]:
+            if part.type in ("html_block", "html_inline"):
+                raise SpecError(f"{where}:{line}: raw HTML '{grammar.shown(part.content.strip())}'; "
+                                "write Markdown (text, lists, links, code)")
+            target = part.attrs.get("href", part.attrs.get("src")) if part.type in ("link_open", "image") else None
+            if target is not None and safe_target(str(target)) is None:
+                raise SpecError(f"{where}:{line}: the link '{grammar.shown(target)}' is not one the notes hold; "
+                                "accepted: an http(s) URL or a relative path")
 
 
 def _natural(name: str) -> list[object]:

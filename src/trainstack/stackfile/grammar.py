@@ -229,6 +229,27 @@ def index_url(value: str) -> str:
     return value
 
 
+# the characters RFC 3986 allows in a URI, '%' of percent-encoding included: nothing else
+_LINK_CHARS = re.compile(r"^[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+$")
+WEB_SCHEMES = ("http", "https")
+
+
+def web_link(value: str) -> str:
+    """An http(s) URL with a host: the only kind of link notes and pages hold (never
+    javascript:, data:, file: or a value that could end the link it sits in)."""
+    accepted = "an http(s) link such as 'https://github.com/org/project/issues/1'"
+    if not _LINK_CHARS.match(value):
+        raise ValueError(f"'{shown(value)}' is not {accepted} (it holds a character a URL may not)")
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+    except ValueError:
+        host = None
+    if parts.scheme not in WEB_SCHEMES or not host:
+        raise ValueError(f"'{shown(value)}' is not {accepted}")
+    return value
+
+
 def redacted_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.username is None and parts.password is None:

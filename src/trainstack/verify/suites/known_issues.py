@@ -18,10 +18,11 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, read_regular
+from trainstack.stackfile import grammar
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -32,11 +33,12 @@ else:  # pragma: no cover
 class KnownIssue(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    test: Annotated[str, Field(min_length=1)]
-    suite: str | None = None
-    targets: list[str] = ["*"]
-    reason: Annotated[str, Field(min_length=1)]
-    link: Annotated[str, Field(pattern=r"^https?://\S+$")]
+    # what reaches verify.json and the release notes: one line each, nothing invisible; an http(s) link
+    test: Annotated[str, Field(min_length=1), AfterValidator(grammar.no_controls)]
+    suite: Annotated[str, AfterValidator(grammar.no_controls)] | None = None
+    targets: list[Annotated[str, AfterValidator(grammar.no_controls)]] = ["*"]
+    reason: Annotated[str, Field(min_length=1), AfterValidator(grammar.no_controls)]
+    link: Annotated[str, AfterValidator(grammar.web_link)]
 
     def matches(self, suite: str, target: str, test_ids: list[str], *, exact: bool = False) -> bool:
         if self.suite is not None and self.suite != suite:
@@ -100,7 +102,7 @@ def _describe(exc: ValidationError, text: str, path: Path) -> str:
     elif error["type"] == "missing":
         message = "required field is missing"
     elif loc[-1] == "link":
-        message = "must be an http(s) URL to the issue"
+        message = f"must be an http(s) URL to the issue: {str(error['msg']).removeprefix('Value error, ')}"
     else:
         message = str(error["msg"]).removeprefix("Value error, ")
     return f"{where}: {field}: {message}"
