@@ -102,7 +102,7 @@ def _describe(exc: ValidationError, text: str, path: Path) -> str:
     elif error["type"] == "missing":
         message = "required field is missing"
     elif loc[-1] == "link":
-        message = str(error["msg"]).removeprefix("Value error, ")  # names what the link would be
+        message = f"must be an http(s) URL to the issue, not '{grammar.shown(error.get('input', ''))}'"
     else:
         message = str(error["msg"]).removeprefix("Value error, ")
     return f"{where}: {field}: {message}"
