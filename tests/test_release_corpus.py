@@ -1,6 +1,7 @@
 """Release inputs as a hostile pull request brings them: tests/corpus/fragments (changelog
 fragments), tests/corpus/results (verify.json and bench lines, current and previous), tests/corpus/rules
-(a stack's rules file) and tests/corpus/known-issues (known-issue files).
+(a stack's rules file), tests/corpus/manifests (the previous and the current lock manifest: edits
+of the real ones, links and FIFOs in their place) and tests/corpus/known-issues (known-issue files).
 
 Each case says what it attacks and what is expected (``# expect: refused`` or ``shown``), in its
 first lines or, where the format has no comments (Markdown, JSON), in a ``<file>.attacks`` beside
@@ -22,6 +23,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tests.test_release_lock import PREVIOUS, STACK, copy_pair, locked_pair  # noqa: F401  (a fixture)
 from trainstack.cli import main
@@ -32,7 +34,7 @@ from trainstack.verify.suites.known_issues import load_known_issues
 CORPUS = Path(__file__).resolve().parent / "corpus"
 TOKEN = "SECRET-CORPUS-TOKEN"  # planted in the environment and in files outside the project
 MARK = "INJECTED"  # what every payload tries to turn into a line, heading or link of its own
-SURFACES = ("fragments", "results", "rules")
+SURFACES = ("fragments", "results", "rules", "manifests")
 # the links the notes may hold: those of the accepted cases, no other
 ALLOWED_LINKS = {"https://example.org/issues/7", "docs/locking.md", "https://example.org/issues/9"}
 HEADINGS = {"Highlights", "Updates", "Versions", "Stability", "Fixes", "Flavours and images", "Driver requirements",
@@ -56,12 +58,18 @@ def expected(case: Path) -> str:
     return re.search(r"^# expect: (refused|shown)$", header(case), re.M).group(1)
 
 
+def because(case: Path) -> str:
+    """What the one-line error of a refused case says: why it was refused."""
+    return re.search(r"^# because: (.+)$", header(case), re.M).group(1)
+
+
 def test_each_case_says_what_it_attacks_and_the_corpus_covers_every_surface() -> None:
     every = [case for surface in (*SURFACES, "known-issues") for case in cases(surface)]
     assert len(every) >= 80
     for case in every:
         text = header(case)
         assert text.startswith("# attacks: ") and expected(case), case.name
+        assert expected(case) == "shown" or because(case), case.name
     for surface in SURFACES:
         assert any(expected(c) == "refused" for c in cases(surface))
     assert sum(expected(c) == "shown" for c in every) >= 8
@@ -101,6 +109,14 @@ def plant(case: Path, project: Path, outside: Path) -> Path:
     name = case.name.removesuffix(".link").removesuffix(".fifo")
     if surface == "fragments":
         where = project / "changes" / name
+    elif surface == "manifests":
+        where = manifest_path(project / (STACK if name.startswith("current-") else PREVIOUS))
+        if case.suffix == ".toml":
+            edit = tomllib.loads(case.read_text(encoding="utf-8"))["edit"]
+            original = where.read_text(encoding="utf-8")
+            assert edit["find"] in original, case.name
+            where.write_text(original.replace(edit["find"], edit["replace"], 1), encoding="utf-8")
+            return where
     elif surface == "rules":
         where = project / f"{Path(STACK).stem}.rules.toml"
     elif name.startswith("previous-"):
@@ -137,8 +153,9 @@ def entries(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
-def check_refused(project: Path, planted: Path, code: int, out: str, err: str, before: list[str]) -> None:
+def check_refused(project: Path, planted: Path, code: int, out: str, err: str, before: list[str], why: str) -> None:
     assert code == 2, err
+    assert why in err, err
     assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err and TOKEN not in out + err, err
     assert str(planted) in err or str(planted.name) in err, err  # names the file (or the link on its way)
@@ -218,7 +235,7 @@ def test_release_over_each_case(case: Path, project: Path, outside: Path, capsys
     code = main(release_args(project))
     captured = capsys.readouterr()
     if expected(case) == "refused":
-        check_refused(project, planted, code, captured.out, captured.err, before)
+        check_refused(project, planted, code, captured.out, captured.err, before, because(case))
     else:
         check_shown(project, code, captured.out, captured.err)
         notes = json.loads((project / "out" / "release.json").read_text())
@@ -240,7 +257,7 @@ def test_links_and_fifos_through_a_real_process(case: Path, project: Path, outsi
     env = {**os.environ, "TRAINSTACK_CORPUS_SECRET": TOKEN}
     done = subprocess.run([sys.executable, "-c", code, *release_args(project)], capture_output=True, text=True,
                           timeout=120, env=env, cwd=project)
-    check_refused(project, planted, done.returncode, done.stdout, done.stderr, before)
+    check_refused(project, planted, done.returncode, done.stdout, done.stderr, before, because(case))
 
 
 @pytest.mark.parametrize("case", cases("known-issues"), ids=lambda p: p.name)
@@ -253,6 +270,6 @@ def test_known_issue_files_are_refused_with_the_line_and_field(case: Path, tmp_p
     with pytest.raises(SpecError) as info:
         load_known_issues(planted, tmp_path)
     message = str(info.value)
-    assert "\n" not in message and TOKEN not in message
+    assert "\n" not in message and TOKEN not in message and because(case) in message
     pattern = rf"{re.escape(str(planted))}: cannot read: " if case.suffix == ".link" else rf"{re.escape(str(planted))}:\d+: known\.0\.\w+: "
     assert re.match(pattern, message), message

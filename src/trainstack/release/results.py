@@ -127,7 +127,8 @@ class BenchResult(BaseModel):
 def _first_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
     field = ".".join(grammar.shown(p) for p in error["loc"]) or "(top level)"
-    return f"{field}: {grammar.shown(str(error['msg']).removeprefix('Value error, '), 300)}"
+    message = grammar.CONTROL.sub(" ", str(error["msg"]).removeprefix("Value error, "))  # its values shown already
+    return f"{field}: {message[:300]}"
 
 
 def read_text(path: Path, what: str, inside: Path, folder_name: str = "results folder") -> str:
@@ -236,7 +237,7 @@ def read_bench(results: Path | None) -> dict[BenchKey, BenchResult]:
     for path in sorted(results.rglob("*.jsonl")):
         relative = path.relative_to(results)
         slug = relative.parts[0] if len(relative.parts) > 1 else ""
-        for row in parse_bench_lines(read_text(path, "JSON lines of bench results", results), path, slug):
+        for row in parse_bench_lines(read_text(path, "bench results file", results), path, slug):
             latest[row.key] = row
     return latest
 
