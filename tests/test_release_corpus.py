@@ -273,3 +273,17 @@ def test_known_issue_files_are_refused_with_the_line_and_field(case: Path, tmp_p
     assert "\n" not in message and TOKEN not in message and because(case) in message
     pattern = rf"{re.escape(str(planted))}: cannot read: " if case.suffix == ".link" else rf"{re.escape(str(planted))}:\d+: known\.0\.\w+: "
     assert re.match(pattern, message), message
+
+
+def test_a_changes_folder_beside_the_stack_that_is_a_link_is_refused(project: Path, outside: Path, capsys) -> None:
+    elsewhere = outside / "changes"
+    elsewhere.mkdir(exist_ok=True)
+    (elsewhere / "1.fix.md").write_text(f"{TOKEN}\n")
+    (project / "changes").rename(project / "kept")
+    (project / "changes").symlink_to(elsewhere)
+    args = release_args(project)
+    del args[args.index("--changes"):args.index("--changes") + 2]  # the default: changes/ beside the stack
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{project / 'changes'}: is a symbolic link" in err and TOKEN not in err
+    assert not (project / "out").exists() and (elsewhere / "1.fix.md").exists()
