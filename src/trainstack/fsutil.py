@@ -81,10 +81,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
-def loads_strict(text: str) -> Any:
-    """json.loads that refuses NaN, Infinity and -Infinity, and a key given twice in one object
-    (which of the two a reader keeps differs between readers), with ValueError."""
-    return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+def loads_strict(text: str, *, allow_nan: bool = False) -> Any:
+    """json.loads that refuses a key given twice in one object (which of the two a reader keeps
+    differs between readers) and NaN, Infinity and -Infinity (unless ``allow_nan``: a figure a
+    run could not measure), with ValueError."""
+    constant = None if allow_nan else _refuse_constant
+    return json.loads(text, parse_constant=constant, object_pairs_hook=_unique_keys)
 
 
 def finite(value: float | None) -> bool:
