@@ -287,3 +287,15 @@ def test_a_changes_folder_beside_the_stack_that_is_a_link_is_refused(project: Pa
     err = capsys.readouterr().err
     assert f"{project / 'changes'}: is a symbolic link" in err and TOKEN not in err
     assert not (project / "out").exists() and (elsewhere / "1.fix.md").exists()
+
+
+def test_a_released_folder_that_is_a_link_out_is_refused_before_anything_is_written(project: Path, outside: Path,
+                                                                                     capsys) -> None:
+    elsewhere = outside / "released"
+    elsewhere.mkdir(exist_ok=True)
+    (project / "changes" / "released").symlink_to(elsewhere)
+    assert main(release_args(project)) == 2
+    err = capsys.readouterr().err
+    assert f"{project / 'changes' / 'released'}: is not a folder of" in err
+    assert not (project / "out").exists() and (project / "changes" / "10.highlight.md").is_file()
+    assert list(elsewhere.iterdir()) == []

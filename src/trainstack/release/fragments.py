@@ -118,8 +118,20 @@ def release_fragments(changes: Path, release: str) -> list[Fragment]:
     return sorted(read_fragments(released_dir(changes, release), changes) + new, key=lambda f: _natural(f.name))
 
 
+def _check_released_folders(changes: Path, release: str) -> None:
+    """``released/`` and ``released/<release>/`` are real folders of ``changes`` where they exist:
+    a link there would move fragments out of the repository."""
+    for folder in (changes / RELEASED_DIR, released_dir(changes, release)):
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise SpecError(f"{folder}: is not a folder of {changes} (a symbolic link or a file); "
+                            "released fragments are moved into a folder of the changes folder")
+
+
 def check_consumable(changes: Path, fragments: list[Fragment], release: str) -> None:
-    """Refuse, before anything is written, a fragment whose name a release already consumed."""
+    """Refuse, before anything is written, a fragment whose name a release already consumed, or
+    folders to move fragments into that are not the changes folder's own."""
+    if fragments:
+        _check_released_folders(changes, release)
     for fragment in fragments:
         done = released_dir(changes, release) / fragment.name
         if done.exists():
@@ -134,10 +146,8 @@ def consume_fragments(changes: Path, fragments: list[Fragment], release: str) ->
     waiting = [f for f in fragments if _plain_file(changes / f.name)]
     if not waiting:
         return None
+    _check_released_folders(changes, release)
     for folder in (changes / RELEASED_DIR, target):
-        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-            raise SpecError(f"{folder}: is not a folder of {changes} (a symbolic link or a file); "
-                            "released fragments are moved into a folder of the changes folder")
         folder.mkdir(exist_ok=True)
     for fragment in waiting:
         os.replace(changes / fragment.name, target / fragment.name)
