@@ -1,10 +1,11 @@
 """RELEASE.md from ReleaseNotes. Pure: notes in, text out.
 
-Every value the notes hold reaches the Markdown through one of three functions: ``text``
-(literal text on one line: a table cell, a list item, a heading's words), ``link`` (a link
-whose target is an http(s) URL or a relative path, else plain text) and ``code`` (a code
-span). Validation refuses what does not belong in a value already; these are the second wall,
-so that no value becomes a heading, a link, a table row or HTML of its own.
+Every value the notes hold is escaped by one function, ``text`` (literal text on one line: a
+table cell, a list item, a heading's words); ``link`` writes its title with it and its target
+only where that is an http(s) URL or a relative path (percent-encoded, else plain text), and
+``code`` falls back to it where a code span could be closed. Validation refuses what does not
+belong in a value already; this is the second wall, so that no value becomes a heading, a
+link, a table row or HTML of its own.
 """
 
 from __future__ import annotations
@@ -70,9 +71,10 @@ def link(title: object, url: str | None, *, line_start: bool = False) -> str:
 
 
 def code(value: object) -> str:
-    """A code span of ``value``; literal text where it holds a backtick or a line break."""
+    """A code span of ``value``; literal text where it holds a backtick, a '|' (a table's cell
+    ends there even inside a code span) or a line break."""
     shown = str(value)
-    return text(shown) if "`" in shown or grammar.CONTROL.search(shown) else f"`{shown}`"
+    return text(shown) if "`" in shown or "|" in shown or grammar.CONTROL.search(shown) else f"`{shown}`"
 
 
 def fence(lines: Sequence[str]) -> list[str]:
