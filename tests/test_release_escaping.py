@@ -150,6 +150,7 @@ def test_http_and_relative_links_stay_links_with_their_parentheses_encoded() -> 
 
 def test_code_and_fences_cannot_be_closed_by_their_content() -> None:
     assert code("a`b") == "a\\`b"
+    assert code("a|b") == "a\\|b" and len(table(["image"], [[code("reg/a|b")]])) == 3
     lines = fence(["docker run ```", "echo ````"])
     assert lines[0] == "`````sh" and lines[-1] == "`````"
 
