@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from trainstack.bench.mfu import FORMULA
 from trainstack.fsutil import atomic_write_text
@@ -22,7 +23,7 @@ def _speedup(row: dict, baseline: dict | None) -> str:
 
 
 def results_table(rows: list[dict], title: str = "trainstack bench") -> Table:
-    table = Table(title=title)
+    table = Table(title=Text(title))  # names as plain text: a '[' in a model's name is no markup
     for name, justify in (
         ("mode", "left"), ("status", "left"), ("tok/s/GPU", "right"), ("tok/s total", "right"), ("vs eager", "right"),
         ("MFU", "right"), ("MFU fp8 peak", "right"), ("TFLOP/s/GPU", "right"), ("step ms median [p10-p90]", "right"),
@@ -33,11 +34,12 @@ def results_table(rows: list[dict], title: str = "trainstack bench") -> Table:
     for row in rows:
         if row.get("status") != "ok":
             error = row.get("error") or ""
-            table.add_row(row["mode"], f"[red]{row['status'].upper()}[/]", error if len(error) <= 40 else error[:39] + "…", *[""] * 9)
+            table.add_row(Text(row["mode"]), Text(row["status"].upper(), style="red"),
+                          Text(error if len(error) <= 40 else error[:39] + "…"), *[""] * 9)
             continue
         mfu = "unknown" if row["mfu"] is None else f"{row['mfu']:.1%}"
         table.add_row(
-            row["mode"], "ok", fmt(row["tokens_per_s_per_gpu"]), fmt(row["tokens_per_s_total"]), _speedup(row, baseline),
+            Text(row["mode"]), "ok", fmt(row["tokens_per_s_per_gpu"]), fmt(row["tokens_per_s_total"]), _speedup(row, baseline),
             mfu, _mfu_fp8(row), fmt(row["achieved_tflops_per_gpu"], ".1f"),
             f"{row['step_ms_median']:.1f} [{row['step_ms_p10']:.1f}-{row['step_ms_p90']:.1f}]",
             f"{fmt(row['mem_allocated_gib'], '.1f', 'n/a')}/{fmt(row['mem_reserved_gib'], '.1f', 'n/a')}",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from trainstack.errors import UsageError
+from trainstack.errors import SpecError, UsageError
 from trainstack.fsutil import dump_json, replace_tree
 from trainstack.lock import check_lock_current
 from trainstack.lock.manifest import Manifest, load_manifest
@@ -91,6 +91,9 @@ def make_release(
     results_dir = _results_dir(results, "--results", default=Path("build"))
     previous_results_dir = _previous_results(previous_results)
     changes_dir = changes if changes is not None else stack_path.parent / "changes"
+    if changes is None and changes_dir.is_symlink():
+        raise SpecError(f"{changes_dir}: is a symbolic link; the changes folder beside the stack is a folder of "
+                        "its own (its fragments are read and moved there), or give one with --changes DIR")
     inputs = gather(stack_path, previous_path, results_dir, previous_results_dir, changes_dir)
     notes = make_notes(inputs, drivers if drivers is not None else partial(rules_lookup, inputs.rules))
     texts = render_all(notes)

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+
+def _web_link(value: str) -> str:
+    from trainstack.stackfile.grammar import web_link  # a leaf module; imported late, as stackfile imports rules
+
+    return web_link(value)
+
+
+# where a rule comes from: an http(s) page, published as a link in release notes
+Source = Annotated[str, AfterValidator(_web_link)]
 
 
 class Data(BaseModel):
@@ -13,7 +25,7 @@ class Cited(Data):
     """A rule's text for the user and the public page that backs it."""
 
     message: str
-    source: str
+    source: Source
 
 
 class TorchIndex(Cited):
@@ -25,7 +37,7 @@ class TorchRelease(Data):
     variants: list[str]
     pypi_default: str
     pythons: list[str]
-    source: str
+    source: Source
 
 
 class TorchRules(Data):
@@ -55,9 +67,9 @@ class CudaRules(Data):
 class OsPlatform(Data):
     glibc: str
     platform: str
-    source: str
+    source: Source
     pythons: list[str] = []  # pythonX.Y packages of the OS's own archive
-    pythons_source: str = ""
+    pythons_source: Source | None = None
 
 
 class PlatformRules(Data):

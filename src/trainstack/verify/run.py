@@ -115,7 +115,7 @@ def _gate(target: Target, plan: Plan) -> GateResult | None:
     known = KnownIssues()
     base = plan.stack_path.parent if plan.stack_path else Path.cwd()
     if settings.known_issues:
-        known = load_known_issues(base / settings.known_issues)
+        known = load_known_issues(base / settings.known_issues, base)
     where = {}
     if plan.stack_path is not None:
         text = plan.stack_path.read_text(encoding="utf-8")
