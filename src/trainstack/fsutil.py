@@ -71,9 +71,19 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"duplicate key {json.dumps(key)[:80]} (each key once; a reader would keep either)")
+        found[key] = value
+    return found
+
+
 def loads_strict(text: str) -> Any:
-    """json.loads that refuses NaN, Infinity and -Infinity (ValueError) instead of reading them."""
-    return json.loads(text, parse_constant=_refuse_constant)
+    """json.loads that refuses NaN, Infinity and -Infinity, and an object naming a key twice
+    (ValueError), instead of reading them."""
+    return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
 
 
 def finite(value: float | None) -> bool:
