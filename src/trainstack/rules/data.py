@@ -11,7 +11,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from trainstack.errors import RuleViolation
-from trainstack.rules.models import Rules
+from trainstack.rules.models import Rules, fill
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -98,14 +98,14 @@ def index_for(torch_version: str, cuda_tag: str, channel: str) -> str | None:
     """The index serving that torch variant; None when PyPI (the default index) serves it."""
     index = load_rules().torch.index
     if channel == "nightly":
-        return index.nightly.format(variant=cuda_tag)
+        return fill(index.nightly, variant=cuda_tag)
     release = _release(torch_version)
     if cuda_tag not in release.variants:
         raise RuleViolation(
             f"torch {torch_minor(torch_version)} has no '{cuda_tag}' wheels (variants: {', '.join(release.variants)})",
             hint=release.source,
         )
-    return None if cuda_tag == release.pypi_default else index.release.format(variant=cuda_tag)
+    return None if cuda_tag == release.pypi_default else fill(index.release, variant=cuda_tag)
 
 
 def _cuda(cuda: str):

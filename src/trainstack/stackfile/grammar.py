@@ -164,6 +164,26 @@ def env_name(value: str) -> str:
     return value
 
 
+# Variables that make a program load or run other code, or look elsewhere for what it installs:
+# the dynamic loader's, interpreters' start-up hooks, shells' start-up files and trace prompts,
+# glibc's module paths, and the package tools' own settings (which would bypass the lock's
+# indexes). A stack's build_env may set them only when [build] allow_env names them.
+LOADER_PREFIXES = ("LD_", "DYLD_", "PYTHON", "UV_", "PIP_", "GIT_", "BASH_FUNC_")
+LOADER_NAMES = frozenset({
+    "BASH_ENV", "ENV", "PS4", "SHELLOPTS", "BASHOPTS", "IFS", "PATH", "GCONV_PATH", "GLIBC_TUNABLES", "NLSPATH",
+    "LOCPATH", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "NODE_OPTIONS", "NODE_PATH", "PERL5OPT", "PERL5LIB",
+    "PERLLIB", "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "SSL_CERT_FILE",
+    "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "TMPDIR",
+})  # fmt: skip
+
+
+def loader_variable(name: str) -> bool:
+    """Whether setting ``name`` makes the build's processes load or run code the stack names
+    (LD_PRELOAD, PYTHONSTARTUP, BASH_ENV, ...) or install from elsewhere (UV_*, PIP_*)."""
+    upper = name.upper()
+    return upper in LOADER_NAMES or upper.startswith(LOADER_PREFIXES)
+
+
 def commit(value: str) -> str:
     if not HEX_COMMIT.match(value):
         raise ValueError(f"'{shown(value)}' is not a git commit (7 to 40 lowercase hex digits)")
@@ -225,14 +245,20 @@ def redacted_url(value: str) -> str:
 
 
 def relative_path(value: str) -> str:
-    """A path that stays inside its base folder when relative ('..' may not climb out)."""
+    """The grammar of a path in a stack file: no control characters, not empty, never an option;
+    '~' only as '~' or '~/...' (the current user's home, never '~user'); a path that is absolute
+    or starts at home holds no '..' at all, a relative one never climbs above its folder. Where
+    each field may lead on disk is trainstack.stackfile.paths' rule."""
     no_controls(value)
     if not value or value.startswith("-"):
         raise ValueError(f"'{shown(value)}' is not a path")
-    if not value.startswith("/") and not value.startswith("~"):
-        normal = posixpath.normpath(value)
-        if normal == ".." or normal.startswith("../"):
-            raise ValueError(
-                f"'{shown(value)}' climbs out of the stack's folder; give a path inside it, or an absolute path"
-            )
+    if value.startswith("~") and value != "~" and not value.startswith("~/"):
+        raise ValueError(f"'{shown(value)}': '~' may only start '~/' (the current user's home), not name a user")
+    if value.startswith(("/", "~")):
+        if ".." in value.split("/"):
+            raise ValueError(f"'{shown(value)}' holds '..'; give the path without it")
+        return value
+    normal = posixpath.normpath(value)
+    if normal == ".." or normal.startswith("../"):
+        raise ValueError(f"'{shown(value)}' climbs out of the stack's folder; give a path inside it, or an absolute path")
     return value

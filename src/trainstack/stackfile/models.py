@@ -22,6 +22,8 @@ LIBRARY_RE = re.compile(r"^[A-Za-z0-9_*?\[][A-Za-z0-9._+*?\[\]-]*$")
 SMOKE_CHECKS = ("imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed")
 
 Channel = Literal["release", "nightly"]
+MAX_DISK_GB = 1_000_000.0  # a million GiB: any real disk
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer than any suite runs
 
 
 class Strict(BaseModel):
@@ -326,10 +328,25 @@ class CompilerCache(Strict):
 class Build(Strict):
     base: dict[str, str] = {}
     system_packages: list[str] = []
-    min_free_disk_gb: Annotated[float, Field(ge=0)] = 10.0
+    min_free_disk_gb: Annotated[float, Field(ge=0, le=MAX_DISK_GB, allow_inf_nan=False)] = 10.0
     compiler_cache: CompilerCache = CompilerCache()
     retries: Annotated[int, Field(ge=1, le=20)] = 4
     ca_bundle: str | None = None
+    # loader variables (LD_*, PYTHON*, BASH_ENV, ...: grammar.loader_variable) a component's
+    # build_env may set; every other one is refused, since it would run code in the build's tools
+    allow_env: list[str] = []
+
+    @field_validator("allow_env")
+    @classmethod
+    def _allowed(cls, v: list[str]) -> list[str]:
+        for name in v:
+            grammar.env_name(name)
+            if not grammar.loader_variable(name):
+                raise ValueError(
+                    f"'{grammar.shown(name)}' is not a variable build_env refuses; allow_env lists only loader "
+                    "variables (LD_*, PYTHON*, UV_*, PIP_*, GIT_*, BASH_ENV, ENV, PS4, GCONV_PATH, NODE_OPTIONS, ...)"
+                )
+        return v
 
     @field_validator("base")
     @classmethod
@@ -347,7 +364,15 @@ class Build(Strict):
     @field_validator("ca_bundle")
     @classmethod
     def _ca(cls, v: str | None) -> str | None:
-        return None if v is None else grammar.relative_path(v)
+        if v is None:
+            return None
+        grammar.relative_path(v)
+        if "," in v or "=" in v:
+            raise ValueError(
+                f"'{grammar.shown(v)}' holds ',' or '=', which image builds cannot pass as a secret's file "
+                "(--secret id=ca,src=PATH); give a path without them"
+            )
+        return v
 
 
 class Toolchain(Strict):
@@ -366,7 +391,7 @@ class Suite(Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     command: Annotated[str, Field(min_length=1)]
     max_failed: Annotated[int, Field(ge=0)] = 0
-    timeout: Annotated[float, Field(gt=0)] = 1800.0
+    timeout: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)] = 1800.0
     rerun_failed: bool = True
     allow_no_tests: bool = False  # a run that executed no test passes only when this says so
 
