@@ -21,7 +21,7 @@ from pathlib import Path
 from trainstack import proc
 from trainstack.builder.backend import BuildJob, BuildOutput
 from trainstack.builder.steps import Steps
-from trainstack.errors import BuildError, ToolMissingError
+from trainstack.errors import BuildError, SpecError, ToolMissingError
 from trainstack.fsutil import atomic_write_text
 from trainstack.indexauth import lock_index_urls, netrc_text
 from trainstack.render.api import flavour_files
@@ -67,12 +67,12 @@ SECRET_ID = re.compile(r"[a-z][a-z0-9_]*")
 def secret_option(secret_id: str, path: str | Path) -> list[str]:
     """``--secret id=ID,src=PATH`` built from checked parts: the id a plain word, the path absolute
     and free of the ',' and '=' that would start another key of the value (src=, type=, env=), of
-    control characters, and of a leading '-'. BuildError naming the path otherwise."""
+    control characters, and of a leading '-'. SpecError naming the path otherwise (exit 2)."""
     text = str(path)
     if not SECRET_ID.fullmatch(secret_id):
-        raise BuildError(f"build secret id {secret_id!r} is not a plain word")
+        raise SpecError(f"build secret id '{shown(secret_id)}' is not a plain word")
     if not text.startswith("/") or "," in text or "=" in text or CONTROL.search(text):
-        raise BuildError(
+        raise SpecError(
             f"build secret {secret_id}: the path '{shown(text, 200)}' cannot be passed to the image builder "
             "(an absolute path without ',', '=' or control characters is needed)",
             hint="move the file to a path without them",
@@ -125,14 +125,14 @@ class BuildahBackend:
         return {"buildah": version[2] if len(version) > 2 else "unknown", "storage-driver": self.driver}
 
     def build(self, job: BuildJob, steps: Steps) -> BuildOutput:
+        secrets = secret_option("ca", job.ca_bundle) if job.ca_bundle else []  # refused before anything runs
         base = base_for(job.inputs.stack, job.layers.flavour.os)
         if base.debootstrap_suite and not self._exists(base.ref):
             self._import_base(steps, base, job.staging / "base")
         context = write_context(job)
         tag = image_tag(job.inputs.stack, job.layers.flavour.slug)
         argv: list[str | Path] = self._cmd("build", "--layers", "--isolation", "chroot", "--target", "final", "-t", tag)
-        if job.ca_bundle:
-            argv += secret_option("ca", job.ca_bundle)
+        argv += secrets
         for key, value in build_args(job).items():
             argv += ["--build-arg", f"{key}={value}"]
         with netrc_secret(job) as secret:
@@ -178,6 +178,7 @@ class DockerBackend:
         return {"docker-buildx": version.stdout.split()[1] if len(version.stdout.split()) > 1 else "unknown"}
 
     def build(self, job: BuildJob, steps: Steps) -> BuildOutput:
+        secrets = secret_option("ca", job.ca_bundle) if job.ca_bundle else []  # refused before anything runs
         base = base_for(job.inputs.stack, job.layers.flavour.os)
         if base.debootstrap_suite and not proc.run(["docker", "image", "inspect", base.ref], echo=False).ok:
             tar = debootstrap_rootfs(steps, base.debootstrap_suite, job.staging / "base")
@@ -185,9 +186,7 @@ class DockerBackend:
             shutil.rmtree(tar.parent, ignore_errors=True)
         context = write_context(job)
         tag = image_tag(job.inputs.stack, job.layers.flavour.slug)
-        argv: list[str | Path] = ["docker", "buildx", "build", "--load", "--target", "final", "-t", tag]
-        if job.ca_bundle:
-            argv += secret_option("ca", job.ca_bundle)
+        argv: list[str | Path] = ["docker", "buildx", "build", "--load", "--target", "final", "-t", tag, *secrets]
         for key, value in build_args(job).items():
             argv += ["--build-arg", f"{key}={value}"]
         with netrc_secret(job) as secret:
