@@ -165,6 +165,8 @@ def _describe(exc: ValidationError, text: str, path: Path) -> str:
     if kind == "missing":
         return f"{where}: {field}: required field is missing"
     message = grammar.shown(str(error["msg"]).removeprefix("Value error, "), 400)
+    if kind == "finite_number":
+        message += " (a number such as 10; inf and nan are not accepted)"
     return f"{where}: {field}: {message}"
 
 
