@@ -25,13 +25,13 @@ from trainstack.stackfile import grammar
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "stack.lock.json"
-LOCK_FILE = re.compile(r"^locks/[A-Za-z0-9][A-Za-z0-9._-]*\.txt$")  # inside the lock folder, no '..'
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-SLUG = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
-CACHE_KEY = re.compile(r"^[a-z0-9][a-z0-9._/-]*-[0-9a-f]{12}$")
-LAYER = re.compile(r"^[a-z][a-z0-9-]*$")
-GIT_PIN = re.compile(r"^git\+(?P<url>.+)@(?P<sha>[0-9a-f]{40})$")
-HASH_LINE = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
+LOCK_FILE = re.compile(r"^locks/[A-Za-z0-9][A-Za-z0-9._-]*\.txt\Z")  # inside the lock folder, no '..'
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+SLUG = re.compile(r"^[a-z0-9][a-z0-9.-]*\Z")
+CACHE_KEY = re.compile(r"^[a-z0-9][a-z0-9._/-]*-[0-9a-f]{12}\Z")
+LAYER = re.compile(r"^[a-z][a-z0-9-]*\Z")
+GIT_PIN = re.compile(r"^git\+(?P<url>.+)@(?P<sha>[0-9a-f]{40})\Z")
+HASH_LINE = re.compile(r"^--hash=sha256:[0-9a-f]{64}\Z")
 OPTIONS = ("--index-url", "--extra-index-url", "--find-links")  # what uv writes into a lock
 
 
@@ -62,7 +62,7 @@ def _pinned_source(value: str) -> str:
     raise ValueError(f"'{grammar.shown(value)}' is not a pinned source ('git+URL@<40 hex>' or 'file:///PATH')")
 
 
-AXIS = re.compile(r"^[a-z0-9][a-z0-9.]*$")
+AXIS = re.compile(r"^[a-z0-9][a-z0-9.]*\Z")
 _AXIS_ACCEPTED = "a matrix value ('12.8', 'cpu', 'debian12', '3.12', 'release')"
 _SHA_ACCEPTED = "a sha256 (64 lowercase hex digits)"
 # the flavour's one-line values: the pattern each must match and what it accepts

@@ -11,13 +11,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from trainstack.stackfile import grammar
 
-CUDA_RE = re.compile(r"^(cpu|\d+\.\d+)$")
-PYTHON_RE = re.compile(r"^3\.\d+$")
-OS_RE = re.compile(r"^[a-z]+[0-9.]*$")
+CUDA_RE = re.compile(r"^(cpu|\d+\.\d+)\Z")
+PYTHON_RE = re.compile(r"^3\.\d+\Z")
+OS_RE = re.compile(r"^[a-z]+[0-9.]*\Z")
 SHA_RE = grammar.HEX_COMMIT
 ENV_NAME_RE = grammar.ENV_NAME
 # a library file name or an fnmatch pattern of one ('libcuda.so*'), as linkcheck matches them
-LIBRARY_RE = re.compile(r"^[A-Za-z0-9_*?\[][A-Za-z0-9._+*?\[\]-]*$")
+LIBRARY_RE = re.compile(r"^[A-Za-z0-9_*?\[][A-Za-z0-9._+*?\[\]-]*\Z")
 # the smoke checks verify knows (trainstack.verify.smoke.KNOWN)
 SMOKE_CHECKS = ("imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed")
 
@@ -70,7 +70,7 @@ def known_pythons() -> list[str]:
 
 
 def _python(value: str) -> str:
-    if not PYTHON_RE.match(value):
+    if not PYTHON_RE.fullmatch(value):
         raise ValueError(f"'{grammar.shown(value)}' is not a Python version (try '3.12')")
     known = known_pythons()
     if value not in known:
@@ -79,13 +79,13 @@ def _python(value: str) -> str:
 
 
 def _cuda(value: str) -> str:
-    if not CUDA_RE.match(value):
+    if not CUDA_RE.fullmatch(value):
         raise ValueError(f"'{grammar.shown(value)}' is not a CUDA version (try '12.8' or 'cpu')")
     return value
 
 
 def _os(value: str) -> str:
-    if not OS_RE.match(value):
+    if not OS_RE.fullmatch(value):
         raise ValueError(f"'{grammar.shown(value)}' is not an OS name (try 'ubuntu24.04' or 'debian12')")
     return value
 
@@ -406,7 +406,7 @@ class Links(Strict):
     def _libraries(cls, v: list[str]) -> list[str]:
         for name in v:
             parts = name.split(" needs ")  # required links may name their owner: 'OBJECT needs LIB'
-            if len(parts) > 2 or not all(LIBRARY_RE.match(part) for part in parts):
+            if len(parts) > 2 or not all(LIBRARY_RE.fullmatch(part) for part in parts):
                 raise ValueError(f"'{grammar.shown(name)}' is not a library file name or pattern (such as "
                                  "'libcuda.so.1', 'libcudnn*.so.9' or 'libtorch_cuda.so needs libnccl.so.2')")
         return v
