@@ -86,12 +86,14 @@ def test_verify_opens_the_known_issues_file_check_accepted(folder: Path, capsys:
         _gate(None, Unchecked)  # type: ignore[arg-type]
 
 
-def test_allow_env_lets_a_named_loader_variable_through(tmp_path: Path) -> None:
+def test_allow_env_lets_a_named_loader_variable_through(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = (Path(__file__).parent / "corpus" / "hostile" / "build-env-ld-library-path.toml").read_text()
     path = tmp_path / "stack.toml"
     path.write_text(text.replace("min_free_disk_gb = 1\n", 'min_free_disk_gb = 1\nallow_env = ["LD_LIBRARY_PATH"]\n'))
     stack = load_stack(path)
     assert stack.components["tsdemo"].build_env == {"LD_LIBRARY_PATH": "/tmp/INJECTED"}
+    assert main(["check", str(path), "--verbose"]) == 0  # and check shows what it lets through
+    assert "build.allow_env: tsdemo.build_env sets LD_LIBRARY_PATH, allowed by [build] allow_env" in capsys.readouterr().out
     path.write_text(text)
     with pytest.raises(SpecError, match=r"stack.toml:11: components.tsdemo.build_env.LD_LIBRARY_PATH: .*allow_env"):
         load_stack(path)

@@ -22,9 +22,9 @@ from packaging.utils import canonicalize_name
 
 from trainstack.errors import LockError, SpecError
 from trainstack.fsutil import dump_json, exclusive, replace_tree
+from trainstack.indexauth import default_from_env
 from trainstack.lock.git import pin_source
 from trainstack.lock.keys import flavour_cache_key
-from trainstack.indexauth import default_from_env
 from trainstack.lock.manifest import (
     MANIFEST_NAME,
     DeclaredIndexes,

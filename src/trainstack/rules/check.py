@@ -12,6 +12,7 @@ from packaging.version import Version
 from trainstack.errors import RuleViolation
 from trainstack.rules import data, toolchain
 from trainstack.rules.models import fill
+from trainstack.stackfile import grammar
 from trainstack.stackfile.matrix import Flavour, components_for, expand_flavours
 from trainstack.stackfile.models import Component, Stack
 
@@ -37,7 +38,7 @@ def errors(findings: list[Finding]) -> list[Finding]:
 
 def check_flavour(stack: Stack, flavour: Flavour) -> list[Finding]:
     components = {c.key: c for c in components_for(stack, flavour)}
-    checks = (_os, _cuda, _torch, _flash_attn, _arch_lists, _deepspeed, _toolchain)
+    checks = (_os, _cuda, _torch, _flash_attn, _arch_lists, _deepspeed, _toolchain, _allowed_env)
     found: list[Finding] = []
     for check in checks:
         found.extend(check(stack, flavour, components))
@@ -215,3 +216,19 @@ def parse_archs(value: str) -> list[str]:
 
 def _base(arch: str) -> str:
     return arch.rstrip("af")
+
+
+LOADER_SOURCE = "https://man7.org/linux/man-pages/man8/ld.so.8.html#ENVIRONMENT"
+
+
+def _allowed_env(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
+    """What the stack lets through [build] allow_env, shown: each loader variable a component's
+    build_env sets reaches every process of its build (the compiler, uv, Python)."""
+    found = []
+    for component in components.values():
+        names = sorted(name for name in component.build_env if grammar.loader_variable(name))
+        if names:
+            text = (f"{component.name}.build_env sets {', '.join(names)}, allowed by [build] allow_env: "
+                    f"every process of its build sees {'it' if len(names) == 1 else 'them'}")
+            found.append(_finding(flavour, "build.allow_env", "info", text, LOADER_SOURCE))
+    return found
