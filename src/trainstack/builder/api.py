@@ -18,10 +18,11 @@ from trainstack.builder.record import BuildRecord
 from trainstack.builder.steps import Steps
 from trainstack.builder.swap import swap_into_place
 from trainstack.console import err
-from trainstack.errors import BuildError, DiskSpaceError, TrainstackError, UsageError
+from trainstack.errors import BuildError, DiskSpaceError, SpecError, TrainstackError, UsageError
 from trainstack.fsutil import atomic_write_json
 from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.render.layers import FlavourLayers
+from trainstack.stackfile.paths import stack_path
 
 BACKENDS = ("venv", "oci")
 
@@ -172,13 +173,19 @@ def _run(
 
 
 def _ca_bundle(inputs: Inputs) -> str | None:
-    """build.ca_bundle from the stack, else SSL_CERT_FILE from the environment; must be a readable file."""
-    value = inputs.stack.build.ca_bundle or os.environ.get("SSL_CERT_FILE")
-    if not value:
-        return None
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        path = inputs.stack_path.parent / path
+    """build.ca_bundle from the stack (where the path rule lets it lead: the stack's folder or a
+    system CA bundle), else SSL_CERT_FILE from the user's environment; must be a readable file."""
+    value = inputs.stack.build.ca_bundle
+    if value:
+        try:
+            path = stack_path(value, inputs.stack_path.parent, "build.ca_bundle")
+        except ValueError as exc:
+            raise SpecError(f"{inputs.stack_path}: build.ca_bundle: {exc}") from None
+    else:
+        value = os.environ.get("SSL_CERT_FILE")
+        if not value:
+            return None
+        path = Path(value).expanduser()
     if not path.is_file():
         raise BuildError(f"build.ca_bundle: {path} is not a file", hint="give a PEM bundle or leave ca_bundle unset")
     return str(path)

@@ -288,7 +288,10 @@ class ExtensionBuilder:
         """MAX_JOBS from the CPU budget, the toolchain first on PATH, CUDA_HOME, the GPU targets,
         the compiler cache; the component's own build_env wins over all of them."""
         jobs = str(self.job.max_jobs.get(key, 1))
-        cache = compiler_cache_env(self.job.inputs.stack.build.compiler_cache, self.job.final.parent, launcher=False)
+        settings = self.job.inputs.stack.build.compiler_cache
+        cache = compiler_cache_env(
+            settings, self.job.final.parent, launcher=False, stack_folder=self.job.inputs.stack_path.parent
+        )
         links, launch = ccache_launch(self.home, self.work) if "CCACHE_DIR" in cache else (None, {})
         path = [str(p) for p in (links, python.parent) if p is not None] + [os.environ.get("PATH", "")]
         env = {

@@ -10,7 +10,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from trainstack.errors import RuleViolation
-from trainstack.rules.models import Rules
+from trainstack.rules.models import Rules, fill
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -83,14 +83,14 @@ def index_for(rules: Rules, torch_version: str, cuda_tag: str, channel: str) -> 
     """The index serving that torch variant; None when PyPI (the default index) serves it."""
     index = rules.torch.index
     if channel == "nightly":
-        return index.nightly.format(variant=cuda_tag)
+        return fill(index.nightly, variant=cuda_tag)
     release = _release(rules, torch_version)
     if cuda_tag not in release.variants:
         raise RuleViolation(
             f"torch {torch_minor(torch_version)} has no '{cuda_tag}' wheels (variants: {', '.join(release.variants)})",
             hint=release.source,
         )
-    return None if cuda_tag == release.pypi_default else index.release.format(variant=cuda_tag)
+    return None if cuda_tag == release.pypi_default else fill(index.release, variant=cuda_tag)
 
 
 def _cuda(rules: Rules, cuda: str):

@@ -11,6 +11,8 @@ from packaging.version import Version
 
 from trainstack.errors import RuleViolation
 from trainstack.rules import data, toolchain
+from trainstack.rules.models import fill
+from trainstack.stackfile import grammar
 from trainstack.stackfile.matrix import Flavour, components_for, expand_flavours
 from trainstack.stackfile.models import Component, Stack
 
@@ -36,7 +38,7 @@ def errors(findings: list[Finding]) -> list[Finding]:
 
 def check_flavour(stack: Stack, flavour: Flavour) -> list[Finding]:
     components = {c.key: c for c in components_for(stack, flavour)}
-    checks = (_os, _cuda, _torch, _flash_attn, _arch_lists, _deepspeed, _toolchain)
+    checks = (_os, _cuda, _torch, _flash_attn, _arch_lists, _deepspeed, _toolchain, _allowed_env)
     found: list[Finding] = []
     for check in checks:
         found.extend(check(stack, flavour, components))
@@ -76,7 +78,7 @@ def _os(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> lis
         text = f"OS '{flavour.os}' is not known (one of: {known})"
         return [_finding(flavour, "os.platform", "error", text, platforms.glibc.source)]
     os_rule = platforms.os[flavour.os]
-    text = platforms.glibc.message.format(os=flavour.os, glibc=os_rule.glibc, platform=os_rule.platform)
+    text = fill(platforms.glibc.message, os=flavour.os, glibc=os_rule.glibc, platform=os_rule.platform)
     return [_finding(flavour, "os.platform", "info", text, os_rule.source)]
 
 
@@ -88,7 +90,7 @@ def _cuda(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> l
         known = ", ".join(rules.versions)
         text = f"CUDA {flavour.cuda} is not known (one of: {known})"
         return [_finding(flavour, "cuda.driver", "error", text, rules.driver.source)]
-    text = rules.driver.message.format(cuda=flavour.cuda, driver=rules.versions[flavour.cuda].driver)
+    text = fill(rules.driver.message, cuda=flavour.cuda, driver=rules.versions[flavour.cuda].driver)
     return [_finding(flavour, "cuda.driver", "info", text, rules.driver.source)]
 
 
@@ -110,7 +112,7 @@ def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> 
     release = rules.releases[minor]
     found = []
     if flavour.cuda_tag not in release.variants:
-        allowed = rules.variants.message.format(minor=minor, variants=", ".join(release.variants))
+        allowed = fill(rules.variants.message, minor=minor, variants=", ".join(release.variants))
         text = f"torch {minor} publishes no {flavour.cuda_tag} wheels ({allowed})"
         found.append(_finding(flavour, "torch.variant", "error", text, release.source))
     else:
@@ -118,7 +120,7 @@ def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> 
         text = f"torch {minor} {flavour.cuda_tag} wheels come from {index or 'PyPI (its default variant)'}"
         found.append(_finding(flavour, "torch.variant", "info", text, rules.index.source))
     if flavour.python not in release.pythons:
-        allowed = rules.pythons.message.format(minor=minor, pythons=", ".join(release.pythons))
+        allowed = fill(rules.pythons.message, minor=minor, pythons=", ".join(release.pythons))
         text = f"torch {minor} has no wheels for Python {flavour.python} ({allowed})"
         found.append(_finding(flavour, "torch.python", "error", text, release.source))
     return found
@@ -194,7 +196,7 @@ def _toolchain(stack: Stack, flavour: Flavour, components: dict[str, Component])
     targets = cuda_rules.versions[flavour.cuda].archs
     bad = toolchain.bad_archs(stack.toolchain.archs, targets)
     if bad:
-        text = rules.archs.message.format(cuda=flavour.cuda, bad=", sm_".join(bad), archs=", sm_".join(targets))
+        text = fill(rules.archs.message, cuda=flavour.cuda, bad=", sm_".join(bad), archs=", sm_".join(targets))
         found.append(_finding(flavour, "toolchain.archs", "error", text, rules.archs.source))
     return found
 
@@ -214,3 +216,19 @@ def parse_archs(value: str) -> list[str]:
 
 def _base(arch: str) -> str:
     return arch.rstrip("af")
+
+
+LOADER_SOURCE = "https://man7.org/linux/man-pages/man8/ld.so.8.html#ENVIRONMENT"
+
+
+def _allowed_env(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
+    """What the stack lets through [build] allow_env, shown: each loader variable a component's
+    build_env sets reaches every process of its build (the compiler, uv, Python)."""
+    found = []
+    for component in components.values():
+        names = sorted(name for name in component.build_env if grammar.loader_variable(name))
+        if names:
+            text = (f"{component.name}.build_env sets {', '.join(names)}, allowed by [build] allow_env: "
+                    f"every process of its build sees {'it' if len(names) == 1 else 'them'}")
+            found.append(_finding(flavour, "build.allow_env", "info", text, LOADER_SOURCE))
+    return found

@@ -17,6 +17,7 @@ from trainstack.rules.stack import stack_rules
 from trainstack.stackfile import grammar
 from trainstack.stackfile.matrix import expand_flavours
 from trainstack.stackfile.models import Stack
+from trainstack.stackfile.paths import stack_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -57,6 +58,7 @@ def parse_stack(text: str, path: Path) -> Stack:
         raise SpecError(f"{path}:{line}: matrix: every cell is excluded; nothing would be built")
     _require_bases(stack, text, path)
     _confine_paths(stack, text, path)
+    _trusted_env(stack, text, path)
     stack._rules_in_effect = rules
     _require_known_os(stack, text, path)
     return stack
@@ -125,26 +127,35 @@ def _require_bases(stack: Stack, text: str, path: Path) -> None:
 
 
 def _confine_paths(stack: Stack, text: str, path: Path) -> None:
-    """Relative paths stay inside the stack's folder (symbolic links followed); absolute ones must exist."""
-    folder = path.parent.resolve()
-    given = [(("components", key, "path"), c.path) for key, c in stack.components.items()]
-    given += [(("build", "ca_bundle"), stack.build.ca_bundle), (("verify", "known_issues"), stack.verify.known_issues)]
-    for loc, value in given:
+    """Each path the stack names leads where its field allows (trainstack.stackfile.paths), links followed."""
+    folder = path.parent
+    given = [(("components", key, "path"), "components.path", c.path) for key, c in stack.components.items()]
+    given += [
+        (("build", "ca_bundle"), "build.ca_bundle", stack.build.ca_bundle),
+        (("build", "compiler_cache", "dir"), "build.compiler_cache.dir", stack.build.compiler_cache.dir),
+        (("verify", "known_issues"), "verify.known_issues", stack.verify.known_issues),
+    ]
+    for loc, field, value in given:
         if value is None:
             continue
-        value = value.removeprefix("file://")
-        target = Path(value).expanduser()
-        if target.is_absolute():
-            if not target.exists():
-                raise _located(text, path, loc, f"'{grammar.shown(value)}' does not exist (an absolute path must)")
-            continue
-        resolved = (folder / target).resolve()
-        if resolved != folder and folder not in resolved.parents:
-            raise _located(
-                text, path, loc,
-                f"'{grammar.shown(value)}' leads out of the stack's folder {folder}; give a path inside it, "
-                "or an absolute path",
-            )  # fmt: skip
+        try:
+            stack_path(value.removeprefix("file://"), folder, field)
+        except ValueError as exc:
+            raise _located(text, path, loc, str(exc)) from None
+
+
+def _trusted_env(stack: Stack, text: str, path: Path) -> None:
+    """A component's build_env sets a loader variable (LD_PRELOAD, PYTHONPATH, BASH_ENV, ...) only
+    when [build] allow_env names it: else it would load or run code in every build process."""
+    allowed = set(stack.build.allow_env)
+    for key, component in stack.components.items():
+        for name in component.build_env:
+            if grammar.loader_variable(name) and name not in allowed:
+                raise _located(
+                    text, path, ("components", key, "build_env", name),
+                    f"'{grammar.shown(name)}' makes the build's processes load or run other code; set it only by "
+                    f'naming it in [build] allow_env (allow_env = ["{grammar.shown(name)}"]), or leave it out',
+                )  # fmt: skip
 
 
 def _describe(exc: ValidationError, text: str, path: Path) -> str:
@@ -161,6 +172,8 @@ def _describe(exc: ValidationError, text: str, path: Path) -> str:
     if kind == "missing":
         return f"{where}: {field}: required field is missing"
     message = grammar.shown(str(error["msg"]).removeprefix("Value error, "), 400)
+    if kind == "finite_number":
+        message += " (a number such as 10; inf and nan are not accepted)"
     return f"{where}: {field}: {message}"
 
 

@@ -14,17 +14,19 @@ from trainstack.rules.models import Rules
 
 from trainstack.stackfile import grammar
 
-CUDA_RE = re.compile(r"^(cpu|\d+\.\d+)$")
-PYTHON_RE = re.compile(r"^3\.\d+$")
-OS_RE = re.compile(r"^[a-z]+[0-9.]*$")
+CUDA_RE = re.compile(r"^(cpu|\d+\.\d+)\Z")
+PYTHON_RE = re.compile(r"^3\.\d+\Z")
+OS_RE = re.compile(r"^[a-z]+[0-9.]*\Z")
 SHA_RE = grammar.HEX_COMMIT
 ENV_NAME_RE = grammar.ENV_NAME
 # a library file name or an fnmatch pattern of one ('libcuda.so*'), as linkcheck matches them
-LIBRARY_RE = re.compile(r"^[A-Za-z0-9_*?\[][A-Za-z0-9._+*?\[\]-]*$")
+LIBRARY_RE = re.compile(r"^[A-Za-z0-9_*?\[][A-Za-z0-9._+*?\[\]-]*\Z")
 # the smoke checks verify knows and runs by default
 SMOKE_CHECKS = ("imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed")
 
 Channel = Literal["release", "nightly"]
+MAX_DISK_GB = 1_000_000.0  # a million GiB: any real disk
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer than any suite runs
 
 
 class Strict(BaseModel):
@@ -76,7 +78,7 @@ def rules_of(info: ValidationInfo) -> Rules:
 
 
 def _python(value: str, rules: Rules) -> str:
-    if not PYTHON_RE.match(value):
+    if not PYTHON_RE.fullmatch(value):
         raise ValueError(f"'{grammar.shown(value)}' is not a Python version (try '3.12')")
     known = known_pythons(rules)
     if value not in known:
@@ -85,13 +87,13 @@ def _python(value: str, rules: Rules) -> str:
 
 
 def _cuda(value: str) -> str:
-    if not CUDA_RE.match(value):
+    if not CUDA_RE.fullmatch(value):
         raise ValueError(f"'{grammar.shown(value)}' is not a CUDA version (try '12.8' or 'cpu')")
     return value
 
 
 def _os(value: str) -> str:
-    if not OS_RE.match(value):
+    if not OS_RE.fullmatch(value):
         raise ValueError(f"'{grammar.shown(value)}' is not an OS name (try 'ubuntu24.04' or 'debian12')")
     return value
 
@@ -335,10 +337,25 @@ class CompilerCache(Strict):
 class Build(Strict):
     base: dict[str, str] = {}
     system_packages: list[str] = []
-    min_free_disk_gb: Annotated[float, Field(ge=0)] = 10.0
+    min_free_disk_gb: Annotated[float, Field(ge=0, le=MAX_DISK_GB, allow_inf_nan=False)] = 10.0
     compiler_cache: CompilerCache = CompilerCache()
     retries: Annotated[int, Field(ge=1, le=20)] = 4
     ca_bundle: str | None = None
+    # loader variables (LD_*, PYTHON*, BASH_ENV, ...: grammar.loader_variable) a component's
+    # build_env may set; every other one is refused, since it would run code in the build's tools
+    allow_env: list[str] = []
+
+    @field_validator("allow_env")
+    @classmethod
+    def _allowed(cls, v: list[str]) -> list[str]:
+        for name in v:
+            grammar.env_name(name)
+            if not grammar.loader_variable(name):
+                raise ValueError(
+                    f"'{grammar.shown(name)}' is not a variable build_env refuses; allow_env lists only loader "
+                    "variables (LD_*, PYTHON*, UV_*, PIP_*, GIT_*, BASH_ENV, ENV, PS4, GCONV_PATH, NODE_OPTIONS, ...)"
+                )
+        return v
 
     @field_validator("base")
     @classmethod
@@ -356,7 +373,15 @@ class Build(Strict):
     @field_validator("ca_bundle")
     @classmethod
     def _ca(cls, v: str | None) -> str | None:
-        return None if v is None else grammar.relative_path(v)
+        if v is None:
+            return None
+        grammar.relative_path(v)
+        if "," in v or "=" in v:
+            raise ValueError(
+                f"'{grammar.shown(v)}' holds ',' or '=', which image builds cannot pass as a secret's file "
+                "(--secret id=ca,src=PATH); give a path without them"
+            )
+        return v
 
 
 class Toolchain(Strict):
@@ -375,7 +400,7 @@ class Suite(Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     command: Annotated[str, Field(min_length=1)]
     max_failed: Annotated[int, Field(ge=0)] = 0
-    timeout: Annotated[float, Field(gt=0)] = 1800.0
+    timeout: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)] = 1800.0
     rerun_failed: bool = True
     allow_no_tests: bool = False  # a run that executed no test passes only when this says so
 
@@ -390,7 +415,7 @@ class Links(Strict):
     def _libraries(cls, v: list[str]) -> list[str]:
         for name in v:
             parts = name.split(" needs ")  # required links may name their owner: 'OBJECT needs LIB'
-            if len(parts) > 2 or not all(LIBRARY_RE.match(part) for part in parts):
+            if len(parts) > 2 or not all(LIBRARY_RE.fullmatch(part) for part in parts):
                 raise ValueError(f"'{grammar.shown(name)}' is not a library file name or pattern (such as "
                                  "'libcuda.so.1', 'libcudnn*.so.9' or 'libtorch_cuda.so needs libnccl.so.2')")
         return v

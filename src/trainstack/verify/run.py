@@ -11,7 +11,9 @@ from typing import Literal
 from pydantic import BaseModel
 
 from trainstack.stackfile.load import locate
+from trainstack.errors import SpecError
 from trainstack.stackfile.models import Stack, Verify
+from trainstack.stackfile.paths import stack_path
 from trainstack.verify.linkcheck.check import LinkReport, check_paths
 from trainstack.verify.linkcheck.confirm import confirm_in_target
 from trainstack.verify.ops import OpTable, op_table, prebuilt_wanted
@@ -114,8 +116,12 @@ def _gate(target: Target, plan: Plan) -> GateResult | None:
         return None
     known = KnownIssues()
     base = plan.stack_path.parent if plan.stack_path else Path.cwd()
-    if settings.known_issues:
-        known = load_known_issues(base / settings.known_issues, base)
+    if settings.known_issues:  # the path rule check applied, so verify opens what check accepted
+        try:
+            path = stack_path(settings.known_issues, base, "verify.known_issues")
+        except ValueError as exc:
+            raise SpecError(f"{plan.stack_path or 'verify'}: verify.known_issues: {exc}") from None
+        known = load_known_issues(path, base)
     where = {}
     if plan.stack_path is not None:
         text = plan.stack_path.read_text(encoding="utf-8")
