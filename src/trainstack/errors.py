@@ -119,7 +119,7 @@ EXIT_TABLE: dict[str, tuple[str, tuple[tuple[int, str], ...]]] = {
     "health": ("ok", ((1, "warn"), (2, "critical"), (3, "unknown"), (6, "no torch at level 2 or 3"),
                       (HEALTH_BAD_INPUT, BAD_INPUT))),
     "bench": ("measured", ((1, "a mode failed or nothing was measured"), (6, "no torch or no GPU"),
-                           (10, "a result file not written (the results kept beside it)"), (2, BAD_INPUT))),
+                           (10, "a result not written where asked (it is in a new file the error names)"), (2, BAD_INPUT))),
     "memplan": ("a plan", ((9, "no plan fits the budget"), (6, "no torch"), (2, BAD_INPUT))),
     "run": ("the job's own exit code", ((2, "bad input (before the job starts)"),
                                          (6, "the command is not a program on PATH"))),

@@ -34,6 +34,12 @@ _TRANSIENT = re.compile(
     r"failed to fetch|early EOF|remote end hung up|unexpected disconnect|Failed to download",
     re.IGNORECASE,
 )
+# What a failed command prints when the network was not there at all (no DNS, no route): exit 5, not 7.
+_NETWORK_DOWN = re.compile(
+    r"failed to lookup address information|could not resolve host|name or service not known|"
+    r"temporary failure in name resolution|network is unreachable|dns error",
+    re.IGNORECASE,
+)
 _NO_SPACE = re.compile(r"No space left on device|Disk quota exceeded", re.IGNORECASE)
 _NOT_TRANSIENT = re.compile(r"hash mismatch|not found|does not exist|no matching|404", re.IGNORECASE)
 _URL = re.compile(r"https?://[^\s'\"<>()\[\]`]+")
@@ -147,6 +153,9 @@ class Steps:
                     f"step {name}: no space left on the device ({free_gb(self.root):.2f} GiB free on {self.root})",
                     hint="free some space; the previous build of this flavour is unchanged",
                 )
+            if _NETWORK_DOWN.search(result.stdout + result.stderr):
+                host = f" (last URL: {self.failure.url})" if self.failure and self.failure.url else ""
+                raise NetworkError(f"step {name}: network failure: {_last_line(result)}{host}", hint=f"full output in {log}")
             raise BuildError(
                 f"step {name} failed (exit {result.returncode}): {_last_line(result)}",
                 hint=f"full output in {log}",
