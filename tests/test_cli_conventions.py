@@ -274,3 +274,20 @@ def test_memplan_defaults_run_on_a_cpu_and_a_fraction_is_taken_as_run_takes_it()
     assert plan["budget_bytes"] == int(host_memory_bytes() * 0.9)
     assert "note: no GPU here: --budget 0.9 is of this host's memory" in proc.stderr
     assert parse("0.9", "--memplan") == plan["budget_bytes"]  # run --memplan takes a fraction the same way
+
+
+def test_the_log_paths_a_build_prints_exist_after_it_succeeds(tmp_path: Path) -> None:
+    """Steps log into a staging folder renamed into place at the end: the paths printed are
+    the ones that hold the logs afterwards."""
+    from tests.test_build_fixtures import make_lock, source_stack
+
+    stack, _, _ = source_stack(tmp_path)
+    make_lock(stack)
+    build = tmp_path / "build"
+    proc = run("build", str(stack), "--build-dir", str(build), "--skip-sources")
+    assert proc.returncode == 0, proc.stderr
+    printed = re.findall(r"\(log: (\S+\.log)\)", proc.stderr)
+    assert printed, proc.stderr
+    for path in printed:
+        assert Path(path).is_file(), f"{path} printed but gone after the build"
+        assert ".staging" not in path

@@ -86,8 +86,11 @@ def looks_transient(output: str) -> bool:
 class Steps:
     """Runs and records the steps of one flavour's build; logs go under ``root/logs``."""
 
-    def __init__(self, root: Path, *, retries: int = 4, retry_wait: float = 1.0) -> None:
+    def __init__(self, root: Path, *, retries: int = 4, retry_wait: float = 1.0, shown_root: Path | None = None) -> None:
         self.root = root
+        # where ``root`` ends once the build is done (a staging folder is renamed into place):
+        # the log paths printed are those, so that they still exist after a successful build
+        self.shown_root = shown_root
         self.records: list[StepRecord] = []
         self.retries = retries
         self.retry_wait = retry_wait
@@ -96,6 +99,12 @@ class Steps:
 
     def _output(self, line: str) -> None:
         self.last_output = line
+
+    def shown(self, path: Path) -> Path:
+        """``path`` (under ``root``) as it will be named once the build is done."""
+        if self.shown_root is None or self.root not in path.parents:
+            return path
+        return self.shown_root / path.relative_to(self.root)
 
     def log_path(self, name: str) -> Path:
         return self.root / "logs" / f"{len(self.records) + 1:02d}-{name}.log"
@@ -184,7 +193,7 @@ class Steps:
         The step is shown and recorded as failed when ``fn`` raises or ``ok(value)`` is false.
         """
         start = time.perf_counter()
-        where = f" (log: {log})" if log is not None else ""
+        where = f" (log: {self.shown(log)})" if log is not None else ""
         if not err.is_terminal:
             err.print(Text(f"… {name}{where}"), highlight=False)
         try:
