@@ -10,13 +10,13 @@ from trainstack.bench.hf import HfShape
 from trainstack.bench.model import ModelConfig
 from trainstack.bench.modes import Mode, parse_mode
 from trainstack.bench.presets import preset
-from trainstack.bench.report import explain, results_table, write_jsonl
+from trainstack.bench.report import explain, rescue, results_table, write_jsonl
 from trainstack.bench.runner import RunSpec
 from rich.console import Console
 from rich.text import Text
 
 from trainstack.console import err, out
-from trainstack.errors import ToolMissingError, UsageError
+from trainstack.errors import OutputError, ToolMissingError, UsageError
 
 # Statuses that are results (the mode cannot run here), not failures of the benchmark.
 EXPECTED = {"ok", "oom", "unavailable"}
@@ -167,7 +167,14 @@ def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None, parity: dict
     if out_dir is None:
         return
     stem = out_dir / f"{stem_prefix}-{spec.model}-b{spec.batch}-s{spec.seq}"
-    write_jsonl(stem.with_suffix(".jsonl"), rows)
+    try:
+        write_jsonl(stem.with_suffix(".jsonl"), rows)
+    except OSError as exc:  # a finished benchmark is never lost: its rows go elsewhere, and that is said
+        import json
+
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        raise OutputError(f"{stem.with_suffix('.jsonl')}: cannot write ({exc.strerror or exc}); "
+                          f"the results are in {rescue(text, stem.name + '.jsonl')}") from None
     out.print(f"wrote {stem.with_suffix('.jsonl')}", highlight=False)
     if parity is not None:
         from trainstack.fsutil import atomic_write_json

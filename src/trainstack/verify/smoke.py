@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from rich.text import Text
 
 from trainstack.console import err
+from trainstack.stackfile.models import SMOKE_CHECKS
 from trainstack.verify.target import Target, run_probe
 
 KNOWN = SMOKE_CHECKS
