@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 from trainstack import proc
 from trainstack.builder.ccache import compiler_cache_env
 from trainstack.builder.record import ExtensionRecord
+from trainstack.builder.resume import KeptBuild, Units, ninja_units, toolchain_identity
 from trainstack.builder.steps import Steps
+from trainstack.console import err
 from trainstack.errors import BuildError
 from trainstack.fsutil import atomic_write_json
 from trainstack.render.lockfile import parse_lock
@@ -186,6 +188,11 @@ class WheelCache:
     def folder(self, key: ExtensionKey) -> Path:
         return self.root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', key.package)}-{key.digest()}"
 
+    def kept_folder(self, key: ExtensionKey) -> Path:
+        """Where an unfinished build of ``key`` keeps its source and objects (trainstack.builder.resume)."""
+        folder = self.folder(key)
+        return folder.with_name(folder.name + ".partial")
+
     def lookup(self, key: ExtensionKey) -> tuple[Path, dict] | None:
         folder = self.folder(key)
         wheels = sorted(folder.glob("*.whl"))
@@ -221,7 +228,11 @@ def build_wheel(
     free_disk_gb: float | None = None,
 ) -> tuple[Path, ExtensionRecord]:
     """The extension's wheel from the cache, or built now (uv build, no isolation: it compiles
-    against the environment's torch) and stored. Step ``compile-<name>`` either way."""
+    against the environment's torch) and stored. Step ``compile-<name>`` either way.
+
+    A cached source tree is built in the cache's kept folder (trainstack.builder.resume), so a
+    build stopped at any point goes on from the units ninja finished; the folder goes once the
+    wheel is stored."""
     found = cache.lookup(key) if cache is not None else None
     if found is not None and cache is not None:
         wheel, meta = found
@@ -231,7 +242,40 @@ def build_wheel(
             wheel=wheel.name, wheel_bytes=wheel.stat().st_size,
         )  # fmt: skip
         return wheel, record
+    if cache is None or not Path(target).is_dir():
+        return _compile(steps, cache, key, name=name, target=target, python=python, env=env, out=out, free_disk_gb=free_disk_gb)
+    kept = KeptBuild(cache.kept_folder(key), key, toolchain_identity({**os.environ, **env}))
+    with kept.held():
+        earlier = kept.open(Path(target))
+        if earlier is not None:
+            err.print(
+                f"{name}: resuming: {earlier.done} of {earlier.total} units compiled by an earlier run ({kept.folder.name})",
+                highlight=False, markup=False,
+            )
+        wheel, record = _compile(
+            steps, cache, key, name=name, target=kept.source, python=python, env=env, out=out, free_disk_gb=free_disk_gb,
+            earlier=earlier,
+        )  # fmt: skip
+        kept.discard()
+    return wheel, record
+
+
+def _compile(
+    steps: Steps,
+    cache: WheelCache | None,
+    key: ExtensionKey,
+    *,
+    name: str,
+    target: Path | str,
+    python: Path,
+    env: dict[str, str],
+    out: Path,
+    free_disk_gb: float | None,
+    earlier: Units | None = None,
+) -> tuple[Path, ExtensionRecord]:
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.whl"):  # an interrupted run's
+        stale.unlink()
     before = ccache_counts(env)
     start = time.perf_counter()
     steps.run(
@@ -245,11 +289,14 @@ def build_wheel(
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"step compile-{name}: expected one wheel in {out}, found {len(wheels)}")
+    units = ninja_units(Path(target)) if Path(target).is_dir() else None
     meta = {"compile_seconds": seconds, "ccache_hit_rate": rate}
     stored = cache.store(key, wheels[0], meta) if cache is not None else wheels[0]
     record = ExtensionRecord(
         key=key.digest(), cache="miss" if cache is not None else "off", compile_seconds=seconds, ccache_hit_rate=rate,
         wheel=stored.name, wheel_bytes=stored.stat().st_size,
+        units=units.total if units is not None else None,
+        units_resumed=earlier.done if earlier is not None else (0 if units is not None else None),
     )  # fmt: skip
     return stored, record
 

@@ -29,6 +29,8 @@ class ExtensionRecord(BaseModel):
     ccache_hit_rate: float | None  # None: no compiler cache, or nothing went through it
     wheel: str
     wheel_bytes: int
+    units: int | None = None  # ninja's compile units (None: not built through ninja, or a cache hit)
+    units_resumed: int | None = None  # of them, compiled by an earlier, interrupted run
 
 
 class BuildRecord(BaseModel):
