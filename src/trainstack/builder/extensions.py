@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from trainstack import proc
 from trainstack.builder.ccache import compiler_cache_env
+from trainstack.builder.cpu import available_memory, bound_jobs, budget_for, unit_memory
 from trainstack.builder.record import ExtensionRecord
 from trainstack.builder.resume import KeptBuild, Units, ninja_units, toolchain_identity
 from trainstack.builder.steps import Steps
@@ -32,6 +33,7 @@ from trainstack.rules.toolchain import toolchain_rules
 if TYPE_CHECKING:
     from trainstack.builder.backend import BuildJob
     from trainstack.render.layers import SourceBuild
+    from trainstack.stackfile.models import Component
 
 PROBE_KERNEL = "__global__ void trainstack_probe(float* x) { x[threadIdx.x] *= 2.0f; }\n"
 _TOOL_DIRS = ("bin", "include", "nvvm", "lib")
@@ -332,18 +334,18 @@ class ExtensionBuilder:
             raise BuildError(f"flavour {flavour.slug}: the toolchain layer installed no nvcc", hint="re-lock the stack")
         probe_compile(self.steps, self.home, probe_arch(self.archs, flavour.cuda), self.work / "nvcc-probe")
 
-    def compile_env(self, key: str, build_env: dict[str, str], python: Path) -> dict[str, str]:
-        """MAX_JOBS from the CPU budget, the toolchain first on PATH, CUDA_HOME, the GPU targets,
-        the compiler cache; the component's own build_env wins over all of them."""
-        jobs = str(self.job.max_jobs.get(key, 1))
+    def compile_env(self, key: str, build_env: dict[str, str], python: Path, jobs: int | None = None) -> dict[str, str]:
+        """MAX_JOBS (``jobs``, else the CPU budget's), the toolchain first on PATH, CUDA_HOME,
+        the GPU targets, the compiler cache; the component's own build_env wins over all of them."""
+        jobs_text = str(jobs if jobs is not None else self.job.max_jobs.get(key, 1))
         cache = compiler_cache_env(self.job.inputs.stack.build.compiler_cache, self.job.final.parent, launcher=False)
         links, launch = ccache_launch(self.home, self.work) if "CCACHE_DIR" in cache else (None, {})
         path = [str(p) for p in (links, python.parent) if p is not None] + [os.environ.get("PATH", "")]
         env = {
             "VIRTUAL_ENV": str(self.venv),
             "PATH": os.pathsep.join(path),  # ccache's links, then the toolchain's ninja and cmake
-            "MAX_JOBS": jobs,
-            "CMAKE_BUILD_PARALLEL_LEVEL": jobs,
+            "MAX_JOBS": jobs_text,
+            "CMAKE_BUILD_PARALLEL_LEVEL": jobs_text,
             **cache,
             **launch,
             **arch_env(self.archs),
@@ -354,6 +356,17 @@ class ExtensionBuilder:
             # GPU targets named on a build machine without a GPU: else DeepSpeed picks its CPU accelerator
             env["DS_ACCELERATOR"] = "cuda"
         return {**env, **build_env}
+
+    def jobs(self, comp: Component) -> int:
+        """MAX_JOBS for ``comp``: its CPU budget, no more than free memory holds at its unit
+        estimate, the bound printed; what build.json's max_jobs records."""
+        if "MAX_JOBS" in comp.build_env:
+            err.print(f"{comp.key}: jobs: {comp.build_env['MAX_JOBS']} (MAX_JOBS in its build_env)", highlight=False, markup=False)
+            return self.job.max_jobs.get(comp.key, 1)
+        bound = bound_jobs(self.job.cpus, budget_for(comp), available_memory(), unit_memory(comp))
+        err.print(f"{comp.key}: {bound.text()}", highlight=False, markup=False)
+        self.job.max_jobs[comp.key] = bound.jobs
+        return bound.jobs
 
     def key(self, src: SourceBuild, env: dict[str, str]) -> ExtensionKey:
         comp, layers = src.component, self.job.layers
@@ -376,7 +389,7 @@ class ExtensionBuilder:
 
     def build(self, src: SourceBuild, target: Path | str, python: Path, env: dict[str, str], free_disk_gb: float) -> None:
         comp = src.component
-        compile_env = {**env, **self.compile_env(comp.key, comp.build_env, python)}
+        compile_env = {**env, **self.compile_env(comp.key, comp.build_env, python, self.jobs(comp))}
         key = self.key(src, compile_env)
         # a local path can change under the same version: built every time, never cached
         cache = self.cache if comp.path is None else None

@@ -123,6 +123,8 @@ class Indexes(Strict):
 class JobBudget(Strict):
     divisor: Annotated[int, Field(ge=1)]
     cap: Annotated[int, Field(ge=1)]
+    # the memory one compile unit takes ('6GiB'): MAX_JOBS no more than free memory holds
+    memory: Annotated[str, Field(pattern=r"^\d+(\.\d+)?(GiB|MiB|GB|MB)$")] | None = None
 
 
 class FlavourFilter(Strict):
