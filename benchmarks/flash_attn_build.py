@@ -78,7 +78,7 @@ def sdist_file(given: Path | None, cache: Path) -> Path:
 
 
 def source_tree(sdist: Path, cache: Path) -> Path:
-    """The sdist unpacked once under DIR/source (tar's own data filter: no links or paths out)."""
+    """The sdist unpacked once under DIR/source to list its units (tar's data filter: no links or paths out)."""
     final = cache / "source" / f"flash_attn-{VERSION}"
     if final.is_dir():
         return final
@@ -181,7 +181,9 @@ def worker(spec_path: Path) -> None:
     atomic_write_json(Path(spec["record"]), {**record.model_dump(), "path": str(wheel)})
 
 
-def run_build(args: argparse.Namespace, source: Path, planned: dict, start: float) -> dict:
+def run_build(args: argparse.Namespace, sdist: Path, planned: dict, start: float) -> dict:
+    """One run: the sdist built as `trainstack build` builds a source = "sdist" component (the
+    archive handed to build_wheel, unpacked into the kept folder once), stopped before the deadline."""
     cache: Path = args.cache
     key: ExtensionKey = planned["key"]
     wheels = WheelCache(cache / ".extensions")
@@ -190,7 +192,7 @@ def run_build(args: argparse.Namespace, source: Path, planned: dict, start: floa
     run_index = len(list(cache.glob("runs/run-*"))) + 1
     run_dir = cache / "runs" / f"run-{run_index:02d}"
     run_dir.mkdir(parents=True)
-    spec = {"key": json.loads(json.dumps(asdict(key))), "cache": str(cache), "source": str(source), "env": planned["env"],
+    spec = {"key": json.loads(json.dumps(asdict(key))), "cache": str(cache), "source": str(sdist.absolute()), "env": planned["env"],
             "steps": str(run_dir), "record": str(run_dir / "record.json")}
     (run_dir / "spec.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
     child = subprocess.Popen([sys.executable, __file__, "--worker", str(run_dir / "spec.json")], start_new_session=True)
@@ -282,7 +284,7 @@ def main() -> None:
         wheel = found[0]
         row.update(finished=True, wheel=wheel.name, wheel_bytes=wheel.stat().st_size, wheel_path=str(wheel), cache="hit")
     else:
-        row.update(notes=facts["notes"], **run_build(args, source, planned, start))
+        row.update(notes=facts["notes"], **run_build(args, sdist, planned, start))
     row["wall_seconds"] = round(time.monotonic() - start, 1)
     left = f"{row['units_done']}/{row['units_total']} units" if "units_total" in row else "no units started"
     print(f"flash-attn: {'built' if row.get('finished') else 'not finished'}: {left}, "

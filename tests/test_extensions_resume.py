@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from trainstack.builder.extensions import ExtensionKey, WheelCache
+from trainstack.errors import BuildError
 from trainstack.builder.resume import KeptBuild, ninja_units, toolchain_identity
 
 UNITS = 6
@@ -248,3 +249,30 @@ def test_the_toolchain_identity_changes_with_a_compiler_behind_a_ccache_link(tmp
     os.utime(compiler, ns=(0, 10**9))  # the compiler replaced (another version): another identity
     assert toolchain_identity(env) != before
     assert toolchain_identity({**env, "CXXFLAGS": "-O3"})["env CXXFLAGS"] == "-O3"
+
+
+def test_an_sdist_is_unpacked_into_the_kept_folder_with_its_times(tmp_path: Path) -> None:
+    import tarfile
+
+    tree = tmp_path / "tree" / "ext-0.1"
+    tree.mkdir(parents=True)
+    (tree / "a.cpp").write_text("int a;\n", encoding="utf-8")
+    os.utime(tree / "a.cpp", (1_600_000_000, 1_600_000_000))
+    sdist = tmp_path / "ext-0.1.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(tree, arcname="ext-0.1")
+    kept = KeptBuild(WheelCache(tmp_path / ".extensions").kept_folder(key()), key(), {})
+    assert kept.open(sdist) is None
+    assert (kept.source / "a.cpp").stat().st_mtime == 1_600_000_000  # ninja compares these with its objects
+    assert KeptBuild(kept.folder, key(), {}).open(sdist) is None  # kept, but no ninja build started yet
+    assert (kept.folder / "state.json").is_file()
+
+    hostile = tmp_path / "hostile-0.1.tar.gz"
+    with tarfile.open(hostile, "w:gz") as tar:
+        link = tarfile.TarInfo("hostile-0.1/passwd")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    other = KeptBuild(WheelCache(tmp_path / ".extensions").kept_folder(key("9")), key("9"), {})
+    with pytest.raises(BuildError, match="not an sdist to unpack"):
+        other.open(hostile)
+    assert not (other.folder / "state.json").exists()

@@ -244,7 +244,7 @@ def build_wheel(
             wheel=wheel.name, wheel_bytes=wheel.stat().st_size,
         )  # fmt: skip
         return wheel, record
-    if cache is None or not Path(target).is_dir():
+    if cache is None or not (Path(target).is_dir() or str(target).endswith((".tar.gz", ".zip"))):
         return _compile(steps, cache, key, name=name, target=target, python=python, env=env, out=out, free_disk_gb=free_disk_gb)
     kept = KeptBuild(cache.kept_folder(key), key, toolchain_identity({**os.environ, **env}))
     with kept.held():

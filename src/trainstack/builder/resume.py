@@ -20,12 +20,15 @@ import json
 import os
 import re
 import shutil
+import tarfile
+import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainstack.errors import BuildError
 from trainstack.fsutil import atomic_write_json, exclusive, loads_strict, read_regular
 
 if TYPE_CHECKING:
@@ -166,16 +169,39 @@ class KeptBuild:
     def open(self, target: Path) -> Units | None:
         """Make ``self.source`` the tree to build: the kept one when its record matches (then
         what an earlier run finished, or None before ninja was started), else a fresh copy of
-        ``target`` (None). A copy killed half way has no record and is made again."""
+        ``target``, a source folder or an sdist archive unpacked (None). A copy killed half way
+        has no record and is made again."""
         if self._matches():
             return ninja_units(self.source)
         self.discard()
         staging = self.folder / (SOURCE + ".tmp")
         self.folder.mkdir(parents=True)
-        shutil.copytree(target, staging, symlinks=True)  # links copied as links, never followed
-        staging.rename(self.source)
+        if target.is_dir():
+            shutil.copytree(target, staging, symlinks=True)  # links copied as links, never followed
+            staging.rename(self.source)
+        else:
+            _unpack_sdist(target, staging)
+            tops = list(staging.iterdir())
+            if len(tops) != 1 or not tops[0].is_dir() or tops[0].is_symlink():
+                self.discard()
+                raise BuildError(f"{target.name}: an sdist holds one folder, <name>-<version>/; this one holds {len(tops)} entries")
+            tops[0].rename(self.source)
         atomic_write_json(self.folder / STATE, self.expected)  # last: the copy is whole
         return None
 
     def discard(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _unpack_sdist(archive: Path, dest: Path) -> None:
+    """A .tar.gz sdist through tarfile's data filter (no absolute paths, no way out, no devices,
+    no link leaving ``dest``), a .zip one through zipfile (which drops such paths); BuildError else."""
+    try:
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as zipped:
+                zipped.extractall(dest)
+        else:
+            with tarfile.open(archive) as tar:
+                tar.extractall(dest, filter="data")
+    except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
+        raise BuildError(f"{archive.name}: not an sdist to unpack: {exc}") from None
