@@ -6,9 +6,9 @@ takes: each run resumes the last and stops itself before its deadline, keeping t
         (uv build --no-build-isolation, torch's BuildExtension, ninja) into the wheel cache
         under DIR, with the stack's flash-attn settings (examples/stacks/torch-cuda.toml:
         FLASH_ATTENTION_FORCE_BUILD, FLASH_ATTN_CUDA_ARCHS=90) and TORCH_CUDA_ARCH_LIST=9.0,
-        against this environment's torch and the nvcc of CUDA_HOME. MAX_JOBS is trainstack's
-        bound (cores / the flash-attn divisor, free memory at its per-unit estimate) unless
-        --jobs. The build runs in a process group of its own; 20 s before --deadline-s it is
+        against this environment's torch and the nvcc of CUDA_HOME, NVCC_THREADS=1. MAX_JOBS
+        is trainstack's bound (cores up to the stack's cap of 12, free memory at flash-attn's
+        6 GiB a unit) unless --jobs. The build runs in a process group of its own; 20 s before --deadline-s it is
         interrupted (SIGINT, then SIGKILL), and the next run with the same DIR resumes from
         the units ninja finished. Each run prints units done/total every 30 s and at the end,
         with this run's compile-seconds and wall time, and appends its row to --out (JSON);
@@ -45,6 +45,7 @@ from trainstack.builder.extensions import ExtensionKey, WheelCache, arch_env  # 
 from trainstack.builder.resume import ninja_units  # noqa: E402
 from trainstack.fsutil import atomic_write_json  # noqa: E402
 from trainstack.stackfile.load import load_stack  # noqa: E402
+from trainstack.stackfile.models import JobBudget  # noqa: E402
 
 VERSION = "2.8.3"
 SDIST = f"flash_attn-{VERSION}.tar.gz"
@@ -143,7 +144,10 @@ def environment() -> dict:
 
 def plan(args: argparse.Namespace, env_facts: dict) -> dict:
     component = load_stack(STACK).components["flash-attn"]
-    bound = bound_jobs(effective_cpus(), budget_for(component), available_memory(), unit_memory(component))
+    # the stack's divisor of 8 stands in for memory with nvcc's 4 threads a job; here the memory
+    # bound is explicit and each job has one thread, so the cores bound the jobs alone, to its cap
+    budget = JobBudget(divisor=1, cap=budget_for(component).cap)
+    bound = bound_jobs(effective_cpus(), budget, available_memory(), unit_memory(component))
     jobs = args.jobs if args.jobs is not None else bound.jobs
     build_env = {**component.build_env, "NVCC_THREADS": "1"}  # one GPU target: nvcc's threads have nothing to share
     env = {"PATH": env_facts.get("path", os.environ.get("PATH", "")), "MAX_JOBS": str(jobs),
