@@ -230,12 +230,14 @@ def run_build(args: argparse.Namespace, sdist: Path, planned: dict, start: float
            "finished": record is not None}  # fmt: skip
     units = ninja_units(kept_source)
     if units is not None:
-        row.update(units_done=units.done, units_total=units.total, compile_seconds_so_far=round(sum(after.values()), 1))
-    if record is not None:
+        row.update(units_done=units.done, units_total=units.total, compile_seconds_so_far=round(units.seconds, 1))
+    if record is not None:  # the kept folder is gone with the stored wheel: the record counts for it
         wheel = Path(record["path"])
+        total = record["unit_seconds"] or 0.0
         row.update(units_done=record["units"], units_total=record["units"], units_resumed=record["units_resumed"],
-                   wheel=wheel.name, wheel_bytes=wheel.stat().st_size, wheel_path=str(wheel),
-                   compile_seconds_total=round(sum(before.values()) + sum(new.values()), 1))  # fmt: skip
+                   units_compiled_this_run=(record["units"] or 0) - (record["units_resumed"] or 0),
+                   compile_seconds_this_run=round(max(0.0, total - sum(before.values())), 1), compile_seconds_total=round(total, 1),
+                   wheel=wheel.name, wheel_bytes=wheel.stat().st_size, wheel_path=str(wheel))  # fmt: skip
     return row
 
 

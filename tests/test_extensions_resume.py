@@ -20,6 +20,7 @@ from trainstack.builder.extensions import ExtensionKey, WheelCache
 from trainstack.errors import BuildError
 from trainstack.builder.resume import KeptBuild, ninja_units, toolchain_identity
 
+ROOT = Path(__file__).resolve().parent.parent
 UNITS = 6
 OUTER = 500  # thousands of constexpr steps per unit: about 2 s of g++ each
 SEED = 1469598103934665603
@@ -91,11 +92,11 @@ def expected_total() -> int:
     return total
 
 
-def write_extension(root: Path) -> Path:
+def write_extension(root: Path, outer: int = OUTER) -> Path:
     source = root / "resumeext"
     source.mkdir()
     for i in range(UNITS):
-        (source / f"unit{i}.cpp").write_text(UNIT.format(i=i, outer=OUTER, seed=SEED), encoding="utf-8")
+        (source / f"unit{i}.cpp").write_text(UNIT.format(i=i, outer=outer, seed=SEED), encoding="utf-8")
     decls = "\n".join(f"unsigned long get_{i}();" for i in range(UNITS))
     calls = " ".join(f"sum += get_{i}();" for i in range(UNITS))
     (source / "module.cpp").write_text(MODULE.format(decls=decls, calls=calls), encoding="utf-8")
@@ -276,3 +277,36 @@ def test_an_sdist_is_unpacked_into_the_kept_folder_with_its_times(tmp_path: Path
     with pytest.raises(BuildError, match="not an sdist to unpack"):
         other.open(hostile)
     assert not (other.folder / "state.json").exists()
+
+
+@needs_tools
+@pytest.mark.timeout(240)
+def test_the_flash_attn_script_stops_before_its_deadline_and_the_next_run_finishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/flash_attn_build.py's runs (the build in its own process group, interrupted
+    GRACE_S before --deadline-s) on the small extension: the next run resumes and stores the wheel."""
+    import argparse
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("flash_attn_build", ROOT / "benchmarks" / "flash_attn_build.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "GRACE_S", 3.0)
+    source = write_extension(tmp_path, outer=400)
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    planned = {"key": ExtensionKey(package="resumeext", version="0.1", torch=torch.__version__, cuda="cpu", archs="", toolchain=(),
+                                   build_env=(), python="3"),
+               "env": {"MAX_JOBS": "1", "PATH": path, "TORCH_NO_COMPILER_WRAPPER": "1"}}  # fmt: skip
+    cache = tmp_path / "cache"
+    first_args = argparse.Namespace(cache=cache, deadline_s=12.0)
+    start = time.monotonic()
+    first = script.run_build(first_args, source, planned, start)
+    assert time.monotonic() - start < 12.0  # it ended before its deadline
+    assert first["interrupted"] and not first["finished"], first
+    second = script.run_build(argparse.Namespace(cache=cache, deadline_s=200.0), source, planned, time.monotonic())
+    assert second["finished"] and not second["interrupted"], second
+    done_before = first.get("units_done", 0)
+    assert second["units_total"] == UNITS + 1 and second["units_resumed"] == done_before
+    assert second["units_compiled_this_run"] == UNITS + 1 - done_before
+    assert second["wheel_bytes"] > 0 and second["compile_seconds_total"] > 0

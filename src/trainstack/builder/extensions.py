@@ -299,6 +299,7 @@ def _compile(
         wheel=stored.name, wheel_bytes=stored.stat().st_size,
         units=units.total if units is not None else None,
         units_resumed=earlier.done if earlier is not None else (0 if units is not None else None),
+        unit_seconds=units.seconds if units is not None else None,
     )  # fmt: skip
     return stored, record
 

@@ -31,6 +31,7 @@ class ExtensionRecord(BaseModel):
     wheel_bytes: int
     units: int | None = None  # ninja's compile units (None: not built through ninja, or a cache hit)
     units_resumed: int | None = None  # of them, compiled by an earlier, interrupted run
+    unit_seconds: float | None = None  # the units' compile seconds in ninja's log, earlier runs' included
 
 
 class BuildRecord(BaseModel):

@@ -53,10 +53,12 @@ _UNESCAPE = re.compile(r"\$(.)")
 
 @dataclass(frozen=True)
 class Units:
-    """A ninja build's compile units: how many, and how many ninja recorded as finished."""
+    """A ninja build's compile units: how many, how many ninja recorded as finished, and the
+    seconds those took (each unit's last compile in .ninja_log, whichever run it was)."""
 
     done: int
     total: int
+    seconds: float = 0.0
 
 
 def toolchain_identity(env: Mapping[str, str]) -> dict[str, str]:
@@ -99,16 +101,18 @@ def ninja_units(source: Path) -> Units | None:
     if not manifests:
         return None
     done = total = 0
+    seconds = 0.0
     for manifest in manifests:
         folder = manifest.parent
         outputs = _objects(manifest)
-        logged = _logged(folder / ".ninja_log") if _inside(folder / ".ninja_log", source) else set()
+        logged = _logged(folder / ".ninja_log") if _inside(folder / ".ninja_log", source) else {}
         total += len(outputs)
         for output in outputs:
             path = Path(output) if os.path.isabs(output) else folder / output
             if output in logged and _inside(path, source) and path.is_file():
                 done += 1
-    return Units(done=done, total=total)
+                seconds += logged[output]
+    return Units(done=done, total=total, seconds=round(seconds, 3))
 
 
 def _objects(manifest: Path) -> list[str]:
@@ -125,17 +129,18 @@ def _objects(manifest: Path) -> list[str]:
     return outputs
 
 
-def _logged(log: Path) -> set[str]:
-    """Outputs .ninja_log records (a line per finished command: start, end, mtime, path, hash)."""
+def _logged(log: Path) -> dict[str, float]:
+    """Output -> seconds of its last finished command, from .ninja_log (a line per finished
+    command: start and end in ms, mtime, path, command hash; later lines win)."""
     try:
         text = read_regular(log, "ninja log").decode("utf-8", errors="replace")
     except OSError:
-        return set()
-    found = set()
+        return {}
+    found: dict[str, float] = {}
     for line in text.splitlines():
         parts = line.split("\t")
         if len(parts) == 5 and parts[0].isdigit() and parts[1].isdigit():
-            found.add(parts[3])
+            found[parts[3]] = max(0, int(parts[1]) - int(parts[0])) / 1000
     return found
 
 
