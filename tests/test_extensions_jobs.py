@@ -10,7 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from trainstack.builder.cpu import GIB, available_memory, bound_jobs, budget_for, cgroup_room, unit_memory
+from trainstack.cli import main
 from trainstack.stackfile.models import Component, JobBudget
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # this build machine: 2 CPUs, no cgroup memory limit (v1, the page-rounded 2**63 - 1)
 MEMINFO = "MemTotal:       24731400 kB\nMemFree:         1203920 kB\nMemAvailable:   22935084 kB\nBuffers:          412300 kB\n"
@@ -45,8 +48,21 @@ def test_the_unit_estimate_comes_from_the_stack_then_the_table() -> None:
     own = Component(name="flash-attn", jobs=JobBudget(divisor=2, cap=8, memory="9.5GiB"))
     assert unit_memory(own) == int(9.5 * GIB)
     assert unit_memory(Component(name="x", jobs=JobBudget(divisor=1, cap=2, memory="800MB"))) == 800 * 10**6
-    with pytest.raises(ValidationError, match="memory"):
+    with pytest.raises(ValidationError, match="'6' is not a size; accepted"):
         JobBudget(divisor=1, cap=2, memory="6")  # a size needs its unit
+
+
+def test_a_unit_estimate_without_its_unit_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (ROOT / "examples" / "stacks" / "torch-cuda.toml").read_text(encoding="utf-8")
+    stack = tmp_path / "stack.toml"
+    stack.write_text(text.replace("jobs = { divisor = 8, cap = 12 }", 'jobs = { divisor = 8, cap = 12, memory = "6" }'), encoding="utf-8")
+    line = next(n for n, row in enumerate(stack.read_text().splitlines(), 1) if 'memory = "6"' in row)
+    assert main(["check", str(stack)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"error: {stack}:{line}: components.flash-attn.jobs.memory: '6' is not a size; accepted: a number with its unit, "
+        "such as '6GiB', '7.5GB' or '800MiB'"
+    ]
 
 
 def test_meminfo_and_an_unlimited_v1_cgroup_as_recorded_here(tmp_path: Path) -> None:
