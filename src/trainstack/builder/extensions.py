@@ -238,6 +238,7 @@ def build_wheel(
     found = cache.lookup(key) if cache is not None else None
     if found is not None and cache is not None:
         wheel, meta = found
+        shutil.rmtree(cache.kept_folder(key), ignore_errors=True)  # left by a build killed right after storing
         steps.timed(f"compile-{name}", lambda: None, detail=f"cache hit {cache.folder(key).name}")
         record = ExtensionRecord(
             key=key.digest(), cache="hit", compile_seconds=0.0, ccache_hit_rate=None,
