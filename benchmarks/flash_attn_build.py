@@ -13,7 +13,8 @@ takes: each run resumes the last and stops itself before its deadline, keeping t
         the units ninja finished. Each run prints units done/total every 30 s and at the end,
         with this run's compile-seconds and wall time, and appends its row to --out (JSON);
         the run that stores the wheel adds the wheel's size and the whole build's
-        compile-seconds. The exit status is 0 when the wheel is built, 3 when units are left.
+        compile-seconds. The exit status is 0 when the wheel is built, 3 when units are left,
+        7 when the build failed (its logs under DIR/runs/), 6 when this environment lacks a tool.
     python3 benchmarks/flash_attn_build.py --dry-run [--sdist FILE] --cache DIR --out FILE
         Everything up to the compile: the sdist (downloaded from PyPI when --sdist is not
         given), its units listed from its setup.py, the jobs bound, the key and what this
@@ -228,6 +229,8 @@ def run_build(args: argparse.Namespace, sdist: Path, planned: dict, start: float
     row = {"run": run_index, "wall_seconds": round(time.monotonic() - start, 1), "exit": child.returncode,
            "interrupted": interrupted, "units_compiled_this_run": len(new), "compile_seconds_this_run": round(sum(new.values()), 1),
            "finished": record is not None}  # fmt: skip
+    if record is None and not interrupted:  # a compile error, not the deadline: its logs say which
+        row["failed"] = f"the build stopped with exit {child.returncode}; its logs in {run_dir / 'logs'}"
     units = ninja_units(kept_source)
     if units is not None:
         row.update(units_done=units.done, units_total=units.total, compile_seconds_so_far=round(units.seconds, 1))
@@ -304,6 +307,8 @@ def main() -> None:
             previous = []
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.out, (previous if isinstance(previous, list) else []) + [row])
+    if row.get("failed"):
+        fail(row["failed"], code=7)
     if not args.dry_run and not row.get("finished"):
         raise SystemExit(EXIT_LEFT)
 
