@@ -133,6 +133,15 @@ class Indexes(Strict):
 class JobBudget(Strict):
     divisor: Annotated[int, Field(ge=1)]
     cap: Annotated[int, Field(ge=1)]
+    # the memory one compile unit takes ('6GiB'): MAX_JOBS no more than free memory holds
+    memory: str | None = None
+
+    @field_validator("memory")
+    @classmethod
+    def _size(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[0-9]+(\.[0-9]+)?(GiB|MiB|GB|MB)", v):
+            raise ValueError(f"'{v}' is not a size; accepted: a number with its unit, such as '6GiB', '7.5GB' or '800MiB'")
+        return v
 
 
 class FlavourFilter(Strict):
