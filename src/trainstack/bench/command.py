@@ -11,6 +11,7 @@ import typer
 
 
 def command(
+    ctx: typer.Context,
     model: str = typer.Option("125m", "--preset", "-m", help="Preset: tiny, 125m, 1b, 3b, 8b."),
     old_model: str | None = typer.Option(None, "--model", hidden=True, help="Deprecated spelling of --preset."),
     hf_config: Path | None = typer.Option(None, "--hf-config", help="A Hugging Face config.json (or its folder) instead of a preset; no download."),
@@ -29,6 +30,7 @@ def command(
     parity: str | None = typer.Option(None, "--parity", help="Modes A,B trained from one seed on a learnable task: the gap of their smoothed losses at the end and its largest over the last third (after any --ablation)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result (the rows, or the A/B pairs of --compare) as one JSON document on stdout; the tables go to stderr."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write that JSON document to this file."),
+    stack: Path | None = typer.Option(None, "--stack", help="A stack file whose [bench] table gives --preset, --batch, --seq, --steps, --warmup and --modes (several modes: an ablation); flags given here win."),
 ) -> None:
     """Measure training throughput (tokens/s, MFU, memory, step-time spread) of a Llama-family decoder.
 
@@ -53,6 +55,12 @@ def command(
         if json_out or output is not None:
             _emit(_compare_document(*compare), json_out, output)
         return
+    if stack is not None:
+        table = _stack_table(ctx, stack)
+        model, batch, seq, steps, warmup = (table.get(k, v) for k, v in
+                                            (("preset", model), ("batch", batch), ("seq", seq), ("steps", steps), ("warmup", warmup)))
+        if "modes" in table:
+            modes, ablation = ",".join(table["modes"]), ablation or len(table["modes"]) > 1
     from trainstack.bench.presets import shape
     from trainstack.extras import require, require_cuda
 
@@ -81,6 +89,18 @@ def command(
         _emit(document, json_out, output)
     if code:
         raise typer.Exit(code)
+
+
+def _stack_table(ctx: typer.Context, stack: Path) -> dict:
+    """The stack's [bench] settings that no flag on the command line overrides."""
+    from click.core import ParameterSource
+
+    from trainstack.stackfile import load_stack
+
+    table = load_stack(stack).bench.model_dump()
+    flags = {"preset": "model", "batch": "batch", "seq": "seq", "steps": "steps", "warmup": "warmup", "modes": "modes"}
+    return {key: value for key, value in table.items()
+            if ctx.get_parameter_source(flags[key]) in (ParameterSource.DEFAULT, None)}
 
 
 def _check_outputs(out: Path | None, output: Path | None, profile: Path | None) -> None:

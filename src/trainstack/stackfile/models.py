@@ -9,6 +9,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
+from trainstack.bench.modes import parse_mode
+from trainstack.bench.presets import SHAPES
+from trainstack.errors import UsageError
 from trainstack.rules.data import shipped_rules
 from trainstack.rules.models import Rules
 
@@ -452,12 +455,40 @@ class Verify(Strict):
 
 
 class Bench(Strict):
+    """How ``trainstack bench --stack`` measures the stack's flavours (its flags win)."""
+
     preset: str = "1b"
-    batch: Annotated[int, Field(ge=1)] = 4
+    batch: Annotated[int, Field(ge=1, le=65536)] = 4
     seq: Annotated[int, Field(ge=16)] = 4096
-    steps: Annotated[int, Field(ge=1)] = 20
-    warmup: Annotated[int, Field(ge=0)] = 5
+    steps: Annotated[int, Field(ge=2, le=100000)] = 20
+    warmup: Annotated[int, Field(ge=1, le=100000)] = 5
     modes: list[str] = ["eager", "compile"]
+
+    @field_validator("preset")
+    @classmethod
+    def _preset(cls, v: str) -> str:
+        if v not in SHAPES:
+            raise ValueError(f"'{grammar.shown(v)}' is not a bench preset (one of: {', '.join(SHAPES)})")
+        return v
+
+    @field_validator("modes")
+    @classmethod
+    def _modes(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("no mode given (accepted: one or more modes such as 'compile+bf16')")
+        for mode in v:
+            try:
+                parse_mode(mode)
+            except UsageError as exc:
+                raise ValueError(exc.message.removeprefix("--modes: ")) from None
+        return v
+
+    @model_validator(mode="after")
+    def _seq_fits_the_preset(self) -> Bench:
+        longest = SHAPES[self.preset]["max_seq"]
+        if self.seq > longest:
+            raise ValueError(f"seq {self.seq} is longer than preset {self.preset}'s max_seq ({longest})")
+        return self
 
 
 class Stack(Strict):
