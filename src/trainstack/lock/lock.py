@@ -20,7 +20,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from trainstack.errors import LockError, SpecError
-from trainstack.fsutil import dump_json, exclusive, replace_tree
+from trainstack.fsutil import describe_os_error, dump_json, exclusive, read_regular, replace_tree
 from trainstack.lock.git import pin_source
 from trainstack.lock.keys import flavour_cache_key
 from trainstack.lock.manifest import MANIFEST_NAME, LockedFlavour, Manifest, load_manifest, lock_dir, manifest_path
@@ -112,9 +112,17 @@ def _carried(directory: Path, kept: Iterable[LockedFlavour]) -> dict[str, bytes]
     for entry in kept:
         for relative in (entry.lock_file, *entry.layers.values()):
             path = directory / relative
-            if path.is_file():
-                tree[relative] = path.read_bytes()
+            if path.is_file() or path.is_symlink():
+                tree[relative] = _lock_bytes(path, directory)
     return tree
+
+
+def _lock_bytes(path: Path, directory: Path) -> bytes:
+    """A file of the lock folder, read inside it: a link out of the folder is refused by name."""
+    try:
+        return read_regular(path, "lock file", inside=directory, folder_name="lock folder")
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
 
 
 def check_lock_current(stack_path: Path, flavour: str | None = None) -> Manifest:
@@ -135,7 +143,7 @@ def check_lock_current(stack_path: Path, flavour: str | None = None) -> Manifest
         if entry.inputs_hash != plan.inputs_hash():
             raise LockError(f"{path}: flavour {plan.flavour.slug} was locked from other inputs; {fix}")
         lock_file = path.parent / entry.lock_file
-        if not lock_file.is_file() or _sha256(lock_file.read_bytes()) != entry.lock_sha256:
+        if not (lock_file.is_file() or lock_file.is_symlink()) or _sha256(_lock_bytes(lock_file, path.parent)) != entry.lock_sha256:
             raise LockError(f"{lock_file}: missing or changed since it was locked; {fix}")
     return manifest
 
