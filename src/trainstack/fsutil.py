@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainstack.errors import OutputError
+from trainstack.errors import OutputError, UsageError
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -51,14 +51,6 @@ def _umask() -> int:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def write_if_changed(path: Path, text: str) -> bool:
-    """Write atomically unless the file already holds ``text``; True when it changed."""
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
-    atomic_write_text(path, text)
-    return True
 
 
 def dump_json(data: Any, *, allow_nan: bool = False) -> str:
@@ -207,6 +199,61 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "a special file"
+
+
+# Kernel filesystems: a result written there is lost or refused (a tmpfs at /dev/shm is a real place).
+SPECIAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+REAL_UNDER_SPECIAL = (Path("/dev/shm"),)
+
+
+def check_output(path: Path, option: str, *, folder: bool = False) -> Path:
+    """Refuse, before any work, an output path that could not be written: one UsageError naming
+    ``option``, the path and what would be accepted. ``folder``: the verb writes a folder there
+    (made if missing), else a file (replaced if present). Refused: a folder where a file is
+    wanted or the reverse, a special file (a FIFO, a device), a path under /proc, /sys or
+    /dev, and a place where nothing can be created (read-only, no permission, a file as a
+    parent). Nothing is left behind: the check creates one empty file and removes it."""
+    want = "a folder (made if missing)" if folder else "a file path (made, or replaced if it exists)"
+
+    def refuse(why: str) -> UsageError:
+        return UsageError(f"{option} {path}: {why}; accepted: {want}")
+
+    real = Path(os.path.realpath(path))
+    if any(real == root or root in real.parents for root in SPECIAL_ROOTS) and not any(
+        real == ok or ok in real.parents for ok in REAL_UNDER_SPECIAL
+    ):
+        raise refuse("a special path (under /proc, /sys or /dev)")
+    try:
+        mode: int | None = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise refuse(describe_os_error(exc)) from None
+    if mode is not None:
+        if stat.S_ISDIR(mode) and not folder:
+            raise refuse("is a directory")
+        if not stat.S_ISDIR(mode) and folder:
+            raise refuse("is a file" if stat.S_ISREG(mode) else f"is {_kind(mode)}")
+        if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
+            raise refuse(f"is {_kind(mode)}, not a regular file")
+    place = real if mode is not None and folder else _nearest_existing(real.parent)
+    if not place.is_dir():
+        raise refuse(f"{place} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".trainstack-probe-", dir=place)
+    except OSError as exc:
+        raise refuse(f"nothing can be written in {place} ({describe_os_error(exc)})") from None
+    os.close(fd)
+    os.unlink(probe)
+    return path
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its closest ancestor that exists (the root at worst): bounded by its parts."""
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return candidate
+    return Path(path.anchor or ".")
 
 
 def describe_os_error(exc: OSError) -> str:

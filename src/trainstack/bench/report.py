@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainstack.bench.mfu import FORMULA
+from trainstack.errors import OutputError
 from trainstack.fsutil import atomic_write_text
 
 
@@ -107,3 +108,22 @@ def _count(n: int) -> str:
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
+
+def rescue(text: str, name: str) -> Path:
+    """Write results that could not go where they were asked to a new file, in the current
+    folder or else the temporary one; its path. Raises OutputError when neither can hold them."""
+    import os
+    import tempfile
+
+    for folder in (Path.cwd(), Path(tempfile.gettempdir())):
+        try:
+            fd, path = tempfile.mkstemp(prefix=f"{Path(name).stem}.", suffix=Path(name).suffix or ".json", dir=folder)
+        except OSError:
+            continue
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            return Path(path)
+        except OSError:
+            Path(path).unlink(missing_ok=True)  # a half-written copy is no copy
+    raise OutputError(f"{name}: the results could not be written anywhere (the current folder and the temporary one refused)")

@@ -12,16 +12,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from rich.text import Text
+
 from trainstack.builder.backend import Backend, BuildJob
 from trainstack.builder.cpu import budget_for, effective_cpus, max_jobs
 from trainstack.builder.record import BuildRecord
 from trainstack.builder.steps import Steps
 from trainstack.builder.swap import swap_into_place
 from trainstack.console import err
-from trainstack.errors import BuildError, DiskSpaceError, TrainstackError, UsageError
+from trainstack.errors import BuildError, DiskSpaceError, SpecError, TrainstackError, UsageError
 from trainstack.fsutil import atomic_write_json
 from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.render.layers import FlavourLayers
+from trainstack.stackfile.paths import stack_path
 
 BACKENDS = ("venv", "oci")
 
@@ -142,8 +145,10 @@ def _run(
     start = time.perf_counter()
     jobs = {s.component.key: max_jobs(cpus, budget_for(s.component)) for s in layers.sources}
     job = BuildJob(inputs, layers, staging, final, skip_sources, _ca_bundle(inputs), cpus, jobs)
-    steps = Steps(staging, retries=inputs.stack.build.retries)
+    steps = Steps(staging, retries=inputs.stack.build.retries, shown_root=final)
     err.print(f"[bold]{layers.flavour.slug}[/] ({backend.name}): {cpus:g} CPUs", highlight=False)
+    err.print(Text(f"logs: {final / 'logs'} once built (while building: {staging / 'logs'}; "
+                   f"a failed build's under {final / 'logs'}/failed-<time>/)", style="dim"), highlight=False, soft_wrap=True)
     output = backend.build(job, steps)
     record = BuildRecord(
         stack=inputs.stack.stack.name,
@@ -172,13 +177,19 @@ def _run(
 
 
 def _ca_bundle(inputs: Inputs) -> str | None:
-    """build.ca_bundle from the stack, else SSL_CERT_FILE from the environment; must be a readable file."""
-    value = inputs.stack.build.ca_bundle or os.environ.get("SSL_CERT_FILE")
-    if not value:
-        return None
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        path = inputs.stack_path.parent / path
+    """build.ca_bundle from the stack (where the path rule lets it lead: the stack's folder or a
+    system CA bundle), else SSL_CERT_FILE from the user's environment; must be a readable file."""
+    value = inputs.stack.build.ca_bundle
+    if value:
+        try:
+            path = stack_path(value, inputs.stack_path.parent, "build.ca_bundle")
+        except ValueError as exc:
+            raise SpecError(f"{inputs.stack_path}: build.ca_bundle: {exc}") from None
+    else:
+        value = os.environ.get("SSL_CERT_FILE")
+        if not value:
+            return None
+        path = Path(value).expanduser()
     if not path.is_file():
         raise BuildError(f"build.ca_bundle: {path} is not a file", hint="give a PEM bundle or leave ca_bundle unset")
     return str(path)

@@ -25,6 +25,7 @@ from trainstack.builder.steps import Steps
 from trainstack.errors import BuildError
 from trainstack.fsutil import atomic_write_json
 from trainstack.render.lockfile import parse_lock
+from trainstack.rules import Rules, cuda_archs
 from trainstack.rules.toolchain import toolchain_rules
 
 if TYPE_CHECKING:
@@ -134,11 +135,9 @@ def _first_error(log: Path) -> str:
     return re.sub(r"/\S*/(tmpxft_|probe)", r"\1", " ".join(found.split()))
 
 
-def probe_arch(archs: list[str], cuda: str) -> str:
+def probe_arch(rules: Rules, archs: list[str], cuda: str) -> str:
     """The first GPU target of the stack, else the oldest one the release's nvcc builds."""
-    from trainstack.rules import cuda_archs
-
-    return archs[0] if archs else cuda_archs(cuda)[0]
+    return archs[0] if archs else cuda_archs(rules, cuda)[0]
 
 
 def ccache_launch(home: Path | None, workdir: Path) -> tuple[Path | None, dict[str, str]]:
@@ -283,13 +282,16 @@ class ExtensionBuilder:
         self.home = cuda_home(self.venv, self.work / "cuda-home")
         if self.home is None:
             raise BuildError(f"flavour {flavour.slug}: the toolchain layer installed no nvcc", hint="re-lock the stack")
-        probe_compile(self.steps, self.home, probe_arch(self.archs, flavour.cuda), self.work / "nvcc-probe")
+        probe_compile(self.steps, self.home, probe_arch(self.job.inputs.stack.rules_in_effect, self.archs, flavour.cuda), self.work / "nvcc-probe")
 
     def compile_env(self, key: str, build_env: dict[str, str], python: Path) -> dict[str, str]:
         """MAX_JOBS from the CPU budget, the toolchain first on PATH, CUDA_HOME, the GPU targets,
         the compiler cache; the component's own build_env wins over all of them."""
         jobs = str(self.job.max_jobs.get(key, 1))
-        cache = compiler_cache_env(self.job.inputs.stack.build.compiler_cache, self.job.final.parent, launcher=False)
+        settings = self.job.inputs.stack.build.compiler_cache
+        cache = compiler_cache_env(
+            settings, self.job.final.parent, launcher=False, stack_folder=self.job.inputs.stack_path.parent
+        )
         links, launch = ccache_launch(self.home, self.work) if "CCACHE_DIR" in cache else (None, {})
         path = [str(p) for p in (links, python.parent) if p is not None] + [os.environ.get("PATH", "")]
         env = {

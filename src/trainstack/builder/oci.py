@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -20,12 +21,13 @@ from pathlib import Path
 from trainstack import proc
 from trainstack.builder.backend import BuildJob, BuildOutput
 from trainstack.builder.steps import Steps
-from trainstack.errors import BuildError, ToolMissingError
+from trainstack.errors import BuildError, SpecError, ToolMissingError
 from trainstack.fsutil import atomic_write_text
 from trainstack.indexauth import lock_index_urls, netrc_text
 from trainstack.render.api import flavour_files
 from trainstack.render.dockerfile import Base, base_for, stage_name
 from trainstack.render.stackfiles import image_tag
+from trainstack.stackfile.grammar import CONTROL, shown
 
 UBUNTU_SUITES = frozenset({"bionic", "focal", "jammy", "noble", "oracular", "plucky", "questing"})
 
@@ -59,6 +61,25 @@ def write_context(job: BuildJob) -> Path:
     return context
 
 
+SECRET_ID = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def secret_option(secret_id: str, path: str | Path) -> list[str]:
+    """``--secret id=ID,src=PATH`` built from checked parts: the id a plain word, the path absolute
+    and free of the ',' and '=' that would start another key of the value (src=, type=, env=), of
+    control characters, and of a leading '-'. SpecError naming the path otherwise (exit 2)."""
+    text = str(path)
+    if not SECRET_ID.fullmatch(secret_id):
+        raise SpecError(f"build secret id '{shown(secret_id)}' is not a plain word")
+    if not text.startswith("/") or "," in text or "=" in text or CONTROL.search(text):
+        raise SpecError(
+            f"build secret {secret_id}: the path '{shown(text, 200)}' cannot be passed to the image builder "
+            "(an absolute path without ',', '=' or control characters is needed)",
+            hint="move the file to a path without them",
+        )
+    return ["--secret", f"id={secret_id},src={text}"]
+
+
 @contextmanager
 def netrc_secret(job: BuildJob) -> Iterator[list[str]]:
     """``--secret id=netrc,src=FILE`` for the build command: the credentials of the lock's indexes
@@ -70,7 +91,7 @@ def netrc_secret(job: BuildJob) -> Iterator[list[str]]:
         path = folder / "netrc"
         path.touch(mode=0o600)
         path.write_text(text, encoding="utf-8")
-        yield ["--secret", f"id=netrc,src={path}"]
+        yield secret_option("netrc", path)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -104,14 +125,14 @@ class BuildahBackend:
         return {"buildah": version[2] if len(version) > 2 else "unknown", "storage-driver": self.driver}
 
     def build(self, job: BuildJob, steps: Steps) -> BuildOutput:
+        secrets = secret_option("ca", job.ca_bundle) if job.ca_bundle else []  # refused before anything runs
         base = base_for(job.inputs.stack, job.layers.flavour.os)
         if base.debootstrap_suite and not self._exists(base.ref):
             self._import_base(steps, base, job.staging / "base")
         context = write_context(job)
         tag = image_tag(job.inputs.stack, job.layers.flavour.slug)
         argv: list[str | Path] = self._cmd("build", "--layers", "--isolation", "chroot", "--target", "final", "-t", tag)
-        if job.ca_bundle:
-            argv += ["--secret", f"id=ca,src={job.ca_bundle}"]
+        argv += secrets
         for key, value in build_args(job).items():
             argv += ["--build-arg", f"{key}={value}"]
         with netrc_secret(job) as secret:
@@ -157,6 +178,7 @@ class DockerBackend:
         return {"docker-buildx": version.stdout.split()[1] if len(version.stdout.split()) > 1 else "unknown"}
 
     def build(self, job: BuildJob, steps: Steps) -> BuildOutput:
+        secrets = secret_option("ca", job.ca_bundle) if job.ca_bundle else []  # refused before anything runs
         base = base_for(job.inputs.stack, job.layers.flavour.os)
         if base.debootstrap_suite and not proc.run(["docker", "image", "inspect", base.ref], echo=False).ok:
             tar = debootstrap_rootfs(steps, base.debootstrap_suite, job.staging / "base")
@@ -164,9 +186,7 @@ class DockerBackend:
             shutil.rmtree(tar.parent, ignore_errors=True)
         context = write_context(job)
         tag = image_tag(job.inputs.stack, job.layers.flavour.slug)
-        argv: list[str | Path] = ["docker", "buildx", "build", "--load", "--target", "final", "-t", tag]
-        if job.ca_bundle:
-            argv += ["--secret", f"id=ca,src={job.ca_bundle}"]
+        argv: list[str | Path] = ["docker", "buildx", "build", "--load", "--target", "final", "-t", tag, *secrets]
         for key, value in build_args(job).items():
             argv += ["--build-arg", f"{key}={value}"]
         with netrc_secret(job) as secret:

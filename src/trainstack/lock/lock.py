@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import stat
 import tempfile
@@ -21,13 +22,24 @@ from packaging.utils import canonicalize_name
 
 from trainstack.errors import LockError, SpecError
 from trainstack.fsutil import describe_os_error, dump_json, exclusive, read_regular, replace_tree
+from trainstack.indexauth import default_from_env
 from trainstack.lock.git import pin_source
 from trainstack.lock.keys import flavour_cache_key
-from trainstack.lock.manifest import MANIFEST_NAME, LockedFlavour, Manifest, load_manifest, lock_dir, manifest_path
+from trainstack.lock.manifest import (
+    MANIFEST_NAME,
+    DeclaredIndexes,
+    LockedFlavour,
+    Manifest,
+    load_manifest,
+    lock_dir,
+    manifest_path,
+    read_lock_text,
+)
 from trainstack.lock.plan import FlavourPlan, plan_flavour, require_one_release, stack_inputs_hash
 from trainstack.lock.resolve import compile_request, uv_version
-from trainstack.rules.check import require_rules
-from trainstack.stackfile import expand_flavours, load_stack, select_flavour
+from trainstack.redact import strip_userinfo
+from trainstack.stackfile.compat import require_rules
+from trainstack.stackfile import expand_flavours, grammar, load_stack, select_flavour
 from trainstack.stackfile.models import Stack
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)", re.MULTILINE)
@@ -142,10 +154,31 @@ def check_lock_current(stack_path: Path, flavour: str | None = None) -> Manifest
             raise LockError(f"{path}: flavour {plan.flavour.slug} is not locked; {fix}")
         if entry.inputs_hash != plan.inputs_hash():
             raise LockError(f"{path}: flavour {plan.flavour.slug} was locked from other inputs; {fix}")
-        lock_file = path.parent / entry.lock_file
-        if not (lock_file.is_file() or lock_file.is_symlink()) or _sha256(_lock_bytes(lock_file, path.parent)) != entry.lock_sha256:
-            raise LockError(f"{lock_file}: missing or changed since it was locked; {fix}")
+        indexes = declared_indexes(plan)
+        for relative in (entry.lock_file, *entry.layers.values()):
+            try:  # each line checked (its index options against the stack's) before its hash counts
+                text = read_lock_text(path.parent, relative, frozenset(plan.sources), indexes)
+            except FileNotFoundError:
+                raise LockError(f"{path.parent / relative}: missing; {fix}") from None
+            if relative == entry.lock_file and _sha256(text.encode()) != entry.lock_sha256:
+                raise LockError(f"{path.parent / relative}: changed since it was locked; {fix}")
+            if relative == entry.lock_file and parse_pins(text) != entry.packages:
+                raise SpecError(f"{path}: flavours.{plan.flavour.slug}.packages: differs from the pins of {relative}; {fix}")
+        if (entry.index or "").rstrip("/") != (plan.variant_index or "").rstrip("/"):
+            accepted = plan.variant_index or "null (no CUDA-variant index)"
+            raise SpecError(f"{path}: flavours.{plan.flavour.slug}.index: '{grammar.shown(entry.index)}' is not the "
+                            f"flavour's CUDA-variant index (accepted: {accepted}); {fix}")
     return manifest
+
+
+def declared_indexes(plan: FlavourPlan) -> DeclaredIndexes:
+    """The indexes a flavour's lock files may name: what the stack declares for it, and with no
+    index url declared the environment's default index (the one uv locked against)."""
+    default = default_from_env(os.environ)
+    request = plan.full
+    return DeclaredIndexes.of(
+        request.index_url, request.extra_index_urls, request.find_links, strip_userinfo(default) if default else None
+    )
 
 
 def _lock_flavour(

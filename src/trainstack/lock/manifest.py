@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -24,18 +25,18 @@ from trainstack.stackfile import grammar
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "stack.lock.json"
-LOCK_FILE = re.compile(r"^locks/[A-Za-z0-9][A-Za-z0-9._-]*\.txt$")  # inside the lock folder, no '..'
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-SLUG = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
-CACHE_KEY = re.compile(r"^[a-z0-9][a-z0-9._/-]*-[0-9a-f]{12}$")
-LAYER = re.compile(r"^[a-z][a-z0-9-]*$")
-GIT_PIN = re.compile(r"^git\+(?P<url>.+)@(?P<sha>[0-9a-f]{40})$")
-HASH_LINE = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
+LOCK_FILE = re.compile(r"^locks/[A-Za-z0-9][A-Za-z0-9._-]*\.txt\Z")  # inside the lock folder, no '..'
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+SLUG = re.compile(r"^[a-z0-9][a-z0-9.-]*\Z")
+CACHE_KEY = re.compile(r"^[a-z0-9][a-z0-9._/-]*-[0-9a-f]{12}\Z")
+LAYER = re.compile(r"^[a-z][a-z0-9-]*\Z")
+GIT_PIN = re.compile(r"^git\+(?P<url>.+)@(?P<sha>[0-9a-f]{40})\Z")
+HASH_LINE = re.compile(r"^--hash=sha256:[0-9a-f]{64}\Z")
 OPTIONS = ("--index-url", "--extra-index-url", "--find-links")  # what uv writes into a lock
 
 
 def _matching(value: str, pattern: re.Pattern[str], accepted: str) -> str:
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         raise ValueError(f"'{grammar.shown(value)}' is not {accepted}")
     return value
 
@@ -52,7 +53,7 @@ def _version(value: str) -> str:
 def _pinned_source(value: str) -> str:
     """'git+URL@FULLSHA' with a git URL, or 'file:///ABS/PATH' (what the lock writes for sources)."""
     grammar.no_controls(value)
-    found = GIT_PIN.match(value)
+    found = GIT_PIN.fullmatch(value)
     if found:
         grammar.git_url(found.group("url"))
         return value
@@ -61,7 +62,7 @@ def _pinned_source(value: str) -> str:
     raise ValueError(f"'{grammar.shown(value)}' is not a pinned source ('git+URL@<40 hex>' or 'file:///PATH')")
 
 
-AXIS = re.compile(r"^[a-z0-9][a-z0-9.]*$")
+AXIS = re.compile(r"^[a-z0-9][a-z0-9.]*\Z")
 _AXIS_ACCEPTED = "a matrix value ('12.8', 'cpu', 'debian12', '3.12', 'release')"
 _SHA_ACCEPTED = "a sha256 (64 lowercase hex digits)"
 # the flavour's one-line values: the pattern each must match and what it accepts
@@ -219,7 +220,43 @@ def _json_line(text: str, loc: list[str]) -> int | None:
     return found
 
 
-def read_lock_text(lock_dir: Path, relative: str, direct: Collection[str] = ()) -> str:
+PYPI = "https://pypi.org/simple"
+
+
+@dataclass(frozen=True)
+class DeclaredIndexes:
+    """The index options a flavour's lock may hold: the stack's own indexes (index url, extra
+    indexes with the flavour's CUDA-variant index, find-links), nothing else. With no index url
+    declared, the lock's --index-url is PyPI's or the default index of the environment that
+    locked it (a mirror set in UV_DEFAULT_INDEX or UV_INDEX_URL)."""
+
+    index_url: tuple[str, ...]
+    extra_index_url: tuple[str, ...]
+    find_links: tuple[str, ...]
+
+    @classmethod
+    def of(
+        cls, index_url: str | None, extra: Sequence[str], find_links: Sequence[str], environment_default: str | None
+    ) -> DeclaredIndexes:
+        defaults = (index_url,) if index_url is not None else (PYPI, *([environment_default] if environment_default else []))
+        return cls(tuple(defaults), tuple(extra), tuple(find_links))
+
+    def check(self, flag: str, value: str) -> None:
+        """ValueError unless ``flag value`` is one of the declared indexes."""
+        declared = {"--index-url": self.index_url, "--extra-index-url": self.extra_index_url, "--find-links": self.find_links}[flag]
+        if value.rstrip("/") in {url.rstrip("/") for url in declared}:
+            return
+        field = {"--index-url": "index.url", "--extra-index-url": "index.extra", "--find-links": "index.find_links"}[flag]
+        accepted = ", ".join(declared) if declared else "none"
+        raise ValueError(
+            f"'{grammar.shown(flag + ' ' + value, 200)}' names an index the stack does not declare in {field} "
+            f"(accepted for {flag}: {grammar.shown(accepted, 200)}); re-lock after declaring it in the stack"
+        )
+
+
+def read_lock_text(
+    lock_dir: Path, relative: str, direct: Collection[str] = (), indexes: DeclaredIndexes | None = None
+) -> str:
     """A lock file named by the manifest: a regular file inside ``lock_dir`` (symbolic links may
     not lead out), every line checked by ``check_lock_text``."""
     path = lock_dir / relative
@@ -235,32 +272,36 @@ def read_lock_text(lock_dir: Path, relative: str, direct: Collection[str] = ()) 
         raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a lock file: not UTF-8 text") from None
-    check_lock_text(text, path, direct)
+    check_lock_text(text, path, direct, indexes)
     return text
 
 
-def check_lock_text(text: str, path: Path, direct: Collection[str] = ()) -> None:
+def check_lock_text(
+    text: str, path: Path, direct: Collection[str] = (), indexes: DeclaredIndexes | None = None
+) -> None:
     """Each line of a requirements lock is a comment, an index option with a URL without
     credentials, a pinned requirement by name (``name==version``, with a marker at most), a
     ``--hash=sha256:`` line under it, or a direct reference ('name @ git+URL@SHA' or
-    'name @ file:///PATH') for a name in ``direct`` (the stack's source components) only.
-    SpecError 'FILE:LINE: what: why' for anything else."""
+    'name @ file:///PATH') for a name in ``direct`` (the stack's source components) only; with
+    ``indexes``, each index option names one the stack declares. Lines end at "\\n" alone: a
+    carriage return, vertical tab, form feed, U+0085 or U+2028 inside a line is refused, never
+    taken for a line break. SpecError 'FILE:LINE: what: why' for anything else."""
     allowed = {canonicalize_name(n) for n in direct}
     in_entry = False
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.rstrip()
-        stripped = line.strip().removesuffix("\\").strip()
+    for number, raw in enumerate(text.split("\n"), 1):
+        line = raw.rstrip(" ")
+        stripped = line.strip(" ").removesuffix("\\").strip(" ")
         try:
-            grammar.no_controls(line)
+            grammar.no_controls(raw)
             if not stripped or stripped.startswith("#"):
                 continue
-            if line[0].isspace():
-                if not in_entry or not HASH_LINE.match(stripped):
+            if line[0] == " ":
+                if not in_entry or not HASH_LINE.fullmatch(stripped):
                     raise ValueError(f"'{grammar.shown(stripped)}' is not a hash of the entry above ('--hash=sha256:<64 hex>')")
                 continue
             in_entry = False
             if stripped.startswith("-"):
-                _option(stripped)
+                _option(stripped, indexes)
                 continue
             _requirement(stripped, allowed)
             in_entry = True
@@ -268,11 +309,13 @@ def check_lock_text(text: str, path: Path, direct: Collection[str] = ()) -> None
             raise SpecError(f"{path}:{number}: lock line: {exc}") from None
 
 
-def _option(line: str) -> None:
+def _option(line: str, indexes: DeclaredIndexes | None) -> None:
     flag, _, value = line.partition(" ")
-    if flag not in OPTIONS:
+    if flag not in OPTIONS or value != value.strip(" ") or not value:
         raise ValueError(f"'{grammar.shown(line)}' is not an option a lock holds (accepted: {', '.join(OPTIONS)} with a URL)")
-    grammar.index_url(value.strip())
+    grammar.index_url(value)
+    if indexes is not None:
+        indexes.check(flag, value)
 
 
 def _requirement(line: str, direct: set[str]) -> None:

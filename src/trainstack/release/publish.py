@@ -7,6 +7,7 @@ one unit, and fragments are consumed only after that.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -94,7 +95,7 @@ def make_release(
         raise SpecError(f"{changes_dir}: is a symbolic link; the changes folder beside the stack is a folder of "
                         "its own (its fragments are read and moved there), or give one with --changes DIR")
     inputs = gather(stack_path, previous_path, results_dir, previous_results_dir, changes_dir)
-    notes = make_notes(inputs, drivers if drivers is not None else rules_lookup)
+    notes = make_notes(inputs, drivers if drivers is not None else partial(rules_lookup, inputs.rules))
     texts = render_all(notes)
     written = write_outputs(out if out is not None else default_out(stack_path, notes.release), texts)
     return Outcome(notes=notes, written=written, consumed_to=consume_fragments(changes_dir, notes.fragments, notes.release))
@@ -119,6 +120,7 @@ def gather(
         bench=_of_flavours(read_bench(results), current),
         previous_bench=_previous_bench(previous_results),
         fragments=fragments,
+        rules=stack.rules_in_effect,
     )
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from packaging.utils import canonicalize_name
 
-_NAME_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)")
+_NAME_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 @dataclass(frozen=True)
@@ -50,17 +50,18 @@ class LockFile:
 
 
 def parse_lock(text: str) -> LockFile:
-    """Entries in file order; comments (``# via``) dropped, option lines kept."""
+    """Entries in file order; comments (``# via``) dropped, option lines kept. Lines end at "\\n"
+    alone, as lock.manifest.check_lock_text reads them (a control character stays inside its line)."""
     options: list[str] = []
     blocks: list[list[str]] = []
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        stripped = line.strip()
+    for raw in text.split("\n"):
+        line = raw.rstrip(" ")
+        stripped = line.strip(" ")
         if not stripped or stripped.startswith("#"):
             continue
         if line.startswith("--"):
             options.append(stripped)
-        elif line[0].isspace() and blocks:
+        elif line[0] == " " and blocks:
             blocks[-1].append(line)
         else:
             blocks.append([line])

@@ -2,9 +2,46 @@
 
 from __future__ import annotations
 
+from string import Formatter
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
+
+
+def template(value: str, names: tuple[str, ...] | None = None) -> str:
+    """A rule's text with '{name}' placeholders only (no attribute, index, conversion or format
+    spec; '{{' for a brace), each one of ``names`` when given. ValueError saying so otherwise."""
+    try:
+        parsed = list(Formatter().parse(value))
+    except ValueError:
+        raise ValueError(f"{value[:80]!r} has a '{{' or '}}' without its pair (write '{{{{' for a brace)") from None
+    for _, field, spec, conversion in parsed:
+        if field is None:
+            continue
+        if not field.isidentifier() or spec or conversion:
+            raise ValueError(f"{value[:80]!r}: '{{{field[:40]}}}' is not a placeholder ('{{name}}' only)")
+        if names is not None and field not in names:
+            raise ValueError(f"{value[:80]!r}: '{{{field}}}' is not filled here (accepted: {', '.join(names)})")
+    return value
+
+
+def fill(text: str, **values: object) -> str:
+    """``text`` with its '{name}' placeholders filled from ``values``; a placeholder this rule does
+    not fill stays as written, and text that is not a template is returned as it is. Never raises."""
+    try:
+        parsed = list(Formatter().parse(text))
+    except ValueError:
+        return text
+    out = []
+    for literal, field, spec, conversion in parsed:
+        out.append(literal)
+        if field is None:
+            continue
+        if field in values and not spec and not conversion:
+            out.append(str(values[field]))
+        else:
+            out.append("{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}")
+    return "".join(out)
 
 
 def _web_link(value: str) -> str:
@@ -27,10 +64,14 @@ class Cited(Data):
     message: str
     source: Source
 
+    _message = field_validator("message")(lambda v: template(v))
+
 
 class TorchIndex(Cited):
     release: str  # URL pattern with {variant}
     nightly: str
+
+    _urls = field_validator("release", "nightly")(lambda v: template(v, ("variant",)))
 
 
 class TorchRelease(Data):

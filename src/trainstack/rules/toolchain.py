@@ -12,7 +12,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from trainstack.rules.models import Cited, Data
+from trainstack.rules.models import Cited, Data, fill
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -79,7 +79,7 @@ def requirement_mismatches(cuda: str, lines: list[str]) -> list[str]:
 
 
 def release_message(cuda: str, found: list[str]) -> str:
-    return toolchain_rules().release.message.format(cuda=cuda, found=", ".join(found))
+    return fill(toolchain_rules().release.message, cuda=cuda, found=", ".join(found))
 
 
 def bad_archs(archs: list[str], targetable: list[str]) -> list[str]:

@@ -31,29 +31,29 @@ CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{_INVISIBLE}]")
 TEXT_CONTROL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029{_INVISIBLE}]")
 
 # PEP 508 names (and extras): letters, digits, '.', '_', '-'; starting and ending alphanumeric.
-PEP508_NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
+PEP508_NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])\Z")
 # Debian policy 5.6.1: lower case letters, digits, '+', '-', '.'; at least two, starting alphanumeric.
-DEBIAN_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+DEBIAN_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
 # Debian policy 5.6.12 (epoch:upstream-revision), as apt-get's name=version takes it.
-DEBIAN_VERSION = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~-]*$")
+DEBIAN_VERSION = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~-]*\Z")
 # The OCI distribution reference grammar (github.com/distribution/reference).
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?"
 _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-OCI_REPOSITORY = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
-OCI_REGISTRY = re.compile(rf"^{_DOMAIN}(?:/{_PATH_COMPONENT})*$")
-OCI_TAG = re.compile(rf"^{_TAG}$", re.ASCII)
+OCI_REPOSITORY = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*\Z")
+OCI_REGISTRY = re.compile(rf"^{_DOMAIN}(?:/{_PATH_COMPONENT})*\Z")
+OCI_TAG = re.compile(rf"^{_TAG}\Z", re.ASCII)
 OCI_REFERENCE = re.compile(
-    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$", re.ASCII
+    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?\Z", re.ASCII
 )
-DEBOOTSTRAP_SUITE = re.compile(r"^[a-z][a-z0-9.-]*$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-HEX_COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
+DEBOOTSTRAP_SUITE = re.compile(r"^[a-z][a-z0-9.-]*\Z")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+HEX_COMMIT = re.compile(r"^[0-9a-f]{7,40}\Z")
 # what a URL may hold: no whitespace, quotes, backslashes, shell or PEP 508 separators ('$;&|()`#')
-_URL_CHARS = re.compile(r"^[A-Za-z0-9._~:/@+,=%-]+$")
-_INDEX_URL_CHARS = re.compile(r"^[A-Za-z0-9._~:/?@+,=%-]+$")
+_URL_CHARS = re.compile(r"^[A-Za-z0-9._~:/@+,=%-]+\Z")
+_INDEX_URL_CHARS = re.compile(r"^[A-Za-z0-9._~:/?@+,=%-]+\Z")
 
 GIT_SCHEMES = ("https", "ssh", "git+ssh", "file", "git")
 INDEX_SCHEMES = ("https", "http", "file")
@@ -79,7 +79,7 @@ def no_controls(value: str, *, lines: bool = False) -> str:
 
 
 def pep508_name(value: str) -> str:
-    if not PEP508_NAME.match(value):
+    if not PEP508_NAME.fullmatch(value):
         raise ValueError(
             f"'{shown(value)}' is not a package name (PEP 508: letters, digits, '.', '_', '-', "
             "starting and ending with a letter or digit, such as 'flash-attn')"
@@ -88,7 +88,7 @@ def pep508_name(value: str) -> str:
 
 
 def pep508_extra(value: str) -> str:
-    if not PEP508_NAME.match(value):
+    if not PEP508_NAME.fullmatch(value):
         raise ValueError(f"'{shown(value)}' is not an extra (PEP 508 name such as 'cuda12' or 'dev')")
     return value
 
@@ -122,7 +122,7 @@ def requirement(value: str) -> str:
 
 def debian_package(value: str) -> str:
     name, _, version = value.partition("=")
-    if not DEBIAN_NAME.match(name) or (version and not DEBIAN_VERSION.match(version)):
+    if not DEBIAN_NAME.fullmatch(name) or (version and not DEBIAN_VERSION.fullmatch(version)):
         raise ValueError(
             f"'{shown(value)}' is not a Debian package (a name of lower case letters, digits, '+', '-', '.', "
             "optionally '=VERSION', such as 'libaio-dev' or 'git=1:2.39.5-0+deb12u2')"
@@ -131,7 +131,7 @@ def debian_package(value: str) -> str:
 
 
 def oci_repository(value: str) -> str:
-    if not OCI_REPOSITORY.match(value):
+    if not OCI_REPOSITORY.fullmatch(value):
         raise ValueError(
             f"'{shown(value)}' is not an image repository (OCI reference grammar: lower case path components "
             "separated by '/', such as 'ml/trainstack-torch')"
@@ -140,7 +140,7 @@ def oci_repository(value: str) -> str:
 
 
 def oci_registry(value: str) -> str:
-    if value and not OCI_REGISTRY.match(value.rstrip("/")):
+    if value and not OCI_REGISTRY.fullmatch(value.rstrip("/")):
         raise ValueError(
             f"'{shown(value)}' is not a registry (OCI reference grammar: a host with an optional port and "
             "path, such as 'registry.example.com/ml' or 'localhost:5000')"
@@ -149,7 +149,7 @@ def oci_registry(value: str) -> str:
 
 
 def oci_tag(value: str) -> str:
-    if not OCI_TAG.match(value) or len(value) > 80:
+    if not OCI_TAG.fullmatch(value) or len(value) > 80:
         raise ValueError(
             f"'{shown(value)}' is not usable in an image tag (OCI tag grammar: letters, digits, '_', '.', '-', "
             "not starting with '.' or '-', at most 80 characters, such as '2026.12.0')"
@@ -160,10 +160,10 @@ def oci_tag(value: str) -> str:
 def base_image(value: str) -> str:
     """An OCI reference, or 'debootstrap:SUITE' (a base made from the distribution's archive)."""
     if value.startswith("debootstrap:"):
-        if not DEBOOTSTRAP_SUITE.match(value.removeprefix("debootstrap:")):
+        if not DEBOOTSTRAP_SUITE.fullmatch(value.removeprefix("debootstrap:")):
             raise ValueError(f"'{shown(value)}' names no debootstrap suite (such as 'debootstrap:bookworm')")
         return value
-    if not OCI_REFERENCE.match(value):
+    if not OCI_REFERENCE.fullmatch(value):
         raise ValueError(
             f"'{shown(value)}' is not an image reference (OCI reference grammar, such as "
             "'docker.io/library/ubuntu:24.04', or 'debootstrap:bookworm')"
@@ -172,13 +172,33 @@ def base_image(value: str) -> str:
 
 
 def env_name(value: str) -> str:
-    if not ENV_NAME.match(value):
+    if not ENV_NAME.fullmatch(value):
         raise ValueError(f"'{shown(value)}' is not an environment variable name (letters, digits, '_'; not a digit first)")
     return value
 
 
+# Variables that make a program load or run other code, or look elsewhere for what it installs:
+# the dynamic loader's, interpreters' start-up hooks, shells' start-up files and trace prompts,
+# glibc's module paths, and the package tools' own settings (which would bypass the lock's
+# indexes). A stack's build_env may set them only when [build] allow_env names them.
+LOADER_PREFIXES = ("LD_", "DYLD_", "PYTHON", "UV_", "PIP_", "GIT_", "BASH_FUNC_")
+LOADER_NAMES = frozenset({
+    "BASH_ENV", "ENV", "PS4", "SHELLOPTS", "BASHOPTS", "IFS", "PATH", "GCONV_PATH", "GLIBC_TUNABLES", "NLSPATH",
+    "LOCPATH", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "NODE_OPTIONS", "NODE_PATH", "PERL5OPT", "PERL5LIB",
+    "PERLLIB", "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "SSL_CERT_FILE",
+    "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "TMPDIR",
+})  # fmt: skip
+
+
+def loader_variable(name: str) -> bool:
+    """Whether setting ``name`` makes the build's processes load or run code the stack names
+    (LD_PRELOAD, PYTHONSTARTUP, BASH_ENV, ...) or install from elsewhere (UV_*, PIP_*)."""
+    upper = name.upper()
+    return upper in LOADER_NAMES or upper.startswith(LOADER_PREFIXES)
+
+
 def commit(value: str) -> str:
-    if not HEX_COMMIT.match(value):
+    if not HEX_COMMIT.fullmatch(value):
         raise ValueError(f"'{shown(value)}' is not a git commit (7 to 40 lowercase hex digits)")
     return value
 
@@ -187,7 +207,7 @@ def git_url(value: str) -> str:
     """https, ssh, file or git URLs with a host or path; never an option ('-...'), never a password."""
     no_controls(value)
     accepted = "an https://, ssh://, git:// or file:// URL of a repository, such as 'https://github.com/NVIDIA/apex'"
-    if value.startswith("-") or not _URL_CHARS.match(value):
+    if value.startswith("-") or not _URL_CHARS.fullmatch(value):
         raise ValueError(f"'{shown(value)}' is not {accepted}")
     parts = urlsplit(value)
     if parts.scheme not in GIT_SCHEMES or "::" in value:
@@ -213,7 +233,7 @@ def git_url(value: str) -> str:
 def index_url(value: str) -> str:
     """http(s) or file URLs of a package index; credentials come from the environment, never the stack."""
     no_controls(value)
-    if value.startswith("-") or not _INDEX_URL_CHARS.match(value):
+    if value.startswith("-") or not _INDEX_URL_CHARS.fullmatch(value):
         raise ValueError(f"'{shown(value)}' is not an index URL (such as 'https://pypi.example.com/simple')")
     parts = urlsplit(value)
     if parts.scheme not in INDEX_SCHEMES or (parts.scheme != "file" and not parts.hostname):
@@ -259,14 +279,20 @@ def redacted_url(value: str) -> str:
 
 
 def relative_path(value: str) -> str:
-    """A path that stays inside its base folder when relative ('..' may not climb out)."""
+    """The grammar of a path in a stack file: no control characters, not empty, never an option;
+    '~' only as '~' or '~/...' (the current user's home, never '~user'); a path that is absolute
+    or starts at home holds no '..' at all, a relative one never climbs above its folder. Where
+    each field may lead on disk is trainstack.stackfile.paths' rule."""
     no_controls(value)
     if not value or value.startswith("-"):
         raise ValueError(f"'{shown(value)}' is not a path")
-    if not value.startswith("/") and not value.startswith("~"):
-        normal = posixpath.normpath(value)
-        if normal == ".." or normal.startswith("../"):
-            raise ValueError(
-                f"'{shown(value)}' climbs out of the stack's folder; give a path inside it, or an absolute path"
-            )
+    if value.startswith("~") and value != "~" and not value.startswith("~/"):
+        raise ValueError(f"'{shown(value)}': '~' may only start '~/' (the current user's home), not name a user")
+    if value.startswith(("/", "~")):
+        if ".." in value.split("/"):
+            raise ValueError(f"'{shown(value)}' holds '..'; give the path without it")
+        return value
+    normal = posixpath.normpath(value)
+    if normal == ".." or normal.startswith("../"):
+        raise ValueError(f"'{shown(value)}' climbs out of the stack's folder; give a path inside it, or an absolute path")
     return value

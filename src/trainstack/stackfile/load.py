@@ -11,9 +11,13 @@ from pydantic import BaseModel, ValidationError
 
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, read_regular
+from trainstack.rules.data import shipped_rules
+from trainstack.rules.models import Rules
+from trainstack.rules.stack import stack_rules
 from trainstack.stackfile import grammar
 from trainstack.stackfile.matrix import expand_flavours
 from trainstack.stackfile.models import Stack
+from trainstack.stackfile.paths import stack_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,8 +48,9 @@ def parse_stack(text: str, path: Path) -> Stack:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: TOML syntax error: {grammar.shown(exc, 300)}") from None
     _refuse_control_characters(data, text, path)
+    rules = _rules_in_effect(data, text, path)
     try:
-        stack = Stack.model_validate(data)
+        stack = Stack.model_validate(data, context={"rules": rules})
     except ValidationError as exc:
         raise SpecError(_describe(exc, text, path)) from None
     if not expand_flavours(stack):
@@ -53,19 +58,23 @@ def parse_stack(text: str, path: Path) -> Stack:
         raise SpecError(f"{path}:{line}: matrix: every cell is excluded; nothing would be built")
     _require_bases(stack, text, path)
     _confine_paths(stack, text, path)
-    from trainstack.rules.data import activate
-    from trainstack.rules.stack import stack_rules
-
-    activate(stack_rules(stack.rules, text, path))  # the rules in effect are this stack's
+    _trusted_env(stack, text, path)
+    stack._rules_in_effect = rules
     _require_known_os(stack, text, path)
     return stack
 
 
+def _rules_in_effect(data: dict[str, Any], text: str, path: Path) -> Rules:
+    """The shipped rules with the stack's own over them, built before the stack is validated so that
+    validation (known Python versions, OS names) sees them. A ``[rules]`` value that is no table is
+    left to validation to refuse."""
+    table = data.get("rules")
+    return stack_rules(table if isinstance(table, dict) else {}, text, path) or shipped_rules()
+
+
 def _require_known_os(stack: Stack, text: str, path: Path) -> None:
     """Each OS of the matrix is one the rules in effect describe (its glibc decides the wheels)."""
-    from trainstack.rules.data import load_rules
-
-    known = load_rules().platforms.os
+    known = stack.rules_in_effect.platforms.os
     given = [(("matrix", "os"), name) for name in stack.matrix.os]
     given += [(("matrix", "include", str(n), "os"), cell.os) for n, cell in enumerate(stack.matrix.include)]
     for loc, name in given:
@@ -118,26 +127,35 @@ def _require_bases(stack: Stack, text: str, path: Path) -> None:
 
 
 def _confine_paths(stack: Stack, text: str, path: Path) -> None:
-    """Relative paths stay inside the stack's folder (symbolic links followed); absolute ones must exist."""
-    folder = path.parent.resolve()
-    given = [(("components", key, "path"), c.path) for key, c in stack.components.items()]
-    given += [(("build", "ca_bundle"), stack.build.ca_bundle), (("verify", "known_issues"), stack.verify.known_issues)]
-    for loc, value in given:
+    """Each path the stack names leads where its field allows (trainstack.stackfile.paths), links followed."""
+    folder = path.parent
+    given = [(("components", key, "path"), "components.path", c.path) for key, c in stack.components.items()]
+    given += [
+        (("build", "ca_bundle"), "build.ca_bundle", stack.build.ca_bundle),
+        (("build", "compiler_cache", "dir"), "build.compiler_cache.dir", stack.build.compiler_cache.dir),
+        (("verify", "known_issues"), "verify.known_issues", stack.verify.known_issues),
+    ]
+    for loc, field, value in given:
         if value is None:
             continue
-        value = value.removeprefix("file://")
-        target = Path(value).expanduser()
-        if target.is_absolute():
-            if not target.exists():
-                raise _located(text, path, loc, f"'{grammar.shown(value)}' does not exist (an absolute path must)")
-            continue
-        resolved = (folder / target).resolve()
-        if resolved != folder and folder not in resolved.parents:
-            raise _located(
-                text, path, loc,
-                f"'{grammar.shown(value)}' leads out of the stack's folder {folder}; give a path inside it, "
-                "or an absolute path",
-            )  # fmt: skip
+        try:
+            stack_path(value.removeprefix("file://"), folder, field)
+        except ValueError as exc:
+            raise _located(text, path, loc, str(exc)) from None
+
+
+def _trusted_env(stack: Stack, text: str, path: Path) -> None:
+    """A component's build_env sets a loader variable (LD_PRELOAD, PYTHONPATH, BASH_ENV, ...) only
+    when [build] allow_env names it: else it would load or run code in every build process."""
+    allowed = set(stack.build.allow_env)
+    for key, component in stack.components.items():
+        for name in component.build_env:
+            if grammar.loader_variable(name) and name not in allowed:
+                raise _located(
+                    text, path, ("components", key, "build_env", name),
+                    f"'{grammar.shown(name)}' makes the build's processes load or run other code; set it only by "
+                    f'naming it in [build] allow_env (allow_env = ["{grammar.shown(name)}"]), or leave it out',
+                )  # fmt: skip
 
 
 def _describe(exc: ValidationError, text: str, path: Path) -> str:
@@ -154,6 +172,8 @@ def _describe(exc: ValidationError, text: str, path: Path) -> str:
     if kind == "missing":
         return f"{where}: {field}: required field is missing"
     message = grammar.shown(str(error["msg"]).removeprefix("Value error, "), 400)
+    if kind == "finite_number":
+        message += " (a number such as 10; inf and nan are not accepted)"
     return f"{where}: {field}: {message}"
 
 

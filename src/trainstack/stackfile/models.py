@@ -7,21 +7,26 @@ from typing import Annotated, Any, Literal
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+
+from trainstack.rules.data import shipped_rules
+from trainstack.rules.models import Rules
 
 from trainstack.stackfile import grammar
 
-CUDA_RE = re.compile(r"^(cpu|\d+\.\d+)$")
-PYTHON_RE = re.compile(r"^3\.\d+$")
-OS_RE = re.compile(r"^[a-z]+[0-9.]*$")
+CUDA_RE = re.compile(r"^(cpu|\d+\.\d+)\Z")
+PYTHON_RE = re.compile(r"^3\.\d+\Z")
+OS_RE = re.compile(r"^[a-z]+[0-9.]*\Z")
 SHA_RE = grammar.HEX_COMMIT
 ENV_NAME_RE = grammar.ENV_NAME
 # a library file name or an fnmatch pattern of one ('libcuda.so*'), as linkcheck matches them
-LIBRARY_RE = re.compile(r"^[A-Za-z0-9_*?\[][A-Za-z0-9._+*?\[\]-]*$")
-# the smoke checks verify knows (trainstack.verify.smoke.KNOWN)
+LIBRARY_RE = re.compile(r"^[A-Za-z0-9_*?\[][A-Za-z0-9._+*?\[\]-]*\Z")
+# the smoke checks verify knows and runs by default
 SMOKE_CHECKS = ("imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed")
 
 Channel = Literal["release", "nightly"]
+MAX_DISK_GB = 1_000_000.0  # a million GiB: any real disk
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer than any suite runs
 
 
 class Strict(BaseModel):
@@ -57,33 +62,38 @@ def _each(check, values):
     return values
 
 
-def known_pythons() -> list[str]:
-    """Python versions the rules data knows: torch's wheels and the OS archives."""
-    from trainstack.rules.data import load_rules
-
-    rules = load_rules()
+def known_pythons(rules: Rules) -> list[str]:
+    """Python versions ``rules`` know: torch's wheels and the OS archives."""
     found = {py for release in rules.torch.releases.values() for py in release.pythons}
     found |= {py for platform in rules.platforms.os.values() for py in platform.pythons}
     return sorted(found, key=lambda v: tuple(int(p) for p in v.split(".")))
 
 
-def _python(value: str) -> str:
-    if not PYTHON_RE.match(value):
+def rules_of(info: ValidationInfo) -> Rules:
+    """The rules a stack is validated against: handed in as the validation's context by the loader
+    (the shipped data with the stack's own rules over it); the shipped rules where none are."""
+    context = info.context if isinstance(info.context, dict) else {}
+    rules = context.get("rules")
+    return rules if isinstance(rules, Rules) else shipped_rules()
+
+
+def _python(value: str, rules: Rules) -> str:
+    if not PYTHON_RE.fullmatch(value):
         raise ValueError(f"'{grammar.shown(value)}' is not a Python version (try '3.12')")
-    known = known_pythons()
+    known = known_pythons(rules)
     if value not in known:
         raise ValueError(f"Python {value} is not in the rules data (known: {', '.join(known)})")
     return value
 
 
 def _cuda(value: str) -> str:
-    if not CUDA_RE.match(value):
+    if not CUDA_RE.fullmatch(value):
         raise ValueError(f"'{grammar.shown(value)}' is not a CUDA version (try '12.8' or 'cpu')")
     return value
 
 
 def _os(value: str) -> str:
-    if not OS_RE.match(value):
+    if not OS_RE.fullmatch(value):
         raise ValueError(f"'{grammar.shown(value)}' is not an OS name (try 'ubuntu24.04' or 'debian12')")
     return value
 
@@ -277,7 +287,7 @@ class IncludeCell(Strict):
 
     _cuda = field_validator("cuda")(lambda v: _cuda(v))
     _os = field_validator("os")(lambda v: _os(v))
-    _python = field_validator("python")(lambda v: _python(v))
+    _python = field_validator("python")(lambda v, info: _python(v, rules_of(info)))
 
 
 class Matrix(Strict):
@@ -306,8 +316,9 @@ class Matrix(Strict):
 
     @field_validator("python")
     @classmethod
-    def _python(cls, v: list[str]) -> list[str]:
-        return _each(_python, v)
+    def _python(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        rules = rules_of(info)
+        return _each(lambda value: _python(value, rules), v)
 
     @field_validator("os")
     @classmethod
@@ -326,10 +337,25 @@ class CompilerCache(Strict):
 class Build(Strict):
     base: dict[str, str] = {}
     system_packages: list[str] = []
-    min_free_disk_gb: Annotated[float, Field(ge=0)] = 10.0
+    min_free_disk_gb: Annotated[float, Field(ge=0, le=MAX_DISK_GB, allow_inf_nan=False)] = 10.0
     compiler_cache: CompilerCache = CompilerCache()
     retries: Annotated[int, Field(ge=1, le=20)] = 4
     ca_bundle: str | None = None
+    # loader variables (LD_*, PYTHON*, BASH_ENV, ...: grammar.loader_variable) a component's
+    # build_env may set; every other one is refused, since it would run code in the build's tools
+    allow_env: list[str] = []
+
+    @field_validator("allow_env")
+    @classmethod
+    def _allowed(cls, v: list[str]) -> list[str]:
+        for name in v:
+            grammar.env_name(name)
+            if not grammar.loader_variable(name):
+                raise ValueError(
+                    f"'{grammar.shown(name)}' is not a variable build_env refuses; allow_env lists only loader "
+                    "variables (LD_*, PYTHON*, UV_*, PIP_*, GIT_*, BASH_ENV, ENV, PS4, GCONV_PATH, NODE_OPTIONS, ...)"
+                )
+        return v
 
     @field_validator("base")
     @classmethod
@@ -347,7 +373,15 @@ class Build(Strict):
     @field_validator("ca_bundle")
     @classmethod
     def _ca(cls, v: str | None) -> str | None:
-        return None if v is None else grammar.relative_path(v)
+        if v is None:
+            return None
+        grammar.relative_path(v)
+        if "," in v or "=" in v:
+            raise ValueError(
+                f"'{grammar.shown(v)}' holds ',' or '=', which image builds cannot pass as a secret's file "
+                "(--secret id=ca,src=PATH); give a path without them"
+            )
+        return v
 
 
 class Toolchain(Strict):
@@ -366,7 +400,7 @@ class Suite(Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     command: Annotated[str, Field(min_length=1)]
     max_failed: Annotated[int, Field(ge=0)] = 0
-    timeout: Annotated[float, Field(gt=0)] = 1800.0
+    timeout: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)] = 1800.0
     rerun_failed: bool = True
     allow_no_tests: bool = False  # a run that executed no test passes only when this says so
 
@@ -381,14 +415,14 @@ class Links(Strict):
     def _libraries(cls, v: list[str]) -> list[str]:
         for name in v:
             parts = name.split(" needs ")  # required links may name their owner: 'OBJECT needs LIB'
-            if len(parts) > 2 or not all(LIBRARY_RE.match(part) for part in parts):
+            if len(parts) > 2 or not all(LIBRARY_RE.fullmatch(part) for part in parts):
                 raise ValueError(f"'{grammar.shown(name)}' is not a library file name or pattern (such as "
                                  "'libcuda.so.1', 'libcudnn*.so.9' or 'libtorch_cuda.so needs libnccl.so.2')")
         return v
 
 
 class Verify(Strict):
-    smoke: list[str] = ["imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed"]
+    smoke: list[str] = list(SMOKE_CHECKS)
     suite: list[Suite] = []
     known_issues: str | None = None
     max_failed_tests: Annotated[int, Field(ge=0)] = 0
@@ -428,6 +462,12 @@ class Stack(Strict):
     bench: Bench = Bench()
     # rules added to or overriding the shipped rules data (same layout; validated by rules.stack)
     rules: dict[str, Any] = {}
+    # the rules in effect: the shipped data with this stack's own over it (set by the loader)
+    _rules_in_effect: Rules | None = PrivateAttr(default=None)
+
+    @property
+    def rules_in_effect(self) -> Rules:
+        return self._rules_in_effect or shipped_rules()
 
     @field_validator("components", mode="before")
     @classmethod

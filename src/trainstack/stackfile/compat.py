@@ -1,4 +1,4 @@
-"""Evaluate the rules for each flavour of a stack, before any resolution. Pure: no I/O."""
+"""A stack's flavours checked against the compatibility rules in effect (the shipped data with the stack's own over it)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from packaging.version import Version
 
 from trainstack.errors import RuleViolation
 from trainstack.rules import data, toolchain
+from trainstack.rules.models import fill
+from trainstack.stackfile import grammar
 from trainstack.stackfile.matrix import Flavour, components_for, expand_flavours
 from trainstack.stackfile.models import Component, Stack
 
@@ -36,7 +38,7 @@ def errors(findings: list[Finding]) -> list[Finding]:
 
 def check_flavour(stack: Stack, flavour: Flavour) -> list[Finding]:
     components = {c.key: c for c in components_for(stack, flavour)}
-    checks = (_os, _cuda, _torch, _flash_attn, _arch_lists, _deepspeed, _toolchain)
+    checks = (_os, _cuda, _torch, _flash_attn, _arch_lists, _deepspeed, _toolchain, _allowed_env)
     found: list[Finding] = []
     for check in checks:
         found.extend(check(stack, flavour, components))
@@ -52,7 +54,7 @@ def torch_version(stack: Stack, flavour: Flavour) -> str | None:
     if torch.pinned_version:
         return torch.pinned_version
     spec = SpecifierSet(torch.version or "")
-    for minor in sorted(data.load_rules().torch.releases, key=Version, reverse=True):
+    for minor in sorted(stack.rules_in_effect.torch.releases, key=Version, reverse=True):
         if any(Version(f"{minor}.{patch}") in spec for patch in range(10)):
             return minor
     return None
@@ -70,32 +72,32 @@ def _finding(flavour: Flavour, rule: str, level: Level, message: str, source: st
 
 
 def _os(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
-    platforms = data.load_rules().platforms
+    platforms = stack.rules_in_effect.platforms
     if flavour.os not in platforms.os:
         known = ", ".join(platforms.os)
         text = f"OS '{flavour.os}' is not known (one of: {known})"
         return [_finding(flavour, "os.platform", "error", text, platforms.glibc.source)]
     os_rule = platforms.os[flavour.os]
-    text = platforms.glibc.message.format(os=flavour.os, glibc=os_rule.glibc, platform=os_rule.platform)
+    text = fill(platforms.glibc.message, os=flavour.os, glibc=os_rule.glibc, platform=os_rule.platform)
     return [_finding(flavour, "os.platform", "info", text, os_rule.source)]
 
 
 def _cuda(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
     if flavour.cuda == "cpu":
         return []
-    rules = data.load_rules().cuda
+    rules = stack.rules_in_effect.cuda
     if flavour.cuda not in rules.versions:
         known = ", ".join(rules.versions)
         text = f"CUDA {flavour.cuda} is not known (one of: {known})"
         return [_finding(flavour, "cuda.driver", "error", text, rules.driver.source)]
-    text = rules.driver.message.format(cuda=flavour.cuda, driver=rules.versions[flavour.cuda].driver)
+    text = fill(rules.driver.message, cuda=flavour.cuda, driver=rules.versions[flavour.cuda].driver)
     return [_finding(flavour, "cuda.driver", "info", text, rules.driver.source)]
 
 
 def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
     if "torch" not in components:
         return []
-    rules = data.load_rules().torch
+    rules = stack.rules_in_effect.torch
     if flavour.channel == "nightly":
         return [_finding(flavour, "torch.nightly", "info", rules.nightly.message, rules.nightly.source)]
     version = torch_version(stack, flavour)
@@ -110,22 +112,22 @@ def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> 
     release = rules.releases[minor]
     found = []
     if flavour.cuda_tag not in release.variants:
-        allowed = rules.variants.message.format(minor=minor, variants=", ".join(release.variants))
+        allowed = fill(rules.variants.message, minor=minor, variants=", ".join(release.variants))
         text = f"torch {minor} publishes no {flavour.cuda_tag} wheels ({allowed})"
         found.append(_finding(flavour, "torch.variant", "error", text, release.source))
     else:
-        index = data.index_for(version, flavour.cuda_tag, flavour.channel)
+        index = data.index_for(stack.rules_in_effect, version, flavour.cuda_tag, flavour.channel)
         text = f"torch {minor} {flavour.cuda_tag} wheels come from {index or 'PyPI (its default variant)'}"
         found.append(_finding(flavour, "torch.variant", "info", text, rules.index.source))
     if flavour.python not in release.pythons:
-        allowed = rules.pythons.message.format(minor=minor, pythons=", ".join(release.pythons))
+        allowed = fill(rules.pythons.message, minor=minor, pythons=", ".join(release.pythons))
         text = f"torch {minor} has no wheels for Python {flavour.python} ({allowed})"
         found.append(_finding(flavour, "torch.python", "error", text, release.source))
     return found
 
 
 def _flash_attn(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
-    rule = data.load_rules().extensions.flash_attn
+    rule = stack.rules_in_effect.extensions.flash_attn
     component = components.get(rule.package)
     if component is None:
         return []
@@ -142,10 +144,10 @@ def _flash_attn(stack: Stack, flavour: Flavour, components: dict[str, Component]
 
 def _arch_lists(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
     """Architectures named in build_env must be ones the flavour's nvcc can target."""
-    rules = data.load_rules().cuda
+    rules = stack.rules_in_effect.cuda
     if flavour.cuda == "cpu" or flavour.cuda not in rules.versions:
         return []
-    env_names = {"TORCH_CUDA_ARCH_LIST", *data.load_rules().extensions.flash_attn.arch_env}
+    env_names = {"TORCH_CUDA_ARCH_LIST", *stack.rules_in_effect.extensions.flash_attn.arch_env}
     allowed = set(rules.versions[flavour.cuda].archs)
     found = []
     for component in components.values():
@@ -161,7 +163,7 @@ def _arch_lists(stack: Stack, flavour: Flavour, components: dict[str, Component]
 
 
 def _deepspeed(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
-    rule = data.load_rules().extensions.deepspeed
+    rule = stack.rules_in_effect.extensions.deepspeed
     component = components.get(rule.package)
     if component is None:
         return []
@@ -181,7 +183,7 @@ def _deepspeed(stack: Stack, flavour: Flavour, components: dict[str, Component])
 
 def _toolchain(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
     """One CUDA release (the flavour's) for every toolchain component; targets its nvcc can build."""
-    cuda_rules = data.load_rules().cuda
+    cuda_rules = stack.rules_in_effect.cuda
     if flavour.cuda == "cpu" or flavour.cuda not in cuda_rules.versions:
         return []
     rules = toolchain.toolchain_rules()
@@ -194,7 +196,7 @@ def _toolchain(stack: Stack, flavour: Flavour, components: dict[str, Component])
     targets = cuda_rules.versions[flavour.cuda].archs
     bad = toolchain.bad_archs(stack.toolchain.archs, targets)
     if bad:
-        text = rules.archs.message.format(cuda=flavour.cuda, bad=", sm_".join(bad), archs=", sm_".join(targets))
+        text = fill(rules.archs.message, cuda=flavour.cuda, bad=", sm_".join(bad), archs=", sm_".join(targets))
         found.append(_finding(flavour, "toolchain.archs", "error", text, rules.archs.source))
     return found
 
@@ -214,3 +216,19 @@ def parse_archs(value: str) -> list[str]:
 
 def _base(arch: str) -> str:
     return arch.rstrip("af")
+
+
+LOADER_SOURCE = "https://man7.org/linux/man-pages/man8/ld.so.8.html#ENVIRONMENT"
+
+
+def _allowed_env(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
+    """What the stack lets through [build] allow_env, shown: each loader variable a component's
+    build_env sets reaches every process of its build (the compiler, uv, Python)."""
+    found = []
+    for component in components.values():
+        names = sorted(name for name in component.build_env if grammar.loader_variable(name))
+        if names:
+            text = (f"{component.name}.build_env sets {', '.join(names)}, allowed by [build] allow_env: "
+                    f"every process of its build sees {'it' if len(names) == 1 else 'them'}")
+            found.append(_finding(flavour, "build.allow_env", "info", text, LOADER_SOURCE))
+    return found
