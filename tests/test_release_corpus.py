@@ -299,3 +299,14 @@ def test_a_released_folder_that_is_a_link_out_is_refused_before_anything_is_writ
     assert f"{project / 'changes' / 'released'}: is not a folder of" in err
     assert not (project / "out").exists() and (project / "changes" / "10.highlight.md").is_file()
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_lock_file_that_is_a_link_out_is_refused_by_the_check_release_makes(project: Path, outside: Path,
+                                                                              capsys) -> None:
+    lock = manifest_path(project / STACK).parent / "locks" / f"{slug(project)}.txt"
+    lock.unlink()
+    lock.symlink_to(outside / ".ssh" / "id_rsa")
+    assert main(release_args(project)) == 2
+    err = capsys.readouterr().err
+    assert f"{lock}: cannot read: is a symbolic link that leads out of the lock folder" in err and TOKEN not in err
+    assert not (project / "out").exists()

@@ -21,7 +21,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from trainstack.errors import LockError, SpecError
-from trainstack.fsutil import dump_json, exclusive, replace_tree
+from trainstack.fsutil import describe_os_error, dump_json, exclusive, read_regular, replace_tree
 from trainstack.indexauth import default_from_env
 from trainstack.lock.git import pin_source
 from trainstack.lock.keys import flavour_cache_key
@@ -124,9 +124,17 @@ def _carried(directory: Path, kept: Iterable[LockedFlavour]) -> dict[str, bytes]
     for entry in kept:
         for relative in (entry.lock_file, *entry.layers.values()):
             path = directory / relative
-            if path.is_file():
-                tree[relative] = path.read_bytes()
+            if path.is_file() or path.is_symlink():
+                tree[relative] = _lock_bytes(path, directory)
     return tree
+
+
+def _lock_bytes(path: Path, directory: Path) -> bytes:
+    """A file of the lock folder, read inside it: a link out of the folder is refused by name."""
+    try:
+        return read_regular(path, "lock file", inside=directory, folder_name="lock folder")
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
 
 
 def check_lock_current(stack_path: Path, flavour: str | None = None) -> Manifest:
