@@ -121,7 +121,7 @@ EXIT_TABLE: dict[str, tuple[str, tuple[tuple[int, str], ...]]] = {
     "bench": ("measured", ((1, "a mode failed or nothing was measured"), (6, "no torch or no GPU"),
                            (10, "a result not written where asked (it is in a new file the error names)"), (2, BAD_INPUT))),
     "memplan": ("a plan", ((9, "no plan fits the budget"), (6, "no torch"), (2, BAD_INPUT))),
-    "run": ("the job's own exit code", ((2, "bad input (before the job starts)"),
+    "run": ("the job succeeded (once it starts, the code is the job's own)", ((2, "bad input (before the job starts)"),
                                          (6, "the command is not a program on PATH"))),
 }
 
