@@ -23,6 +23,11 @@ STACK = str(REPO / "examples" / "stacks" / "cpu-minimal.toml")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def this_checkout() -> dict[str, str]:
+    """PYTHONPATH as the tests run with it: the trainstack under test, not another installed one."""
+    return {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+
+
 def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     piped = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE")}
     return subprocess.run([sys.executable, "-m", "trainstack.cli", *args], capture_output=True, text=True, timeout=120,
@@ -291,3 +296,22 @@ def test_the_log_paths_a_build_prints_exist_after_it_succeeds(tmp_path: Path) ->
     for path in printed:
         assert Path(path).is_file(), f"{path} printed but gone after the build"
         assert ".staging" not in path
+
+
+@pytest.mark.timeout(150)
+def test_a_fraction_budget_without_a_gpu_plans_in_run_as_in_memplan(tmp_path: Path) -> None:
+    """`run --memplan 0.8` used to warn and run unplanned while `memplan --budget 0.8` exited
+    2: both now take the fraction of the host's memory where there is no GPU, and plan."""
+    pytest.importorskip("torch")
+    from tests.test_run_hook import clean_env
+    from trainstack.memplan.budget import gpu_memory_bytes
+
+    if gpu_memory_bytes() is not None:
+        pytest.skip("this machine has a GPU")
+    job = [sys.executable, str(REPO / "tests" / "test_run_data" / "plain_loop.py"), "--steps", "2", "--batch", "256"]
+    planned = subprocess.run([sys.executable, "-m", "trainstack.cli", "run", "--out", "o", "--memplan", "0.8", "--", *job],
+                             capture_output=True, text=True, env=clean_env(**this_checkout()), cwd=tmp_path, timeout=120)
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert "trainstack run: memplan for 0.8: " in planned.stderr, planned.stderr
+    memplan = run("memplan", "--preset", "tiny", "--budget", "0.8", "--json")
+    assert memplan.returncode == 0, memplan.stderr
