@@ -119,10 +119,10 @@ def test_bench_refuses_an_existing_file_as_its_folder_before_importing_torch(tmp
     assert readme.read_text() == "a file\n"
 
 
-def test_a_finished_benchmark_is_kept_when_its_output_cannot_be_written(tmp_path: Path) -> None:
-    """The output's disk fills while bench runs (a real full tmpfs): the check before the run
-    passes, the write at the end fails, and the results land in a new file the error names."""
-    pytest.importorskip("torch")
+@contextlib.contextmanager
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real filesystem with no byte left (a small tmpfs, filled): a file can be created there
+    (so the check before the work passes), but nothing written into it."""
     full = tmp_path / "full"
     full.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], capture_output=True, text=True)
@@ -133,12 +133,20 @@ def test_a_finished_benchmark_is_kept_when_its_output_cannot_be_written(tmp_path
             while True:
                 handle.write(b"\0" * 4096)
                 handle.flush()
-        work = tmp_path / "work"
-        work.mkdir()
-        proc = run("bench", "--preset", "tiny", "--seq", "32", "--steps", "2", "--warmup", "1", "--device", "cpu",
-                   "--modes", "eager", "--output", str(full / "bench.json"), cwd=work)
+        yield full
     finally:
         subprocess.run(["umount", str(full)], check=True)
+
+
+def test_a_finished_benchmark_is_kept_when_its_output_cannot_be_written(tmp_path: Path) -> None:
+    """The output's disk is full when bench ends: the check before the run passes, the write
+    at the end fails, and the results land in a new file the error names."""
+    pytest.importorskip("torch")
+    work = tmp_path / "work"
+    work.mkdir()
+    with full_disk(tmp_path) as full:
+        proc = run("bench", "--preset", "tiny", "--seq", "32", "--steps", "2", "--warmup", "1", "--device", "cpu",
+                   "--modes", "eager", "--output", str(full / "bench.json"), cwd=work)
     assert proc.returncode == 10, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     match = re.fullmatch(rf"error: --output {re.escape(str(full / 'bench.json'))}: cannot write \(.+\); the results are in (\S+)", last)
@@ -146,6 +154,16 @@ def test_a_finished_benchmark_is_kept_when_its_output_cannot_be_written(tmp_path
     kept = json.loads(Path(match.group(1)).read_text())
     assert kept["rows"][0]["status"] == "ok" and kept["rows"][0]["tokens_per_s_per_gpu"] > 0
     assert Path(match.group(1)).parent == work
+
+
+def test_a_result_file_the_disk_cannot_hold_is_one_line_and_exit_10(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with full_disk(tmp_path) as full:
+        code = main(["check", STACK, "--output", str(full / "check.json")])
+        leftovers = sorted(p.name for p in full.iterdir())
+    captured = capsys.readouterr()
+    assert code == 10, captured.err
+    assert captured.err == f"error: {full / 'check.json'}: cannot write: No space left on device (a previous file there is unchanged)\n"
+    assert leftovers == ["filler"]  # no half-written file
 
 
 # --- options every verb takes -------------------------------------------------------------
