@@ -333,3 +333,8 @@ def test_a_fraction_budget_without_a_gpu_plans_in_run_as_in_memplan(tmp_path: Pa
     assert "trainstack run: memplan for 0.8: " in planned.stderr, planned.stderr
     memplan = run("memplan", "--preset", "tiny", "--budget", "0.8", "--json")
     assert memplan.returncode == 0, memplan.stderr
+
+
+def test_python_m_trainstack_is_the_command_line() -> None:
+    proc = subprocess.run([sys.executable, "-m", "trainstack", "check", "-h"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("Usage: trainstack check "), proc.stderr
