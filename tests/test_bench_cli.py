@@ -201,3 +201,46 @@ def test_hf_config_of_another_architecture_runs_the_hf_model(tmp_path):
     assert [r["status"] for r in rows] == ["ok", "ok", "ok"]  # memplan plans the HF model itself
     assert rows[1]["loss_final"] == pytest.approx(rows[0]["loss_final"], rel=1e-5)
     assert "keep" in rows[2]["plan"] and rows[2]["loss_final"] == pytest.approx(rows[0]["loss_final"], rel=1e-5)
+
+
+BENCH_STACK = """\
+[stack]
+name = "t"
+release = "1"
+image = "trainstack/t"
+
+[components]
+numpy = "*"
+
+[matrix]
+cuda = ["cpu"]
+os = ["ubuntu24.04"]
+python = ["3.12"]
+
+[bench]
+{bench}
+"""
+
+
+def test_bench_reads_the_stacks_bench_table_and_flags_win(tmp_path, capsys):
+    stack = tmp_path / "stack.toml"
+    stack.write_text(BENCH_STACK.format(bench='preset = "tiny"\nbatch = 2\nseq = 64\nsteps = 2\nwarmup = 1\nmodes = ["eager"]'))
+    assert main(["bench", "--stack", str(stack), "--device", "cpu", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert (document["model"], document["batch"], document["modes"]) == ("tiny", 2, "eager")
+    assert [(r["mode"], r["seq"]) for r in document["rows"]] == [("eager", 64)]
+    assert main(["bench", "--stack", str(stack), "--device", "cpu", "--batch", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["batch"] == 3  # a flag given on the command line wins
+
+
+@pytest.mark.parametrize(("table", "line", "message"), [
+    ('preset = "70b"', 15, "bench.preset: '70b' is not a bench preset (one of: tiny, 125m, 1b, 3b, 8b)"),
+    ('preset = "tiny"\nseq = 4096', 14, "seq 4096 is longer than preset tiny's max_seq (256)"),
+    ('modes = ["compile+warp"]', 15, "bench.modes: unknown mode part 'warp' in 'compile+warp'"),
+])
+def test_check_refuses_a_bench_table_bench_would_not_run(tmp_path, capsys, table, line, message):
+    stack = tmp_path / "stack.toml"
+    stack.write_text(BENCH_STACK.format(bench=table))
+    assert main(["check", str(stack)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"stack.toml:{line}" in err and message in err, err

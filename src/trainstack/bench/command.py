@@ -93,14 +93,15 @@ def command(
 
 def _stack_table(ctx: typer.Context, stack: Path) -> dict:
     """The stack's [bench] settings that no flag on the command line overrides."""
-    from click.core import ParameterSource
-
     from trainstack.stackfile import load_stack
 
     table = load_stack(stack).bench.model_dump()
     flags = {"preset": "model", "batch": "batch", "seq": "seq", "steps": "steps", "warmup": "warmup", "modes": "modes"}
-    return {key: value for key, value in table.items()
-            if ctx.get_parameter_source(flags[key]) in (ParameterSource.DEFAULT, None)}
+    def unset(name: str) -> bool:
+        source = ctx.get_parameter_source(name)
+        return source is None or source.name == "DEFAULT"
+
+    return {key: value for key, value in table.items() if unset(flags[key])}
 
 
 def _check_outputs(out: Path | None, output: Path | None, profile: Path | None) -> None:
