@@ -30,9 +30,10 @@ RUN = [
 ]
 
 SKIPPED = {
-    "pip install -e . && trainstack lock examples/stacks/cpu-minimal.toml && trainstack build examples/stacks/cpu-minimal.toml && trainstack verify examples/stacks/cpu-minimal.toml":
-        "installs into the running environment; its lock and build run above, and verify runs numpy's test suite "
-        "(about 2 minutes; tests/test_release_verify.py runs verify on this stack)",
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && trainstack lock examples/stacks/cpu-minimal.toml && trainstack build examples/stacks/cpu-minimal.toml && trainstack verify examples/stacks/cpu-minimal.toml":
+        "makes a virtual environment and installs trainstack from PyPI's packages; its lock and build run above, "
+        "verify runs numpy's test suite (tests/test_release_verify.py runs verify on this stack), and "
+        "benchmarks/fresh_debian.py runs the whole command on a fresh Debian 12",
     "bash .ci/run": "the whole CI: installs system packages and runs every test",
     "trainstack build examples/stacks/cpu-minimal.toml --backend oci":
         "an OCI image from a debootstrap base takes minutes (tests/test_build_oci.py builds one)",
