@@ -4,6 +4,9 @@ The type is the file-name suffix before ``.md`` (see model.SECTIONS). A fragment
 when the notes are made and moved to ``changes/released/<release>/`` only after the
 release has been written, so a failed release leaves every fragment in place. Making the
 same release again reads the fragments it consumed before as well, so its notes keep them.
+
+A fragment whose whole text is ``none`` says its section has nothing this release (the notes
+print "None." there); it cannot stand beside another fragment of the same type.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from trainstack.errors import SpecError
 from trainstack.release.model import SECTIONS, Fragment
 
 RELEASED_DIR = "released"
+NONE_MARKER = "none"  # a fragment's whole text: its section has nothing this release
 IGNORED = {"README.md"}
 
 
@@ -30,8 +34,20 @@ def parse_fragment(name: str, text: str, where: Path) -> Fragment:
         raise SpecError(f"{where}: unknown fragment type '{kind}' in its file name; accepted: {accepted}")
     body = text.strip()
     if not body:
-        raise SpecError(f"{where}: empty fragment; write one change in Markdown, or delete the file")
+        raise SpecError(f"{where}: empty fragment; write one change in Markdown, 'none' to say the section "
+                        "has nothing this release, or delete the file")
+    if body.rstrip(".").lower() == NONE_MARKER:
+        return Fragment(name=name, type=kind, text="None.", none=True)  # type: ignore[arg-type]
     return Fragment(name=name, type=kind, text=body)  # type: ignore[arg-type]
+
+
+def check_none_alone(fragments: list[Fragment], changes: Path) -> None:
+    """Refuse a section that says 'none' and also has a change."""
+    for marker in (f for f in fragments if f.none):
+        other = next((f for f in fragments if f.type == marker.type and not f.none), None)
+        if other is not None:
+            raise SpecError(f"{changes / marker.name}: says 'none' for its section ({marker.type}), but "
+                            f"{other.name} is a {marker.type} of this release; delete one of them")
 
 
 def _natural(name: str) -> list[object]:
@@ -69,7 +85,9 @@ def release_fragments(changes: Path, release: str) -> list[Fragment]:
     ones in ``changes``, in name order; SpecError when a new one repeats a consumed name."""
     new = read_fragments(changes)
     check_consumable(changes, new, release)
-    return sorted(read_fragments(released_dir(changes, release)) + new, key=lambda f: _natural(f.name))
+    found = sorted(read_fragments(released_dir(changes, release)) + new, key=lambda f: _natural(f.name))
+    check_none_alone(found, changes)
+    return found
 
 
 def check_consumable(changes: Path, fragments: list[Fragment], release: str) -> None:
