@@ -17,6 +17,10 @@ def command(
     ),
     force: bool = typer.Option(False, "--force", help="Rebuild even when build.json matches the lock."),
     json_out: bool = typer.Option(False, "--json", help="Print the build records (build.json of each flavour) as a JSON list on stdout."),
+    offline: bool = typer.Option(
+        False, "--offline",
+        help="Install from uv's cache and the installed Pythons only, never the network (as UV_OFFLINE=1 does).",
+    ),
 ) -> None:
     """Build each flavour: BUILD_DIR/<flavour>/ gets venv/ (or an image), build.json and logs/.
 
@@ -27,6 +31,10 @@ def command(
     """
     from trainstack.builder import build_stack
     from trainstack.console import out
+    from trainstack.offline import go_offline
+
+    if offline:
+        go_offline()
 
     records = build_stack(
         stack, flavour=flavour, backend=backend, build_dir=build_dir, skip_sources=skip_sources, force=force
