@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_release_lock import EXAMPLE, PREVIOUS, STACK, copy_pair, locked_pair  # noqa: F401  (a fixture)
+from tests.test_release_lock import STACK, locked_pair  # noqa: F401  (a fixture)
 from tests.test_release_publish import project, slug_of  # noqa: F401  (a fixture)
 from trainstack.cli import main
 from trainstack.errors import SpecError
@@ -69,8 +69,7 @@ def test_the_notes_use_the_full_gate_and_name_a_partial_result_they_fall_back_to
     (folder / "verify.json").write_text(_verify("pass", [], 12))
     (folder / "verify.partial.json").write_text(_verify("pass", ["suites"], None))
 
-    markdown = first_release(project).notes
-    (full,) = markdown.verification
+    (full,) = first_release(project).notes.verification
     assert (full.verdict, full.tests_run, full.source) == ("pass", 12, f"{slug}/verify.json")
     text = (project / "out" / "RELEASE.md").read_text()
     assert f"| {slug} | pass | 12 | 0 | 0 | verify.json |" in text
