@@ -50,6 +50,7 @@ class VenvBackend:
             env={**env, **index_env},
             network=True,
             recover=refresh_missing_pins,
+            fetching="the locked packages",
         )
         extensions = ExtensionBuilder(job, steps, venv)
         if job.skip_sources:
