@@ -11,8 +11,9 @@ no venv, no compiler, no pip configuration. The host's CA bundle is copied into 
 and the proxy and CA variables of this environment are passed through, so that a machine behind
 a TLS-intercepting proxy can reach PyPI; nothing else of the host goes in.
 
---tests-k EXPR runs the second command with PYTEST_ADDOPTS="-k EXPR" (pytest reads it; the
-command itself is unchanged). --find-links DIR mounts DIR read-only in the root and sets
+--tests-k EXPR runs the second command as `bash .ci/run -k EXPR`: .ci/run hands its arguments
+to pytest after the README's test command, so only that subset of the suite runs (not
+PYTEST_ADDOPTS: verify's own test suites, run inside the tests, would read it too). --find-links DIR mounts DIR read-only in the root and sets
 PIP_FIND_LINKS to it for the second command: a local wheel folder standing in for PyTorch's
 CPU-only index where that index cannot be reached.
 
@@ -112,7 +113,7 @@ def in_root(root: Path, command: str, env: dict[str, str], log: Path, timeout: f
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tests-k", help="run the second command with PYTEST_ADDOPTS='-k EXPR'")
+    parser.add_argument("--tests-k", help="run the second command as 'bash .ci/run -k EXPR' (a subset of the tests)")
     parser.add_argument("--skip-tests", action="store_true", help="run the first command only")
     parser.add_argument("--find-links", type=Path, help="a local wheel folder for the second command (PIP_FIND_LINKS)")
     parser.add_argument("--keep", action="store_true", help="keep the new root (its path is printed)")
@@ -146,7 +147,7 @@ def main() -> int:
         env = chroot_env({})
         with mounted(root, args.find_links):
             for name, command, extra in (("prerequisite", prerequisite, {}), ("first command", first, {}),
-                                         ("second command", second, _test_env(args))):
+                                         ("second command", _subset(second, args.tests_k), _test_env(args))):
                 if name == "second command" and args.skip_tests:
                     continue
                 print(f"{name}: {command}", flush=True)
@@ -163,10 +164,12 @@ def main() -> int:
     return 0 if all(step["passed"] for step in steps.values()) else 1
 
 
+def _subset(command: str, expression: str | None) -> str:
+    return f"{command} -k {shlex.quote(expression)}" if expression else command
+
+
 def _test_env(args: argparse.Namespace) -> dict[str, str]:
     extra = {}
-    if args.tests_k:
-        extra["PYTEST_ADDOPTS"] = f"-k {shlex.quote(args.tests_k)}"
     if args.find_links is not None:
         extra["PIP_FIND_LINKS"] = "/mnt/wheels"
     return extra
