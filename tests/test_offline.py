@@ -134,3 +134,14 @@ def test_lock_offline_never_asks_the_index_and_names_what_the_cache_lacks(tmp_pa
     assert line.startswith("error: offline (--offline or UV_OFFLINE), and uv's cache does not hold the index page of ")
     assert f"from {index}" in line and "lock once where the index is reachable" in line
     assert not (tmp_path / "stack.lock").exists()
+
+
+@pytest.mark.slow
+def test_build_offline_with_an_empty_cache_names_the_package_it_lacks(tmp_path):
+    stack = _stack(tmp_path, "3.11")
+    assert trainstack(["lock", stack.name], tmp_path).returncode == 0
+    result = trainstack(["build", stack.name, "--offline"], tmp_path, UV_CACHE_DIR=str(tmp_path / "empty-cache"))
+    line = _one_line(result, 5)  # was: "step install failed (exit 1): hint: Packages were unavailable ...", 7
+    assert line.startswith("error: step install: offline (--offline or UV_OFFLINE), and uv's cache does not hold package ")
+    assert "build once where the index is reachable" in line
+    assert not (tmp_path / "build" / "cpu-debian12-py311-release" / "venv").exists()

@@ -30,7 +30,8 @@ Recover = Callable[[str, list[str | Path]], tuple[Sequence[str | Path], str] | N
 
 # What uv, pip, git, apt and debootstrap print when the network (not the input) failed.
 # uv's words when it runs offline and its cache lacks something: no retry helps
-OFFLINE_MISS = r"Network connectivity is disabled"
+OFFLINE_MISS = r"Network connectivity is disabled|the network was disabled|was not found in the cache"
+_NOT_CACHED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*) was not found in the cache")
 _TRANSIENT = re.compile(
     r"timed? ?out|connection (reset|refused|closed|aborted)|temporar(y|ily)|could not resolve|"
     r"name resolution|network is unreachable|error sending request|\b50[234]\b|\b429\b|"
@@ -163,10 +164,12 @@ class Steps:
             raise
         if not result.ok:
             failure = self._failed(name, current, result, log)
-            if re.search(OFFLINE_MISS, result.stdout + result.stderr):
+            output = result.stdout + result.stderr
+            if re.search(OFFLINE_MISS, output):
+                package = _NOT_CACHED.search(output)
+                missing = f"package {package.group(1)}" if package else failure.url or "what the step needs"
                 raise NetworkError(
-                    f"step {name}: offline, and uv's cache does not hold "
-                    f"{failure.url or 'what the step needs'}",
+                    f"step {name}: offline (--offline or UV_OFFLINE), and uv's cache does not hold {missing}",
                     hint="build once where the index is reachable (it fills uv's cache), or point the stack's "
                     "[index] at a mirror inside the network",
                 )
