@@ -43,8 +43,9 @@ def parse_fragment(name: str, text: str, where: Path) -> Fragment:
 
 def check_none_alone(fragments: list[Fragment], changes: Path) -> None:
     """Refuse a section that says 'none' and also has a change."""
+    changes_by_type = {f.type: f for f in reversed(fragments) if not f.none}  # the first change of each type
     for marker in (f for f in fragments if f.none):
-        other = next((f for f in fragments if f.type == marker.type and not f.none), None)
+        other = changes_by_type.get(marker.type)
         if other is not None:
             raise SpecError(f"{changes / marker.name}: says 'none' for its section ({marker.type}), but "
                             f"{other.name} is a {marker.type} of this release; delete one of them")
