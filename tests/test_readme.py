@@ -1,5 +1,5 @@
-"""The README's commands, run as written in a copy of the examples: each one is either run
-here or listed in SKIPPED with the reason, so a new command cannot go unchecked."""
+"""The commands of the README and of docs/, run as written in a copy of the examples: each one is
+either run here or listed in SKIPPED with the reason, so a new command cannot go unchecked."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+DOCS = sorted((REPO / "docs").glob("*.md"))  # the verbs in full and the figures: their commands too
 
 # Run in this order in one sandbox (a copy of examples/): later ones use what earlier ones made.
 RUN = [
@@ -22,6 +23,9 @@ RUN = [
     "trainstack keys examples/stacks/cpu-minimal.toml",
     "trainstack build examples/stacks/cpu-minimal.toml --backend venv",
     "trainstack report --python build/cpu-debian12-py311-release/venv/bin/python --json",
+    "trainstack lock examples/stacks/cpu-minimal.toml --offline",  # from the cache the lock above filled
+    "trainstack build examples/stacks/cpu-minimal.toml --offline",
+    "trainstack release examples/stacks/cpu-minimal.toml --results build",  # a first release: no --previous
     "trainstack lock examples/stacks/torch-cuda.toml --flavour cu130-ubuntu2404-py312-release",
     "trainstack render examples/stacks/torch-cuda.toml --flavour cu130-ubuntu2404-py312-release --out build/render",
     "trainstack memplan --preset 3b --batch 2 --seq 4096 --budget 60GiB",
@@ -30,9 +34,10 @@ RUN = [
 ]
 
 SKIPPED = {
-    "pip install -e . && trainstack lock examples/stacks/cpu-minimal.toml && trainstack build examples/stacks/cpu-minimal.toml && trainstack verify examples/stacks/cpu-minimal.toml":
-        "installs into the running environment; its lock and build run above, and verify runs numpy's test suite "
-        "(about 2 minutes; tests/test_release_verify.py runs verify on this stack)",
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && trainstack lock examples/stacks/cpu-minimal.toml && trainstack build examples/stacks/cpu-minimal.toml && trainstack verify examples/stacks/cpu-minimal.toml":
+        "makes a virtual environment and installs trainstack from PyPI's packages; its lock and build run above, "
+        "verify runs numpy's test suite (tests/test_release_verify.py runs verify on this stack), and "
+        "benchmarks/fresh_debian.py runs the whole command on a fresh Debian 12",
     "bash .ci/run": "the whole CI: installs system packages and runs every test",
     "trainstack build examples/stacks/cpu-minimal.toml --backend oci":
         "an OCI image from a debootstrap base takes minutes (tests/test_build_oci.py builds one)",
@@ -96,8 +101,13 @@ def readme_commands(text: str) -> list[str]:
     return commands
 
 
+def documented_commands() -> list[str]:
+    return [c for path in (README, *DOCS) for c in readme_commands(path.read_text(encoding="utf-8"))]
+
+
 def test_every_readme_command_is_run_or_skipped_with_a_reason() -> None:
-    found = readme_commands(README.read_text(encoding="utf-8"))
+    assert DOCS, "no docs/*.md"
+    found = documented_commands()
     assert found, "no command found in the README"
     unknown = [c for c in found if c not in RUN and c not in SKIPPED]
     assert not unknown, f"README commands neither run nor skipped here: {unknown}"

@@ -20,9 +20,14 @@ def test_components_skipped_on_purpose_are_not_built_not_failures(tmp_path: Path
     build = tmp_path / "build"
     assert main(["build", str(stack), "--build-dir", str(build), "--skip-sources"]) == 0
     capsys.readouterr()
+    gate = build / SLUG / "verify.json"
+    gate.write_text('{"verdict": "pass", "note": "the full gate ran before"}\n')
     code = main(["verify", str(stack), "--build-dir", str(build), "--skip", "suites", "--skip", "linkcheck"])
     out = capsys.readouterr().out
-    result = json.loads((build / SLUG / "verify.json").read_text())
+    # a partial run goes beside the full gate's result, never over it
+    assert gate.read_text() == '{"verdict": "pass", "note": "the full gate ran before"}\n'
+    assert "wrote " + str(build / SLUG / "verify.partial.json") in out.replace("\n", "")
+    result = json.loads((build / SLUG / "verify.partial.json").read_text())
     assert result["not_built"] == ["tsdemo"]
     assert "not built (build --skip-sources): tsdemo" in out
     assert not [r for r in result["reasons"] if "tsdemo" in r], result["reasons"]

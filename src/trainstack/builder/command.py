@@ -17,6 +17,10 @@ def command(
     ),
     force: bool = typer.Option(False, "--force", help="Rebuild even when build.json matches the lock."),
     json_out: bool = typer.Option(False, "--json", help="Print the build records (build.json of each flavour) as a JSON list on stdout."),
+    offline: bool = typer.Option(
+        False, "--offline",
+        help="Install from uv's cache and the installed Pythons only, never the network (as UV_OFFLINE=1 does).",
+    ),
 ) -> None:
     """Build each flavour: BUILD_DIR/<flavour>/ gets venv/ (or an image), build.json and logs/.
     A failed step's log is kept under BUILD_DIR/<flavour>/logs/.
@@ -26,6 +30,10 @@ def command(
     from trainstack.builder import build_stack
     from trainstack.console import out
     from trainstack.fsutil import check_output
+    from trainstack.offline import go_offline
+
+    if offline:
+        go_offline()
 
     check_output(build_dir, "--build-dir", folder=True)
     records = build_stack(

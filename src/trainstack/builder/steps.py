@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlparse
 
 from trainstack import proc
 from trainstack.builder.record import StepRecord
@@ -28,10 +29,14 @@ T = TypeVar("T")
 Recover = Callable[[str, list[str | Path]], tuple[Sequence[str | Path], str] | None]
 
 # What uv, pip, git, apt and debootstrap print when the network (not the input) failed.
+# uv's words when it runs offline and its cache lacks something: no retry helps
+OFFLINE_MISS = r"Network connectivity is disabled|the network was disabled|was not found in the cache"
+_NOT_CACHED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*) was not found in the cache")
 _TRANSIENT = re.compile(
     r"timed? ?out|connection (reset|refused|closed|aborted)|temporar(y|ily)|could not resolve|"
     r"name resolution|network is unreachable|error sending request|\b50[234]\b|\b429\b|"
-    r"failed to fetch|early EOF|remote end hung up|unexpected disconnect|Failed to download",
+    r"failed to fetch|early EOF|remote end hung up|unexpected disconnect|Failed to download|"
+    r"failed to lookup address|dns error",
     re.IGNORECASE,
 )
 # What a failed command prints when the network was not there at all (no DNS, no route): exit 5, not 7.
@@ -41,7 +46,7 @@ _NETWORK_DOWN = re.compile(
     re.IGNORECASE,
 )
 _NO_SPACE = re.compile(r"No space left on device|Disk quota exceeded", re.IGNORECASE)
-_NOT_TRANSIENT = re.compile(r"hash mismatch|not found|does not exist|no matching|404", re.IGNORECASE)
+_NOT_TRANSIENT = re.compile(r"hash mismatch|not found|does not exist|no matching|404|" + OFFLINE_MISS, re.IGNORECASE)
 _URL = re.compile(r"https?://[^\s'\"<>()\[\]`]+")
 # The summary of the failed step, beside its log; the build keeps both (build/<flavour>/logs/failed-<time>/).
 FAILURE_FILE = "failed.txt"
@@ -77,6 +82,17 @@ def failure_of(step: str, argv: Sequence[str | Path], result: proc.Result | None
         url=urls[-1].rstrip(".,;:") if urls else None,
         log=log,
     )
+
+
+def _host(url: str | None) -> str | None:
+    """host[:port] of a URL, without any user info."""
+    if not url:
+        return None
+    try:
+        parsed = urlparse(url)
+        return parsed.hostname + (f":{parsed.port}" if parsed.port else "") if parsed.hostname else None
+    except ValueError:
+        return None
 
 
 def looks_transient(output: str) -> bool:
@@ -119,11 +135,13 @@ class Steps:
         network: bool = False,
         free_disk_gb: float | None = None,
         recover: Recover | None = None,
+        fetching: str | None = None,
     ) -> proc.Result:
         """Run a command as one step; BuildError naming the step, its exit and its log when it fails.
 
         A network step is tried again when its output looks transient, or when ``recover``
-        turns the failed output into the command line of another attempt.
+        turns the failed output into the command line of another attempt. When it still fails,
+        NetworkError names the host of the last URL it named and ``fetching``, what it was getting.
         """
         log = self.log_path(name)
         current = list(argv)
@@ -152,11 +170,24 @@ class Steps:
             result = self.timed(name, attempt, log=log, free_disk_gb=free_disk_gb, ok=lambda r: r.ok)
         except NetworkError as exc:
             failure = self._failed(name, current, last[0] if last else None, log)
-            if failure.url and failure.url not in exc.message:
-                raise NetworkError(f"{exc.message} (last URL: {failure.url})", hint=f"full output in {log}") from None
+            host = _host(failure.url)
+            subject = f"fetching {fetching}" if fetching else ""
+            subject += f"{' from ' if subject else ''}host {host}" if host else ""
+            if subject or (failure.url and failure.url not in exc.message):
+                where = "; ".join(p for p in (subject, f"last URL: {failure.url}" if failure.url else "") if p)
+                raise NetworkError(f"{exc.message} ({where})", hint=f"full output in {log}") from None
             raise
         if not result.ok:
-            self._failed(name, current, result, log)
+            failure = self._failed(name, current, result, log)
+            output = result.stdout + result.stderr
+            if re.search(OFFLINE_MISS, output):
+                package = _NOT_CACHED.search(output)
+                missing = f"package {package.group(1)}" if package else failure.url or "what the step needs"
+                raise NetworkError(
+                    f"step {name}: offline (--offline or UV_OFFLINE), and uv's cache does not hold {missing}",
+                    hint="build once where the index is reachable (it fills uv's cache), or point the stack's "
+                    "[index] at a mirror inside the network",
+                )
             if _NO_SPACE.search(result.stdout + result.stderr):
                 raise DiskSpaceError(
                     f"step {name}: no space left on the device ({free_gb(self.root):.2f} GiB free on {self.root})",

@@ -18,8 +18,10 @@ from trainstack.builder.download import DEFAULT_INDEX, Fetcher, download_sdist, 
 from trainstack.builder.extensions import ExtensionBuilder
 from trainstack.builder.git import fetch_git
 from trainstack.builder.steps import Steps
+from trainstack.errors import ToolMissingError
 from trainstack.fsutil import atomic_write_text
 from trainstack.indexauth import lock_index_urls, uv_index_options
+from trainstack.offline import python_downloads_off
 from trainstack.render.layers import SourceBuild
 from trainstack.render.lockfile import LockFile, hashes, parse_lock
 from trainstack.run.install import install_into_venv
@@ -36,6 +38,7 @@ class VenvBackend:
         venv = job.staging / "venv"
         python = venv / "bin" / "python"
         env = _network_env(job.ca_bundle)
+        provide_python(steps, job.layers.flavour.slug, job.layers.flavour.python, env)
         steps.run("venv", ["uv", "venv", "--quiet", "--relocatable", "--python", job.layers.flavour.python, venv], env=env)
         install = _install_lock(job)
         atomic_write_text(job.staging / "locks" / "install.txt", install.text())
@@ -47,6 +50,7 @@ class VenvBackend:
             env={**env, **index_env},
             network=True,
             recover=refresh_missing_pins,
+            fetching="the locked packages",
         )
         extensions = ExtensionBuilder(job, steps, venv)
         if job.skip_sources:
@@ -76,6 +80,26 @@ class VenvBackend:
         minimum = job.inputs.stack.build.min_free_disk_gb
         free = require_free_disk(job.staging, minimum, f"compile-{comp.key}")
         extensions.build(src, target, python, env, round(free, 2))  # a cached wheel, or compiled now
+
+
+def provide_python(steps: Steps, slug: str, version: str, env: dict[str, str]) -> None:
+    """The flavour's Python, found before anything else: an installed one is used; a missing
+    one is refused up front where uv may not download it (offline, UV_PYTHON_DOWNLOADS=never),
+    else downloaded as a network step of its own, so that a failure names what it was fetching."""
+    found = proc.run(["uv", "python", "find", version], env={**env, "UV_PYTHON_DOWNLOADS": "never"}, echo=False)
+    if found.ok and found.stdout.strip():
+        return
+    why = python_downloads_off({**os.environ, **env})
+    if why is not None:
+        raise ToolMissingError(
+            f"flavour {slug} needs Python {version}: no Python {version} is installed here, "
+            f"and uv may not download one ({why})",
+            hint=f"install Python {version} (the distribution's python{version} package, or 'uv python install "
+            f"{version}' where the network is reachable) so that 'uv python find {version}' finds it, "
+            "or let uv download it (UV_PYTHON_DOWNLOADS=automatic, without --offline)",
+        )
+    steps.run(f"python-{version}", ["uv", "python", "install", version], env={**env, "UV_HTTP_RETRIES": "0"},
+              network=True, fetching=f"Python {version} (uv's standalone build)")
 
 
 # uv's words for a pin that the index page does not list (not a hash or platform mismatch)

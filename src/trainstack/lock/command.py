@@ -14,6 +14,9 @@ def command(
         [], "--upgrade-package", "-P", metavar="NAME", help="Let this package move to its newest allowed version (repeatable)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the lock manifest (stack.lock.json) on stdout instead of the summary."),
+    offline: bool = typer.Option(
+        False, "--offline", help="Resolve from uv's cache only, never the network (as UV_OFFLINE=1 does)."
+    ),
 ) -> None:
     """Resolve every flavour with uv (hashes, per-flavour Python and platform) and write
     <stack>.lock/stack.lock.json and locks/<flavour>.txt; unchanged inputs change no file.
@@ -22,6 +25,10 @@ def command(
     """
     from trainstack.console import out
     from trainstack.lock.lock import lock_stack
+    from trainstack.offline import go_offline
+
+    if offline:
+        go_offline()
     from trainstack.lock.manifest import manifest_path
 
     manifest = lock_stack(stack, flavour=flavour, upgrade=upgrade_package)

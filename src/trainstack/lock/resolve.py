@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack import proc
-from trainstack.errors import LockError
+from trainstack.errors import LockError, NetworkError
 from trainstack.indexauth import name_indexes, uv_index_options
 from trainstack.redact import redact, strip_userinfo
 from trainstack.stackfile import grammar
@@ -23,7 +23,8 @@ UV_ENV = {"UV_HTTP_RETRIES": "0", "NO_COLOR": "1", "UV_NO_PROGRESS": "1"}
 
 _NETWORK = re.compile(
     r"Failed to fetch|error sending request|Connection refused|tcp connect error|dns error|timed out|"
-    r"status server error|HTTP status client error \(40[38]|operation timed out|Could not connect",
+    r"status server error|HTTP status client error \(40[38]|operation timed out|Could not connect|"
+    r"failed to lookup address",
     re.IGNORECASE,
 )
 _URL = re.compile(r"(https?|file)://[^\s`'\"()]+")
@@ -69,6 +70,8 @@ def compile_request(
                 text = (work / "out.txt").read_text(encoding="utf-8")
                 return Compiled(without_credentials(text), result.seconds)
             message = redact(result.stderr.strip() or result.stdout.strip())
+            if _OFFLINE_MISS in message or _NOT_CACHED.search(message):
+                raise NetworkError(_offline_line(message, request), hint=_OFFLINE_HINT)
             if _NETWORK.search(message):
                 raise TransientFailure(_network_line(message, request))
             raise LockError(condense(message, component_names), hint=_credentials_hint(message, request))
@@ -160,6 +163,24 @@ def _metadata_toml(request: Request) -> str:
 
 def _toml_str(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# uv's words when it runs offline (UV_OFFLINE, lock --offline) and its cache lacks a page or file
+_OFFLINE_MISS = "Network connectivity is disabled"
+_NOT_CACHED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*) was not found in the cache")
+_OFFLINE_HINT = ("lock once where the index is reachable (it fills uv's cache), or point the stack's [index] "
+                 "at a mirror inside the network")
+
+
+def _offline_line(message: str, request: Request) -> str:
+    """What uv, offline, did not find in its cache: a package's index page or a file's URL."""
+    package = _NOT_CACHED.search(message)
+    urls = [m.group(0).rstrip(".,;:`") for m in _URL.finditer(message)]
+    if package:
+        missing = f"the index page of {package.group(1)} from {', '.join(request.indexes)}"
+    else:
+        missing = urls[-1] if urls else f"what {', '.join(request.indexes)} serves"
+    return f"offline (--offline or UV_OFFLINE), and uv's cache does not hold {missing} (resolving for Python {request.python})"
 
 
 def _network_line(message: str, request: Request) -> str:

@@ -1,4 +1,5 @@
-"""`trainstack release`: release notes (RELEASE.md, release.json, release.html) from two lock manifests."""
+"""`trainstack release`: release notes (RELEASE.md, release.json, release.html) from two lock manifests,
+or from one for a stack's first release."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import typer
 
 def command(
     stack: Path = typer.Argument(..., help="The stack file; its lock manifest is the release being described."),
-    previous: Path = typer.Option(..., "--previous", help="stack.lock.json of the previous release of this stack."),
+    previous: Path | None = typer.Option(
+        None, "--previous", help="stack.lock.json of the previous release of this stack; leave out for its first release."
+    ),
     results: Path | None = typer.Option(
         None, "--results", help="Verify and bench results: <flavour>/verify.json and *.jsonl. Default: build/ if present."
     ),

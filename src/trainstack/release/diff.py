@@ -69,6 +69,19 @@ def diff_manifests(old: Manifest, new: Manifest, components: Collection[str]) ->
     )
 
 
+def first_release(new: Manifest, components: Collection[str]) -> Updates:
+    """A stack's first release: every package of every flavour added, those common to every
+    flavour once; no flavour is listed as new (all are)."""
+    per_flavour = {slug: sorted((Change(name=name, new=shown_version(flavour, name), component=name in components)
+                                 for name in names(flavour)), key=lambda c: (not c.component, c.name))
+                   for slug, flavour in new.flavours.items()}
+    common = _in_all(per_flavour.values())
+    return Updates(
+        common=common,
+        per_flavour={slug: [c for c in changes if c not in common] for slug, changes in sorted(per_flavour.items())},
+    )
+
+
 def _in_all(lists: Collection[list[Change]]) -> list[Change]:
     if not lists:
         return []

@@ -4,6 +4,9 @@ The type is the file-name suffix before ``.md`` (see model.SECTIONS). A fragment
 when the notes are made and moved to ``changes/released/<release>/`` only after the
 release has been written, so a failed release leaves every fragment in place. Making the
 same release again reads the fragments it consumed before as well, so its notes keep them.
+
+A fragment whose whole text is ``none`` says its section has nothing this release (the notes
+print "None." there); it cannot stand beside another fragment of the same type.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from trainstack.release.model import SECTIONS, Fragment
 from trainstack.stackfile import grammar
 
 RELEASED_DIR = "released"
+NONE_MARKER = "none"  # a fragment's whole text: its section has nothing this release
 IGNORED = {"README.md"}
 FRAGMENT_LIMIT = 64 << 10  # one change, in a few paragraphs at most: 64 KiB
 
@@ -35,7 +39,10 @@ def parse_fragment(name: str, text: str, where: Path) -> Fragment:
         raise SpecError(f"{where}: unknown fragment type '{kind}' in its file name; accepted: {accepted}")
     body = text.replace("\r\n", "\n").strip()
     if not body:
-        raise SpecError(f"{where}: empty fragment; write one change in Markdown, or delete the file")
+        raise SpecError(f"{where}: empty fragment; write one change in Markdown, 'none' to say the section "
+                        "has nothing this release, or delete the file")
+    if body.rstrip(".").lower() == NONE_MARKER:
+        return Fragment(name=name, type=kind, text="None.", none=True)  # type: ignore[arg-type]
     found = grammar.TEXT_CONTROL.search(body)
     if found:
         line = body.count("\n", 0, found.start()) + 1 + _leading_lines(text)
@@ -73,6 +80,16 @@ def _check_markdown(body: str, where: str, offset: int) -> None:
             if target is not None and safe_target(str(target)) is None:
                 raise SpecError(f"{where}:{line}: the link '{grammar.shown(target)}' is not one the notes hold; "
                                 "accepted: an http(s) URL or a relative path")
+
+
+def check_none_alone(fragments: list[Fragment], changes: Path) -> None:
+    """Refuse a section that says 'none' and also has a change."""
+    changes_by_type = {f.type: f for f in reversed(fragments) if not f.none}  # the first change of each type
+    for marker in (f for f in fragments if f.none):
+        other = changes_by_type.get(marker.type)
+        if other is not None:
+            raise SpecError(f"{changes / marker.name}: says 'none' for its section ({marker.type}), but "
+                            f"{other.name} is a {marker.type} of this release; delete one of them")
 
 
 def _natural(name: str) -> list[object]:
@@ -115,7 +132,9 @@ def release_fragments(changes: Path, release: str) -> list[Fragment]:
     ones in ``changes``, in name order; SpecError when a new one repeats a consumed name."""
     new = read_fragments(changes)
     check_consumable(changes, new, release)
-    return sorted(read_fragments(released_dir(changes, release), changes) + new, key=lambda f: _natural(f.name))
+    found = sorted(read_fragments(released_dir(changes, release), changes) + new, key=lambda f: _natural(f.name))
+    check_none_alone(found, changes)
+    return found
 
 
 def _check_released_folders(changes: Path, release: str) -> None:

@@ -15,7 +15,9 @@ from trainstack.release.markdown import (
     fmt_number,
     fmt_throughput,
     safe_target,
+    reasons_heading,
     shown_reasons,
+    source_label,
 )
 from trainstack.release.model import BenchRow, Fragment, KnownIssue, ReleaseNotes
 from trainstack.release.plots import Chart
@@ -81,6 +83,8 @@ def render_html(notes: ReleaseNotes, charts: list[Chart]) -> str:
         mfu=fmt_mfu,
         throughput=fmt_throughput,
         shown_reasons=shown_reasons,
+        reasons_heading=reasons_heading,
+        source_label=source_label,
         verdict_class=_verdict_class,
         safe_href=safe_target,
         delta_class=_delta_class,

@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit
 
 from trainstack.release.model import BenchRow, Change, Fragment, ReleaseNotes, Updates
 from trainstack.stackfile import grammar
+from trainstack.release.results import NOT_RUN, PARTIAL_VERIFY_NAME
 
 NOT_MEASURED = "not measured"
 MISSING = "—"  # a figure that was not measured, in a table whose legend says so
@@ -140,12 +141,15 @@ def _changes(changes: list[Change]) -> list[str]:
     return lines
 
 
-def updates_lines(updates: Updates, previous: str) -> list[str]:
+def updates_lines(updates: Updates, previous: str | None) -> list[str]:
+    """Changes since the previous release; for a first release (``previous`` None) every
+    package, as added."""
     if updates.empty:
-        return [f"No version changes since {text(previous)}."]
+        return [f"No version changes since {text(previous)}." if previous else "No packages."]
     lines: list[str] = []
     if updates.common:
-        lines += [f"Changes since {text(previous)}, in every flavour:", "", *_changes(updates.common), ""]
+        since = f"Changes since {text(previous)}, in every flavour:" if previous else "The first release, in every flavour:"
+        lines += [since, "", *_changes(updates.common), ""]
     for slugs, changes in updates.groups():
         lines += [f"### Only in {text(', '.join(slugs))}", "", *_changes(changes), ""]
     if updates.added_flavours:
@@ -170,7 +174,7 @@ def render_markdown(notes: ReleaseNotes) -> str:
     out = [f"# {text(notes.title)}", ""]
     if notes.description:
         out += [text(notes.description, line_start=True), ""]
-    out += [f"Release {text(notes.release)} of {code(notes.image)}, following {text(notes.previous_release)}.", ""]
+    out += [f"Release {text(notes.release)} of {code(notes.image)}, {following(notes)}.", ""]
     if "Highlights" in prose:
         out += ["## Highlights", "", *_prose(prose["Highlights"]), ""]
     out += ["## Updates", "", *updates_lines(notes.updates, notes.previous_release), ""]
@@ -198,19 +202,40 @@ def render_markdown(notes: ReleaseNotes) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def following(notes: ReleaseNotes) -> str:
+    return f"following {text(notes.previous_release)}" if notes.previous_release else "its first release"
+
+
 def verification_lines(notes: ReleaseNotes) -> list[str]:
     rows = []
     for v in notes.verification:
         if not v.measured:
-            rows.append([v.slug, NOT_MEASURED, MISSING, MISSING, MISSING])
+            rows.append([v.slug, NOT_MEASURED, MISSING, MISSING, MISSING, MISSING])
         else:
             rows.append([v.slug, v.verdict or NOT_MEASURED, fmt_count(v.tests_run), fmt_count(v.tests_failed),
-                         fmt_count(v.tests_allowed)])
-    lines = [*table(["flavour", "verdict", "tests run", "failed", "allowed"], rows), "", LEGEND]
+                         fmt_count(v.tests_allowed), source_label(v.source)])
+    lines = [*table(["flavour", "verdict", "tests run", "failed", "allowed", "result file"], rows), "", LEGEND]
     for v in notes.verification:
         if v.reasons:
-            lines += ["", f"Why {text(v.slug)} failed:", "", *(f"- {text(r, line_start=True)}" for r in shown_reasons(v.reasons))]
+            lines += ["", reasons_heading(v.slug, v.verdict) + ":", "", *(f"- {text(r, line_start=True)}" for r in shown_reasons(v.reasons))]
     return lines
+
+
+def source_label(source: str | None) -> str:
+    """The result file a verification was read from, and whether it was a partial run."""
+    if source is None:
+        return MISSING
+    name = source.rsplit("/", 1)[-1]
+    return f"{name} (partial: parts skipped)" if name == PARTIAL_VERIFY_NAME else name
+
+
+def reasons_heading(slug: str, verdict: str | None) -> str:
+    """'Why X failed' for a failure only: a gate that did not run did not fail."""
+    if verdict == "fail":
+        return f"Why {text(slug)} failed"
+    if verdict == NOT_RUN:
+        return f"Why the test gate of {text(slug)} did not run"
+    return f"Notes on {text(slug)}"
 
 
 def shown_reasons(reasons: list[str], limit: int = 10) -> list[str]:

@@ -148,6 +148,7 @@ class Fragment(Frozen):
     name: str  # file name, e.g. "123.fix.md"
     type: FragmentType
     text: str  # Markdown, stripped
+    none: bool = False  # the fragment said 'none': its section has nothing this release (text "None.")
 
 
 class QuickStart(Frozen):
@@ -159,7 +160,7 @@ class ReleaseNotes(Frozen):
     schema_version: int = SCHEMA_VERSION
     stack: str
     release: str
-    previous_release: str
+    previous_release: str | None = None  # None: the stack's first release
     description: str = ""
     image: str
     updates: Updates

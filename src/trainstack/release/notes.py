@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trainstack.errors import UsageError
 from trainstack.lock.manifest import Manifest
-from trainstack.release.diff import component_versions, diff_manifests
+from trainstack.release.diff import component_versions, diff_manifests, first_release
 from trainstack.release.model import (
     BenchRow,
     DriverRequirement,
@@ -110,7 +110,7 @@ class Inputs:
     """Everything the notes are made of, already read and validated."""
 
     current: Manifest
-    previous: Manifest
+    previous: Manifest | None  # None: the stack's first release
     components: Collection[str]  # canonical names declared in the stack
     description: str
     verification: list[Verification]
@@ -126,10 +126,11 @@ def make_notes(inputs: Inputs, drivers: DriverLookup) -> ReleaseNotes:
     return ReleaseNotes(
         stack=current.stack,
         release=current.release,
-        previous_release=inputs.previous.release,
+        previous_release=inputs.previous.release if inputs.previous else None,
         description=inputs.description,
         image=current.image,
-        updates=diff_manifests(inputs.previous, current, inputs.components),
+        updates=(diff_manifests(inputs.previous, current, inputs.components) if inputs.previous
+                 else first_release(current, inputs.components)),
         versions=component_versions(current, inputs.components),
         flavours=images,
         drivers=driver_requirements(current, drivers),

@@ -72,13 +72,13 @@ def render_all(notes: ReleaseNotes) -> dict[str, str]:
     return {
         "RELEASE.md": render_markdown(notes),
         "release.json": dump_json(notes.model_dump(mode="json")),
-        "release.html": render_html(notes, charts(notes.performance, notes.release, notes.previous_release)),
+        "release.html": render_html(notes, charts(notes.performance, notes.release, notes.previous_release or "previous results")),
     }
 
 
 def make_release(
     stack_path: Path,
-    previous_path: Path,
+    previous_path: Path | None,
     *,
     results: Path | None = None,
     previous_results: Path | None = None,
@@ -102,14 +102,15 @@ def make_release(
 
 
 def gather(
-    stack_path: Path, previous_path: Path, results: Path | None, previous_results: Path | None, changes: Path
+    stack_path: Path, previous_path: Path | None, results: Path | None, previous_results: Path | None, changes: Path
 ) -> Inputs:
     """Read and check every input; raises before anything is rendered or written."""
     stack = load_stack(stack_path)
     current = check_lock_current(stack_path)  # a release describes what the stack file locks to now
-    previous = load_manifest(previous_path)
-    check_same_stack(previous, current, str(previous_path))
-    check_previous_is_older(previous, current, previous_path)
+    previous = None if previous_path is None else load_previous(previous_path)
+    if previous is not None and previous_path is not None:
+        check_same_stack(previous, current, str(previous_path))
+        check_previous_is_older(previous, current, previous_path)
     fragments = release_fragments(changes, current.release)
     return Inputs(
         current=current,
@@ -122,6 +123,17 @@ def gather(
         fragments=fragments,
         rules=stack.rules_in_effect,
     )
+
+
+def load_previous(path: Path) -> Manifest:
+    """The previous release's manifest; a path that is not there says so, and that a first
+    release needs none (not: lock this stack, which would not help)."""
+    if not path.exists() and not path.is_symlink():
+        raise UsageError(
+            f"--previous {path}: no such file",
+            hint="give the stack.lock.json of this stack's previous release, or leave --previous out for its first release",
+        )
+    return load_manifest(path)
 
 
 def check_previous_is_older(previous: Manifest, current: Manifest, previous_path: Path) -> None:

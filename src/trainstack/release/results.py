@@ -3,6 +3,7 @@
 Layout under the results directory (``--results``, default ``build``)::
 
     <slug>/verify.json        the verify gate of one flavour
+    <slug>/verify.partial.json  a verify with parts skipped, read only where verify.json is missing
     <slug>/*.jsonl, *.jsonl   bench results, one JSON object per line
 
 The previous release's figures come from such a directory or from its release.json.
@@ -47,6 +48,7 @@ from trainstack.release.model import FIGURE_MAX, SCHEMA_VERSION, KnownIssue, Rel
 from trainstack.stackfile import grammar
 
 VERIFY_NAME = "verify.json"
+PARTIAL_VERIFY_NAME = "verify.partial.json"  # verify --skip: beside the full gate's result, read only without it
 VERIFY_SCHEMA_VERSION = 1  # the schema_version `trainstack verify` writes (trainstack.verify.run)
 
 # Counts and figures as measured: whole counts >= 0, finite figures >= 0 (never NaN or Infinity)
@@ -191,15 +193,24 @@ def _sum(values: Iterable[int | None]) -> int | None:
 
 
 def read_verification(results: Path | None, slugs: Collection[str]) -> list[Verification]:
-    """Each flavour's verification; a flavour without verify.json is reported not measured."""
+    """Each flavour's verification: the full gate's verify.json, else a partial run's
+    verify.partial.json (the notes name the file used); with neither, not measured."""
     found = []
     for slug in sorted(slugs):
-        path = results / slug / VERIFY_NAME if results is not None else None
-        if path is None or not (path.exists() or path.is_symlink()):
+        path = _verify_file(results / slug) if results is not None else None
+        if path is None:
             found.append(Verification(slug=slug, measured=False))
             continue
-        found.append(parse_verify(read_text(path, "verify.json", results), slug, path, f"{slug}/{VERIFY_NAME}"))
+        found.append(parse_verify(read_text(path, path.name, results), slug, path, f"{slug}/{path.name}"))
     return found
+
+
+def _verify_file(folder: Path) -> Path | None:
+    for name in (VERIFY_NAME, PARTIAL_VERIFY_NAME):
+        path = folder / name
+        if path.exists() or path.is_symlink():
+            return path
+    return None
 
 
 def parse_bench_lines(text: str, where: Path, slug: str) -> list[BenchResult]:

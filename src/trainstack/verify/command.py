@@ -12,8 +12,14 @@ def command(
     flavour: str | None = typer.Option(None, "--flavour", help="Flavour slug (needed when the stack has several)."),
     python: Path | None = typer.Option(None, "--python", help="Verify this interpreter's environment instead of a built venv."),
     build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Where 'trainstack build' put the flavours."),
-    skip: list[str] = typer.Option([], "--skip", help="Leave out a part: report, ops, linkcheck, smoke, suites."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write verify.json here (default with a stack: BUILD_DIR/<flavour>/verify.json)."),
+    skip: list[str] = typer.Option(
+        [], "--skip", help="Leave out a part: report, ops, linkcheck, smoke, suites (the result is then a partial one)."
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o",
+        help="Write the result here (default with a stack: BUILD_DIR/<flavour>/verify.json, or verify.partial.json "
+        "beside it when a part is skipped).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON instead of the summary."),
 ) -> None:
     """Report, op table, link check, smoke checks and test suites, inside the environment.

@@ -1,4 +1,5 @@
-"""Where a stack's flavour lives on disk: its built venv, build.json, lock packages, verify.json."""
+"""Where a stack's flavour lives on disk: its built venv, build.json, lock packages, verify.json
+(and verify.partial.json, a verify with parts skipped)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ class BuiltFlavour:
     @property
     def verify_json(self) -> Path:
         return self.build_dir / "verify.json"
+
+    @property
+    def partial_verify_json(self) -> Path:
+        """Where a verify with parts skipped goes: beside the full gate's verify.json, never over it."""
+        return self.build_dir / "verify.partial.json"
 
     def components(self) -> list[str]:
         return [c.key for c in components_for(self.stack, self.flavour)]

@@ -16,7 +16,8 @@ from trainstack.verify.target import Target, open_target
 def make_plan(
     stack: Path | None, flavour: str | None, python: Path | None, build_dir: Path, skip: list[str]
 ) -> tuple[Target, Plan, Path | None]:
-    """(target, plan, where verify.json goes by default)."""
+    """(target, plan, where the result goes by default: verify.json, or verify.partial.json when
+    parts are skipped, so that a partial run never replaces the full gate's result)."""
     unknown = [part for part in skip if part not in PARTS]
     if unknown:
         raise UsageError(f"--skip {unknown[0]}: not a part of verify", hint=f"one of: {', '.join(PARTS)}")
@@ -43,7 +44,7 @@ def make_plan(
         skip=skip,
         not_built=not_built,
     )
-    return open_target(built.python), plan, built.verify_json
+    return open_target(built.python), plan, built.partial_verify_json if skip else built.verify_json
 
 
 def skipped_sources(record: Path) -> list[str]:

@@ -1,0 +1,217 @@
+"""The README's two commands on a fresh Debian 12, run as written: a new root made with debootstrap,
+a clean checkout (git archive HEAD) copied in, then inside it (chroot) the README's prerequisite
+line, its first command (install, lock, build, verify) and, unless --skip-tests, its second
+(bash .ci/run: the whole test suite as CI runs it).
+
+    sudo python3 benchmarks/fresh_debian.py [--tests-k EXPR | --skip-tests] [--find-links DIR] [--keep]
+
+Needs root (debootstrap, chroot, mounts). The new root starts with what a Debian 12 install
+holds before anyone touches it (python3 and ca-certificates, nothing else of Python): no pip,
+no venv, no compiler, no pip configuration. The host's CA bundle is copied into its trust store
+and the proxy and CA variables of this environment are passed through, so that a machine behind
+a TLS-intercepting proxy can reach PyPI; nothing else of the host goes in.
+
+--tests-k EXPR runs the second command as `bash .ci/run -k EXPR`: .ci/run hands its arguments
+to pytest after the README's test command, so only that subset of the suite runs (not
+PYTEST_ADDOPTS: verify's own test suites, run inside the tests, would read it too). --find-links DIR mounts DIR read-only in the root and sets
+PIP_FIND_LINKS to it for the second command: a local wheel folder standing in for PyTorch's
+CPU-only index where that index cannot be reached.
+
+Each command's seconds, exit status and last output go to benchmarks/results/fresh_debian/
+(result.txt, result.json), and a row to that folder's README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from resultfile import RESULTS, ROOT, Run  # noqa: E402
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+# what a fresh Debian 12 server holds of Python: the interpreter, not its venv module nor pip
+BASE_PACKAGES = ("python3", "ca-certificates")
+CHECKOUT = "/root/trainstack"
+PASSED_VARIABLES = re.compile(r"^(https?_proxy|no_proxy|all_proxy|HTTPS?_PROXY|NO_PROXY|ALL_PROXY)$")
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+OUT = RESULTS / "fresh_debian"
+
+
+def readme_commands(readme: str) -> tuple[str, str, str]:
+    """(the prerequisite line, the first command, the second) as the README writes them."""
+    fences = re.findall(r"^```bash\n(.*?)\n```$", readme, flags=re.M | re.S)
+    if len(fences) < 2:
+        sys.exit("the README has fewer than two ```bash blocks")
+    prerequisite = re.search(r"`(apt-get install -y [a-z0-9. -]+)`", readme)
+    if prerequisite is None:
+        sys.exit("the README names no `apt-get install -y ...` prerequisite")
+    return prerequisite.group(1), fences[0].strip(), fences[1].strip()
+
+
+def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, text=True, capture_output=True, **kwargs)
+
+
+@contextlib.contextmanager
+def mounted(root: Path, find_links: Path | None) -> Iterator[None]:
+    """/proc, /sys and /dev of the host in the new root (a chroot needs them), unmounted after."""
+    points = [("proc", root / "proc", ["-t", "proc", "proc"]), ("sys", root / "sys", ["-t", "sysfs", "sysfs"]),
+              ("dev", root / "dev", ["--rbind", "/dev"])]
+    if find_links is not None:
+        points.append(("wheels", root / "mnt" / "wheels", ["--bind", str(find_links)]))
+    done = []
+    try:
+        for _, target, how in points:
+            target.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["mount", *how, str(target)], check=True)
+            done.append(target)
+            if target.name == "wheels":
+                subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], check=True)
+        yield
+    finally:
+        for target in reversed(done):
+            subprocess.run(["umount", "-R", "-l", str(target)], check=False)
+
+
+def chroot_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+           "LANG": "C.UTF-8", "TERM": "dumb", "DEBIAN_FRONTEND": "noninteractive"}
+    env |= {k: v for k, v in os.environ.items() if PASSED_VARIABLES.match(k)}
+    # the copied bundle: pip's own certifi and uv's built-in roots do not hold a proxy's CA
+    bundle = str(CA_BUNDLE)
+    env |= {"SSL_CERT_FILE": bundle, "PIP_CERT": bundle, "REQUESTS_CA_BUNDLE": bundle}
+    return env | extra
+
+
+def in_root(root: Path, command: str, env: dict[str, str], log: Path, timeout: float) -> dict:
+    """Run ``command`` with bash inside the root, in the checkout; its seconds, status and last lines."""
+    start = time.perf_counter()
+    with log.open("w") as sink:
+        try:
+            code = subprocess.run(["chroot", str(root), "/bin/bash", "-c", f"cd {CHECKOUT} && {command}"],
+                                  env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            code = 124
+    seconds = round(time.perf_counter() - start, 1)
+    tail = log.read_text(errors="replace").splitlines()[-15:]
+    print(f"  exit {code} after {seconds} s", flush=True)
+    return {"command": command, "seconds": seconds, "exit": code, "passed": code == 0, "tail": tail}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tests-k", help="run the second command as 'bash .ci/run -k EXPR' (a subset of the tests)")
+    parser.add_argument("--skip-tests", action="store_true", help="run the first command only")
+    parser.add_argument("--find-links", type=Path, help="a local wheel folder for the second command (PIP_FIND_LINKS)")
+    parser.add_argument("--keep", action="store_true", help="keep the new root (its path is printed)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds each command may run")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("needs root: debootstrap, chroot and mounts")
+    for tool in ("debootstrap", "chroot", "git"):
+        if shutil.which(tool) is None:
+            sys.exit(f"needs {tool}")
+    record = Run("fresh_debian/result")
+    prerequisite, first, second = readme_commands((ROOT / "README.md").read_text(encoding="utf-8"))
+    work = Path(tempfile.mkdtemp(prefix="fresh-debian-"))
+    root = work / "root"
+    logs = work / "logs"
+    logs.mkdir()
+    steps: dict[str, dict] = {}
+    try:
+        print(f"debootstrap {SUITE} into {root}", flush=True)
+        start = time.perf_counter()
+        made = run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(root), MIRROR])
+        if made.returncode != 0:
+            sys.exit(f"debootstrap failed ({made.returncode}):\n{made.stderr[-2000:]}")
+        steps["debootstrap"] = {"seconds": round(time.perf_counter() - start, 1), "exit": 0, "passed": True}
+        shutil.copyfile(CA_BUNDLE, root / CA_BUNDLE.relative_to("/"))
+        shutil.copyfile("/etc/resolv.conf", root / "etc" / "resolv.conf")
+        checkout = root / CHECKOUT.lstrip("/")
+        checkout.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(checkout)], input=archive, check=True)
+        env = chroot_env({})
+        with mounted(root, args.find_links):
+            for name, command, extra in (("prerequisite", prerequisite, {}), ("first command", first, {}),
+                                         ("second command", _subset(second, args.tests_k), _test_env(args))):
+                if name == "second command" and args.skip_tests:
+                    continue
+                print(f"{name}: {command}", flush=True)
+                steps[name] = in_root(root, command, env | extra, logs / f"{name.replace(' ', '-')}.log", args.timeout)
+                steps[name]["env"] = {k: v for k, v in extra.items()}
+                if not steps[name]["passed"]:
+                    break
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    write(record, steps, args)
+    return 0 if all(step["passed"] for step in steps.values()) else 1
+
+
+def _subset(command: str, expression: str | None) -> str:
+    return f"{command} -k {shlex.quote(expression)}" if expression else command
+
+
+def _test_env(args: argparse.Namespace) -> dict[str, str]:
+    extra = {}
+    if args.find_links is not None:
+        extra["PIP_FIND_LINKS"] = "/mnt/wheels"
+    return extra
+
+
+def write(record: Run, steps: dict[str, dict], args: argparse.Namespace) -> None:
+    lines = [f"Debian 12 ({SUITE}) made with debootstrap --variant=minbase --include={','.join(BASE_PACKAGES)}",
+             "host CA bundle copied in; proxy and CA variables passed through", ""]
+    for name, step in steps.items():
+        verdict = "pass" if step["passed"] else f"FAIL (exit {step['exit']})"
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in step.get("env", {}).items())
+        lines.append(f"{name}: {step['seconds']} s, {verdict}")
+        if "command" in step:
+            lines.append(f"  $ {env + ' ' if env else ''}{step['command']}")
+            lines += [f"  | {line}" for line in step["tail"]]
+    text = "\n".join(lines)
+    print(text)
+    record.write(text, steps)
+    _readme_row(record, steps)
+
+
+def _readme_row(record: Run, steps: dict[str, dict]) -> None:
+    readme = OUT / "README.md"
+    head = ("# The README's commands on a fresh Debian 12\n\n"
+            "Written by `benchmarks/fresh_debian.py`; the newest run first. `result.txt` and `result.json`\n"
+            "hold the newest run's output.\n\n"
+            "| date | commit | machine | command | seconds | result |\n|---|---|---|---|---|---|\n")
+    rows = readme.read_text(encoding="utf-8").split("|---|---|---|---|---|---|\n", 1)[1] if readme.exists() else ""
+    new = ""
+    for name, step in steps.items():
+        if "command" not in step:
+            continue
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in step.get("env", {}).items())
+        shown = (env + " " if env else "") + step["command"]
+        result = "pass" if step["passed"] else f"fail (exit {step['exit']})"
+        cell = shown.replace("|", "\\|")
+        new += (f"| {record.meta['date']} | {record.meta['commit']} | {record.meta['machine']} | "
+                f"{name}: `{cell}` | {step['seconds']} | {result} |\n")
+    OUT.mkdir(parents=True, exist_ok=True)
+    readme.write_text(head + new + rows, encoding="utf-8")
+    print(json.dumps({name: step["seconds"] for name, step in steps.items()}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
