@@ -69,15 +69,15 @@ bench() { "$py" -m trainstack.cli bench --steps "$steps" --warmup "$warmup" --ti
 count() { tr ',' '\n' <<<"$1" | grep -c . || true; }
 
 [[ -n "$parity" ]] && section "parity 125m" 110 \
-  "$py" -m trainstack.cli bench --model 125m --batch 4 --seq 1024 --parity "$parity" --steps "$parity_steps" --warmup 2 --out "$out"
+  "$py" -m trainstack.cli bench --preset 125m --batch 4 --seq 1024 --parity "$parity" --steps "$parity_steps" --warmup 2 --out "$out"
 [[ -n "$modes_1b" ]] && section "1b batch 4" $((50 * $(count "$modes_1b"))) \
-  bench --model 1b --batch 4 --seq 4096 --ablation --modes "$modes_1b"
+  bench --preset 1b --batch 4 --seq 4096 --ablation --modes "$modes_1b"
 for b in $batches_8b; do
   [[ -n "$modes_8b" ]] && section "8b batch $b" $((100 * $(count "$modes_8b"))) \
-    bench --model 8b --batch "$b" --seq 4096 --ablation --modes "$modes_8b"
+    bench --preset 8b --batch "$b" --seq 4096 --ablation --modes "$modes_8b"
 done
 [[ -n "$modes_3b" ]] && section "3b batch 2" $((60 * $(count "$modes_3b"))) \
-  bench --model 3b --batch 2 --seq 4096 --ablation --modes "$modes_3b"
+  bench --preset 3b --batch 2 --seq 4096 --ablation --modes "$modes_3b"
 
 "$py" - "$out" <<'PY'
 import json, sys

@@ -21,7 +21,8 @@
     python3 benchmarks/extension_build.py flash-attn --sdist FILE --seconds S [--jobs N]
         flash-attn's own build (setup.py build_ext, ninja, MAX_JOBS=N, sm_90 only) stopped after
         S seconds: how many of its translation units compiled, of how many, on this machine's
-        cores. Uses the environment's torch and CUDA_HOME (the H200 image: nvcc 13.0).
+        cores. Uses the environment's torch and CUDA_HOME (the H200 image: nvcc 13.0). The whole
+        build, resumed across runs of a few minutes each: benchmarks/flash_attn_build.py.
 
 Results are appended to benchmarks/results/extension_build.json (one entry per run).
 """

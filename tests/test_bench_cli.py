@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trainstack.bench.ablation import run_ablation  # noqa: E402
+from trainstack.bench.modes import parse_mode  # noqa: E402
 from trainstack.bench.presets import PRESETS  # noqa: E402
 from trainstack.bench.runner import RunSpec  # noqa: E402
 from trainstack.cli import main  # noqa: E402
@@ -145,7 +146,7 @@ def test_hf_config_without_transformers_is_a_clear_error(tmp_path):
 
 def test_hf_config_maps_a_llama_config(tmp_path):
     pytest.importorskip("transformers")
-    from trainstack.bench.model import from_hf_config
+    from trainstack.bench.hf import model_config_from_hf
 
     config = tmp_path / "config.json"
     llama = {
@@ -154,7 +155,7 @@ def test_hf_config_maps_a_llama_config(tmp_path):
         "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
     }  # fmt: skip
     config.write_text(json.dumps(llama))
-    cfg = from_hf_config(str(config))
+    cfg = model_config_from_hf(str(config))
     assert (cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size) == (2048, 16, 32, 8, 8192, 128256)
     assert cfg.rope_theta == 500000.0 and cfg.max_seq == 131072
 
@@ -196,7 +197,7 @@ def test_hf_config_of_another_architecture_runs_the_hf_model(tmp_path):
     assert shape.params == sum(p.numel() for p in reference.parameters())
     # GPT-2 ties the output projection to the token embedding: that matrix product still counts
     assert shape.non_embedding_params() == shape.params - 500 * 64 - 128 * 64 + 500 * 64
-    rows = [run(RunSpec("gpt2", shape, mode=m, batch=2, seq=32, steps=2, warmup=1, device="cpu")) for m in ("eager", "ac-full", "planned")]
+    rows = [run(RunSpec("gpt2", shape, mode=parse_mode(m), batch=2, seq=32, steps=2, warmup=1, device="cpu")) for m in ("eager", "ac-full", "planned")]
     assert [r["status"] for r in rows] == ["ok", "ok", "ok"]  # memplan plans the HF model itself
     assert rows[1]["loss_final"] == pytest.approx(rows[0]["loss_final"], rel=1e-5)
     assert "keep" in rows[2]["plan"] and rows[2]["loss_final"] == pytest.approx(rows[0]["loss_final"], rel=1e-5)

@@ -193,7 +193,7 @@ def test_fp8_row_mfu_on_both_peaks():
     rows = [json.loads(line) for line in (RESULTS / "bench-1b-b4-s4096.jsonl").read_text().splitlines()]
     recorded = next(r for r in rows if r["mode"] == "compile+bf16+fp8")
     cfg = PRESETS["1b"]
-    spec = RunSpec("1b", cfg, mode="compile+bf16+fp8", batch=4, seq=4096, steps=6, warmup=2)
+    spec = RunSpec("1b", cfg, mode=parse_mode("compile+bf16+fp8"), batch=4, seq=4096, steps=6, warmup=2)
     step = recorded["step_ms_median"] / 1e3
     measured = Measured([step] * 6, recorded["warmup_s"], [recorded["loss_first"], recorded["loss_final"]], None, None)
     row = {"device_type": "cuda", "device_name": "NVIDIA H200", "flops_per_token": flops_per_token(cfg, 4096)}
@@ -204,7 +204,7 @@ def test_fp8_row_mfu_on_both_peaks():
     assert figures["mfu"] == pytest.approx(recorded["mfu"]) and figures["mfu_fp8"] == pytest.approx(recorded["mfu_fp8"])
     assert figures["peak_fp8_tflops"] == 1979
     assert round(figures["mfu"], 3) == 0.654 and round(figures["mfu_fp8"], 3) == 0.327
-    bf16 = summarise(RunSpec("1b", cfg, mode="compile+bf16", batch=4, seq=4096), measured, row, Dist())
+    bf16 = summarise(RunSpec("1b", cfg, mode=parse_mode("compile+bf16"), batch=4, seq=4096), measured, row, Dist())
     assert "mfu_fp8" not in bf16  # only float8 rows carry the second figure
     assert mfu(tokens, cfg, 4096, peak_for("NVIDIA H200")) == pytest.approx(figures["mfu"])
 

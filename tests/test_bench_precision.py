@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")
 
 from trainstack.bench.model import Transformer  # noqa: E402
 from trainstack.bench.precision import MasterAdamW, to_bf16_with_master  # noqa: E402
+from trainstack.bench.modes import parse_mode  # noqa: E402
 from trainstack.bench.presets import PRESETS  # noqa: E402
 from trainstack.bench.runner import RunSpec, run, set_lr  # noqa: E402
 
@@ -71,7 +72,7 @@ def test_to_bf16_keeps_buffers_and_exact_masters():
 
 
 def test_bf16_mode_trains_and_says_its_precision():
-    spec = RunSpec(model="tiny", cfg=PRESETS["tiny"], mode="bf16", batch=2, seq=32, steps=6, warmup=1, device="cpu", lr=3e-3)
+    spec = RunSpec(model="tiny", cfg=PRESETS["tiny"], mode=parse_mode("bf16"), batch=2, seq=32, steps=6, warmup=1, device="cpu", lr=3e-3)
     row = run(spec)
     assert row["status"] == "ok", row
     assert row["mode"] == "eager+bf16"

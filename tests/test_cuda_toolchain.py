@@ -22,7 +22,7 @@ from trainstack.cli import main
 from trainstack.errors import BuildError, LockError
 from trainstack.lock import lock_dir, parse_pins
 from trainstack.lock.plan import plan_flavour, require_one_release
-from trainstack.rules.check import check_flavour, errors
+from trainstack.stackfile.compat import check_flavour, errors
 from trainstack.stackfile import Flavour
 from trainstack.stackfile.load import parse_stack
 from trainstack.verify.fatbin import fatbin_archs

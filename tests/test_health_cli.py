@@ -78,16 +78,16 @@ def test_subprocess_prints_json_and_no_traceback(no_driver):
         (["--duration", "0"], "--duration"),
     ],
 )
-def test_bad_options_give_one_line_and_exit_2(capsys, args, needle):
-    assert cli.main(["health", *args]) == 2
+def test_bad_options_give_one_line_and_exit_64(capsys, args, needle):
+    assert cli.main(["health", *args]) == 64  # not 2: that is critical to a monitor
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
 
 
-def test_bad_thresholds_file_gives_one_line_and_exit_2(capsys, tmp_path):
+def test_bad_thresholds_file_gives_one_line_and_exit_64(capsys, tmp_path):
     bad = tmp_path / "t.toml"
     bad.write_text("[default]\ngemm_bf16_tflops = { warn_below = 'fast' }\n")
-    assert cli.main(["health", "--thresholds", str(bad)]) == 2
+    assert cli.main(["health", "--thresholds", str(bad)]) == 64
     err = capsys.readouterr().err
     assert str(bad) in err.replace("\n", "") and "gemm_bf16_tflops.warn_below" in err.replace("\n", "")
 

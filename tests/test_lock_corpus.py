@@ -197,7 +197,8 @@ def test_lock_of_one_flavour_never_carries_a_planted_link(
     planted.symlink_to(secret)
     assert main(["lock", str(stack), "--flavour", SLUG]) == 2
     err = capsys.readouterr().err
-    assert f"{_one_error(err)}".endswith("leads out of the lock folder " + str(folder.resolve()) + " (a symbolic link); a lock file is a file in it")
+    line = _one_error(err)
+    assert str(planted) in line and "leads out of the lock folder" in line, line
     assert "uv pip compile" not in err  # refused before any resolution
     assert planted.is_symlink() and not any(TOKEN in p.read_text() for p in folder.rglob("*.txt") if not p.is_symlink())
 

@@ -106,7 +106,7 @@ def test_plans_a_hugging_face_config(tmp_path) -> None:
 
 
 def test_a_factory_that_is_not_module_function_is_a_usage_error() -> None:
-    result = trainstack("memplan", "--model", "no_such_module_here:build", "--budget", "1GiB")
+    result = trainstack("memplan", "--factory", "no_such_module_here:build", "--budget", "1GiB")
     assert result.returncode == 2 and "cannot import 'no_such_module_here'" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -138,4 +138,4 @@ def test_a_config_without_a_token_head_names_the_factory_route(tmp_path) -> None
     result = trainstack("memplan", "--hf-config", str(tmp_path), "--budget", "1GiB")
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
-    assert "model_type 'vit' has no model" in result.stderr and "--model module:function" in result.stderr
+    assert "model_type 'vit' has no model" in result.stderr and "--factory module:function" in result.stderr

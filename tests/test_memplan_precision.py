@@ -56,4 +56,4 @@ def test_the_verb_plans_a_preset_in_bf16_and_refuses_fp32_in_one_line():
     refused = subprocess.run([*run, "--precision", "fp32"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2
     assert refused.stderr.strip().count("\n") == 0
-    assert "--precision: 'fp32' plans --hf-config or --model only" in refused.stderr
+    assert "--precision: 'fp32' plans --hf-config or --factory only" in refused.stderr

@@ -45,7 +45,7 @@ SKIPPED = {
     "trainstack health --level 2 --expect-gpus 8 --json": "GPU only: needs 8 GPUs",
     "trainstack memplan --hf-config ./qwen2-1.5b --batch 4 --seq 4096 --budget 60GiB --optimizer adafactor":
         "needs a Hugging Face config folder, ./qwen2-1.5b (tests/test_memplan_any_model.py plans Hugging Face models)",
-    "trainstack memplan --model mymodels:build --budget 0.8 --json":
+    "trainstack memplan --factory mymodels:build --budget 0.8 --json":
         "needs the user's own module mymodels, and a GPU for a fraction of its memory",
     "trainstack run --oom-snapshot -- torchrun --nproc-per-node 8 train.py --config big.yaml":
         "a user's job on 8 GPUs (tests/test_run_*.py run real jobs)",

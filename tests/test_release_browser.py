@@ -88,3 +88,37 @@ def test_page_loads_cleanly_and_shows_the_version_table_and_a_chart(project, bro
         shot = tmp_path / f"release-{name}.png"
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 0
     assert browser.find_element(By.CSS_SELECTOR, "#known-issues a").get_attribute("href") == "https://example.org/issues/12"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_javascript_link_is_never_clickable_in_the_page(project, browser, tmp_path):  # noqa: F811
+    """Validation refuses javascript: links (rule sources, known issues, fragments); here the notes are
+    made with them anyway, past validation, and the page still holds no link that runs a script."""
+    from selenium.webdriver.common.by import By
+
+    from trainstack.release.html import render_html
+    from trainstack.release.markdown import render_markdown
+    from trainstack.release.model import DriverRequirement, Fragment, KnownIssue
+
+    notes = release(project).notes
+    script = "javascript:window.__pwned='{}'//"
+    hostile = notes.model_copy(update={
+        "drivers": [DriverRequirement(slug=slug_of(project), cuda="12.8", min_driver="570.26", note="CUDA 12.8",
+                                      source=script.format("driver"))],
+        "verification": [v.model_copy(update={"known_issues": [KnownIssue(title="flaky", link=script.format("known"))]})
+                         for v in notes.verification],
+        "fragments": [Fragment(name="1.fix.md", type="fix", text=f"See [the fix]({script.format('fragment')}).")],
+    })
+    assert "javascript:" not in render_markdown(hostile).replace("(javascript:", "")  # shown as text, never a target
+    page = tmp_path / "release.html"
+    page.write_text(render_html(hostile, []))
+    browser.get(page.as_uri())
+    anchors = browser.find_elements(By.TAG_NAME, "a")
+    hrefs = [(a.get_attribute("href") or "").strip().lower() for a in anchors]
+    assert hrefs and not [href for href in hrefs if href.startswith("javascript:")]
+    for anchor in anchors:
+        if not (anchor.get_attribute("href") or "").startswith(("http://", "https://")):  # stay on the page
+            browser.execute_script("arguments[0].click()", anchor)
+    assert browser.execute_script("return window.__pwned === undefined")
+    assert "rules source" not in [a.text for a in anchors]  # the driver's source is shown as text, not a link

@@ -219,19 +219,24 @@ def _notes(old, new, *, bench=None, previous_bench=None, drivers=None):
 
 
 def test_driver_requirements_from_the_shipped_rules():
+    from functools import partial
+
     from trainstack.release.drivers import rules_lookup
-    from trainstack.rules import load_rules, min_driver
+    from trainstack.rules import min_driver, shipped_rules
+
+    rules = shipped_rules()
+    lookup = partial(rules_lookup, rules)
 
     old, new = two_releases()
     odd = "cu999-ubuntu2404-py312-release"
     new = new.model_copy(update={"flavours": {**new.flavours, odd: flavour({"torch": "2.11.0"}, cuda="99.9", slug=odd)}})
     inputs = Inputs(current=new, previous=old, components=COMPONENTS, description="", fragments=[],
                     verification=[], bench={}, previous_bench={})
-    found = {d.slug: d for d in make_notes(inputs, rules_lookup).drivers}
-    assert found[R128].min_driver == min_driver("12.8")
-    assert found[R128].source == load_rules().cuda.driver.source
+    found = {d.slug: d for d in make_notes(inputs, lookup).drivers}
+    assert found[R128].min_driver == min_driver(rules, "12.8")
+    assert found[R128].source == rules.cuda.driver.source
     assert (found[odd].min_driver, found[odd].note) == (None, "CUDA 99.9 is not in the rules: not known")
-    assert f"| {R128} | 12.8 | {min_driver('12.8')} |" in render_markdown(make_notes(inputs, rules_lookup))
+    assert f"| {R128} | 12.8 | {min_driver(rules, '12.8')} |" in render_markdown(make_notes(inputs, lookup))
 
 
 def test_flavours_with_the_same_changes_share_one_heading():

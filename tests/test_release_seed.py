@@ -16,7 +16,6 @@ from trainstack.cli import main
 from trainstack.lock.manifest import LockedFlavour, load_manifest
 from trainstack.lock.plan import plan_flavour, stack_inputs_hash
 from trainstack.release.diff import diff_manifests
-from trainstack.rules.data import activate, load_rules
 from trainstack.stackfile import load_stack
 from trainstack.stackfile.matrix import expand_flavours
 
@@ -30,12 +29,6 @@ SEVEN = [
     "torchaudio: 2.2.2 → 2.3.0",
     "torchvision: 0.17.2 → 0.18.0",
 ]
-
-
-@pytest.fixture(autouse=True)
-def shipped_rules():
-    yield
-    activate(None)  # a stack loaded here leaves its rules in effect; later tests get the shipped ones
 
 
 @pytest.fixture()
@@ -144,7 +137,7 @@ def test_a_stack_adds_rules_with_a_table(tmp_path: Path, capsys: pytest.CaptureF
     assert "torch 2.0 is not in the rules data" in capsys.readouterr().out
     stack.write_text(STACK_2_0 + RELEASE_2_0)
     assert main(["check", str(stack)]) == 0
-    assert "2.0" in load_rules().torch.releases
+    assert "2.0" in load_stack(stack).rules_in_effect.torch.releases
 
 
 def test_a_rules_file_beside_the_stack_is_validated_like_the_shipped_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

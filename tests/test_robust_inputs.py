@@ -319,13 +319,14 @@ def test_unreadable_files_are_one_line(open_folder: Path, old_lock: Path, capsys
 
 
 def test_health_arguments(tmp_path: Path) -> None:
-    one_error(trainstack("health", "--disk", str(tmp_path / "missing")), "--disk", "no such file or directory", code=2)
-    one_error(trainstack("health", "--min-driver", "banana"), "--min-driver 'banana'", "550.54.15", code=2)
-    one_error(trainstack("health", "--thresholds", str(tmp_path)), "--thresholds", "not a regular file", code=2)
+    """Bad input to health exits 64: its 2 means a critical node."""
+    one_error(trainstack("health", "--disk", str(tmp_path / "missing")), "--disk", "no such file or directory", code=64)
+    one_error(trainstack("health", "--min-driver", "banana"), "--min-driver 'banana'", "550.54.15", code=64)
+    one_error(trainstack("health", "--thresholds", str(tmp_path)), "--thresholds", "not a regular file", code=64)
     os.mkfifo(tmp_path / "t.toml")
-    one_error(trainstack("health", "--thresholds", str(tmp_path / "t.toml")), "not a regular file", code=2)
+    one_error(trainstack("health", "--thresholds", str(tmp_path / "t.toml")), "not a regular file", code=64)
     (tmp_path / "binary.toml").write_bytes(b"\xff\xfe\x00\x01")
-    one_error(trainstack("health", "--thresholds", str(tmp_path / "binary.toml")), "binary.toml", "not UTF-8 text", code=2)
+    one_error(trainstack("health", "--thresholds", str(tmp_path / "binary.toml")), "binary.toml", "not UTF-8 text", code=64)
 
 
 @pytest.mark.parametrize("config", [

@@ -9,8 +9,8 @@ import pytest
 
 from trainstack import rules
 from trainstack.cli import main
-from trainstack.errors import RuleViolation
-from trainstack.rules.check import check_flavour, check_stack, errors, parse_archs, torch_version
+from trainstack.errors import RuleViolation, SpecError
+from trainstack.stackfile.compat import check_flavour, check_stack, errors, parse_archs, torch_version
 from trainstack.stackfile import Flavour, load_stack
 from trainstack.stackfile.load import parse_stack
 
@@ -41,35 +41,38 @@ def stack(torch="==2.11.0", cuda="13.0", os="ubuntu24.04", python="3.12", extra=
     return parse_stack(text, Path("stack.toml"))
 
 
+SHIPPED = rules.shipped_rules()
+
+
 def rule_errors(spec) -> list[str]:
     return [f"{f.rule}: {f.message}" for f in errors(check_stack(spec))]
 
 
 def test_data_answers() -> None:
-    assert rules.cuda_variants("2.11.0") == ["cpu", "cu126", "cu128", "cu130"]
-    assert rules.pypi_default_variant("2.10.0") == "cu128"
-    assert rules.pypi_default_variant("2.11.0") == "cu130"
-    assert rules.min_driver("13.0") == "580.65.06"
-    assert rules.min_driver("12.8") == "570.26"
-    assert "120" in rules.cuda_archs("12.8") and "70" not in rules.cuda_archs("13.0")
-    assert rules.torch_pythons("2.11.0")[0] == "3.10"
-    assert rules.python_platform("ubuntu22.04") == "x86_64-manylinux_2_35"
-    assert rules.nvcc_package("12.8") == "nvidia-cuda-nvcc-cu12==12.8.*"
-    assert rules.nvcc_package("13.0") == "nvidia-cuda-nvcc==13.0.*"
+    assert rules.cuda_variants(SHIPPED, "2.11.0") == ["cpu", "cu126", "cu128", "cu130"]
+    assert rules.pypi_default_variant(SHIPPED, "2.10.0") == "cu128"
+    assert rules.pypi_default_variant(SHIPPED, "2.11.0") == "cu130"
+    assert rules.min_driver(SHIPPED, "13.0") == "580.65.06"
+    assert rules.min_driver(SHIPPED, "12.8") == "570.26"
+    assert "120" in rules.cuda_archs(SHIPPED, "12.8") and "70" not in rules.cuda_archs(SHIPPED, "13.0")
+    assert rules.torch_pythons(SHIPPED, "2.11.0")[0] == "3.10"
+    assert rules.python_platform(SHIPPED, "ubuntu22.04") == "x86_64-manylinux_2_35"
+    assert rules.nvcc_package(SHIPPED, "12.8") == "nvidia-cuda-nvcc-cu12==12.8.*"
+    assert rules.nvcc_package(SHIPPED, "13.0") == "nvidia-cuda-nvcc==13.0.*"
 
 
 def test_index_choice_pypi_default_versus_pytorch_index() -> None:
-    assert rules.index_for("2.11.0", "cu130", "release") is None
-    assert rules.index_for("2.11.0", "cu128", "release") == "https://download.pytorch.org/whl/cu128"
-    assert rules.index_for("2.10.0", "cu128", "release") is None
-    assert rules.index_for("2.11.0", "cpu", "release") == "https://download.pytorch.org/whl/cpu"
-    assert rules.index_for("2.11.0", "cu130", "nightly") == "https://download.pytorch.org/whl/nightly/cu130"
+    assert rules.index_for(SHIPPED, "2.11.0", "cu130", "release") is None
+    assert rules.index_for(SHIPPED, "2.11.0", "cu128", "release") == "https://download.pytorch.org/whl/cu128"
+    assert rules.index_for(SHIPPED, "2.10.0", "cu128", "release") is None
+    assert rules.index_for(SHIPPED, "2.11.0", "cpu", "release") == "https://download.pytorch.org/whl/cpu"
+    assert rules.index_for(SHIPPED, "2.11.0", "cu130", "nightly") == "https://download.pytorch.org/whl/nightly/cu130"
     with pytest.raises(RuleViolation, match="no 'cu132' wheels"):
-        rules.index_for("2.11.0", "cu132", "release")
+        rules.index_for(SHIPPED, "2.11.0", "cu132", "release")
 
 
 def test_every_rule_has_a_message_and_a_public_source() -> None:
-    data = rules.load_rules()
+    data = SHIPPED
     cited = [data.torch.index, data.torch.variants, data.torch.pythons, data.torch.nightly, data.cuda.driver, data.cuda.archs, data.cuda.nvcc,
              data.platforms.glibc, data.extensions.flash_attn, *data.extensions.deepspeed.ops.values()]
     cited_sources = [c.source for c in cited] + [r.source for r in data.torch.releases.values()]
@@ -186,3 +189,41 @@ def test_check_verb_exit_codes(write_stack, capsys) -> None:
     bad = write_stack(bad_text, "bad")
     assert main(["check", str(bad)]) == RuleViolation.exit_code
     assert "sm80" in capsys.readouterr().out
+
+
+PY315_RULES = """
+[rules.platforms.os."ubuntu26.04"]
+glibc = "2.42"
+platform = "x86_64-manylinux_2_42"
+source = "https://packages.ubuntu.com/resolute/libc6"
+pythons = ["3.15"]
+"""
+
+
+def test_a_stack_is_validated_against_its_own_rules_whatever_was_loaded_before(tmp_path: Path) -> None:
+    """The rules in effect are built before validation and handed to it; no stack loaded earlier in
+    the process changes what the next one may say. Python 3.15 is known only through a stack's own
+    [rules] (an OS archive packaging it)."""
+    plain = STACK.format(torch="==2.11.0", cuda="13.0", os="ubuntu24.04", python="3.15", extra="", system="[]")
+    with_rules = STACK.format(torch="==2.11.0", cuda="13.0", os="ubuntu26.04", python="3.15", extra="", system="[]")
+    with_rules += PY315_RULES
+
+    def accepted(text: str) -> bool:
+        path = tmp_path / "stack.toml"
+        path.write_text(text)
+        try:
+            load_stack(path)
+        except SpecError as exc:
+            assert "matrix.python: Python 3.15 is not in the rules data" in str(exc)
+            return False
+        return True
+
+    assert accepted(with_rules)  # its own rules know 3.15, in a process that loaded nothing before it
+    assert not accepted(plain)  # alone: refused
+    assert accepted(with_rules)
+    assert not accepted(plain)  # right after a stack whose rules add 3.15: still refused
+    assert accepted(with_rules)
+    loaded = tmp_path / "stack.toml"
+    loaded.write_text(with_rules)
+    assert "ubuntu26.04" in load_stack(loaded).rules_in_effect.platforms.os
+    assert "ubuntu26.04" not in rules.shipped_rules().platforms.os  # the shipped rules are untouched

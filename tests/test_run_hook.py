@@ -109,3 +109,11 @@ def test_the_run_hook_keeps_a_sitecustomize_the_environment_had(tmp_path):
     assert done.returncode == 0, done.stderr
     # trainstack's own Python ran it too, then the job's: theirs, then the hook's boot
     assert done.stdout.splitlines()[-2:] == ["their sitecustomize ran", "boot -"]
+
+
+def test_the_boot_copy_names_the_same_switches_as_the_settings() -> None:
+    """boot.py is installed as a copy that imports nothing of trainstack, so it holds its own list of
+    the variables that turn the hook on; it must be the settings' list."""
+    from trainstack.run import boot, settings
+
+    assert boot.SWITCHES == settings.SWITCHES and boot.HOME == settings.RUN_HOME

@@ -92,7 +92,6 @@ def test_failing_suite_on_any_python_exits_1_and_writes_json(
         (["verify"], "give a stack file or --python PATH"),
         (["verify", "--python", sys.executable, "--skip", "everything"], "--skip everything: not a part of verify"),
         (["verify", "--python", "/etc/hostname"], "/etc/hostname: "),
-        (["verify", str(REPO / "examples/stacks/cpu-minimal.toml"), "--build-dir", "/nonexistent"], "is not built"),
         (["verify", str(REPO / "examples/stacks/torch-cuda.toml")], "choose one with --flavour"),
     ],
 )
@@ -100,3 +99,9 @@ def test_bad_input_is_exit_2_and_one_line(argv: list[str], message: str, capsys:
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_flavour_never_built_is_exit_8_verification_could_not_run(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", str(REPO / "examples/stacks/cpu-minimal.toml"), "--build-dir", "/nonexistent"]) == 8
+    err = capsys.readouterr().err
+    assert "is not built" in err and len(err.splitlines()) == 1 and "Traceback" not in err

@@ -3,26 +3,31 @@
 Conventions every verb follows (README, "Conventions"): errors are one line on stderr that
 starts with ``error:``; ``--json`` prints the verb's result as JSON on stdout and
 ``--output FILE`` writes it; options that take a list accept commas (``--skip a,b``); sizes
-need a unit. Only the verb being run is imported, so ``trainstack --help`` stays fast.
+need a unit. Every verb takes ``-h``, ``-q``/``-v`` and ``--color``, and its help ends with its
+exit codes, from ``errors.EXIT_TABLE``. Only the verb being run is imported, so
+``trainstack --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
+import os
 import sys
 from collections.abc import Callable, Iterable
 
 import typer
 
 from trainstack import __version__
+from trainstack import console
 from trainstack.console import print_error, print_hint
-from trainstack.errors import TrainstackError, UsageError
+from trainstack.errors import EXIT_TABLE, TrainstackError, UsageError, bad_input_code, exit_codes_line
 
 # verb -> module exposing `command`, in the order a release flows through them.
 VERBS: dict[str, str] = {
-    "check": "trainstack.rules.command",
+    "check": "trainstack.stackfile.command",
     "lock": "trainstack.lock.command",
     "keys": "trainstack.lock.keys_command",
     "render": "trainstack.render.command",
@@ -85,14 +90,70 @@ def build_app(verbs: Iterable[str] = VERBS, *, summaries_only: bool = False) -> 
         add_completion=False,
         pretty_exceptions_enable=False,
         rich_markup_mode=None,  # help is plain text: '[verify.links]' stays as written
+        context_settings=_context_settings(),
     )
     app.callback()(_root)
     for verb in verbs:
         if summaries_only:
             app.command(verb, help=SUMMARIES[verb], short_help=SUMMARIES[verb])(_listed_only)
         else:
-            app.command(verb)(importlib.import_module(VERBS[verb]).command)
+            command = _with_common_options(importlib.import_module(VERBS[verb]).command)
+            app.command(verb, epilog=exit_codes_line(verb), context_settings=_context_settings())(command)
     return app
+
+
+def _context_settings() -> dict[str, object]:
+    """-h beside --help; help as wide as the terminal, and unwrapped in a pipe or a file
+    (COLUMNS, where set, decides in either case)."""
+    settings: dict[str, object] = {"help_option_names": ["-h", "--help"]}
+    width = console.columns()
+    if width is None and not console.stdout_is_terminal():
+        width = console.UNWRAPPED_WIDTH
+    if width is not None:
+        settings.update(terminal_width=width, max_content_width=width)
+    return settings
+
+
+def _set_verbosity(ctx: object, param: object, value: int) -> int:
+    """-q and -v count against each other: -q is -1, -v 1, -vv 2."""
+    store = getattr(ctx, "meta", {})
+    store[param.name] = value or 0
+    console.configure(verbosity=store.get("ts_verbose", 0) - store.get("ts_quiet", 0))
+    return value
+
+
+def _set_color(ctx: object, param: object, value: str) -> str:
+    if value not in console.COLOR_CHOICES:
+        raise UsageError(f"--color {value}: accepted: {', '.join(console.COLOR_CHOICES)}")
+    console.configure(color=value)
+    return value
+
+
+COMMON_OPTIONS = (
+    inspect.Parameter("ts_quiet", inspect.Parameter.KEYWORD_ONLY, annotation=int, default=typer.Option(
+        0, "--quiet", "-q", count=True, is_eager=True, callback=_set_verbosity, show_default=False,
+        help="Only errors, warnings and the result: no progress, commands or notes.")),
+    inspect.Parameter("ts_verbose", inspect.Parameter.KEYWORD_ONLY, annotation=int, default=typer.Option(
+        0, "--verbose", "-v", count=True, is_eager=True, callback=_set_verbosity, show_default=False,
+        help="More detail: every command trainstack runs, and the verb's notes.")),
+    inspect.Parameter("ts_color", inspect.Parameter.KEYWORD_ONLY, annotation=str, default=typer.Option(
+        "auto", "--color", metavar="auto|always|never", is_eager=True, callback=_set_color,
+        help="Colour: auto (a terminal, unless NO_COLOR is set; FORCE_COLOR colours anything), always or never.")),
+)
+
+
+def _with_common_options(func: Callable[..., object]) -> Callable[..., object]:
+    """``func`` with -q/-v and --color added to its options: one declaration for every verb."""
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def verb(*args: object, **kwargs: object) -> object:
+        for parameter in COMMON_OPTIONS:
+            kwargs.pop(parameter.name, None)  # their callbacks already set the console
+        return func(*args, **kwargs)
+
+    verb.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *COMMON_OPTIONS])  # type: ignore[attr-defined]
+    return verb
 
 
 def _listed_only() -> None:
@@ -136,7 +197,8 @@ def _plain_help(command: object) -> None:
             name = longest.lstrip("-").replace("-", "_").upper()
             param.metavar = "FILE" if name == "OUTPUT" else name
         if hasattr(param, "_get_number_range_help_str"):
-            param._get_number_range_help_str = _range_words(param)
+            counted = getattr(param, "count", False)  # -q, -v: a count, not a number to give
+            param._get_number_range_help_str = (lambda: None) if counted else _range_words(param)
         if getattr(param, "multiple", False) and _holds_text(param):
             _accept_commas(param)
 
@@ -154,6 +216,8 @@ def _plain_argument(param: object) -> None:
     param.display_type_rich = lambda ctx: None
     param._rich_display_name = lambda: name + many
     param._usage_display_name = lambda: (name if param.required else f"[{name}]") + many
+    if getattr(param, "hidden", False):  # a hidden argument (one that catches strays) is not in the usage line
+        param.get_usage_pieces = lambda ctx: []
 
 
 def _holds_text(param: object) -> bool:
@@ -202,11 +266,12 @@ def _run(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one place where user errors become a one-line message and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    console.configure(color="auto", verbosity=0)  # each call starts from the defaults
     try:
         return _run(args)
     except TrainstackError as exc:
         print_error(str(exc))
-        return exc.exit_code
+        return _bad_input(exc.exit_code, args)
     except ModuleNotFoundError as exc:
         from trainstack.extras import from_import_error
 
@@ -228,9 +293,15 @@ def main(argv: list[str] | None = None) -> int:
         print_error("aborted")
         return 1
     except _click_errors() as exc:
-        return _usage_error(exc)
+        return _bad_input(_usage_error(exc), args)
     except BrokenPipeError:
         return 0
+
+
+def _bad_input(code: int, args: list[str]) -> int:
+    """Bad input exits 2, except in a verb where 2 means something else (the table says what)."""
+    verb = _verb_in(args)
+    return bad_input_code(verb) if code == UsageError.exit_code and verb in EXIT_TABLE else code
 
 
 def _usage_error(exc: Exception) -> int:

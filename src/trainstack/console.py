@@ -3,6 +3,11 @@
 In a terminal, output fits the terminal's width. Anywhere else (a pipe, a file, a CI log)
 lines are never hard-wrapped nor cut: text keeps its own line breaks and tables take the
 width their content needs, so a log line can be copied and grepped whole.
+
+Every verb's ``-q``/``-v`` and ``--color`` land here (``configure``): ``-q`` leaves errors,
+warnings and the verb's result; ``-v`` adds every command trainstack runs; ``--color auto``
+colours a terminal unless NO_COLOR is set (FORCE_COLOR colours anything), ``always`` and
+``never`` decide alone.
 """
 
 from __future__ import annotations
@@ -18,13 +23,50 @@ from rich.text import Text
 # Width given to a console that writes to no terminal: wide enough that no table is squeezed.
 UNWRAPPED_WIDTH = 10_000
 
+COLOR_CHOICES = ("auto", "always", "never")
+_settings: dict[str, object] = {"color": "auto", "verbosity": 0, "generation": 0}
 
-def make_console(stream: TextIO | None = None, *, stderr: bool = False) -> Console:
-    """A console on ``stream`` (default stdout, or stderr): terminal-width in a terminal, unwrapped elsewhere."""
+
+def configure(*, color: str | None = None, verbosity: int | None = None) -> None:
+    """Set ``--color`` (auto, always, never) and the verbosity (-1 quiet, 0, 1 or more verbose)."""
+    if color is not None:
+        if color not in COLOR_CHOICES:
+            raise ValueError(f"--color {color}: accepted: {', '.join(COLOR_CHOICES)}")
+        _settings["color"] = color
+    if verbosity is not None:
+        _settings["verbosity"] = verbosity
+    _settings["generation"] = int(_settings["generation"]) + 1  # consoles are made again
+
+
+def verbosity() -> int:
+    """-1 with -q, 0 by default, 1 or more with -v: what a verb shows beyond its result."""
+    return int(_settings["verbosity"])
+
+
+def color_wanted(stream: TextIO) -> bool:
+    """Whether ``stream`` gets colour: --color always/never, else FORCE_COLOR, NO_COLOR, a terminal."""
+    choice = _settings["color"]
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    if os.environ.get("NO_COLOR"):
+        return False
+    return _is_terminal(stream)
+
+
+def make_console(stream: TextIO | None = None, *, stderr: bool = False, quiet: bool = False) -> Console:
+    """A console on ``stream`` (default stdout, or stderr): terminal-width in a terminal, unwrapped elsewhere;
+    coloured as ``color_wanted`` says."""
     target = stream if stream is not None else (sys.stderr if stderr else sys.stdout)
-    if _is_terminal(target):
-        return Console(file=stream, stderr=stderr)
-    return Console(file=stream, stderr=stderr, width=_columns() or UNWRAPPED_WIDTH, soft_wrap=True)
+    terminal = _is_terminal(target)
+    if not color_wanted(target):
+        styling: dict = {"no_color": True, "color_system": None}
+    else:  # colour named outright where no terminal is: colours, but no spinners in a log
+        styling = {"no_color": False, "color_system": "auto" if terminal else "standard"}
+    if terminal:
+        return Console(file=stream, stderr=stderr, quiet=quiet, **styling)
+    return Console(file=stream, stderr=stderr, width=_columns() or UNWRAPPED_WIDTH, soft_wrap=True, quiet=quiet, **styling)
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -34,6 +76,15 @@ def _is_terminal(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def stdout_is_terminal() -> bool:
+    return _is_terminal(sys.stdout)
+
+
+def columns() -> int | None:
+    """The width the user set in COLUMNS, if any."""
+    return _columns()
 
 
 def _columns() -> int | None:
@@ -47,15 +98,18 @@ def _columns() -> int | None:
 class _LazyConsole:
     """A console made on first use, so that it sees the streams as they are then (pytest swaps them)."""
 
-    def __init__(self, *, stderr: bool) -> None:
+    def __init__(self, *, stderr: bool, quietened: bool = False) -> None:
         self._stderr = stderr
+        self._quietened = quietened  # silent under -q
         self._console: Console | None = None
-        self._stream: TextIO | None = None
+        self._made: tuple[TextIO, object] | None = None
 
     def _get(self) -> Console:
         stream = sys.stderr if self._stderr else sys.stdout
-        if self._console is None or stream is not self._stream:
-            self._console, self._stream = make_console(stderr=self._stderr), stream
+        made = (stream, _settings["generation"])
+        if self._console is None or made != self._made:
+            quiet = self._quietened and verbosity() < 0
+            self._console, self._made = make_console(stderr=self._stderr, quiet=quiet), made
         return self._console
 
     def __getattr__(self, name: str):
@@ -63,20 +117,22 @@ class _LazyConsole:
 
 
 out: Console = _LazyConsole(stderr=False)  # type: ignore[assignment]
-err: Console = _LazyConsole(stderr=True)  # type: ignore[assignment]
+err: Console = _LazyConsole(stderr=True, quietened=True)  # progress, commands and notes: silent under -q
+_alerts: Console = _LazyConsole(stderr=True)  # errors and warnings: shown even under -q
 
 
 def print_error(message: str, *, prefix: str = "error:") -> None:
     """``error: <message>`` on stderr, the message printed verbatim (never read as rich markup)."""
-    line = Text(prefix, style="bold red")
+    line = Text()
+    line.append(prefix, style="bold red")  # the prefix alone in colour, the message as written
     line.append(" ")
     line.append(message)
-    err.print(line, highlight=False, soft_wrap=True)
+    _alerts.print(line, highlight=False, soft_wrap=True)
 
 
 def print_hint(message: str) -> None:
     """A second, dim line after an error: what to run or read next. Verbatim, like the error."""
-    err.print(Text(message, style="dim"), highlight=False, soft_wrap=True)
+    _alerts.print(Text(message, style="dim"), highlight=False, soft_wrap=True)
 
 
 def emit_json(document: str, *, to_stdout: bool, output: Path | None) -> None:

@@ -82,3 +82,63 @@ class OutputError(TrainstackError):
     """An output could not be written (disk full, no permission); the previous one is unchanged."""
 
     exit_code = 10
+
+
+class NotBuiltError(VerifyError):
+    """The environment to verify is not there: its flavour was never built (or was removed)."""
+
+
+# --- the exit-code table ----------------------------------------------------------------
+# The one source of each verb's exit codes: every verb's --help ends with its row, and the
+# README's table is checked against it. Within a verb each code means one thing.
+
+BAD_INPUT = "bad input"
+INTERRUPTED = 130
+
+# health keeps the monitoring convention (0 ok, 1 warn, 2 critical, 3 unknown), so its bad input
+# cannot be 2: it is 64 (sysexits' EX_USAGE), which monitoring tools read as unknown, as they should.
+HEALTH_BAD_INPUT = 64
+
+# verb -> (what 0 means, the other codes with what each means), in the README's order.
+EXIT_TABLE: dict[str, tuple[str, tuple[tuple[int, str], ...]]] = {
+    "check": ("every rule holds", ((3, "a rule is broken"), (2, BAD_INPUT))),
+    "lock": ("locked", ((3, "a rule is broken"), (4, "resolution failed"), (5, "network failure"),
+                        (10, "not written (disk full, no permission; the previous lock kept)"), (2, BAD_INPUT))),
+    "keys": ("done", ((4, "no lock, or it no longer matches the stack"), (2, BAD_INPUT))),
+    "render": ("done", ((4, "no lock, or it no longer matches the stack"),
+                        (10, "not written (the previous files kept)"), (2, BAD_INPUT))),
+    "build": ("built", ((7, "a step failed (its log kept)"), (5, "network failure"), (6, "a tool missing"),
+                        (4, "stale lock"), (2, BAD_INPUT))),
+    "report": ("reported", ((8, "the flavour is not built (with --stack)"),
+                            (2, "bad input (a path that is not a working Python included)"))),
+    "linkcheck": ("nothing broken", ((1, "a link is broken"), (2, BAD_INPUT))),
+    "verify": ("the gate passes", ((1, "the gate fails"), (8, "verification could not run (the flavour is not built)"),
+                                   (2, BAD_INPUT))),
+    "release": ("written", ((4, "a lock manifest missing or stale"), (10, "not written (the previous notes kept)"),
+                            (2, BAD_INPUT))),
+    "health": ("ok", ((1, "warn"), (2, "critical"), (3, "unknown"), (6, "no torch at level 2 or 3"),
+                      (HEALTH_BAD_INPUT, BAD_INPUT))),
+    "bench": ("measured", ((1, "a mode failed or nothing was measured"), (6, "no torch or no GPU"),
+                           (10, "a result not written where asked (it is in a new file the error names)"), (2, BAD_INPUT))),
+    "memplan": ("a plan", ((9, "no plan fits the budget"), (6, "no torch"), (2, BAD_INPUT))),
+    "run": ("the job's own exit code", ((2, "bad input (before the job starts)"),
+                                         (6, "the command is not a program on PATH"))),
+}
+
+
+def bad_input_code(verb: str | None) -> int:
+    """The code a verb exits with on bad input: 2, except where 2 already means something else."""
+    return HEALTH_BAD_INPUT if verb == "health" else UsageError.exit_code
+
+
+def exit_codes_line(verb: str) -> str:
+    """A verb's row of the table in words: 'Exit 0 ok, 1 warn, ...; 130 after Ctrl-C.'"""
+    success, others = EXIT_TABLE[verb]
+    codes = ", ".join(f"{code} {meaning}" for code, meaning in others)
+    return f"Exit codes: 0 {success}, {codes}; {INTERRUPTED} after Ctrl-C."
+
+
+def readme_rows() -> list[str]:
+    """The README's exit-code table, as Markdown rows, made from the same table."""
+    return [f"| `{verb}` | {success} | {', '.join(f'{code} {meaning}' for code, meaning in others)} |"
+            for verb, (success, others) in EXIT_TABLE.items()]

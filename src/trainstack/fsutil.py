@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainstack.errors import OutputError
+from trainstack.errors import OutputError, UsageError
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -53,14 +53,6 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def write_if_changed(path: Path, text: str) -> bool:
-    """Write atomically unless the file already holds ``text``; True when it changed."""
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
-    atomic_write_text(path, text)
-    return True
-
-
 def dump_json(data: Any, *, allow_nan: bool = False) -> str:
     """Strict JSON: NaN and Infinity are refused (ValueError), never written as invalid JSON
     (``allow_nan`` only for a hand-off between trainstack's own processes)."""
@@ -75,15 +67,18 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for key, value in pairs:
         if key in found:
-            raise ValueError(f"duplicate key {json.dumps(key)[:80]} (each key once; a reader would keep either)")
+            shown = json.dumps(key, ensure_ascii=True)
+            raise ValueError(f"the key {shown if len(shown) <= 60 else shown[:57] + '...'} appears twice in one object")
         found[key] = value
     return found
 
 
-def loads_strict(text: str) -> Any:
-    """json.loads that refuses NaN, Infinity and -Infinity, and an object naming a key twice
-    (ValueError), instead of reading them."""
-    return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+def loads_strict(text: str, *, allow_nan: bool = False) -> Any:
+    """json.loads that refuses a key given twice in one object (which of the two a reader keeps
+    differs between readers) and NaN, Infinity and -Infinity (unless ``allow_nan``: a figure a
+    run could not measure), with ValueError."""
+    constant = None if allow_nan else _refuse_constant
+    return json.loads(text, parse_constant=constant, object_pairs_hook=_unique_keys)
 
 
 def finite(value: float | None) -> bool:
@@ -94,23 +89,108 @@ def atomic_write_json(path: Path, data: Any, *, allow_nan: bool = False) -> None
     atomic_write_text(path, dump_json(data, allow_nan=allow_nan))
 
 
-def read_regular(path: Path, what: str = "file") -> bytes:
-    """The bytes of ``path``, refusing what is not a regular file before opening it (a FIFO
-    would block, a device would never end). Raises OSError subclasses with one-line text."""
-    st = os.stat(path)
-    if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, f"is a directory; expected a {what}")
-    if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, f"is {_kind(st.st_mode)}, not a regular file; expected a {what}")
-    with open(path, "rb", opener=_nonblocking) as handle:
+READ_LIMIT = 64 << 20  # the largest file trainstack reads from a repository: 64 MiB
+
+
+class LeavesFolder(OSError):
+    """A symbolic link on the way to a file that leads out of the folder it must stay in."""
+
+
+def read_regular(
+    path: Path,
+    what: str = "file",
+    *,
+    inside: Path | None = None,
+    folder_name: str = "folder",
+    links: bool = True,
+    limit: int = READ_LIMIT,
+) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes, read without blocking
+    (a FIFO or a device is refused, never opened for reading).
+
+    With ``inside`` (the folder a repository brings it in), every component below that folder
+    is opened with O_NOFOLLOW: a symbolic link is followed only where it stays inside the folder
+    (``links``=False: not at all), so no link can make trainstack read a file of the machine.
+    Raises OSError subclasses with one-line text (FileNotFoundError when it is absent,
+    LeavesFolder for a link out)."""
+    if inside is None:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, f"is a directory; expected a {what}")
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"is {_kind(st.st_mode)}, not a regular file; expected a {what}")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    else:
+        fd = _open_inside(Path(path), Path(inside), what, folder_name, links)
+    with os.fdopen(fd, "rb") as handle:
         # the name may have been swapped for a FIFO between stat and open: check what was opened
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise OSError(errno.EINVAL, f"is not a regular file; expected a {what}")
-        return handle.read()
+        st = os.fstat(handle.fileno())
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, f"is a directory; expected a {what}")
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"is {_kind(st.st_mode)}, not a regular file; expected a {what}")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"is larger than {limit >> 20} MiB; expected a {what}")
+    return data
 
 
-def _nonblocking(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NONBLOCK)
+_MAX_LINKS = 40  # as the kernel's own limit on links followed in one path
+
+
+def _open_inside(path: Path, folder: Path, what: str, folder_name: str, links: bool) -> int:
+    """A descriptor of ``path`` opened one component at a time below ``folder``, each with
+    O_NOFOLLOW; a link met on the way is followed only while it stays inside ``folder``."""
+    root = os.path.abspath(folder)
+    target = os.path.abspath(path)
+    if os.path.commonpath([root, target]) != root or target == root:
+        raise LeavesFolder(errno.EXDEV, f"is not inside the {folder_name} {folder}; a {what} is a file in it")
+    parts = os.path.relpath(target, root).split(os.sep)
+    for _ in range(_MAX_LINKS + 1):
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for index, part in enumerate(parts):
+                last = index == len(parts) - 1
+                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | (0 if last else os.O_DIRECTORY)
+                try:
+                    opened = os.open(part, flags, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.ELOOP, errno.ENOTDIR) or not _is_link(part, fd):
+                        raise
+                    parts = _through_link(root, parts, index, os.readlink(part, dir_fd=fd), folder, what,
+                                          folder_name, links)
+                    break
+                os.close(fd)
+                fd = opened
+            else:
+                opened, fd = fd, -1
+                return opened
+        finally:
+            if fd >= 0:
+                os.close(fd)
+    raise LeavesFolder(errno.ELOOP, f"has more than {_MAX_LINKS} symbolic links on its way; a {what} is a file")
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def _through_link(root: str, parts: list[str], index: int, link: str, folder: Path, what: str,
+                  folder_name: str, links: bool) -> list[str]:
+    """The components below ``root`` that the link at ``parts[index]`` stands for; LeavesFolder
+    when it leads out of the folder (or when no link is allowed)."""
+    # the link named: the file itself, or the folder on its way that is one
+    link_is = "is" if index == len(parts) - 1 else f"is in {os.path.join(root, *parts[: index + 1])}, which is"
+    if not links:
+        raise LeavesFolder(errno.ELOOP, f"{link_is} a symbolic link; a {what} is a file in the {folder_name} {folder}, not a link")
+    landed = os.path.normpath(os.path.join(root, *parts[:index], link))
+    if os.path.commonpath([root, landed]) != root or landed == root:
+        raise LeavesFolder(errno.EXDEV, f"{link_is} a symbolic link that leads out of the {folder_name} {folder}; "
+                                        f"a {what} is a file in it")
+    return os.path.relpath(landed, root).split(os.sep) + parts[index + 1 :]
 
 
 def _kind(mode: int) -> str:
@@ -119,6 +199,61 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "a special file"
+
+
+# Kernel filesystems: a result written there is lost or refused (a tmpfs at /dev/shm is a real place).
+SPECIAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+REAL_UNDER_SPECIAL = (Path("/dev/shm"),)
+
+
+def check_output(path: Path, option: str, *, folder: bool = False) -> Path:
+    """Refuse, before any work, an output path that could not be written: one UsageError naming
+    ``option``, the path and what would be accepted. ``folder``: the verb writes a folder there
+    (made if missing), else a file (replaced if present). Refused: a folder where a file is
+    wanted or the reverse, a special file (a FIFO, a device), a path under /proc, /sys or
+    /dev, and a place where nothing can be created (read-only, no permission, a file as a
+    parent). Nothing is left behind: the check creates one empty file and removes it."""
+    want = "a folder (made if missing)" if folder else "a file path (made, or replaced if it exists)"
+
+    def refuse(why: str) -> UsageError:
+        return UsageError(f"{option} {path}: {why}; accepted: {want}")
+
+    real = Path(os.path.realpath(path))
+    if any(real == root or root in real.parents for root in SPECIAL_ROOTS) and not any(
+        real == ok or ok in real.parents for ok in REAL_UNDER_SPECIAL
+    ):
+        raise refuse("a special path (under /proc, /sys or /dev)")
+    try:
+        mode: int | None = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise refuse(describe_os_error(exc)) from None
+    if mode is not None:
+        if stat.S_ISDIR(mode) and not folder:
+            raise refuse("is a directory")
+        if not stat.S_ISDIR(mode) and folder:
+            raise refuse("is a file" if stat.S_ISREG(mode) else f"is {_kind(mode)}")
+        if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
+            raise refuse(f"is {_kind(mode)}, not a regular file")
+    place = real if mode is not None and folder else _nearest_existing(real.parent)
+    if not place.is_dir():
+        raise refuse(f"{place} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".trainstack-probe-", dir=place)
+    except OSError as exc:
+        raise refuse(f"nothing can be written in {place} ({describe_os_error(exc)})") from None
+    os.close(fd)
+    os.unlink(probe)
+    return path
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its closest ancestor that exists (the root at worst): bounded by its parts."""
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return candidate
+    return Path(path.anchor or ".")
 
 
 def describe_os_error(exc: OSError) -> str:

@@ -79,7 +79,9 @@ def run(
     """
     args = [str(a) for a in argv]
     args[0] = require(args[0]) if os.sep not in args[0] else args[0]
-    if echo:
+    from trainstack.console import verbosity
+
+    if echo or verbosity() > 0:  # -v shows every command, the quiet probes too
         from trainstack.console import err
 
         from rich.markup import escape

@@ -8,15 +8,15 @@ from pathlib import Path
 from trainstack.bench.device import dist_from_env
 from trainstack.bench.hf import HfShape
 from trainstack.bench.model import ModelConfig
-from trainstack.bench.modes import Mode, parse_mode, parse_modes
+from trainstack.bench.modes import Mode, parse_mode
 from trainstack.bench.presets import preset
-from trainstack.bench.report import explain, results_table, write_jsonl
+from trainstack.bench.report import explain, rescue, results_table, write_jsonl
 from trainstack.bench.runner import RunSpec
 from rich.console import Console
 from rich.text import Text
 
 from trainstack.console import err, out
-from trainstack.errors import ToolMissingError, UsageError
+from trainstack.errors import OutputError, ToolMissingError, UsageError
 
 # Statuses that are results (the mode cannot run here), not failures of the benchmark.
 EXPECTED = {"ok", "oom", "unavailable"}
@@ -30,14 +30,14 @@ class BenchOptions:
     seq: int | None = None  # None: 2048, or the model's max_seq if smaller
     steps: int = 20
     warmup: int = 3
-    modes: str = "compile"
+    modes: tuple[Mode, ...] = (Mode(compile=True),)  # parsed once, from --modes
     ablation: bool = False
     out: Path | None = None
     device: str = "auto"
     memory_cap_gib: float | None = None
     timeout_s: float = 1800.0
     profile: Path | None = None
-    parity: str | None = None  # "A,B": train both modes on the learnable task, compare the loss curves
+    parity: tuple[Mode, Mode] | None = None  # --parity A,B: train both on the learnable task, compare the loss curves
 
 
 def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig | HfShape]:
@@ -96,16 +96,17 @@ def benchmark(opts: BenchOptions) -> list[dict]:
     """Run, print the table, write ``<out>/<label>.jsonl`` and ``.png``; returns the rows
     (with ``--parity`` and no ablation: the two parity rows)."""
     spec = make_spec(opts)
-    modes = [m.name for m in parse_modes(opts.modes)]
+    modes = list(opts.modes)
     if not opts.ablation and len(modes) > 1:
-        raise UsageError(f"--modes '{opts.modes}' lists {len(modes)} modes; accepted: one mode, or several with --ablation")
-    parity_modes = parse_parity(opts.parity) if opts.parity else ()
-    check_fp8(parse_modes(opts.modes) + list(parity_modes), opts.device)
+        named = ",".join(m.name for m in modes)
+        raise UsageError(f"--modes '{named}' lists {len(modes)} modes; accepted: one mode, or several with --ablation")
+    parity_modes = opts.parity or ()
+    check_fp8(modes + list(parity_modes), opts.device)
     lead = dist_from_env().rank == 0
     if parity_modes:
         return _with_parity(opts, spec, parity_modes, lead)
     if lead:
-        _starting(spec, modes)
+        _starting(spec, [m.name for m in modes])
     if opts.ablation:
         from trainstack.bench.ablation import run_ablation
 
@@ -143,10 +144,10 @@ def _with_parity(opts: BenchOptions, spec: RunSpec, parity_modes: tuple[Mode, Mo
 
     rows = []
     if opts.ablation:
-        rows = run_ablation([replace(spec, mode=m) for m in [m.name for m in parse_modes(opts.modes)]], timeout_s=opts.timeout_s, on_row=_progress if lead else None)
+        rows = run_ablation([replace(spec, mode=m) for m in opts.modes], timeout_s=opts.timeout_s, on_row=_progress if lead else None)
     from trainstack.bench.parity import LR
 
-    specs = [replace(spec, mode=m.name, task="markov", lr=LR, lr_schedule=True) for m in parity_modes]
+    specs = [replace(spec, mode=m, task="markov", lr=LR, lr_schedule=True) for m in parity_modes]
     result = parity_result(run_ablation(specs, timeout_s=opts.timeout_s, on_row=_progress if lead else None))
     if lead:
         _publish(rows or result["rows"], spec, opts.out, result, stem_prefix="bench" if rows else "parity")
@@ -155,7 +156,7 @@ def _with_parity(opts: BenchOptions, spec: RunSpec, parity_modes: tuple[Mode, Mo
 
 def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None, parity: dict | None = None, stem_prefix: str = "bench") -> None:
     title = f"trainstack bench: {spec.model}, batch {spec.batch} x seq {spec.seq}"
-    _wide().print(results_table(rows, title))
+    out.print(results_table(rows, title))
     for line in explain(rows):
         out.print(line, highlight=False, soft_wrap=True)
     if parity is not None:
@@ -166,7 +167,14 @@ def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None, parity: dict
     if out_dir is None:
         return
     stem = out_dir / f"{stem_prefix}-{spec.model}-b{spec.batch}-s{spec.seq}"
-    write_jsonl(stem.with_suffix(".jsonl"), rows)
+    try:
+        write_jsonl(stem.with_suffix(".jsonl"), rows)
+    except OSError as exc:  # a finished benchmark is never lost: its rows go elsewhere, and that is said
+        import json
+
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        raise OutputError(f"{stem.with_suffix('.jsonl')}: cannot write ({exc.strerror or exc}); "
+                          f"the results are in {rescue(text, stem.name + '.jsonl')}") from None
     out.print(f"wrote {stem.with_suffix('.jsonl')}", highlight=False)
     if parity is not None:
         from trainstack.fsutil import atomic_write_json
@@ -193,12 +201,3 @@ def exit_code(rows: list[dict], ablation: bool, parity: bool = False) -> int:
     return 0 if ablation or rows[0]["status"] == "ok" else 1
 
 
-def compare(path_a: Path, path_b: Path) -> None:
-    from trainstack.bench.compare import print_compare
-
-    print_compare(path_a, path_b)
-
-
-def _wide() -> Console:
-    """stdout for the result tables: fitted to a terminal's width, never wrapped in a log."""
-    return out

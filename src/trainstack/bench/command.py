@@ -11,32 +11,42 @@ import typer
 
 
 def command(
-    model: str = typer.Option("125m", "--preset", "--model", "-m", help="Preset: tiny, 125m, 1b, 3b, 8b."),
+    ctx: typer.Context,
+    model: str = typer.Option("125m", "--preset", "-m", help="Preset: tiny, 125m, 1b, 3b, 8b."),
+    old_model: str | None = typer.Option(None, "--model", hidden=True, help="Deprecated spelling of --preset."),
     hf_config: Path | None = typer.Option(None, "--hf-config", help="A Hugging Face config.json (or its folder) instead of a preset; no download."),
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences per GPU per step."),
     seq: int | None = typer.Option(None, "--seq", "-s", help="Sequence length [default: 2048, or the model's max_seq if smaller]."),
     steps: int | None = typer.Option(None, "--steps", help="Timed steps [default: 20; 300 with --parity]."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed steps first (compilation happens here)."),
-    modes: str | None = typer.Option(None, "--modes", help="Mode, or comma-separated modes with --ablation: eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, ac-none, ac-full, ac-every-N, ac-selective, planned, joined by '+' (compile+bf16+fp8)."),
+    modes: str | None = typer.Option(None, "--modes", help="A mode, or modes with --ablation (commas): eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, ac-none, ac-full, ac-every-N, ac-selective, planned; join by '+'."),
     ablation: bool = typer.Option(False, "--ablation", help="Run each mode in a fresh process; one table, JSON lines and a PNG chart."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Folder for bench-<model>-b<batch>-s<seq>.jsonl (and .png for several modes)."),
+    out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Folder for bench-<model>-b<batch>-s<seq>.jsonl (and .png for several modes)."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
     memory_cap_gib: float | None = typer.Option(None, "--memory-cap-gib", help="Fail allocations beyond this many GiB per process, as on a smaller GPU."),
     timeout_s: float = typer.Option(1800.0, "--timeout", help="Seconds one ablation mode may take."),
     profile: Path | None = typer.Option(None, "--profile", help="Folder: profile 2 more steps per mode after the timed ones; a Chrome trace and a table of the kernels by time."),
     compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Two result files A and B: print an A/B table with ratios, run nothing."),
-    parity: str | None = typer.Option(None, "--parity", help="Two modes A,B: train both from the same seed on a learnable synthetic task and report the relative gap of the smoothed loss curves after the last step, the largest over the last third beside it (after the ablation, with --ablation)."),
+    parity: str | None = typer.Option(None, "--parity", help="Modes A,B trained from one seed on a learnable task: the gap of their smoothed losses at the end and its largest over the last third (after any --ablation)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result (the rows, or the A/B pairs of --compare) as one JSON document on stdout; the tables go to stderr."),
-    output: Path | None = typer.Option(None, "--output", help="Also write that JSON document to this file."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write that JSON document to this file."),
+    stack: Path | None = typer.Option(None, "--stack", help="A stack file whose [bench] table gives --preset, --batch, --seq, --steps, --warmup and --modes (several modes: an ablation); flags given here win."),
 ) -> None:
     """Measure training throughput (tokens/s, MFU, memory, step-time spread) of a Llama-family decoder.
 
     Under torchrun the model is sharded with FSDP2 and figures are per GPU and in total.
 
-    Exit 0 when measured, 1 when a mode failed or nothing was measured, 6 without torch or a GPU, 2 on bad input.
+    Every output path is checked before the first step; results that cannot be written where
+    asked go to a new file, and the error names it.
 
     Example: trainstack bench --preset 1b --batch 4 --seq 4096 --ablation --out results
     """
+    _check_outputs(out, output, profile)
+    if old_model is not None:
+        from trainstack.console import print_error
+
+        print_error("bench --model is now --preset (a preset name); --model will go", prefix="warning:")
+        model = old_model
     if compare is not None:
         from trainstack.bench.compare import print_compare
 
@@ -45,6 +55,12 @@ def command(
         if json_out or output is not None:
             _emit(_compare_document(*compare), json_out, output)
         return
+    if stack is not None:
+        table = _stack_table(ctx, stack)
+        model, batch, seq, steps, warmup = (table.get(k, v) for k, v in
+                                            (("preset", model), ("batch", batch), ("seq", seq), ("steps", steps), ("warmup", warmup)))
+        if "modes" in table:
+            modes, ablation = ",".join(table["modes"]), ablation or len(table["modes"]) > 1
     from trainstack.bench.presets import shape
     from trainstack.extras import require, require_cuda
 
@@ -55,11 +71,15 @@ def command(
         require_cuda("trainstack bench --device cuda")
     from trainstack.bench import api
     from trainstack.bench.device import dist_from_env
-    from trainstack.bench.modes import DEFAULT_ABLATION
+    from trainstack.bench.modes import DEFAULT_ABLATION, parse_modes
 
     chosen = modes or (",".join(DEFAULT_ABLATION) if ablation else "compile")
     steps = steps if steps is not None else (300 if parity else 20)
-    opts = api.BenchOptions(model, hf_config, batch, seq, steps, warmup, chosen, ablation, out, device, memory_cap_gib, timeout_s, profile, parity)
+    opts = api.BenchOptions(
+        model=model, hf_config=hf_config, batch=batch, seq=seq, steps=steps, warmup=warmup,
+        modes=tuple(parse_modes(chosen)), ablation=ablation, out=out, device=device, memory_cap_gib=memory_cap_gib,
+        timeout_s=timeout_s, profile=profile, parity=api.parse_parity(parity) if parity else None,
+    )
     with _tables_to_stderr(json_out):
         rows = api.benchmark(opts)
     code = api.exit_code(rows, ablation, parity=parity is not None)
@@ -71,16 +91,49 @@ def command(
         raise typer.Exit(code)
 
 
+def _stack_table(ctx: typer.Context, stack: Path) -> dict:
+    """The stack's [bench] settings that no flag on the command line overrides."""
+    from click.core import ParameterSource
+
+    from trainstack.stackfile import load_stack
+
+    table = load_stack(stack).bench.model_dump()
+    flags = {"preset": "model", "batch": "batch", "seq": "seq", "steps": "steps", "warmup": "warmup", "modes": "modes"}
+    return {key: value for key, value in table.items()
+            if ctx.get_parameter_source(flags[key]) in (ParameterSource.DEFAULT, None)}
+
+
+def _check_outputs(out: Path | None, output: Path | None, profile: Path | None) -> None:
+    """Before torch is imported and anything runs: each path bench will write can be written."""
+    from trainstack.fsutil import check_output
+
+    for path, option, folder in ((out, "--out", True), (output, "--output", False), (profile, "--profile", True)):
+        if path is not None:
+            check_output(path, option, folder=folder)
+
+
 def _tables_to_stderr(json_out: bool) -> contextlib.AbstractContextManager:
     """With --json, stdout carries the JSON document alone: what bench prints for people goes to stderr."""
     return contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext()
 
 
 def _emit(document: dict, json_out: bool, output: Path | None) -> None:
+    """The document on stdout (--json) and in --output; where the file cannot be written, in a
+    new file beside the work (bench.rescue), named in the error: measured results are never lost."""
     from trainstack.console import emit_json
+    from trainstack.errors import OutputError
     from trainstack.fsutil import dump_json
 
-    emit_json(dump_json(_finite(document)), to_stdout=json_out, output=output)
+    text = dump_json(_finite(document))
+    emit_json(text, to_stdout=json_out, output=None)
+    if output is None:
+        return
+    try:
+        emit_json(text, to_stdout=False, output=output)
+    except OSError as exc:
+        from trainstack.bench.report import rescue
+
+        raise OutputError(f"--output {output}: cannot write ({exc.strerror or exc}); the results are in {rescue(text, output.name)}") from None
 
 
 def _finite(value: object) -> object:

@@ -11,8 +11,11 @@ from pathlib import Path
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from trainstack.errors import SpecError
+from trainstack.fsutil import describe_os_error, loads_strict, read_regular
+from trainstack.stackfile import grammar
 
 ACCEPTED = "a JSON-lines file written by 'trainstack bench'"
 
@@ -20,24 +23,49 @@ ACCEPTED = "a JSON-lines file written by 'trainstack bench'"
 def read_rows(path: Path) -> list[dict]:
     """Rows from a JSON-lines file (or a JSON list); errors name the file and line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, "bench results file").decode("utf-8")  # a FIFO is refused unopened
     except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or "not UTF-8 text"
+        why = describe_os_error(exc) if isinstance(exc, OSError) else "not UTF-8 text"
         raise SpecError(f"{path}: cannot read ({why}); accepted: {ACCEPTED}") from None
     rows = _parse_list(path, text) if text.lstrip().startswith("[") else _parse_lines(path, text)
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, dict) or not {"model", "mode", "status"} <= row.keys():
             raise SpecError(f"{path}: row {number} lacks 'model', 'mode' or 'status'; accepted: rows written by 'trainstack bench'")
+        _check_row(path, number, row)
     if not rows:
         raise SpecError(f"{path}: no result rows; accepted: {ACCEPTED}")
     return rows
 
 
+TEXTS = ("model", "mode", "status")
+COUNTS = ("batch", "seq", "world_size")
+FIGURES = ("tokens_per_s_per_gpu", "mfu", "mem_allocated_gib")
+
+
+def _check_row(path: Path, number: int, row: dict) -> None:
+    """The fields the table shows, each of its own kind: one-line text, whole counts, numbers."""
+    for field in (*TEXTS, *COUNTS, *FIGURES):
+        value = row.get(field)
+        if field in TEXTS:
+            ok = isinstance(value, str) and not grammar.CONTROL.search(value)
+            accepted = "one line of text"
+        elif field in COUNTS:
+            ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53)
+            accepted = "a whole number"
+        else:
+            ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+            accepted = "a number"
+        if not ok:
+            raise SpecError(f"{path}: row {number}: {field}: '{grammar.shown(value)}' is not {accepted}; accepted: {ACCEPTED}")
+
+
 def _parse_list(path: Path, text: str) -> list:
     try:
-        rows = json.loads(text)
+        rows = loads_strict(text, allow_nan=True)
     except json.JSONDecodeError as exc:
         raise SpecError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:
+        raise SpecError(f"{path}: not valid JSON ({exc if isinstance(exc, ValueError) else 'nested too deeply'})") from None
     return rows if isinstance(rows, list) else [rows]
 
 
@@ -47,9 +75,12 @@ def _parse_lines(path: Path, text: str) -> list:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append(loads_strict(line, allow_nan=True))
         except json.JSONDecodeError as exc:
             raise SpecError(f"{path}:{number}: not a JSON object ({exc.msg}); accepted: one result object per line") from None
+        except (ValueError, RecursionError) as exc:
+            why = exc if isinstance(exc, ValueError) else "nested too deeply"
+            raise SpecError(f"{path}:{number}: not a JSON object ({why}); accepted: one result object per line") from None
     return rows
 
 
@@ -100,14 +131,15 @@ def compare_table(path_a: Path, path_b: Path) -> Table:
     a = {_key(r): r for r in read_rows(path_a)}
     b = {_key(r): r for r in read_rows(path_b)}
     # light rules, cells that wrap between words: in a narrow terminal every figure stays whole
-    table = Table(title=f"A = {path_a.name}   B = {path_b.name}", box=box.SIMPLE_HEAD)
+    # names as plain text: a '[' in a file's, a model's or a mode's name is no rich markup
+    table = Table(title=Text(f"A = {path_a.name}   B = {path_b.name}"), box=box.SIMPLE_HEAD)
     for name in COLUMNS:
         table.add_column(name, justify="left" if name in ("model", "mode") else "right", overflow="fold")
     for key in list(a) + [k for k in b if k not in a]:
         ra, rb = a.get(key), b.get(key)
-        table.add_row(
+        table.add_row(*(Text(cell) for cell in (
             str(key[0]), str(key[1]), f"{key[2]} x {key[3]}", str(key[4]),
             _pair(ra, rb, "tokens_per_s_per_gpu", ",.0f"), _pair(ra, rb, "mfu", "", ratio=False),
             _pair(ra, rb, "mem_allocated_gib", ".1f"),
-        )
+        )))
     return table

@@ -314,14 +314,3 @@ def _add_t_mm_fp32(acc: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor) -
         return torch.addmm(acc, a.t(), b, out_dtype=torch.float32, out=acc)
     partial = (a.t() @ b).float()
     return partial if acc is None else acc.add_(partial)
-
-
-def from_hf_config(path: str) -> ModelConfig:
-    """A ModelConfig from a Hugging Face Llama-family config (a config.json or its folder).
-
-    Read with transformers' AutoConfig, no download. Architectures whose fields do not map
-    onto this decoder are refused with the field that is missing.
-    """
-    from trainstack.bench.hf import model_config_from_hf
-
-    return model_config_from_hf(path)

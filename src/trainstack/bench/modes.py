@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from torch import nn
+from typing import TYPE_CHECKING
 
 from trainstack.errors import TrainstackError, UsageError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 ACCEPTED = "eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, ac-none, ac-full, ac-every-N, ac-selective, planned, or parts joined by '+'"
 DEFAULT_ABLATION = ("eager", "compile", "compile+bf16", "ac-full", "ac-every-2", "ac-selective", "compile+ac-selective", "planned")
@@ -105,10 +108,8 @@ def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: 
     """Let memplan choose what to recompute for ``budget_bytes`` (for compiled blocks when
     ``compiled``; ``precision`` as memplan names the mode's weights, gradients and optimizer
     state); returns (model, plan)."""
-    try:
-        from trainstack.memplan import apply, plan_memory
-    except ImportError:
-        raise ModeUnavailable("unavailable: memplan not installed") from None
+    from trainstack.memplan import apply, plan_memory
+
     try:
         if hasattr(model, "example_batch"):  # a Hugging Face model: planned from the model itself
             from trainstack.memplan import plan as plan_model

@@ -4,6 +4,7 @@ a parity run, its loss curves and their relative gap."""
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 
 from trainstack.fsutil import atomic_write_bytes
@@ -17,25 +18,34 @@ def write_chart(path: Path, rows: list[dict], title: str, parity: dict | None = 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    bars = 0.5 * len(rows) + 2
-    fig = Figure(figsize=(11, bars + (4 if parity else 0)), layout="constrained")
-    if parity:
-        top, bottom = fig.subfigures(2, 1, height_ratios=[bars, 4])
-        _bars(top, rows)
-        _parity(bottom, parity)
-    else:
-        _bars(fig, rows)
-    fig.suptitle(title)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    # a model's or a mode's name is plain text: a '$' in it never starts mathtext
+    with matplotlib.rc_context({"text.parse_math": False}):
+        bars = 0.5 * len(rows) + 2
+        fig = Figure(figsize=(11, bars + (4 if parity else 0)), layout="constrained")
+        if parity:
+            top, bottom = fig.subfigures(2, 1, height_ratios=[bars, 4])
+            _bars(top, rows)
+            _parity(bottom, parity)
+        else:
+            _bars(fig, rows)
+        fig.suptitle(title)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110)
     atomic_write_bytes(path, buf.getvalue())
+
+
+FIGURE_MAX = 1e15  # beyond any measurement; the axis' ticks overflow near the float's limit
+
+
+def _bounded(value: float | None) -> float:
+    return min(value, FIGURE_MAX) if value is not None and math.isfinite(value) and value >= 0 else 0.0
 
 
 def _bars(fig, rows: list[dict]) -> None:
     modes = [r["mode"] for r in rows]
     ok = [r.get("status") == "ok" for r in rows]
-    tps = [r["tokens_per_s_per_gpu"] if good else 0.0 for r, good in zip(rows, ok)]
-    mfu = [100 * r["mfu"] if good and r.get("mfu") is not None else 0.0 for r, good in zip(rows, ok)]
+    tps = [_bounded(r["tokens_per_s_per_gpu"]) if good else 0.0 for r, good in zip(rows, ok)]
+    mfu = [_bounded(100 * r["mfu"]) if good and r.get("mfu") is not None else 0.0 for r, good in zip(rows, ok)]
     left, right = fig.subplots(1, 2, sharey=True)
     y = range(len(rows))
     left.barh(y, tps, color=["tab:blue" if good else "lightgray" for good in ok])

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from trainstack.bench.mfu import FORMULA
+from trainstack.errors import OutputError
 from trainstack.fsutil import atomic_write_text
 
 
@@ -22,7 +24,7 @@ def _speedup(row: dict, baseline: dict | None) -> str:
 
 
 def results_table(rows: list[dict], title: str = "trainstack bench") -> Table:
-    table = Table(title=title)
+    table = Table(title=Text(title))  # names as plain text: a '[' in a model's name is no markup
     for name, justify in (
         ("mode", "left"), ("status", "left"), ("tok/s/GPU", "right"), ("tok/s total", "right"), ("vs eager", "right"),
         ("MFU", "right"), ("MFU fp8 peak", "right"), ("TFLOP/s/GPU", "right"), ("step ms median [p10-p90]", "right"),
@@ -33,11 +35,12 @@ def results_table(rows: list[dict], title: str = "trainstack bench") -> Table:
     for row in rows:
         if row.get("status") != "ok":
             error = row.get("error") or ""
-            table.add_row(row["mode"], f"[red]{row['status'].upper()}[/]", error if len(error) <= 40 else error[:39] + "…", *[""] * 9)
+            table.add_row(Text(row["mode"]), Text(row["status"].upper(), style="red"),
+                          Text(error if len(error) <= 40 else error[:39] + "…"), *[""] * 9)
             continue
         mfu = "unknown" if row["mfu"] is None else f"{row['mfu']:.1%}"
         table.add_row(
-            row["mode"], "ok", fmt(row["tokens_per_s_per_gpu"]), fmt(row["tokens_per_s_total"]), _speedup(row, baseline),
+            Text(row["mode"]), "ok", fmt(row["tokens_per_s_per_gpu"]), fmt(row["tokens_per_s_total"]), _speedup(row, baseline),
             mfu, _mfu_fp8(row), fmt(row["achieved_tflops_per_gpu"], ".1f"),
             f"{row['step_ms_median']:.1f} [{row['step_ms_p10']:.1f}-{row['step_ms_p90']:.1f}]",
             f"{fmt(row['mem_allocated_gib'], '.1f', 'n/a')}/{fmt(row['mem_reserved_gib'], '.1f', 'n/a')}",
@@ -105,3 +108,22 @@ def _count(n: int) -> str:
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
+
+def rescue(text: str, name: str) -> Path:
+    """Write results that could not go where they were asked to a new file, in the current
+    folder or else the temporary one; its path. Raises OutputError when neither can hold them."""
+    import os
+    import tempfile
+
+    for folder in (Path.cwd(), Path(tempfile.gettempdir())):
+        try:
+            fd, path = tempfile.mkstemp(prefix=f"{Path(name).stem}.", suffix=Path(name).suffix or ".json", dir=folder)
+        except OSError:
+            continue
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            return Path(path)
+        except OSError:
+            Path(path).unlink(missing_ok=True)  # a half-written copy is no copy
+    raise OutputError(f"{name}: the results could not be written anywhere (the current folder and the temporary one refused)")

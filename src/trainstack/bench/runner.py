@@ -34,7 +34,7 @@ PROFILE_STEPS = 2
 class RunSpec:
     model: str
     cfg: ModelConfig | HfShape
-    mode: str = "eager"
+    mode: Mode = Mode()  # parsed once, where the user named it
     batch: int = 1
     seq: int = 512
     steps: int = 20
@@ -50,12 +50,13 @@ class RunSpec:
     def to_json(self) -> dict:
         data = asdict(self)
         data["cfg"] = self.cfg.to_dict()
+        data["mode"] = self.mode.name
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> RunSpec:
         cfg = HfShape(**data["cfg"]) if "path" in data["cfg"] else ModelConfig(**data["cfg"])
-        return cls(**{**data, "cfg": cfg})
+        return cls(**{**data, "cfg": cfg, "mode": parse_mode(data["mode"])})
 
 
 @dataclass
@@ -92,7 +93,7 @@ def run(spec: RunSpec) -> dict:
 def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
     dev.cap_memory(device, spec.memory_cap_bytes)
     torch.manual_seed(spec.seed)  # the same initial weights on every rank; data differs by rank
-    mode = parse_mode(spec.mode)
+    mode = spec.mode
     model, plan, fp8_note = build(spec, mode, device, dist)
     opt = optimizer(model, mode, spec.lr, device, dist)
     batches = synthetic_batches(spec, device, dist)
@@ -145,7 +146,7 @@ def _profile(spec: RunSpec, step, device: torch.device, dist: dev.Dist) -> dict:
     from trainstack.bench.profile import profile_steps
 
     rank = f"-rank{dist.rank}" if dist.enabled else ""
-    mode = parse_mode(spec.mode).name.replace("+", "_")  # a name any file system and copy tool takes
+    mode = spec.mode.name.replace("+", "_")  # a name any file system and copy tool takes
     stem = Path(spec.profile_dir) / f"profile-{spec.model}-{mode}-b{spec.batch}-s{spec.seq}{rank}"
     first = spec.warmup + spec.steps
     return {"profile": profile_steps(step, first, PROFILE_STEPS, stem, device)}
@@ -254,7 +255,7 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
         "mfu": fraction,
         "peak_tflops": peak.bf16_tflops if peak else None,
         "peak_source": peak.source if peak else None,
-        **(fp8_basis if parse_mode(spec.mode).fp8 else {}),
+        **(fp8_basis if spec.mode.fp8 else {}),
         "achieved_tflops_per_gpu": per_gpu * row["flops_per_token"] / 1e12,
         "step_ms_median": median * 1e3,
         "step_ms_p10": deciles[0] * 1e3,
@@ -276,13 +277,13 @@ def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
     cfg = spec.cfg
     return {
         "model": spec.model,
-        "mode": parse_mode(spec.mode).name,
+        "mode": spec.mode.name,
         "batch": spec.batch,
         "seq": spec.seq,
         "world_size": dist.world_size,
         "device_type": device.type,
         "device_name": dev.device_name(device),
-        "precision": _precision(device, dist, parse_mode(spec.mode)),
+        "precision": _precision(device, dist, spec.mode),
         "params": cfg.total_params(),
         "non_embedding_params": cfg.non_embedding_params(),
         "flops_per_token": flops_per_token(cfg, spec.seq),

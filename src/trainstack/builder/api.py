@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from rich.text import Text
+
 from trainstack.builder.backend import Backend, BuildJob
 from trainstack.builder.cpu import budget_for, effective_cpus, max_jobs
 from trainstack.builder.record import BuildRecord
@@ -143,8 +145,10 @@ def _run(
     start = time.perf_counter()
     jobs = {s.component.key: max_jobs(cpus, budget_for(s.component)) for s in layers.sources}
     job = BuildJob(inputs, layers, staging, final, skip_sources, _ca_bundle(inputs), cpus, jobs)
-    steps = Steps(staging, retries=inputs.stack.build.retries)
+    steps = Steps(staging, retries=inputs.stack.build.retries, shown_root=final)
     err.print(f"[bold]{layers.flavour.slug}[/] ({backend.name}): {cpus:g} CPUs", highlight=False)
+    err.print(Text(f"logs: {final / 'logs'} once built (while building: {staging / 'logs'}; "
+                   f"a failed build's under {final / 'logs'}/failed-<time>/)", style="dim"), highlight=False, soft_wrap=True)
     output = backend.build(job, steps)
     record = BuildRecord(
         stack=inputs.stack.stack.name,

@@ -19,15 +19,15 @@ def command(
     json_out: bool = typer.Option(False, "--json", help="Print the build records (build.json of each flavour) as a JSON list on stdout."),
 ) -> None:
     """Build each flavour: BUILD_DIR/<flavour>/ gets venv/ (or an image), build.json and logs/.
-
-    Exit 0 when built, 7 when a step fails (its log kept under BUILD_DIR/<flavour>/logs/), 5 on network
-    failure, 6 when a tool is missing, 4 when the lock is stale, 2 on bad input.
+    A failed step's log is kept under BUILD_DIR/<flavour>/logs/.
 
     Example: trainstack build examples/stacks/cpu-minimal.toml --backend venv
     """
     from trainstack.builder import build_stack
     from trainstack.console import out
+    from trainstack.fsutil import check_output
 
+    check_output(build_dir, "--build-dir", folder=True)
     records = build_stack(
         stack, flavour=flavour, backend=backend, build_dir=build_dir, skip_sources=skip_sources, force=force
     )

@@ -20,16 +20,21 @@ from typing import TYPE_CHECKING
 
 from trainstack import proc
 from trainstack.builder.ccache import compiler_cache_env
+from trainstack.builder.cpu import available_memory, bound_jobs, budget_for, unit_memory
 from trainstack.builder.record import ExtensionRecord
+from trainstack.builder.resume import KeptBuild, Units, ninja_units, toolchain_identity
 from trainstack.builder.steps import Steps
+from trainstack.console import err
 from trainstack.errors import BuildError
 from trainstack.fsutil import atomic_write_json
 from trainstack.render.lockfile import parse_lock
+from trainstack.rules import Rules, cuda_archs
 from trainstack.rules.toolchain import toolchain_rules
 
 if TYPE_CHECKING:
     from trainstack.builder.backend import BuildJob
     from trainstack.render.layers import SourceBuild
+    from trainstack.stackfile.models import Component
 
 PROBE_KERNEL = "__global__ void trainstack_probe(float* x) { x[threadIdx.x] *= 2.0f; }\n"
 _TOOL_DIRS = ("bin", "include", "nvvm", "lib")
@@ -134,11 +139,9 @@ def _first_error(log: Path) -> str:
     return re.sub(r"/\S*/(tmpxft_|probe)", r"\1", " ".join(found.split()))
 
 
-def probe_arch(archs: list[str], cuda: str) -> str:
+def probe_arch(rules: Rules, archs: list[str], cuda: str) -> str:
     """The first GPU target of the stack, else the oldest one the release's nvcc builds."""
-    from trainstack.rules import cuda_archs
-
-    return archs[0] if archs else cuda_archs(cuda)[0]
+    return archs[0] if archs else cuda_archs(rules, cuda)[0]
 
 
 def ccache_launch(home: Path | None, workdir: Path) -> tuple[Path | None, dict[str, str]]:
@@ -186,6 +189,11 @@ class WheelCache:
     def folder(self, key: ExtensionKey) -> Path:
         return self.root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', key.package)}-{key.digest()}"
 
+    def kept_folder(self, key: ExtensionKey) -> Path:
+        """Where an unfinished build of ``key`` keeps its source and objects (trainstack.builder.resume)."""
+        folder = self.folder(key)
+        return folder.with_name(folder.name + ".partial")
+
     def lookup(self, key: ExtensionKey) -> tuple[Path, dict] | None:
         folder = self.folder(key)
         wheels = sorted(folder.glob("*.whl"))
@@ -221,17 +229,55 @@ def build_wheel(
     free_disk_gb: float | None = None,
 ) -> tuple[Path, ExtensionRecord]:
     """The extension's wheel from the cache, or built now (uv build, no isolation: it compiles
-    against the environment's torch) and stored. Step ``compile-<name>`` either way."""
+    against the environment's torch) and stored. Step ``compile-<name>`` either way.
+
+    A cached source tree is built in the cache's kept folder (trainstack.builder.resume), so a
+    build stopped at any point goes on from the units ninja finished; the folder goes once the
+    wheel is stored."""
     found = cache.lookup(key) if cache is not None else None
     if found is not None and cache is not None:
         wheel, meta = found
+        shutil.rmtree(cache.kept_folder(key), ignore_errors=True)  # left by a build killed right after storing
         steps.timed(f"compile-{name}", lambda: None, detail=f"cache hit {cache.folder(key).name}")
         record = ExtensionRecord(
             key=key.digest(), cache="hit", compile_seconds=0.0, ccache_hit_rate=None,
             wheel=wheel.name, wheel_bytes=wheel.stat().st_size,
         )  # fmt: skip
         return wheel, record
+    if cache is None or not (Path(target).is_dir() or str(target).endswith((".tar.gz", ".zip"))):
+        return _compile(steps, cache, key, name=name, target=target, python=python, env=env, out=out, free_disk_gb=free_disk_gb)
+    kept = KeptBuild(cache.kept_folder(key), key, toolchain_identity({**os.environ, **env}))
+    with kept.held():
+        earlier = kept.open(Path(target))
+        if earlier is not None:
+            err.print(
+                f"{name}: resuming: {earlier.done} of {earlier.total} units compiled by an earlier run ({kept.folder.name})",
+                highlight=False, markup=False,
+            )
+        wheel, record = _compile(
+            steps, cache, key, name=name, target=kept.source, python=python, env=env, out=out, free_disk_gb=free_disk_gb,
+            earlier=earlier,
+        )  # fmt: skip
+        kept.discard()
+    return wheel, record
+
+
+def _compile(
+    steps: Steps,
+    cache: WheelCache | None,
+    key: ExtensionKey,
+    *,
+    name: str,
+    target: Path | str,
+    python: Path,
+    env: dict[str, str],
+    out: Path,
+    free_disk_gb: float | None,
+    earlier: Units | None = None,
+) -> tuple[Path, ExtensionRecord]:
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.whl"):  # an interrupted run's
+        stale.unlink()
     before = ccache_counts(env)
     start = time.perf_counter()
     steps.run(
@@ -245,11 +291,15 @@ def build_wheel(
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"step compile-{name}: expected one wheel in {out}, found {len(wheels)}")
+    units = ninja_units(Path(target)) if Path(target).is_dir() else None
     meta = {"compile_seconds": seconds, "ccache_hit_rate": rate}
     stored = cache.store(key, wheels[0], meta) if cache is not None else wheels[0]
     record = ExtensionRecord(
         key=key.digest(), cache="miss" if cache is not None else "off", compile_seconds=seconds, ccache_hit_rate=rate,
         wheel=stored.name, wheel_bytes=stored.stat().st_size,
+        units=units.total if units is not None else None,
+        units_resumed=earlier.done if earlier is not None else (0 if units is not None else None),
+        unit_seconds=units.seconds if units is not None else None,
     )  # fmt: skip
     return stored, record
 
@@ -283,12 +333,12 @@ class ExtensionBuilder:
         self.home = cuda_home(self.venv, self.work / "cuda-home")
         if self.home is None:
             raise BuildError(f"flavour {flavour.slug}: the toolchain layer installed no nvcc", hint="re-lock the stack")
-        probe_compile(self.steps, self.home, probe_arch(self.archs, flavour.cuda), self.work / "nvcc-probe")
+        probe_compile(self.steps, self.home, probe_arch(self.job.inputs.stack.rules_in_effect, self.archs, flavour.cuda), self.work / "nvcc-probe")
 
-    def compile_env(self, key: str, build_env: dict[str, str], python: Path) -> dict[str, str]:
-        """MAX_JOBS from the CPU budget, the toolchain first on PATH, CUDA_HOME, the GPU targets,
-        the compiler cache; the component's own build_env wins over all of them."""
-        jobs = str(self.job.max_jobs.get(key, 1))
+    def compile_env(self, key: str, build_env: dict[str, str], python: Path, jobs: int | None = None) -> dict[str, str]:
+        """MAX_JOBS (``jobs``, else the CPU budget's), the toolchain first on PATH, CUDA_HOME,
+        the GPU targets, the compiler cache; the component's own build_env wins over all of them."""
+        jobs_text = str(jobs if jobs is not None else self.job.max_jobs.get(key, 1))
         settings = self.job.inputs.stack.build.compiler_cache
         cache = compiler_cache_env(
             settings, self.job.final.parent, launcher=False, stack_folder=self.job.inputs.stack_path.parent
@@ -298,8 +348,8 @@ class ExtensionBuilder:
         env = {
             "VIRTUAL_ENV": str(self.venv),
             "PATH": os.pathsep.join(path),  # ccache's links, then the toolchain's ninja and cmake
-            "MAX_JOBS": jobs,
-            "CMAKE_BUILD_PARALLEL_LEVEL": jobs,
+            "MAX_JOBS": jobs_text,
+            "CMAKE_BUILD_PARALLEL_LEVEL": jobs_text,
             **cache,
             **launch,
             **arch_env(self.archs),
@@ -310,6 +360,17 @@ class ExtensionBuilder:
             # GPU targets named on a build machine without a GPU: else DeepSpeed picks its CPU accelerator
             env["DS_ACCELERATOR"] = "cuda"
         return {**env, **build_env}
+
+    def jobs(self, comp: Component) -> int:
+        """MAX_JOBS for ``comp``: its CPU budget, no more than free memory holds at its unit
+        estimate, the bound printed; what build.json's max_jobs records."""
+        if "MAX_JOBS" in comp.build_env:
+            err.print(f"{comp.key}: jobs: {comp.build_env['MAX_JOBS']} (MAX_JOBS in its build_env)", highlight=False, markup=False)
+            return self.job.max_jobs.get(comp.key, 1)
+        bound = bound_jobs(self.job.cpus, budget_for(comp), available_memory(), unit_memory(comp))
+        err.print(f"{comp.key}: {bound.text()}", highlight=False, markup=False)
+        self.job.max_jobs[comp.key] = bound.jobs
+        return bound.jobs
 
     def key(self, src: SourceBuild, env: dict[str, str]) -> ExtensionKey:
         comp, layers = src.component, self.job.layers
@@ -332,7 +393,7 @@ class ExtensionBuilder:
 
     def build(self, src: SourceBuild, target: Path | str, python: Path, env: dict[str, str], free_disk_gb: float) -> None:
         comp = src.component
-        compile_env = {**env, **self.compile_env(comp.key, comp.build_env, python)}
+        compile_env = {**env, **self.compile_env(comp.key, comp.build_env, python, self.jobs(comp))}
         key = self.key(src, compile_env)
         # a local path can change under the same version: built every time, never cached
         cache = self.cache if comp.path is None else None

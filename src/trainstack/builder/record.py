@@ -29,6 +29,9 @@ class ExtensionRecord(BaseModel):
     ccache_hit_rate: float | None  # None: no compiler cache, or nothing went through it
     wheel: str
     wheel_bytes: int
+    units: int | None = None  # ninja's compile units (None: not built through ninja, or a cache hit)
+    units_resumed: int | None = None  # of them, compiled by an earlier, interrupted run
+    unit_seconds: float | None = None  # the units' compile seconds in ninja's log, earlier runs' included
 
 
 class BuildRecord(BaseModel):

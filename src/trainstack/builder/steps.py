@@ -34,6 +34,12 @@ _TRANSIENT = re.compile(
     r"failed to fetch|early EOF|remote end hung up|unexpected disconnect|Failed to download",
     re.IGNORECASE,
 )
+# What a failed command prints when the network was not there at all (no DNS, no route): exit 5, not 7.
+_NETWORK_DOWN = re.compile(
+    r"failed to lookup address information|could not resolve host|name or service not known|"
+    r"temporary failure in name resolution|network is unreachable|dns error",
+    re.IGNORECASE,
+)
 _NO_SPACE = re.compile(r"No space left on device|Disk quota exceeded", re.IGNORECASE)
 _NOT_TRANSIENT = re.compile(r"hash mismatch|not found|does not exist|no matching|404", re.IGNORECASE)
 _URL = re.compile(r"https?://[^\s'\"<>()\[\]`]+")
@@ -80,8 +86,11 @@ def looks_transient(output: str) -> bool:
 class Steps:
     """Runs and records the steps of one flavour's build; logs go under ``root/logs``."""
 
-    def __init__(self, root: Path, *, retries: int = 4, retry_wait: float = 1.0) -> None:
+    def __init__(self, root: Path, *, retries: int = 4, retry_wait: float = 1.0, shown_root: Path | None = None) -> None:
         self.root = root
+        # where ``root`` ends once the build is done (a staging folder is renamed into place):
+        # the log paths printed are those, so that they still exist after a successful build
+        self.shown_root = shown_root
         self.records: list[StepRecord] = []
         self.retries = retries
         self.retry_wait = retry_wait
@@ -90,6 +99,12 @@ class Steps:
 
     def _output(self, line: str) -> None:
         self.last_output = line
+
+    def shown(self, path: Path) -> Path:
+        """``path`` (under ``root``) as it will be named once the build is done."""
+        if self.shown_root is None or self.root not in path.parents:
+            return path
+        return self.shown_root / path.relative_to(self.root)
 
     def log_path(self, name: str) -> Path:
         return self.root / "logs" / f"{len(self.records) + 1:02d}-{name}.log"
@@ -147,6 +162,9 @@ class Steps:
                     f"step {name}: no space left on the device ({free_gb(self.root):.2f} GiB free on {self.root})",
                     hint="free some space; the previous build of this flavour is unchanged",
                 )
+            if _NETWORK_DOWN.search(result.stdout + result.stderr):
+                host = f" (last URL: {self.failure.url})" if self.failure and self.failure.url else ""
+                raise NetworkError(f"step {name}: network failure: {_last_line(result)}{host}", hint=f"full output in {log}")
             raise BuildError(
                 f"step {name} failed (exit {result.returncode}): {_last_line(result)}",
                 hint=f"full output in {log}",
@@ -175,7 +193,7 @@ class Steps:
         The step is shown and recorded as failed when ``fn`` raises or ``ok(value)`` is false.
         """
         start = time.perf_counter()
-        where = f" (log: {log})" if log is not None else ""
+        where = f" (log: {self.shown(log)})" if log is not None else ""
         if not err.is_terminal:
             err.print(Text(f"… {name}{where}"), highlight=False)
         try:

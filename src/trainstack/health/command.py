@@ -17,7 +17,7 @@ def command(
     level: int = typer.Option(1, "--level", help="1: NVML and host (seconds); 2: + GEMM and copies (< 60 s a GPU); "
                               "3: + all-reduce and sustained GEMM."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (schema: HealthReport)."),
-    output: Path | None = typer.Option(None, "--output", help="Also write the report as JSON to this file."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write the report as JSON to this file."),
     expect_gpus: int | None = typer.Option(None, "--expect-gpus", help="GPUs this node must show."),
     thresholds: Path | None = typer.Option(None, "--thresholds", help="TOML file laid over the built-in thresholds."),
     min_driver: str | None = typer.Option(None, "--min-driver", help="Minimum driver version, e.g. 550.54.15."),
@@ -27,8 +27,8 @@ def command(
 ) -> None:
     """Check whether this node can run a training job. Exit 0 ok, 1 warn, 2 critical, 3 unknown.
 
-    The worst check sets the exit code, in the order ok < warn < unknown < critical. Levels 2
-    and 3 without torch installed: exit 6.
+    The worst check sets the exit code, in the order ok < warn < unknown < critical. Bad input
+    exits 64, not 2, so that monitoring tools never read a typo as a critical node.
 
     Example: trainstack health --level 2 --expect-gpus 8 --json
     """
@@ -43,6 +43,10 @@ def command(
     if not (0 < duration < float("inf") and 0 < allreduce_gib < float("inf")):
         raise UsageError("--duration and --allreduce-gib: accepted are positive numbers")
     check_paths(min_driver, disk, thresholds)
+    if output is not None:
+        from trainstack.fsutil import check_output
+
+        check_output(output, "--output")
     if level >= 2:
         from trainstack.extras import require
 

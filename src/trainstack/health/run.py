@@ -90,10 +90,11 @@ def _expectations(opts: HealthOptions, t: Thresholds, tor: Torch) -> Expectation
 def _rules_min_driver(cuda: str) -> tuple[str, str] | None:
     """The compatibility rules' minimum driver for the CUDA torch was built for, with its source."""
     from trainstack.errors import RuleViolation
-    from trainstack.rules import load_rules, min_driver
+    from trainstack.rules import min_driver, shipped_rules
 
     try:
-        return min_driver(cuda), f"rules: CUDA {cuda} ({load_rules().cuda.driver.source})"
+        rules = shipped_rules()
+        return min_driver(rules, cuda), f"rules: CUDA {cuda} ({rules.cuda.driver.source})"
     except RuleViolation:
         return None
 

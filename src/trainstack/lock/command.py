@@ -18,8 +18,6 @@ def command(
     """Resolve every flavour with uv (hashes, per-flavour Python and platform) and write
     <stack>.lock/stack.lock.json and locks/<flavour>.txt; unchanged inputs change no file.
 
-    Exit 0 when locked, 4 when resolution fails, 3 when a rule is broken, 5 on network failure, 10 when the lock cannot be written (the previous one is kept), 2 on bad input.
-
     Example: trainstack lock examples/stacks/cpu-minimal.toml --upgrade-package numpy
     """
     from trainstack.console import out

@@ -14,8 +14,6 @@ def command(
 ) -> None:
     """Print <image>-<flavour slug>-<12 hex> per flavour, from a lock that matches the stack.
 
-    Exit 0 with the keys, 4 when the lock is missing or no longer matches the stack, 2 on bad input.
-
     Example: trainstack keys examples/stacks/cpu-minimal.toml
     """
     from trainstack.console import out

@@ -38,7 +38,7 @@ from trainstack.lock.manifest import (
 from trainstack.lock.plan import FlavourPlan, plan_flavour, require_one_release, stack_inputs_hash
 from trainstack.lock.resolve import compile_request, uv_version
 from trainstack.redact import strip_userinfo
-from trainstack.rules.check import require_rules
+from trainstack.stackfile.compat import require_rules
 from trainstack.stackfile import expand_flavours, grammar, load_stack, select_flavour
 from trainstack.stackfile.models import Stack
 

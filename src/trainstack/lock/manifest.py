@@ -183,7 +183,7 @@ def load_manifest(path: Path) -> Manifest:
     """Read a stack.lock.json; LockError when missing, SpecError when it is anything but a
     manifest (a directory, a FIFO, binary data, invalid or too deeply nested JSON, NaN)."""
     try:
-        data = loads_strict(read_regular(path, "lock manifest").decode("utf-8"))
+        data = loads_strict(read_regular(path, "lock manifest", inside=path.parent).decode("utf-8"))
     except FileNotFoundError:
         raise LockError(f"{path}: no lock manifest", hint="run 'trainstack lock STACK' first") from None
     except OSError as exc:
@@ -203,7 +203,7 @@ def load_manifest(path: Path) -> Manifest:
         loc = [str(p) for p in first["loc"]]
         field = ".".join(grammar.shown(p) for p in loc) or "(top level)"
         message = grammar.shown(str(first["msg"]).removeprefix("Value error, "), 300)
-        line = _json_line(read_regular(path, "lock manifest").decode("utf-8"), loc)
+        line = _json_line(read_regular(path, "lock manifest", inside=path.parent).decode("utf-8"), loc)
         raise SpecError(f"{path}:{line}: {field}: {message}" if line else f"{path}: {field}: {message}") from None
 
 
@@ -264,11 +264,8 @@ def read_lock_text(
         _matching(relative, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.txt')")
     except ValueError as exc:
         raise SpecError(f"{lock_dir / MANIFEST_NAME}: {exc}") from None
-    folder = lock_dir.resolve()
-    if folder not in path.resolve().parents:
-        raise SpecError(f"{path}: leads out of the lock folder {folder} (a symbolic link); a lock file is a file in it")
     try:
-        text = read_regular(path, "lock file").decode("utf-8")
+        text = read_regular(path, "lock file", inside=lock_dir, folder_name="lock folder").decode("utf-8")
     except FileNotFoundError:
         raise
     except OSError as exc:

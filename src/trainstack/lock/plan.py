@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 from trainstack import rules
 from trainstack.errors import LockError
-from trainstack.rules.check import torch_version
+from trainstack.stackfile.compat import torch_version
 from trainstack.rules.toolchain import release_message, release_mismatches, toolkit_requirement
 from trainstack.stackfile.matrix import Flavour, components_for
 from trainstack.stackfile.models import Component, Stack
@@ -67,7 +67,7 @@ def plan_flavour(stack: Stack, flavour: Flavour) -> FlavourPlan:
     variant = _variant_index(stack, flavour)
     base = dict(
         python=flavour.python,
-        platform=rules.python_platform(flavour.os),
+        platform=rules.python_platform(stack.rules_in_effect, flavour.os),
         index_url=stack.index.url,
         extra_index_urls=tuple(stack.index.extra) + ((variant,) if variant else ()),
         find_links=tuple(stack.index.find_links),
@@ -99,7 +99,7 @@ def toolchain_requirements(stack: Stack, flavour: Flavour) -> list[str]:
     that pins one release exactly. Resolved against the full lock, the release is torch's own."""
     wanted = list(stack.toolchain.packages)
     if stack.toolchain.nvcc and flavour.cuda != "cpu":
-        wanted.append(rules.nvcc_package(flavour.cuda))
+        wanted.append(rules.nvcc_package(stack.rules_in_effect, flavour.cuda))
         toolkit = toolkit_requirement(flavour.cuda)
         if toolkit is not None:
             wanted.append(toolkit)
@@ -127,9 +127,9 @@ def stack_inputs_hash(stack: Stack, plans: list[FlavourPlan]) -> str:
 def _variant_index(stack: Stack, flavour: Flavour) -> str | None:
     if flavour.channel == "nightly":
         has_torch = any(c.key == "torch" for c in components_for(stack, flavour))
-        return rules.index_for("", flavour.cuda_tag, "nightly") if has_torch else None
+        return rules.index_for(stack.rules_in_effect, "", flavour.cuda_tag, "nightly") if has_torch else None
     version = torch_version(stack, flavour)
-    return None if version is None else rules.index_for(version, flavour.cuda_tag, flavour.channel)
+    return None if version is None else rules.index_for(stack.rules_in_effect, version, flavour.cuda_tag, flavour.channel)
 
 
 def _line(component: Component, flavour: Flavour) -> str:

@@ -44,6 +44,21 @@ def parse_budget(text: str, gpu_bytes: Callable[[], int | None]) -> int:
     return nbytes
 
 
+def device_memory_bytes() -> int | None:
+    """What a fraction budget is of: GPU 0's memory, or on a machine without a GPU, where
+    training runs on the host, the host's memory."""
+    return gpu_memory_bytes() or host_memory_bytes()
+
+
+def host_memory_bytes() -> int | None:
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+
+
 def gpu_memory_bytes() -> int | None:
     """Total memory of GPU 0 through NVML, or None where there is no NVIDIA GPU."""
     try:

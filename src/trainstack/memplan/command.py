@@ -10,14 +10,15 @@ import typer
 def command(
     preset: str = typer.Option("125m", "--preset", "-m", help="Model preset: tiny, 125m, 1b, 3b, 8b."),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Sequences per GPU per step."),
-    seq: int = typer.Option(2048, "--seq", "-s", min=1, help="Sequence length."),
-    budget: str = typer.Option("0.9", "--budget", help="Memory per GPU: bytes with a unit ('60GiB', '80GB') or a fraction of the GPU's memory ('0.8')."),
+    seq: int | None = typer.Option(None, "--seq", "-s", min=1, help="Sequence length [default: 2048, or the preset's max_seq if smaller]."),
+    budget: str = typer.Option("0.9", "--budget", help="Memory per GPU: bytes with a unit ('60GiB', '80GB') or a fraction of the GPU's memory ('0.8'; of the host's where there is no GPU)."),
     world_size: int = typer.Option(1, "--world-size", min=1, help="GPUs the model is sharded over with FSDP."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout instead of the tables."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write the plan as JSON to this file."),
     compiled: bool = typer.Option(False, "--compiled", help="Plan for torch.compile'd blocks: on a GPU, kept blocks are also measured under the compiler's activation memory budgets, and the plan names one."),
     hf_config: Path | None = typer.Option(None, "--hf-config", help="Plan a Hugging Face causal LM from a local config.json (or its folder), built on the meta device; nothing is downloaded."),
-    model_factory: str | None = typer.Option(None, "--model", help="Plan your own model: module:function returning a model, (model, example_batch) or (model, example_batch, loss_fn)."),
+    model_factory: str | None = typer.Option(None, "--factory", metavar="MODULE:FUNCTION", help="Plan your own model: module:function returning a model, (model, example_batch) or (model, example_batch, loss_fn)."),
+    old_model: str | None = typer.Option(None, "--model", hidden=True, help="Deprecated spelling of --factory."),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw-foreach, adam, sgd, sgd-momentum, adafactor, adamw8bit (with --hf-config or --model)."),
     precision: str = typer.Option("autocast-bf16", "--precision", help="autocast-bf16, bf16 (bf16 parameters, fp32 master weights and AdamW state, as bench's +bf16 modes) or fp32 (with --hf-config or --model)."),
     blocks: str | None = typer.Option(None, "--blocks", help="Dotted name of the list of blocks to plan (default: found)."),
@@ -26,33 +27,51 @@ def command(
     """Predict peak training memory (weights, gradients, AdamW state, activations, transients)
     and choose per block: keep, selective or full recompute, at the least recompute cost.
 
-    Exit 0 with a plan, 9 when no plan fits the budget, 2 on bad input, 6 without torch.
+    The defaults run anywhere: without a GPU the budget's fraction is of the host's memory,
+    and the sequence is at most the preset's max_seq.
 
     Example: trainstack memplan --preset 3b --batch 2 --seq 4096 --budget 60GiB
 
-    Any model: --hf-config path/to/config.json, or --model mymodels:build.
+    Any model: --hf-config path/to/config.json, or --factory mymodels:build.
     """
     from trainstack.bench.presets import preset as get_preset
     from trainstack.bench.presets import shape
+    from trainstack.console import print_error
     from trainstack.errors import UsageError
     from trainstack.extras import require
-    from trainstack.memplan.budget import gpu_memory_bytes, parse_budget
+    from trainstack.memplan.budget import device_memory_bytes, gpu_memory_bytes, parse_budget
 
     if stray:
         hint = f"; to write a file: --output {stray[0]}" if json_out else ""
         raise UsageError(f"unexpected argument '{stray[0]}'{hint} (--json prints the plan on stdout and takes no file name)")
+    if old_model is not None:
+        if model_factory is not None:
+            raise UsageError("--model is the old spelling of --factory; give one")
+        print_error("memplan --model is now --factory (module:function); --model will go", prefix="warning:")
+        model_factory = old_model
+    if output is not None:
+        from trainstack.fsutil import check_output
+
+        check_output(output, "--output")
     if hf_config is not None and model_factory is not None:
-        raise UsageError("--hf-config and --model name two models; give one")
+        raise UsageError("--hf-config and --factory name two models; give one")
     any_model = hf_config is not None or model_factory is not None
     if any_model and compiled:
-        raise UsageError("--compiled plans the presets' blocks only; leave it out with --hf-config or --model")
+        raise UsageError("--compiled plans the presets' blocks only; leave it out with --hf-config or --factory")
     if not any_model:
         if precision not in ("autocast-bf16", "bf16"):
-            raise UsageError(f"--precision: '{precision}' plans --hf-config or --model only; the presets train under autocast-bf16 or bf16")
+            raise UsageError(f"--precision: '{precision}' plans --hf-config or --factory only; the presets train under autocast-bf16 or bf16")
         max_seq = shape(preset)["max_seq"]
+        if seq is None:
+            seq = min(2048, max_seq)
         if seq > max_seq:
             raise UsageError(f"--seq: {seq} exceeds the {preset} preset's max_seq {max_seq}")
-    budget_bytes = parse_budget(budget, gpu_memory_bytes)
+    seq = 2048 if seq is None else seq
+    budget_bytes = parse_budget(budget, device_memory_bytes)
+    if _is_fraction(budget) and gpu_memory_bytes() is None:
+        from trainstack.console import err
+
+        err.print(f"note: no GPU here: --budget {budget} is of this host's memory ({budget_bytes / 2**30:.1f} GiB)", highlight=False, soft_wrap=True)
     require("torch", "trainstack memplan")
     if any_model:
         _plan_any_model(hf_config, model_factory, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size,
@@ -66,6 +85,13 @@ def command(
                        precision=precision)
     document = {"preset": preset, "batch": batch, "seq": seq, "compiled": compiled, "precision": precision, **to_json(plan)}
     _emit(plan, document, json_out=json_out, output=output)
+
+
+def _is_fraction(budget: str) -> bool:
+    try:
+        return float(budget) <= 1
+    except ValueError:
+        return False
 
 
 def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, seq: int, budget_bytes: int, world_size: int, optimizer: str, precision: str, blocks: str | None, json_out: bool, output: Path | None) -> None:

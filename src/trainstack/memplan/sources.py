@@ -62,7 +62,7 @@ def _token_model(hf: Any, path: str | Path) -> Any:
     why = f": {'; '.join(reasons)}" if reasons else ""
     raise SpecError(
         f"{path}: model_type '{getattr(hf, 'model_type', '?')}' has no model that trains on token ids and labels (tried {', '.join(autos)}){why}; "
-        "accepted: a causal-LM, masked-LM or encoder-decoder config; for other models pass --model module:function"
+        "accepted: a causal-LM, masked-LM or encoder-decoder config; for other models pass --factory module:function"
     )
 
 
@@ -90,24 +90,24 @@ def from_factory(spec: str, *, batch: int, seq: int) -> Source:
 
     module_name, _, function = spec.partition(":")
     if not module_name or not function:
-        raise UsageError(f"--model: '{spec}' is not module:function; accepted: e.g. 'mymodels:build'")
+        raise UsageError(f"--factory: '{spec}' is not module:function; accepted: e.g. 'mymodels:build'")
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"--model: cannot import '{module_name}' ({exc}); accepted: a module importable from the current directory") from None
+        raise UsageError(f"--factory: cannot import '{module_name}' ({exc}); accepted: a module importable from the current directory") from None
     factory = getattr(module, function, None)
     if not callable(factory):
-        raise UsageError(f"--model: '{module_name}' has no function '{function}'")
+        raise UsageError(f"--factory: '{module_name}' has no function '{function}'")
     made = factory()
     parts = made if isinstance(made, tuple) else (made,)
     if not parts or not isinstance(parts[0], nn.Module) or len(parts) > 3:
-        raise UsageError(f"--model: {spec}() returned {type(made).__name__}; accepted: a model, (model, example_batch) or (model, example_batch, loss_fn)")
+        raise UsageError(f"--factory: {spec}() returned {type(made).__name__}; accepted: a model, (model, example_batch) or (model, example_batch, loss_fn)")
     model = parts[0]
     if len(parts) >= 2:
         return Source(model, parts[1], parts[2] if len(parts) == 3 else None, name=spec)
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     if not vocab:
-        raise UsageError(f"--model: {spec}() returned a model without config.vocab_size; return (model, example_batch) to say what it trains on")
+        raise UsageError(f"--factory: {spec}() returned a model without config.vocab_size; return (model, example_batch) to say what it trains on")
     return Source(model, token_batch(int(vocab), batch, seq), name=spec)

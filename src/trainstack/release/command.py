@@ -20,19 +20,21 @@ def command(
         None, "--changes", help="Changelog fragments <id>.<type>.md. Default: changes/ beside the stack file."
     ),
     out: Path | None = typer.Option(
-        None, "--out", help="Output directory. Default: <stack>.release/<release>/ beside the stack file."
+        None, "--out", metavar="DIR", help="Output directory. Default: <stack>.release/<release>/ beside the stack file."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print release.json on stdout instead of the files written."),
 ) -> None:
     """Write release notes: version updates, images, driver requirements, verification, performance and prose.
-
-    Exit 0 when written, 4 when a lock manifest is missing or stale, 10 when the notes cannot be written (the previous ones are kept), 2 on bad input.
 
     Example: trainstack release examples/stacks/cpu-minimal.toml --previous old/stack.lock.json --results build
     """
     from trainstack.console import out as console
     from trainstack.release.publish import make_release
 
+    if out is not None:
+        from trainstack.fsutil import check_output
+
+        check_output(out, "--out", folder=True)
     outcome = make_release(
         stack, previous, results=results, previous_results=previous_results, out=out, changes=changes
     )

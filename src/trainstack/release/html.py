@@ -14,13 +14,11 @@ from trainstack.release.markdown import (
     fmt_mfu,
     fmt_number,
     fmt_throughput,
+    safe_target,
     shown_reasons,
 )
 from trainstack.release.model import BenchRow, Fragment, KnownIssue, ReleaseNotes
 from trainstack.release.plots import Chart
-
-SAFE_SCHEMES = ("https://", "http://")
-
 
 @dataclass(frozen=True)
 class ProseItem:
@@ -31,13 +29,14 @@ def _markdown_html(fragments: list[Fragment]) -> list[ProseItem]:
     from markdown_it import MarkdownIt
     from markupsafe import Markup
 
-    # raw HTML in a fragment is shown as text, never executed
+    # raw HTML in a fragment is shown as text, never executed; a link only to http(s) or a relative path
     md = MarkdownIt("commonmark", {"html": False})
+    md.validateLink = lambda url: safe_target(url) is not None
     return [ProseItem(html=Markup(md.render(f.text))) for f in fragments]
 
 
 def _safe_issue(issue: KnownIssue) -> KnownIssue:
-    if issue.link and not issue.link.startswith(SAFE_SCHEMES):
+    if issue.link and safe_target(issue.link) is None:
         return KnownIssue(title=f"{issue.title} ({issue.link})")
     return issue
 
@@ -83,6 +82,7 @@ def render_html(notes: ReleaseNotes, charts: list[Chart]) -> str:
         throughput=fmt_throughput,
         shown_reasons=shown_reasons,
         verdict_class=_verdict_class,
+        safe_href=safe_target,
         delta_class=_delta_class,
     )
 

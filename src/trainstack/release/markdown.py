@@ -1,14 +1,88 @@
-"""RELEASE.md from ReleaseNotes. Pure: notes in, text out."""
+"""RELEASE.md from ReleaseNotes. Pure: notes in, text out.
+
+Every value the notes hold is escaped by one function, ``text`` (literal text on one line: a
+table cell, a list item, a heading's words); ``link`` writes its title with it and its target
+only where that is an http(s) URL or a relative path (percent-encoded, else plain text), and
+``code`` falls back to it where a code span could be closed. Validation refuses what does not
+belong in a value already; this is the second wall, so that no value becomes a heading, a
+link, a table row or HTML of its own.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
+from urllib.parse import quote, urlsplit
 
 from trainstack.release.model import BenchRow, Change, Fragment, ReleaseNotes, Updates
+from trainstack.stackfile import grammar
 
 NOT_MEASURED = "not measured"
 MISSING = "—"  # a figure that was not measured, in a table whose legend says so
 LEGEND = "— : not measured."
+
+# what CommonMark (and GitHub's tables and strikethrough) reads as markup anywhere in a line
+_INLINE = re.compile(r"([\\`*_\[\]<>!|~&])")
+# what it reads as the start of a block at the start of a line (a list item's too)
+_BLOCK_START = re.compile(r"^(#|>|[-+=]|\d+(?=[.)]))")
+_WEB = ("http", "https")
+# a link target's characters kept as they are; the rest (parentheses, brackets, '<', spaces) percent-encoded
+_KEPT_IN_TARGET = "/:?#@!$&'*+,;=%~.-_"
+
+
+def text(value: object, *, line_start: bool = False) -> str:
+    """``value`` as literal Markdown text on one line: line breaks and invisible characters
+    become one space, markup characters are backslash-escaped, and with ``line_start`` (the
+    value begins a line or a list item) a block marker at its start too."""
+    shown = _INLINE.sub(r"\\\1", _one_line(str(value)))
+    if not line_start:
+        return shown
+    return _BLOCK_START.sub(lambda m: m.group(1) + "\\" if m.group(1)[0].isdigit() else "\\" + m.group(1), shown, count=1)
+
+
+def _one_line(value: str) -> str:
+    """Line breaks, other controls and invisible characters (the grammar's one list) as spaces."""
+    return re.sub(" {2,}", " ", grammar.CONTROL.sub(" ", value)).strip()
+
+
+def safe_target(url: str | None) -> str | None:
+    """``url`` when a page may link to it: http(s) with a host, or a relative path (no scheme,
+    no '//' host); None otherwise (javascript:, data:, file:, a value with a line break)."""
+    if not url or grammar.CONTROL.search(url) or any(c in url for c in " \\<>\"'`"):
+        return None
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return None
+    if parts.scheme:
+        return url if parts.scheme in _WEB and host and url.lower().startswith(parts.scheme + "://") else None
+    return None if url.startswith("//") or ":" in url.split("/", 1)[0] else url
+
+
+def link(title: object, url: str | None, *, line_start: bool = False) -> str:
+    """A Markdown link to ``url`` with the literal text ``title``; where the target is not
+    one a page may link to, the title and the target as plain text, not clickable."""
+    target = safe_target(url)
+    if target is None:
+        return text(title, line_start=line_start) if not url else f"{text(title, line_start=line_start)} ({text(url)})"
+    # percent-encode what could end the destination or the link: parentheses, brackets
+    return f"[{text(title)}]({quote(target, safe=_KEPT_IN_TARGET)})"
+
+
+def code(value: object) -> str:
+    """A code span of ``value``; literal text where it holds a backtick, a '|' (a table's cell
+    ends there even inside a code span) or a line break."""
+    shown = str(value)
+    return text(shown) if "`" in shown or "|" in shown or grammar.CONTROL.search(shown) else f"`{shown}`"
+
+
+def fence(lines: Sequence[str]) -> list[str]:
+    """A fenced code block of ``lines``: the fence longer than any run of backticks in them."""
+    body = [_one_line(line) for line in lines]
+    longest = max((len(run) for line in body for run in re.findall("`+", line)), default=0)
+    marker = "`" * max(3, longest + 1)
+    return [f"{marker}sh", *body, marker]
 
 
 def fmt_number(value: float | None, digits: int = 0) -> str:
@@ -37,11 +111,16 @@ def flavour_label(slugs: Sequence[str], every: int) -> str:
     return "all flavours" if len(slugs) == every else ", ".join(slugs)
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+class Md(str):
+    """Markdown already made by ``text``, ``link`` or ``code``: a table takes it as it is."""
+
+
+def _cell(value: str) -> str:
+    return value if isinstance(value, Md) else text(value)
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A table of literal cells (or ``Md`` ones): a '|' or a line break never makes a column or a row."""
     lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return lines
@@ -55,24 +134,24 @@ def _bullet(text: str) -> str:
 def _changes(changes: list[Change]) -> list[str]:
     components = [c for c in changes if c.component]
     others = [c for c in changes if not c.component]
-    lines = [f"- {c.text()}" for c in components]
+    lines = [f"- {text(c.text(), line_start=True)}" for c in components]
     if others:
-        lines += (["", "Dependencies:", ""] if components else []) + [f"- {c.text()}" for c in others]
+        lines += (["", "Dependencies:", ""] if components else []) + [f"- {text(c.text(), line_start=True)}" for c in others]
     return lines
 
 
 def updates_lines(updates: Updates, previous: str) -> list[str]:
     if updates.empty:
-        return [f"No version changes since {previous}."]
+        return [f"No version changes since {text(previous)}."]
     lines: list[str] = []
     if updates.common:
-        lines += [f"Changes since {previous}, in every flavour:", "", *_changes(updates.common), ""]
+        lines += [f"Changes since {text(previous)}, in every flavour:", "", *_changes(updates.common), ""]
     for slugs, changes in updates.groups():
-        lines += [f"### Only in {', '.join(slugs)}", "", *_changes(changes), ""]
+        lines += [f"### Only in {text(', '.join(slugs))}", "", *_changes(changes), ""]
     if updates.added_flavours:
-        lines += [f"New flavours: {', '.join(updates.added_flavours)}.", ""]
+        lines += [f"New flavours: {text(', '.join(updates.added_flavours))}.", ""]
     if updates.removed_flavours:
-        lines += [f"Dropped flavours: {', '.join(updates.removed_flavours)}.", ""]
+        lines += [f"Dropped flavours: {text(', '.join(updates.removed_flavours))}.", ""]
     return lines[:-1] if lines and not lines[-1] else lines
 
 
@@ -88,10 +167,10 @@ def _prose(fragments: list[Fragment]) -> list[str]:
 
 def render_markdown(notes: ReleaseNotes) -> str:
     prose = notes.sections()
-    out = [f"# {notes.title}", ""]
+    out = [f"# {text(notes.title)}", ""]
     if notes.description:
-        out += [notes.description, ""]
-    out += [f"Release {notes.release} of `{notes.image}`, following {notes.previous_release}.", ""]
+        out += [text(notes.description, line_start=True), ""]
+    out += [f"Release {text(notes.release)} of {code(notes.image)}, following {text(notes.previous_release)}.", ""]
     if "Highlights" in prose:
         out += ["## Highlights", "", *_prose(prose["Highlights"]), ""]
     out += ["## Updates", "", *updates_lines(notes.updates, notes.previous_release), ""]
@@ -101,11 +180,12 @@ def render_markdown(notes: ReleaseNotes) -> str:
             out += [f"## {title}", "", *_prose(prose[title]), ""]
     out += ["## Flavours and images", "", *table(
         ["flavour", "CUDA", "OS", "Python", "channel", "image", "cache key"],
-        ([f.slug, f.cuda, f.os, f.python, f.channel, f"`{f.image}`", f"`{f.cache_key}`"] for f in notes.flavours),
+        ([f.slug, f.cuda, f.os, f.python, f.channel, Md(code(f.image)), Md(code(f.cache_key))] for f in notes.flavours),
     ), ""]
     out += ["## Driver requirements", "", *table(
         ["flavour", "CUDA", "minimum driver", "source"],
-        ([d.slug, d.cuda, d.min_driver or d.note, d.source or "—"] for d in notes.drivers),
+        ([d.slug, d.cuda, d.min_driver or d.note, Md(link("rules source", d.source)) if d.source else MISSING]
+         for d in notes.drivers),
     ), ""]
     out += ["## Verification", "", *verification_lines(notes), ""]
     out += ["## Performance", "", *performance_lines(notes.performance), ""]
@@ -114,7 +194,7 @@ def render_markdown(notes: ReleaseNotes) -> str:
     out += known_issue_lines(notes)
     out += ["## Quick start", ""]
     for quick in notes.quick_start:
-        out += [f"{quick.slug}:", "", "```sh", *quick.commands, "```", ""]
+        out += [f"{text(quick.slug, line_start=True)}:", "", *fence(quick.commands), ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -129,7 +209,7 @@ def verification_lines(notes: ReleaseNotes) -> list[str]:
     lines = [*table(["flavour", "verdict", "tests run", "failed", "allowed"], rows), "", LEGEND]
     for v in notes.verification:
         if v.reasons:
-            lines += ["", f"Why {v.slug} failed:", "", *(f"- {r}" for r in shown_reasons(v.reasons))]
+            lines += ["", f"Why {text(v.slug)} failed:", "", *(f"- {text(r, line_start=True)}" for r in shown_reasons(v.reasons))]
     return lines
 
 
@@ -156,6 +236,5 @@ def known_issue_lines(notes: ReleaseNotes) -> list[str]:
         return []
     lines = ["## Known issues", "", *_prose(fragments)]
     for slug, issue in from_verify:
-        title = f"[{issue.title}]({issue.link})" if issue.link else issue.title
-        lines.append(f"- {title} ({slug})")
+        lines.append(f"- {link(issue.title, issue.link, line_start=True)} ({text(slug)})")
     return [*lines, ""]

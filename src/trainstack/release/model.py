@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
 SCHEMA_VERSION = 1
+FIGURE_MAX = 1e15  # no measured figure (tokens/s, GiB, MFU) comes near it; beyond it a figure is not one
 
 ChangeKind = Literal["changed", "upgraded", "downgraded", "added", "removed"]
 
@@ -126,7 +128,8 @@ class BenchRow(Frozen):
     def delta_percent(self) -> float | None:
         if not self.previous_tokens_per_s or self.tokens_per_s is None:
             return None
-        return (self.tokens_per_s / self.previous_tokens_per_s - 1.0) * 100.0
+        delta = (self.tokens_per_s / self.previous_tokens_per_s - 1.0) * 100.0
+        return delta if math.isfinite(delta) else None  # against a figure as small as 5e-324: no change to show
 
 
 FragmentType = Literal["highlight", "stability", "fix", "perf", "known-issue"]

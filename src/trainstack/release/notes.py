@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trainstack.errors import UsageError
 from trainstack.lock.manifest import Manifest
@@ -18,6 +18,7 @@ from trainstack.release.model import (
     Verification,
 )
 from trainstack.release.results import BenchKey, BenchResult
+from trainstack.rules import Rules, shipped_rules
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class Inputs:
     bench: Mapping[BenchKey, BenchResult]
     previous_bench: Mapping[BenchKey, BenchResult]
     fragments: list[Fragment]
+    rules: Rules = field(default_factory=shipped_rules)  # the stack's rules in effect
 
 
 def make_notes(inputs: Inputs, drivers: DriverLookup) -> ReleaseNotes:

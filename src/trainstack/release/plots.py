@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 from dataclasses import dataclass
 from itertools import groupby
 
-from trainstack.release.model import BenchRow
+from trainstack.release.model import FIGURE_MAX, BenchRow
 
 
 @dataclass(frozen=True)
@@ -24,13 +25,28 @@ def charts(rows: list[BenchRow], release: str, previous: str) -> list[Chart]:
             for _, group in groupby(measured, key=lambda r: (r.slug, r.model, r.setup))]
 
 
+def _bounded(value: float | None) -> float:
+    """A bar's height: a finite figure no larger than FIGURE_MAX (the axis' ticks overflow beyond)."""
+    return min(value, FIGURE_MAX) if value is not None and math.isfinite(value) and value >= 0 else 0.0
+
+
 def _chart(rows: list[BenchRow], release: str, previous: str) -> Chart:
+    import matplotlib
+
+    # names are plain text: a '$' in a model's or a release's name never starts mathtext
+    with matplotlib.rc_context({"text.parse_math": False}):
+        first = rows[0]
+        title = " ".join(p for p in (first.model, first.setup) if p) + f" · {first.slug or 'all flavours'}"
+        current = [_bounded(r.tokens_per_s) for r in rows]
+        png = _draw(rows, title, current, release, previous)
+    alt = f"tokens/s per GPU of {title} by mode: " + ", ".join(f"{r.mode} {v:,.0f}" for r, v in zip(rows, current))
+    return Chart(title=title, alt=alt, data_uri="data:image/png;base64," + base64.b64encode(png).decode())
+
+
+def _draw(rows: list[BenchRow], title: str, current: list[float], release: str, previous: str) -> bytes:
     from matplotlib.figure import Figure  # heavy: only when a page with bench results is made
 
-    first = rows[0]
-    title = " ".join(p for p in (first.model, first.setup) if p) + f" · {first.slug or 'all flavours'}"
-    current = [r.tokens_per_s or 0.0 for r in rows]
-    before = [r.previous_tokens_per_s if r.previous_tokens_per_s is not None else float("nan") for r in rows]
+    before = [_bounded(r.previous_tokens_per_s) if r.previous_tokens_per_s is not None else float("nan") for r in rows]
     has_previous = any(r.previous_tokens_per_s is not None for r in rows)
     width = 0.38 if has_previous else 0.6
     xs = list(range(len(rows)))
@@ -49,5 +65,4 @@ def _chart(rows: list[BenchRow], release: str, previous: str) -> Chart:
     fig.legend(fontsize=8, frameon=False, loc="outside upper right", ncols=2)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
-    alt = f"tokens/s per GPU of {title} by mode: " + ", ".join(f"{r.mode} {v:,.0f}" for r, v in zip(rows, current))
-    return Chart(title=title, alt=alt, data_uri="data:image/png;base64," + base64.b64encode(buf.getvalue()).decode())
+    return buf.getvalue()

@@ -7,11 +7,12 @@ one unit, and fragments are consumed only after that.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from trainstack.errors import UsageError
+from trainstack.errors import SpecError, UsageError
 from trainstack.fsutil import dump_json, replace_tree
 from trainstack.lock import check_lock_current
 from trainstack.lock.manifest import Manifest, load_manifest
@@ -90,8 +91,11 @@ def make_release(
     results_dir = _results_dir(results, "--results", default=Path("build"))
     previous_results_dir = _previous_results(previous_results)
     changes_dir = changes if changes is not None else stack_path.parent / "changes"
+    if changes is None and changes_dir.is_symlink():
+        raise SpecError(f"{changes_dir}: is a symbolic link; the changes folder beside the stack is a folder of "
+                        "its own (its fragments are read and moved there), or give one with --changes DIR")
     inputs = gather(stack_path, previous_path, results_dir, previous_results_dir, changes_dir)
-    notes = make_notes(inputs, drivers if drivers is not None else rules_lookup)
+    notes = make_notes(inputs, drivers if drivers is not None else partial(rules_lookup, inputs.rules))
     texts = render_all(notes)
     written = write_outputs(out if out is not None else default_out(stack_path, notes.release), texts)
     return Outcome(notes=notes, written=written, consumed_to=consume_fragments(changes_dir, notes.fragments, notes.release))
@@ -116,6 +120,7 @@ def gather(
         bench=_of_flavours(read_bench(results), current),
         previous_bench=_previous_bench(previous_results),
         fragments=fragments,
+        rules=stack.rules_in_effect,
     )
 
 

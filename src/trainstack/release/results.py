@@ -10,11 +10,15 @@ The previous release's figures come from such a directory or from its release.js
 Fields read from ``verify.json`` (``trainstack verify`` writes it; anything else is ignored,
 and what is missing is reported as not measured):
 
-- ``verdict``: "pass" or "fail"; ``reasons``: why it failed, one line each
-- ``skipped``: the parts left out; a "pass" with the suites skipped is reported "not run"
+- ``verdict``: "pass" or "fail" (nothing else, in that case); ``reasons``: why it failed, one line each
+- ``skipped``: the parts left out (report, ops, linkcheck, smoke, suites); a "pass" with the
+  suites skipped is reported "not run"
 - ``gate.suites[]``: ``tests`` (tests run), ``failed`` (ids still failing, not known),
   ``known[]`` = {``test``, ``reason``, ``link``} (failures accepted by the known-issues file)
 - ``gate.total_failed``: failed tests over all suites (else the count of ``failed`` ids)
+
+Every text is one line without control, invisible or bidirectional characters, every link an
+http(s) URL, every figure finite, >= 0 and at most FIGURE_MAX; no object gives a key twice.
 
 Fields read from each bench line (``trainstack bench --out`` writes them); lines without
 a model and a mode are skipped:
@@ -33,20 +37,26 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
-from trainstack.release.model import SCHEMA_VERSION, KnownIssue, ReleaseNotes, Verification
+from trainstack.release.model import FIGURE_MAX, SCHEMA_VERSION, KnownIssue, ReleaseNotes, Verification
+from trainstack.stackfile import grammar
 
 VERIFY_NAME = "verify.json"
 VERIFY_SCHEMA_VERSION = 1  # the schema_version `trainstack verify` writes (trainstack.verify.run)
 
-# Counts and figures as measured: whole counts >= 0, finite figures >= 0 (never NaN or Infinity).
-Count = Annotated[int, Field(ge=0)]
-Figure = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+# Counts and figures as measured: whole counts >= 0, finite figures >= 0 (never NaN or Infinity)
+# and no larger than any measurement (a figure near the float's limit overflows every sum of it).
+Count = Annotated[int, Field(ge=0, le=2**53)]
+Figure = Annotated[float, Field(ge=0, le=FIGURE_MAX, allow_inf_nan=False)]
+# A text the notes show: one line of at most 2,000 characters, nothing invisible in it.
+Line = Annotated[str, Field(max_length=2000), AfterValidator(grammar.no_controls)]
+Link = Annotated[str, Field(max_length=2000), AfterValidator(grammar.web_link)]
+Part = Literal["report", "ops", "linkcheck", "smoke", "suites"]
 NOT_RUN = "not run"  # the verdict of a verification whose test gate was skipped: never "pass"
 
 
@@ -55,14 +65,14 @@ class _Tolerant(BaseModel):
 
 
 class _KnownHit(_Tolerant):
-    test: str
-    reason: str = ""
-    link: str | None = None
+    test: Line
+    reason: Line = ""
+    link: Link | None = None
 
 
 class _Suite(_Tolerant):
     tests: Count | None = None
-    failed: list[str] = []
+    failed: list[Line] = []
     known: list[_KnownHit] = []
 
 
@@ -73,16 +83,16 @@ class _Gate(_Tolerant):
 
 class _VerifyDoc(_Tolerant):
     schema_version: int = 1
-    verdict: str | None = None
-    reasons: list[str] = []
-    skipped: list[str] = []  # parts left out (verify --skip): skipped suites are a gate not run
+    verdict: Literal["pass", "fail"] | None = None  # verify's own words: "PASS" is not one of them
+    reasons: list[Line] = []
+    skipped: list[Part] = []  # parts left out (verify --skip): skipped suites are a gate not run
     gate: _Gate | None = None  # None: the suites were skipped or the stack has none
 
 
 class _BenchLine(_Tolerant):
-    model: str | None = None
-    mode: str | None = None
-    status: str = "ok"
+    model: Line | None = None
+    mode: Line | None = None
+    status: Line = "ok"
     tokens_per_s: Figure | None = Field(None, alias="tokens_per_s_per_gpu")
     batch: Count | None = None
     seq: Count | None = None
@@ -116,14 +126,16 @@ class BenchResult(BaseModel):
 
 def _first_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
-    field = ".".join(str(p) for p in error["loc"]) or "(top level)"
-    return f"{field}: {error['msg']}"
+    field = ".".join(grammar.shown(p) for p in error["loc"]) or "(top level)"
+    message = grammar.CONTROL.sub(" ", str(error["msg"]).removeprefix("Value error, "))  # its values shown already
+    return f"{field}: {message[:300]}"
 
 
-def read_text(path: Path, what: str) -> str:
-    """A results file's text; SpecError naming it when it is not a readable UTF-8 regular file."""
+def read_text(path: Path, what: str, inside: Path, folder_name: str = "results folder") -> str:
+    """A results file's text; SpecError naming it when it is not a readable UTF-8 regular file
+    inside ``inside`` (a symbolic link may not lead out of it)."""
     try:
-        return read_regular(path, what).decode("utf-8")
+        return read_regular(path, what, inside=inside, folder_name=folder_name).decode("utf-8")
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
     except UnicodeDecodeError as exc:
@@ -186,7 +198,7 @@ def read_verification(results: Path | None, slugs: Collection[str]) -> list[Veri
         if path is None or not (path.exists() or path.is_symlink()):
             found.append(Verification(slug=slug, measured=False))
             continue
-        found.append(parse_verify(read_text(path, "verify.json"), slug, path, f"{slug}/{VERIFY_NAME}"))
+        found.append(parse_verify(read_text(path, "verify.json", results), slug, path, f"{slug}/{VERIFY_NAME}"))
     return found
 
 
@@ -225,14 +237,14 @@ def read_bench(results: Path | None) -> dict[BenchKey, BenchResult]:
     for path in sorted(results.rglob("*.jsonl")):
         relative = path.relative_to(results)
         slug = relative.parts[0] if len(relative.parts) > 1 else ""
-        for row in parse_bench_lines(read_text(path, "JSON lines of bench results"), path, slug):
+        for row in parse_bench_lines(read_text(path, "bench results file", results), path, slug):
             latest[row.key] = row
     return latest
 
 
 def bench_of_release(path: Path) -> dict[BenchKey, BenchResult]:
     """The bench figures a previous release.json published, keyed like read_bench's."""
-    data = _json(read_text(path, "a release.json"), str(path))
+    data = _json(read_text(path, "release.json", path.parent, "folder"), str(path))
     try:
         notes = ReleaseNotes.model_validate(data)
     except ValidationError as exc:
@@ -240,9 +252,9 @@ def bench_of_release(path: Path) -> dict[BenchKey, BenchResult]:
     _known_schema(notes.schema_version, path, SCHEMA_VERSION)
     for row in notes.performance:
         for figure in (row.tokens_per_s, row.mfu, row.peak_memory_gib):
-            if figure is not None and not 0 <= figure < float("inf"):
-                raise SpecError(f"{path}: performance: {row.model} {row.mode}: {figure} is not a measured figure "
-                                f"(accepted: a finite number >= 0)")
+            if figure is not None and not 0 <= figure <= FIGURE_MAX:
+                raise SpecError(f"{path}: performance: {grammar.shown(row.model)} {grammar.shown(row.mode)}: {figure} is not a measured figure "
+                                f"(accepted: a finite number from 0 to {FIGURE_MAX:g})")
     found = (BenchResult(slug=r.slug, model=r.model, setup=r.setup, mode=r.mode, status=r.status,
                          tokens_per_s=r.tokens_per_s, mfu=r.mfu, peak_memory_gib=r.peak_memory_gib)
              for r in notes.performance)

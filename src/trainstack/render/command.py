@@ -9,19 +9,19 @@ import typer
 
 def command(
     stack: Path = typer.Argument(..., help="The stack file (its lock must be current)."),
-    out: Path = typer.Option(Path("build/render"), "--out", help="Directory for the rendered files."),
+    out: Path = typer.Option(Path("build/render"), "--out", metavar="DIR", help="Directory for the rendered files."),
     flavour: str | None = typer.Option(None, "--flavour", help="Render one flavour (its slug); default: all."),
     json_out: bool = typer.Option(False, "--json", help="Print the files changed as JSON on stdout."),
 ) -> None:
     """Render a Dockerfile per flavour plus docker-bake.hcl, a CI workflow and environment.yml.
 
-    Exit 0 when rendered, 4 when the lock is missing or stale, 10 when the files cannot be written (the previous ones are kept), 2 on bad input.
-
     Example: trainstack render examples/stacks/torch-cuda.toml --out build/render
     """
     from trainstack.console import out as console
+    from trainstack.fsutil import check_output
     from trainstack.render import render_stack
 
+    check_output(out, "--out", folder=True)
     changed = render_stack(stack, out, flavour)
     if json_out:
         import json

@@ -124,7 +124,7 @@ def _header(base: Base) -> str:
 def _system(stack: Stack, layers: FlavourLayers, uv_version: str) -> str:
     py = quote.matching(layers.flavour.python, PYTHON_RE, "matrix.python", "a Python version such as 3.12")
     ccache = ["ccache"] if stack.build.compiler_cache.kind == "ccache" and layers.sources else []
-    from_archive = py in os_pythons(layers.flavour.os)
+    from_archive = py in os_pythons(stack.rules_in_effect, layers.flavour.os)
     pythons = [f"python{py}", f"python{py}-venv"] if from_archive else ["python3", "python3-venv"]
     packages = [
         quote.shell(quote.matching(p, re.compile(r"[a-z0-9][a-z0-9+.-]+(=[0-9][A-Za-z0-9.+~:-]*)?"),
@@ -255,7 +255,7 @@ def _compile(src: SourceBuild, layers: FlavourLayers, stack: Stack) -> str:
 
 
 def _nvcc(layers: FlavourLayers, stack: Stack) -> bool:
-    return layers.flavour.cuda != "cpu" and stack.toolchain.nvcc and layers.toolchain.get(nvcc_package(layers.flavour.cuda).split("==")[0]) is not None
+    return layers.flavour.cuda != "cpu" and stack.toolchain.nvcc and layers.toolchain.get(nvcc_package(stack.rules_in_effect, layers.flavour.cuda).split("==")[0]) is not None
 
 
 def _cuda_home(layers: FlavourLayers, stack: Stack) -> str:
@@ -264,7 +264,7 @@ def _cuda_home(layers: FlavourLayers, stack: Stack) -> str:
     GPU target, so a broken toolchain fails here with nvcc's own error."""
     if not _nvcc(layers, stack):
         return ""
-    arch = quote.matching(probe_arch(list(stack.toolchain.archs), layers.flavour.cuda), re.compile(r"[0-9]{2,3}[af]?"),
+    arch = quote.matching(probe_arch(stack.rules_in_effect, list(stack.toolchain.archs), layers.flavour.cuda), re.compile(r"[0-9]{2,3}[af]?"),
                           "toolchain.archs", "an sm number such as 90")
     flags = " ".join(nvcc_arch_flags(arch))
     return (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from contextvars import ContextVar
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -33,20 +32,6 @@ def shipped_rules() -> Rules:
     return Rules.model_validate(shipped_data())
 
 
-# the rules of the stack being worked on: the shipped ones with its additions and overrides
-_ACTIVE: ContextVar[Rules | None] = ContextVar("trainstack_rules", default=None)
-
-
-def load_rules() -> Rules:
-    """The rules in effect: the shipped data files, with the current stack's rules over them."""
-    return _ACTIVE.get() or shipped_rules()
-
-
-def activate(rules: Rules | None) -> None:
-    """Make ``rules`` (a stack's, from merged_rules) the ones in effect; None: the shipped ones."""
-    _ACTIVE.set(rules)
-
-
 def merged_rules(extra: dict[str, Any]) -> Rules:
     """The shipped data with ``extra`` (same layout: torch, cuda, platforms, extensions tables)
     merged over it, table by table; validated like the shipped files (ValidationError)."""
@@ -72,34 +57,34 @@ def torch_minor(torch_version: str) -> str:
     return f"{release[0]}.{release[1] if len(release) > 1 else 0}"
 
 
-def _release(torch_version: str):
-    rules = load_rules().torch
+def _release(rules: Rules, torch_version: str):
+    torch = rules.torch
     minor = torch_minor(torch_version)
-    if minor not in rules.releases:
-        known = ", ".join(rules.releases)
-        raise RuleViolation(f"torch {minor} is not in the rules data (known: {known})", hint=rules.index.source)
-    return rules.releases[minor]
+    if minor not in torch.releases:
+        known = ", ".join(torch.releases)
+        raise RuleViolation(f"torch {minor} is not in the rules data (known: {known})", hint=torch.index.source)
+    return torch.releases[minor]
 
 
-def cuda_variants(torch_version: str) -> list[str]:
+def cuda_variants(rules: Rules, torch_version: str) -> list[str]:
     """Variant tags ('cpu', 'cu128', ...) the PyTorch release publishes wheels for."""
-    return list(_release(torch_version).variants)
+    return list(_release(rules, torch_version).variants)
 
 
-def pypi_default_variant(torch_version: str) -> str:
-    return _release(torch_version).pypi_default
+def pypi_default_variant(rules: Rules, torch_version: str) -> str:
+    return _release(rules, torch_version).pypi_default
 
 
-def torch_pythons(torch_version: str) -> list[str]:
-    return list(_release(torch_version).pythons)
+def torch_pythons(rules: Rules, torch_version: str) -> list[str]:
+    return list(_release(rules, torch_version).pythons)
 
 
-def index_for(torch_version: str, cuda_tag: str, channel: str) -> str | None:
+def index_for(rules: Rules, torch_version: str, cuda_tag: str, channel: str) -> str | None:
     """The index serving that torch variant; None when PyPI (the default index) serves it."""
-    index = load_rules().torch.index
+    index = rules.torch.index
     if channel == "nightly":
         return fill(index.nightly, variant=cuda_tag)
-    release = _release(torch_version)
+    release = _release(rules, torch_version)
     if cuda_tag not in release.variants:
         raise RuleViolation(
             f"torch {torch_minor(torch_version)} has no '{cuda_tag}' wheels (variants: {', '.join(release.variants)})",
@@ -108,37 +93,37 @@ def index_for(torch_version: str, cuda_tag: str, channel: str) -> str | None:
     return None if cuda_tag == release.pypi_default else fill(index.release, variant=cuda_tag)
 
 
-def _cuda(cuda: str):
-    rules = load_rules().cuda
-    if cuda not in rules.versions:
+def _cuda(rules: Rules, cuda: str):
+    known = rules.cuda
+    if cuda not in known.versions:
         raise RuleViolation(
-            f"CUDA {cuda} is not in the rules data (known: {', '.join(rules.versions)})", hint=rules.driver.source
+            f"CUDA {cuda} is not in the rules data (known: {', '.join(known.versions)})", hint=known.driver.source
         )
-    return rules.versions[cuda]
+    return known.versions[cuda]
 
 
-def min_driver(cuda: str) -> str:
+def min_driver(rules: Rules, cuda: str) -> str:
     """Oldest Linux driver that runs CUDA ``cuda`` ('12.8' -> '570.26')."""
-    return _cuda(cuda).driver
+    return _cuda(rules, cuda).driver
 
 
-def cuda_archs(cuda: str) -> list[str]:
+def cuda_archs(rules: Rules, cuda: str) -> list[str]:
     """SM architectures nvcc of CUDA ``cuda`` can target, as '80', '90', '100'."""
-    return list(_cuda(cuda).archs)
+    return list(_cuda(rules, cuda).archs)
 
 
-def nvcc_package(cuda: str) -> str:
+def nvcc_package(rules: Rules, cuda: str) -> str:
     """The PyPI requirement for the nvcc matching ``cuda``: 'nvidia-cuda-nvcc==13.0.*'."""
-    nvcc = load_rules().cuda.nvcc
+    nvcc = rules.cuda.nvcc
     major = cuda.split(".")[0]
     if major not in nvcc.packages:
         raise RuleViolation(f"no nvcc wheel is known for CUDA {major} (known: {', '.join(nvcc.packages)})")
     return f"{nvcc.packages[major]}=={cuda}.*"
 
 
-def python_platform(os_name: str) -> str:
+def python_platform(rules: Rules, os_name: str) -> str:
     """uv's --python-platform for an OS of the matrix."""
-    platforms = load_rules().platforms
+    platforms = rules.platforms
     if os_name not in platforms.os:
         raise RuleViolation(
             f"OS '{os_name}' is not in the rules data (known: {', '.join(platforms.os)})", hint=platforms.glibc.source
@@ -146,7 +131,7 @@ def python_platform(os_name: str) -> str:
     return platforms.os[os_name].platform
 
 
-def os_pythons(os_name: str) -> list[str]:
+def os_pythons(rules: Rules, os_name: str) -> list[str]:
     """Python versions the OS's own archive packages (pythonX.Y); [] when the rules don't know."""
-    platform = load_rules().platforms.os.get(os_name)
+    platform = rules.platforms.os.get(os_name)
     return list(platform.pythons) if platform else []

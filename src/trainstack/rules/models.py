@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from string import Formatter
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 
 
 def template(value: str, names: tuple[str, ...] | None = None) -> str:
@@ -43,6 +44,16 @@ def fill(text: str, **values: object) -> str:
     return "".join(out)
 
 
+def _web_link(value: str) -> str:
+    from trainstack.stackfile.grammar import web_link  # a leaf module; imported late, as stackfile imports rules
+
+    return web_link(value)
+
+
+# where a rule comes from: an http(s) page, published as a link in release notes
+Source = Annotated[str, AfterValidator(_web_link)]
+
+
 class Data(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -51,7 +62,7 @@ class Cited(Data):
     """A rule's text for the user and the public page that backs it."""
 
     message: str
-    source: str
+    source: Source
 
     _message = field_validator("message")(lambda v: template(v))
 
@@ -67,7 +78,7 @@ class TorchRelease(Data):
     variants: list[str]
     pypi_default: str
     pythons: list[str]
-    source: str
+    source: Source
 
 
 class TorchRules(Data):
@@ -97,9 +108,9 @@ class CudaRules(Data):
 class OsPlatform(Data):
     glibc: str
     platform: str
-    source: str
+    source: Source
     pythons: list[str] = []  # pythonX.Y packages of the OS's own archive
-    pythons_source: str = ""
+    pythons_source: Source | None = None
 
 
 class PlatformRules(Data):

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainstack.errors import SpecError
+from trainstack.fsutil import describe_os_error, read_regular
 from trainstack.rules.data import merged_rules
 from trainstack.rules.models import Rules
 
@@ -30,8 +31,13 @@ def stack_rules(table: dict[str, Any], text: str, stack_path: Path) -> Rules | N
     beside = rules_file(stack_path)
     from_file: dict[str, Any] = {}
     file_text = ""
-    if beside.is_file():
-        file_text = beside.read_text(encoding="utf-8")
+    if beside.exists() or beside.is_symlink():
+        try:
+            file_text = read_regular(beside, "rules file", inside=stack_path.parent, folder_name="stack's folder").decode("utf-8")
+        except OSError as exc:
+            raise SpecError(f"{beside}: cannot read: {describe_os_error(exc)}") from None
+        except UnicodeDecodeError as exc:
+            raise SpecError(f"{beside}: not UTF-8 text (byte {exc.start}); expected a rules file in TOML") from None
         try:
             from_file = tomllib.loads(file_text)
         except tomllib.TOMLDecodeError as exc:

@@ -9,7 +9,8 @@ import typer
 
 def command(
     argv: list[str] = typer.Argument(None, metavar="COMMAND", help="The job: python train.py ... or torchrun ... train.py ..."),
-    out: Path = typer.Option(Path("trainstack-run"), "--out", "-o", help="Folder for traces, kernel tables, OOM snapshots and the control file."),
+    out: Path = typer.Option(Path("trainstack-run"), "--out", metavar="DIR", help="Folder for traces, kernel tables, OOM snapshots and the control file."),
+    old_out: Path | None = typer.Option(None, "-o", hidden=True, help="Deprecated spelling of --out."),
     profile_steps: str | None = typer.Option(None, "--profile-steps", help="Profile optimizer steps A to B-1 (A:B, counted from 0, A >= 1) on every rank."),
     profile_count: int = typer.Option(3, "--profile-count", min=1, help="Steps profiled per signal or touch of the control file."),
     signal_name: str = typer.Option("USR1", "--signal", help="Signal that profiles the next steps: USR1, USR2 or off."),
@@ -19,16 +20,24 @@ def command(
     compile_blocks: bool = typer.Option(False, "--compile", help="torch.compile each repeated block of the job's model."),
 ) -> None:
     """Run a training job with on-demand profiling, OOM snapshots and the memory plan, with no
-    change to its code. Profile the next steps of every rank with `kill -USR1 PID` or by touching
+    change to its code.
+
+    Profile the next steps of every rank with `kill -USR1 PID` or by touching
     OUT/control/profile.
 
-    Exit: the job's own exit code (trainstack is replaced by the job); 2 on bad options, 6 when the
-    command is not a program on PATH.
+    trainstack is replaced by the job, so the exit code is the job's own once it starts.
 
     Example: trainstack run --oom-snapshot --memplan 60GiB -- torchrun --nproc-per-node 8 train.py
     """
+    from trainstack.fsutil import check_output
     from trainstack.run.launch import Request, exec_job, job_env
 
+    if old_out is not None:
+        from trainstack.console import print_error
+
+        print_error("run -o is now --out (a folder); -o will mean --output, a file, as in every other verb", prefix="warning:")
+        out = old_out
+    check_output(out, "--out", folder=True)
     request = Request(
         argv=list(argv or []),
         out=out,

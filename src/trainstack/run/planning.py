@@ -22,11 +22,12 @@ class Unplannable(Exception):
 
 
 def parse(budget: str, where: str) -> int:
-    """Bytes of a budget written as for ``memplan --budget``; a fraction is of this GPU."""
-    from trainstack.memplan.budget import parse_budget
+    """Bytes of a budget written as for ``memplan --budget``; a fraction is of this GPU (of the
+    host's memory where there is none, as memplan takes it)."""
+    from trainstack.memplan.budget import host_memory_bytes, parse_budget
 
     try:
-        return parse_budget(budget, device_bytes)
+        return parse_budget(budget, lambda: device_bytes() or host_memory_bytes())
     except UsageError as exc:
         raise UsageError(str(exc).replace("--budget", where, 1)) from None
 

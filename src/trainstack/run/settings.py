@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack.errors import UsageError
-from trainstack.run.boot import HOME as RUN_HOME  # noqa: F401  (the variable's name, for the run verb)
-from trainstack.run.boot import SWITCHES
 
 PROFILE_DIR = "TRAINSTACK_PROFILE_DIR"  # where traces and tables go; arms the signal and file triggers
 PROFILE_STEPS = "TRAINSTACK_PROFILE_STEPS"  # A:B, optimizer steps A..B-1 counted from 0 (A >= 1: a step is seen at its end)
@@ -25,7 +23,9 @@ OOM_SNAPSHOT = "TRAINSTACK_OOM_SNAPSHOT"  # folder for the snapshot, its HTML vi
 OOM_SNAPSHOT_ENTRIES = "TRAINSTACK_OOM_SNAPSHOT_ENTRIES"  # allocator events kept in the ring
 MEMPLAN = "TRAINSTACK_MEMPLAN"  # budget: '20GiB' or a fraction of the GPU such as '0.8'
 COMPILE = "TRAINSTACK_COMPILE"  # 1: torch.compile each block of the job's model
-assert set(SWITCHES) == {PROFILE_DIR, PROFILE_STEPS, OOM_SNAPSHOT, MEMPLAN, COMPILE}  # any of them set turns the hook on
+# any of these set turns the hook on (boot.py, which imports nothing of trainstack, holds a copy)
+SWITCHES = (PROFILE_DIR, PROFILE_STEPS, OOM_SNAPSHOT, MEMPLAN, COMPILE)
+RUN_HOME = "TRAINSTACK_RUN_HOME"  # where trainstack is importable from, for a Python without it
 
 DEFAULT_COUNT = 3
 DEFAULT_ENTRIES = 100_000
@@ -60,11 +60,6 @@ class Settings:
     @property
     def active(self) -> bool:
         return self.profiling or self.needs_model
-
-
-def hook_requested(environ: Mapping[str, str]) -> bool:
-    """Cheap: whether the hook has anything to do (checked at every interpreter start)."""
-    return any(environ.get(name, "") not in ("", "0") for name in SWITCHES)
 
 
 def parse_steps(text: str, where: str = PROFILE_STEPS) -> tuple[int, int]:

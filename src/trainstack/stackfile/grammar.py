@@ -16,9 +16,19 @@ from urllib.parse import urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-# C0 and C1 controls (newline and tab included), DEL, and the Unicode line/paragraph separators
-# and bidirectional overrides that make text read differently from what it is.
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+# What makes text read differently from what it is: characters that show nothing (the soft
+# hyphen, zero-width spaces and joiners, word joiner and invisible operators, the byte order
+# mark, interlinear annotations, TAG characters), bidirectional marks, embeddings, overrides and
+# isolates (U+061C, U+200E/F, U+202A-202E, U+2066-2069), and lone surrogates (no text encodes them).
+_INVISIBLE = (
+    "\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufff9-\ufffb"
+    "\U000e0000-\U000e007f\ud800-\udfff"
+)
+# C0 and C1 controls (newline and tab included), DEL, the Unicode line/paragraph separators and
+# the invisible characters: refused in every value.
+CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{_INVISIBLE}]")
+# The same in text of several lines (Markdown prose): newlines and tabs are its own.
+TEXT_CONTROL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029{_INVISIBLE}]")
 
 # PEP 508 names (and extras): letters, digits, '.', '_', '-'; starting and ending alphanumeric.
 PEP508_NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])\Z")
@@ -55,12 +65,15 @@ def shown(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def no_controls(value: str) -> str:
-    found = CONTROL.search(value)
+def no_controls(value: str, *, lines: bool = False) -> str:
+    """``value`` when it holds no control or invisible character (``lines``: text of several
+    lines, where newlines and tabs are accepted); else ValueError naming the character."""
+    found = (TEXT_CONTROL if lines else CONTROL).search(value)
     if found:
+        accepted = "newlines and tabs but no" if lines else "no newlines, tabs or"
         raise ValueError(
             f"'{shown(value)}' holds the control character {shown(found.group(0))} "
-            "(no newlines, tabs or other control characters are accepted)"
+            f"({accepted} other control, invisible or bidirectional characters are accepted)"
         )
     return value
 
@@ -233,6 +246,27 @@ def index_url(value: str) -> str:
             "'user:password@' and set them in the environment (UV_INDEX_<NAME>_USERNAME and _PASSWORD, "
             "see 'Private indexes' in the README)"
         )
+    return value
+
+
+# the characters RFC 3986 allows in a URI, '%' of percent-encoding included: nothing else
+_LINK_CHARS = re.compile(r"^[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+$")
+WEB_SCHEMES = ("http", "https")
+
+
+def web_link(value: str) -> str:
+    """An http(s) URL with a host: the only kind of link notes and pages hold (never
+    javascript:, data:, file: or a value that could end the link it sits in)."""
+    accepted = "an http(s) link such as 'https://github.com/org/project/issues/1'"
+    if not _LINK_CHARS.match(value):
+        raise ValueError(f"'{shown(value)}' is not {accepted} (it holds a character a URL may not)")
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+    except ValueError:
+        host = None
+    if parts.scheme not in WEB_SCHEMES or not host:
+        raise ValueError(f"'{shown(value)}' is not {accepted}")
     return value
 
 

@@ -11,6 +11,9 @@ from pydantic import BaseModel, ValidationError
 
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, read_regular
+from trainstack.rules.data import shipped_rules
+from trainstack.rules.models import Rules
+from trainstack.rules.stack import stack_rules
 from trainstack.stackfile import grammar
 from trainstack.stackfile.matrix import expand_flavours
 from trainstack.stackfile.models import Stack
@@ -45,8 +48,9 @@ def parse_stack(text: str, path: Path) -> Stack:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: TOML syntax error: {grammar.shown(exc, 300)}") from None
     _refuse_control_characters(data, text, path)
+    rules = _rules_in_effect(data, text, path)
     try:
-        stack = Stack.model_validate(data)
+        stack = Stack.model_validate(data, context={"rules": rules})
     except ValidationError as exc:
         raise SpecError(_describe(exc, text, path)) from None
     if not expand_flavours(stack):
@@ -55,19 +59,22 @@ def parse_stack(text: str, path: Path) -> Stack:
     _require_bases(stack, text, path)
     _confine_paths(stack, text, path)
     _trusted_env(stack, text, path)
-    from trainstack.rules.data import activate
-    from trainstack.rules.stack import stack_rules
-
-    activate(stack_rules(stack.rules, text, path))  # the rules in effect are this stack's
+    stack._rules_in_effect = rules
     _require_known_os(stack, text, path)
     return stack
 
 
+def _rules_in_effect(data: dict[str, Any], text: str, path: Path) -> Rules:
+    """The shipped rules with the stack's own over them, built before the stack is validated so that
+    validation (known Python versions, OS names) sees them. A ``[rules]`` value that is no table is
+    left to validation to refuse."""
+    table = data.get("rules")
+    return stack_rules(table if isinstance(table, dict) else {}, text, path) or shipped_rules()
+
+
 def _require_known_os(stack: Stack, text: str, path: Path) -> None:
     """Each OS of the matrix is one the rules in effect describe (its glibc decides the wheels)."""
-    from trainstack.rules.data import load_rules
-
-    known = load_rules().platforms.os
+    known = stack.rules_in_effect.platforms.os
     given = [(("matrix", "os"), name) for name in stack.matrix.os]
     given += [(("matrix", "include", str(n), "os"), cell.os) for n, cell in enumerate(stack.matrix.include)]
     for loc, name in given:

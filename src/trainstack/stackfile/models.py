@@ -7,7 +7,13 @@ from typing import Annotated, Any, Literal
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+
+from trainstack.bench.modes import parse_mode
+from trainstack.bench.presets import SHAPES
+from trainstack.errors import UsageError
+from trainstack.rules.data import shipped_rules
+from trainstack.rules.models import Rules
 
 from trainstack.stackfile import grammar
 
@@ -18,7 +24,7 @@ SHA_RE = grammar.HEX_COMMIT
 ENV_NAME_RE = grammar.ENV_NAME
 # a library file name or an fnmatch pattern of one ('libcuda.so*'), as linkcheck matches them
 LIBRARY_RE = re.compile(r"^[A-Za-z0-9_*?\[][A-Za-z0-9._+*?\[\]-]*\Z")
-# the smoke checks verify knows (trainstack.verify.smoke.KNOWN)
+# the smoke checks verify knows and runs by default
 SMOKE_CHECKS = ("imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed")
 
 Channel = Literal["release", "nightly"]
@@ -59,20 +65,25 @@ def _each(check, values):
     return values
 
 
-def known_pythons() -> list[str]:
-    """Python versions the rules data knows: torch's wheels and the OS archives."""
-    from trainstack.rules.data import load_rules
-
-    rules = load_rules()
+def known_pythons(rules: Rules) -> list[str]:
+    """Python versions ``rules`` know: torch's wheels and the OS archives."""
     found = {py for release in rules.torch.releases.values() for py in release.pythons}
     found |= {py for platform in rules.platforms.os.values() for py in platform.pythons}
     return sorted(found, key=lambda v: tuple(int(p) for p in v.split(".")))
 
 
-def _python(value: str) -> str:
+def rules_of(info: ValidationInfo) -> Rules:
+    """The rules a stack is validated against: handed in as the validation's context by the loader
+    (the shipped data with the stack's own rules over it); the shipped rules where none are."""
+    context = info.context if isinstance(info.context, dict) else {}
+    rules = context.get("rules")
+    return rules if isinstance(rules, Rules) else shipped_rules()
+
+
+def _python(value: str, rules: Rules) -> str:
     if not PYTHON_RE.fullmatch(value):
         raise ValueError(f"'{grammar.shown(value)}' is not a Python version (try '3.12')")
-    known = known_pythons()
+    known = known_pythons(rules)
     if value not in known:
         raise ValueError(f"Python {value} is not in the rules data (known: {', '.join(known)})")
     return value
@@ -125,6 +136,15 @@ class Indexes(Strict):
 class JobBudget(Strict):
     divisor: Annotated[int, Field(ge=1)]
     cap: Annotated[int, Field(ge=1)]
+    # the memory one compile unit takes ('6GiB'): MAX_JOBS no more than free memory holds
+    memory: str | None = None
+
+    @field_validator("memory")
+    @classmethod
+    def _size(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[0-9]+(\.[0-9]+)?(GiB|MiB|GB|MB)", v):
+            raise ValueError(f"'{v}' is not a size; accepted: a number with its unit, such as '6GiB', '7.5GB' or '800MiB'")
+        return v
 
 
 class FlavourFilter(Strict):
@@ -279,7 +299,7 @@ class IncludeCell(Strict):
 
     _cuda = field_validator("cuda")(lambda v: _cuda(v))
     _os = field_validator("os")(lambda v: _os(v))
-    _python = field_validator("python")(lambda v: _python(v))
+    _python = field_validator("python")(lambda v, info: _python(v, rules_of(info)))
 
 
 class Matrix(Strict):
@@ -308,8 +328,9 @@ class Matrix(Strict):
 
     @field_validator("python")
     @classmethod
-    def _python(cls, v: list[str]) -> list[str]:
-        return _each(_python, v)
+    def _python(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        rules = rules_of(info)
+        return _each(lambda value: _python(value, rules), v)
 
     @field_validator("os")
     @classmethod
@@ -413,7 +434,7 @@ class Links(Strict):
 
 
 class Verify(Strict):
-    smoke: list[str] = ["imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed"]
+    smoke: list[str] = list(SMOKE_CHECKS)
     suite: list[Suite] = []
     known_issues: str | None = None
     max_failed_tests: Annotated[int, Field(ge=0)] = 0
@@ -434,12 +455,40 @@ class Verify(Strict):
 
 
 class Bench(Strict):
+    """How ``trainstack bench --stack`` measures the stack's flavours (its flags win)."""
+
     preset: str = "1b"
-    batch: Annotated[int, Field(ge=1)] = 4
+    batch: Annotated[int, Field(ge=1, le=65536)] = 4
     seq: Annotated[int, Field(ge=16)] = 4096
-    steps: Annotated[int, Field(ge=1)] = 20
-    warmup: Annotated[int, Field(ge=0)] = 5
+    steps: Annotated[int, Field(ge=2, le=100000)] = 20
+    warmup: Annotated[int, Field(ge=1, le=100000)] = 5
     modes: list[str] = ["eager", "compile"]
+
+    @field_validator("preset")
+    @classmethod
+    def _preset(cls, v: str) -> str:
+        if v not in SHAPES:
+            raise ValueError(f"'{grammar.shown(v)}' is not a bench preset (one of: {', '.join(SHAPES)})")
+        return v
+
+    @field_validator("modes")
+    @classmethod
+    def _modes(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("no mode given (accepted: one or more modes such as 'compile+bf16')")
+        for mode in v:
+            try:
+                parse_mode(mode)
+            except UsageError as exc:
+                raise ValueError(exc.message.removeprefix("--modes: ")) from None
+        return v
+
+    @model_validator(mode="after")
+    def _seq_fits_the_preset(self) -> Bench:
+        longest = SHAPES[self.preset]["max_seq"]
+        if self.seq > longest:
+            raise ValueError(f"seq {self.seq} is longer than preset {self.preset}'s max_seq ({longest})")
+        return self
 
 
 class Stack(Strict):
@@ -453,6 +502,12 @@ class Stack(Strict):
     bench: Bench = Bench()
     # rules added to or overriding the shipped rules data (same layout; validated by rules.stack)
     rules: dict[str, Any] = {}
+    # the rules in effect: the shipped data with this stack's own over it (set by the loader)
+    _rules_in_effect: Rules | None = PrivateAttr(default=None)
+
+    @property
+    def rules_in_effect(self) -> Rules:
+        return self._rules_in_effect or shipped_rules()
 
     @field_validator("components", mode="before")
     @classmethod

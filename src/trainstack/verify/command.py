@@ -13,24 +13,26 @@ def command(
     python: Path | None = typer.Option(None, "--python", help="Verify this interpreter's environment instead of a built venv."),
     build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Where 'trainstack build' put the flavours."),
     skip: list[str] = typer.Option([], "--skip", help="Leave out a part: report, ops, linkcheck, smoke, suites."),
-    output: Path | None = typer.Option(None, "--output", help="Write verify.json here (default with a stack: BUILD_DIR/<flavour>/verify.json)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write verify.json here (default with a stack: BUILD_DIR/<flavour>/verify.json)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON instead of the summary."),
 ) -> None:
     """Report, op table, link check, smoke checks and test suites, inside the environment.
 
-    Exit 0 when the gate passes, 1 when it fails, 2 on bad input.
-
     Example: trainstack verify examples/stacks/cpu-minimal.toml --flavour cpu-debian12-py311-release
     """
     from trainstack.console import out
-    from trainstack.fsutil import atomic_write_text
+    from trainstack.fsutil import atomic_write_text, check_output
     from trainstack.verify.plan import make_plan
     from trainstack.verify.render import render_verify
     from trainstack.verify.run import run_verify
 
+    if output is not None:
+        check_output(output, "--output")
     target, plan, default_output = make_plan(stack, flavour, python, build_dir, skip)
-    result = run_verify(target, plan)
     destination = output or default_output
+    if destination is not None and output is None:
+        check_output(destination, "verify.json (BUILD_DIR/<flavour>/verify.json)")
+    result = run_verify(target, plan)
     if destination is not None:
         atomic_write_text(destination, result.model_dump_json(indent=2) + "\n")
     if json_out:

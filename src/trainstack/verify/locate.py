@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainstack.errors import UsageError
+from trainstack.errors import NotBuiltError, UsageError
 from trainstack.lock.manifest import load_manifest, manifest_path
 from trainstack.stackfile import Flavour, Stack, load_stack, select_flavour
 from trainstack.stackfile.matrix import components_for
@@ -55,7 +55,7 @@ def built_flavour(stack_path: Path, flavour: str | None, build_dir: Path) -> Bui
     chosen = flavours[0]
     where = build_dir / chosen.slug
     if not (where / "venv" / "bin" / "python").exists():
-        raise UsageError(
+        raise NotBuiltError(
             f"{where / 'venv'}: flavour {chosen.slug} is not built",
             hint=f"run 'trainstack build {stack_path} --flavour {chosen.slug}' first",
         )

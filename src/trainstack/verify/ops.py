@@ -17,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 
 from trainstack.render.layers import needs_build
-from trainstack.rules import load_rules
+from trainstack.rules import Rules, shipped_rules
 from trainstack.stackfile.models import Stack
 from trainstack.verify.fatbin import fatbin_archs
 from trainstack.verify.report_model import NOT_FOUND
@@ -58,12 +58,13 @@ def ops_data() -> dict[str, Any]:
     return tomllib.loads(text)
 
 
-def op_table(target: Target, wanted: dict[str, dict[str, str]] | None = None) -> OpTable:
-    """``wanted``: the source-built extensions of the stack and their build_env (prebuilt_wanted)."""
+def op_table(target: Target, wanted: dict[str, dict[str, str]] | None = None, rules: Rules | None = None) -> OpTable:
+    """``wanted``: the source-built extensions of the stack and their build_env (prebuilt_wanted);
+    ``rules``: the stack's rules in effect (the shipped ones without a stack)."""
     raw, reason = run_probe(target, "ops_probe.py", [json.dumps(ops_data())], timeout=600)
     if not isinstance(raw, dict):
         return OpTable(rows=[], absent=[], error=reason)
-    return build_table(raw).model_copy(update={"unbuilt": unbuilt(raw, wanted or {})})
+    return build_table(raw, rules).model_copy(update={"unbuilt": unbuilt(raw, wanted or {})})
 
 
 def prebuilt_wanted(stack: Stack | None, component_keys: list[str]) -> dict[str, dict[str, str]]:
@@ -104,7 +105,8 @@ def _deepspeed_unbuilt(ds: dict[str, Any] | None, env: dict[str, str]) -> list[s
     return reasons
 
 
-def build_table(raw: dict[str, Any]) -> OpTable:
+def build_table(raw: dict[str, Any], rules: Rules | None = None) -> OpTable:
+    rules = rules or shipped_rules()
     """Pure: the probe's facts plus the rules -> rows."""
     torch = raw.get("torch") or {}
     rows: list[OpRow] = []
@@ -113,24 +115,25 @@ def build_table(raw: dict[str, Any]) -> OpTable:
     if deepspeed is None:
         absent.append("deepspeed")
     else:
-        rows += deepspeed_rows(deepspeed, torch)
+        rows += deepspeed_rows(deepspeed, torch, rules)
     specs = {ext["name"]: ext for ext in ops_data()["extension"]}
     for ext in raw.get("extensions", []):
         if ext.get("version") is None:
             absent.append(ext["name"])
             continue
-        rows += extension_rows(ext, specs[ext["name"]], torch)
+        rows += extension_rows(ext, specs[ext["name"]], torch, rules)
     return OpTable(rows=rows, absent=absent)
 
 
-def deepspeed_rows(ds: dict[str, Any], torch: dict[str, Any]) -> list[OpRow]:
+def deepspeed_rows(ds: dict[str, Any], torch: dict[str, Any], rules: Rules | None = None) -> list[OpRow]:
+    rules = rules or shipped_rules()
     if ds.get("error"):
         return [OpRow(package="deepspeed", name="(op builders)", installed=False, compatible=False, why_not=ds["error"])]
     mismatch = _cuda_mismatch(ds.get("torch_info") or {}, torch)
     report = ds.get("report") if isinstance(ds.get("report"), dict) and "error" not in ds.get("report", {}) else {}
     rows = []
     for op in ds.get("ops", []):
-        why = _ds_rule_reason(op["name"], torch.get("version")) or op["why"]
+        why = _ds_rule_reason(rules, op["name"], torch.get("version")) or op["why"]
         installed, compatible = op["installed"], op["compatible"]
         if op["name"] in report:  # ds_report's own [YES]/[NO] and [OKAY]/[NO]
             installed, compatible = report[op["name"]][0] == "YES", report[op["name"]][1] == "OKAY"
@@ -166,9 +169,9 @@ def _major_minor(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
-def _ds_rule_reason(op: str, torch_version: str | None) -> str:
+def _ds_rule_reason(rules: Rules, op: str, torch_version: str | None) -> str:
     """The rules' torch range for a DeepSpeed op (trainstack.rules, extensions.toml)."""
-    rule = load_rules().extensions.deepspeed.ops.get(op)
+    rule = rules.extensions.deepspeed.ops.get(op)
     if rule is None or rule.torch is None or not torch_version:
         return ""
     try:
@@ -178,7 +181,10 @@ def _ds_rule_reason(op: str, torch_version: str | None) -> str:
     return "" if inside else f"torch range: needs torch {rule.torch}, found {torch_version} ({rule.source})"
 
 
-def extension_rows(ext: dict[str, Any], spec: dict[str, Any], torch: dict[str, Any]) -> list[OpRow]:
+def extension_rows(
+    ext: dict[str, Any], spec: dict[str, Any], torch: dict[str, Any], rules: Rules | None = None
+) -> list[OpRow]:
+    rules = rules or shipped_rules()
     rows = []
     present = [m for m in ext["modules"] if m["present"]]
     if not present:
@@ -186,7 +192,7 @@ def extension_rows(ext: dict[str, Any], spec: dict[str, Any], torch: dict[str, A
                       why_not=f"{ext['name']} {ext['version']} has none of its compiled modules")]
     for module in present:
         why = _import_reason(module["error"]) if module["error"] else ""
-        why = why or _hardware_reason(spec, torch)
+        why = why or _hardware_reason(rules, spec, torch)
         compatible = not why
         if why.startswith(("no GPU", "torch not")) and not module["error"]:
             compatible = None  # nothing wrong with the build; it just cannot run on this machine
@@ -204,7 +210,7 @@ def _import_reason(error: str) -> str:
     return error
 
 
-def _hardware_reason(spec: dict[str, Any], torch: dict[str, Any]) -> str:
+def _hardware_reason(rules: Rules, spec: dict[str, Any], torch: dict[str, Any]) -> str:
     if not spec.get("gpu"):
         return ""
     if not torch or torch.get("error"):
@@ -213,7 +219,7 @@ def _hardware_reason(spec: dict[str, Any], torch: dict[str, Any]) -> str:
         return "no GPU"
     rule = spec.get("min_arch_rule")
     if rule == "flash_attn":
-        flash = load_rules().extensions.flash_attn
+        flash = rules.extensions.flash_attn
         old = [c for c in torch["capabilities"] if int(c) < int(flash.min_arch)]
         if old:
             return f"GPU arch too old: sm{old[0]} < sm{flash.min_arch} ({flash.message})"

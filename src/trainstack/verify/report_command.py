@@ -14,11 +14,9 @@ def command(
     flavour: str | None = typer.Option(None, "--flavour", help="Flavour slug, with --stack."),
     build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Where 'trainstack build' put the flavours."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (every field always present)."),
-    output: Path | None = typer.Option(None, "--output", help="Also write the report as JSON to this file."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write the report as JSON to this file."),
 ) -> None:
     """Report OS, libc, compilers, Python, torch/CUDA/cuDNN/NCCL (compiled and loaded), GPUs, drift.
-
-    Exit 0 with a report, 2 on bad input (a path that is not a working Python interpreter included).
 
     Example: trainstack report --python build/cpu-debian12-py311-release/venv/bin/python --json
     """
@@ -27,6 +25,10 @@ def command(
     from trainstack.verify.report_render import render_report
     from trainstack.verify.target import open_target
 
+    if output is not None:
+        from trainstack.fsutil import check_output
+
+        check_output(output, "--output")
     locked, record = None, None
     if stack is not None:
         from trainstack.verify.locate import built_flavour

@@ -70,7 +70,8 @@ def run_verify(target: Target, plan: Plan) -> VerifyResult:
     start = time.perf_counter()
     wanted = [p for p in PARTS if p not in plan.skip]
     report = collect_report(target, locked=plan.locked, build_record=plan.build_record) if "report" in wanted else None
-    ops = op_table(target, prebuilt_wanted(plan.stack, plan.components)) if "ops" in wanted else None
+    rules = plan.stack.rules_in_effect if plan.stack is not None else None
+    ops = op_table(target, prebuilt_wanted(plan.stack, plan.components), rules) if "ops" in wanted else None
     links = _links(target, plan) if "linkcheck" in wanted else None
     smoke = run_smoke(target, _smoke_checks(plan), _imports(plan, report)) if "smoke" in wanted else []
     gate = _gate(target, plan) if "suites" in wanted else None
@@ -120,7 +121,7 @@ def _gate(target: Target, plan: Plan) -> GateResult | None:
             path = stack_path(settings.known_issues, base, "verify.known_issues")
         except ValueError as exc:
             raise SpecError(f"{plan.stack_path or 'verify'}: verify.known_issues: {exc}") from None
-        known = load_known_issues(path)
+        known = load_known_issues(path, base)
     where = {}
     if plan.stack_path is not None:
         text = plan.stack_path.read_text(encoding="utf-8")

@@ -12,9 +12,10 @@ from pydantic import BaseModel
 from rich.text import Text
 
 from trainstack.console import err
+from trainstack.stackfile.models import SMOKE_CHECKS
 from trainstack.verify.target import Target, run_probe
 
-KNOWN = ("imports", "matmul", "sdpa", "compile", "cpp_extension", "distributed")
+KNOWN = SMOKE_CHECKS
 TIMEOUTS = {"compile": 900.0, "cpp_extension": 900.0, "distributed": 300.0}
 
 

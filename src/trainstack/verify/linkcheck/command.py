@@ -13,7 +13,7 @@ def command(
     paths: list[Path] = typer.Argument(..., help="Environments, directories or ELF files to check."),
     stack: Path | None = typer.Option(None, "--stack", help="Take banned and required links from this stack's [verify.links]."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    output: Path | None = typer.Option(None, "--output", help="Also write the report as JSON to this file."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write the report as JSON to this file."),
     notes: bool = typer.Option(False, "--notes", help="Also list notes (driver libraries, optional plugins)."),
     candidates: bool = typer.Option(False, "--candidates", help="List every dlopen candidate and where it was found."),
     strings: bool = typer.Option(True, "--strings/--no-strings", help="Scan read-only data for dlopen candidates."),
@@ -25,13 +25,16 @@ def command(
 
     Findings are confirmed inside the target interpreter (its package imported first, then the
     object loaded): broken, optional (which part) or resolved at run time; only broken fails.
-    Exit 0 when nothing is broken, 1 when a link fails, 2 on bad input.
 
     Example: trainstack linkcheck build/cu128-ubuntu2404-py312-release/venv --stack examples/stacks/torch-cuda.toml
     """
     from trainstack.verify.linkcheck.check import check_paths
     from trainstack.verify.linkcheck.render import render_candidates, render_links
 
+    if output is not None:
+        from trainstack.fsutil import check_output
+
+        check_output(output, "--output")
     links = None
     if stack is not None:
         from trainstack.stackfile import load_stack

@@ -11,15 +11,18 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.errors import SpecError
+from trainstack.fsutil import describe_os_error, read_regular
+from trainstack.stackfile import grammar
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -30,11 +33,12 @@ else:  # pragma: no cover
 class KnownIssue(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    test: Annotated[str, Field(min_length=1)]
-    suite: str | None = None
-    targets: list[str] = ["*"]
-    reason: Annotated[str, Field(min_length=1)]
-    link: Annotated[str, Field(pattern=r"^https?://\S+$")]
+    # what reaches verify.json and the release notes: one line each, nothing invisible; an http(s) link
+    test: Annotated[str, Field(min_length=1), AfterValidator(grammar.no_controls)]
+    suite: Annotated[str, AfterValidator(grammar.no_controls)] | None = None
+    targets: list[Annotated[str, AfterValidator(grammar.no_controls)]] = ["*"]
+    reason: Annotated[str, Field(min_length=1), AfterValidator(grammar.no_controls)]
+    link: Annotated[str, AfterValidator(grammar.web_link)]
 
     def matches(self, suite: str, target: str, test_ids: list[str], *, exact: bool = False) -> bool:
         if self.suite is not None and self.suite != suite:
@@ -57,14 +61,19 @@ class KnownIssues(BaseModel):
         return next((issue for issue in self.known if issue.matches(suite, target, test_ids, exact=exact)), None)
 
 
-def load_known_issues(path: Path) -> KnownIssues:
-    """Parse and validate; SpecError naming file, line and field when malformed."""
+def load_known_issues(path: Path, folder: Path | None = None) -> KnownIssues:
+    """Parse and validate; SpecError naming file, line and field when malformed. The file is
+    read inside ``folder`` (the stack's, where it lies in it; else its own): a symbolic link
+    may not lead out of it."""
+    inside = folder if folder is not None and _within(path, folder) else path.parent
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, "known-issues file", inside=inside, folder_name="folder").decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: no such known-issues file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read: {exc}") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); expected a known-issues file in TOML") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -75,6 +84,11 @@ def load_known_issues(path: Path) -> KnownIssues:
         return KnownIssues.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_describe(exc, text, path)) from None
+
+
+def _within(path: Path, folder: Path) -> bool:
+    root = os.path.abspath(folder)
+    return os.path.commonpath([root, os.path.abspath(path)]) == root
 
 
 def _describe(exc: ValidationError, text: str, path: Path) -> str:
@@ -88,7 +102,7 @@ def _describe(exc: ValidationError, text: str, path: Path) -> str:
     elif error["type"] == "missing":
         message = "required field is missing"
     elif loc[-1] == "link":
-        message = "must be an http(s) URL to the issue"
+        message = f"must be an http(s) URL to the issue, not '{grammar.shown(error.get('input', ''))}'"
     else:
         message = str(error["msg"]).removeprefix("Value error, ")
     return f"{where}: {field}: {message}"

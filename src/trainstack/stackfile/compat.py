@@ -1,4 +1,4 @@
-"""Evaluate the rules for each flavour of a stack, before any resolution. Pure: no I/O."""
+"""A stack's flavours checked against the compatibility rules in effect (the shipped data with the stack's own over it)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def torch_version(stack: Stack, flavour: Flavour) -> str | None:
     if torch.pinned_version:
         return torch.pinned_version
     spec = SpecifierSet(torch.version or "")
-    for minor in sorted(data.load_rules().torch.releases, key=Version, reverse=True):
+    for minor in sorted(stack.rules_in_effect.torch.releases, key=Version, reverse=True):
         if any(Version(f"{minor}.{patch}") in spec for patch in range(10)):
             return minor
     return None
@@ -72,7 +72,7 @@ def _finding(flavour: Flavour, rule: str, level: Level, message: str, source: st
 
 
 def _os(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
-    platforms = data.load_rules().platforms
+    platforms = stack.rules_in_effect.platforms
     if flavour.os not in platforms.os:
         known = ", ".join(platforms.os)
         text = f"OS '{flavour.os}' is not known (one of: {known})"
@@ -85,7 +85,7 @@ def _os(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> lis
 def _cuda(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
     if flavour.cuda == "cpu":
         return []
-    rules = data.load_rules().cuda
+    rules = stack.rules_in_effect.cuda
     if flavour.cuda not in rules.versions:
         known = ", ".join(rules.versions)
         text = f"CUDA {flavour.cuda} is not known (one of: {known})"
@@ -97,7 +97,7 @@ def _cuda(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> l
 def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
     if "torch" not in components:
         return []
-    rules = data.load_rules().torch
+    rules = stack.rules_in_effect.torch
     if flavour.channel == "nightly":
         return [_finding(flavour, "torch.nightly", "info", rules.nightly.message, rules.nightly.source)]
     version = torch_version(stack, flavour)
@@ -116,7 +116,7 @@ def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> 
         text = f"torch {minor} publishes no {flavour.cuda_tag} wheels ({allowed})"
         found.append(_finding(flavour, "torch.variant", "error", text, release.source))
     else:
-        index = data.index_for(version, flavour.cuda_tag, flavour.channel)
+        index = data.index_for(stack.rules_in_effect, version, flavour.cuda_tag, flavour.channel)
         text = f"torch {minor} {flavour.cuda_tag} wheels come from {index or 'PyPI (its default variant)'}"
         found.append(_finding(flavour, "torch.variant", "info", text, rules.index.source))
     if flavour.python not in release.pythons:
@@ -127,7 +127,7 @@ def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> 
 
 
 def _flash_attn(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
-    rule = data.load_rules().extensions.flash_attn
+    rule = stack.rules_in_effect.extensions.flash_attn
     component = components.get(rule.package)
     if component is None:
         return []
@@ -144,10 +144,10 @@ def _flash_attn(stack: Stack, flavour: Flavour, components: dict[str, Component]
 
 def _arch_lists(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
     """Architectures named in build_env must be ones the flavour's nvcc can target."""
-    rules = data.load_rules().cuda
+    rules = stack.rules_in_effect.cuda
     if flavour.cuda == "cpu" or flavour.cuda not in rules.versions:
         return []
-    env_names = {"TORCH_CUDA_ARCH_LIST", *data.load_rules().extensions.flash_attn.arch_env}
+    env_names = {"TORCH_CUDA_ARCH_LIST", *stack.rules_in_effect.extensions.flash_attn.arch_env}
     allowed = set(rules.versions[flavour.cuda].archs)
     found = []
     for component in components.values():
@@ -163,7 +163,7 @@ def _arch_lists(stack: Stack, flavour: Flavour, components: dict[str, Component]
 
 
 def _deepspeed(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
-    rule = data.load_rules().extensions.deepspeed
+    rule = stack.rules_in_effect.extensions.deepspeed
     component = components.get(rule.package)
     if component is None:
         return []
@@ -183,7 +183,7 @@ def _deepspeed(stack: Stack, flavour: Flavour, components: dict[str, Component])
 
 def _toolchain(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
     """One CUDA release (the flavour's) for every toolchain component; targets its nvcc can build."""
-    cuda_rules = data.load_rules().cuda
+    cuda_rules = stack.rules_in_effect.cuda
     if flavour.cuda == "cpu" or flavour.cuda not in cuda_rules.versions:
         return []
     rules = toolchain.toolchain_rules()

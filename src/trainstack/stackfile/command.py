@@ -9,23 +9,27 @@ import typer
 
 def command(
     stack: Path = typer.Argument(..., metavar="STACK", help="The stack.toml to check.", show_default=False),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show the informational findings."),
     json_out: bool = typer.Option(False, "--json", help="Print every finding as JSON on stdout instead of the lines."),
-    output: Path | None = typer.Option(None, "--output", help="Also write every finding as JSON to this file."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Also write every finding as JSON to this file."),
 ) -> None:
     """Check each flavour against the rules data (torch CUDA variants and Pythons, driver,
     GPU architectures, flash-attn, DeepSpeed ops); exit 3 when a rule is broken.
 
-    Exit 0 when every rule holds, 3 when one is broken, 2 on bad input.
+    With --verbose, the informational findings too.
 
     Example: trainstack check examples/stacks/torch-cuda.toml --verbose
     """
     from rich.markup import escape
 
-    from trainstack.console import out
+    from trainstack.console import out, verbosity
     from trainstack.errors import RuleViolation
-    from trainstack.rules.check import check_stack, errors
+    from trainstack.fsutil import check_output
+    from trainstack.stackfile.compat import check_stack, errors
     from trainstack.stackfile import expand_flavours, load_stack
+
+    if output is not None:
+        check_output(output, "--output")
+    verbose = verbosity() > 0
 
     spec = load_stack(stack)
     findings = check_stack(spec)

@@ -1,0 +1,212 @@
+"""Resumable extension builds: a compile stopped at any point (a time limit, preemption,
+Ctrl-C, SIGKILL) continues where it stopped on the next build.
+
+Beside the wheel cache's entry build/.extensions/<package>-<key>/ an unfinished build keeps
+<package>-<key>.partial/: a copy of the source, built in place, so the build folder torch's
+cpp_extension hands to ninja (build/temp.*/: build.ninja, the objects, .ninja_log and
+.ninja_deps) outlives the flavour's staging folder. ninja's own state decides what is left: a
+unit whose object is missing from .ninja_log (killed mid-compile), whose command line changed,
+or whose source or headers are newer than its object compiles again; the rest is kept.
+
+The folder is reused only when its record holds the same wheel-cache key (package version or
+commit, torch, CUDA, GPU targets, toolchain pins, build_env, Python) and the same compilers
+(each c++, gcc, nvcc on PATH: real path, size and time) and compile variables (CFLAGS, CXX,
+NVCC_FLAGS, ...); anything else empties it first. It is removed once the wheel is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tarfile
+import zipfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trainstack.errors import BuildError
+from trainstack.fsutil import atomic_write_json, exclusive, loads_strict, read_regular
+
+if TYPE_CHECKING:
+    from trainstack.builder.extensions import ExtensionKey
+
+STATE = "state.json"
+SOURCE = "src"
+# the programs an extension's objects come from, looked up in every folder of PATH (a ccache
+# link first on PATH still shows the real compiler behind it)
+COMPILERS = ("c++", "g++", "cc", "gcc", "clang++", "clang", "nvcc")
+# variables read by setuptools, torch's cpp_extension and nvcc that change an object's bytes
+COMPILE_VARIABLES = (
+    "CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "NVCC_FLAGS", "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "PYTORCH_NVCC", "CUDA_HOME", "CUDA_PATH", "NVCC_THREADS",
+    "TORCH_CUDA_ARCH_LIST", "FLASH_ATTN_CUDA_ARCHS", "_GLIBCXX_USE_CXX11_ABI",
+)  # fmt: skip
+# a ninja edge: 'build <outputs>: <rule> <inputs>' (paths escape ' ', ':' and '$' with '$')
+_PATH = r"(?:[^\s:$|]|\$.)+"
+_EDGE = re.compile(rf"^build ({_PATH}(?: {_PATH})*)(?: \|[^:]*)?: (\S+)")
+_UNESCAPE = re.compile(r"\$(.)")
+
+
+@dataclass(frozen=True)
+class Units:
+    """A ninja build's compile units: how many, how many ninja recorded as finished, and the
+    seconds those took (each unit's last compile in .ninja_log, whichever run it was)."""
+
+    done: int
+    total: int
+    seconds: float = 0.0
+
+
+def toolchain_identity(env: Mapping[str, str]) -> dict[str, str]:
+    """What the objects were compiled with besides the key: every compiler on ``env``'s PATH
+    (and CC, CXX, CUDA_HOME's nvcc) as real path, size and modification time, and the compile
+    variables that are set. Reads only file metadata; runs nothing."""
+    names = list(COMPILERS) + [env[v].split()[0] for v in ("CC", "CXX") if env.get(v, "").split()]
+    candidates: list[Path] = []
+    for folder in env.get("PATH", "").split(os.pathsep):
+        if folder:
+            candidates += [Path(folder) / name for name in names if os.sep not in name]
+    candidates += [Path(name) for name in names if os.sep in name]
+    if env.get("CUDA_HOME"):
+        candidates.append(Path(env["CUDA_HOME"]) / "bin" / "nvcc")
+    found: dict[str, str] = {}
+    for path in candidates:
+        try:
+            real = os.path.realpath(path)
+            st = os.stat(real)
+        except OSError:
+            continue
+        if os.path.isfile(real):
+            found[f"program {path}"] = f"{real} {st.st_size} {st.st_mtime_ns}"
+    return {**found, **{f"env {v}": env[v] for v in COMPILE_VARIABLES if v in env}}
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """``path`` (links resolved) lies under ``root``: nothing is read through a link that leaves it."""
+    try:
+        return os.path.realpath(path).startswith(os.path.realpath(root) + os.sep)
+    except OSError:
+        return False
+
+
+def ninja_units(source: Path) -> Units | None:
+    """Compile units of the ninja builds under ``source``/build/ (torch's cpp_extension writes
+    build/temp.*/build.ninja) and how many of them .ninja_log records as finished with their
+    object still there; None when no ninja build was started there."""
+    manifests = [m for m in sorted(source.glob("build/*/build.ninja")) if _inside(m, source)]
+    if not manifests:
+        return None
+    done = total = 0
+    seconds = 0.0
+    for manifest in manifests:
+        folder = manifest.parent
+        outputs = _objects(manifest)
+        logged = _logged(folder / ".ninja_log") if _inside(folder / ".ninja_log", source) else {}
+        total += len(outputs)
+        for output in outputs:
+            path = Path(output) if os.path.isabs(output) else folder / output
+            if output in logged and _inside(path, source) and path.is_file():
+                done += 1
+                seconds += logged[output]
+    return Units(done=done, total=total, seconds=round(seconds, 3))
+
+
+def _objects(manifest: Path) -> list[str]:
+    """The outputs of every edge but phony ones: the objects torch's ninja file compiles."""
+    try:
+        text = read_regular(manifest, "ninja build file").decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    outputs: list[str] = []
+    for line in text.splitlines():
+        match = _EDGE.match(line)
+        if match and match.group(2) != "phony":
+            outputs += [_UNESCAPE.sub(r"\1", p) for p in re.findall(_PATH, match.group(1))]
+    return outputs
+
+
+def _logged(log: Path) -> dict[str, float]:
+    """Output -> seconds of its last finished command, from .ninja_log (a line per finished
+    command: start and end in ms, mtime, path, command hash; later lines win)."""
+    try:
+        text = read_regular(log, "ninja log").decode("utf-8", errors="replace")
+    except OSError:
+        return {}
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 5 and parts[0].isdigit() and parts[1].isdigit():
+            found[parts[3]] = max(0, int(parts[1]) - int(parts[0])) / 1000
+    return found
+
+
+class KeptBuild:
+    """build/.extensions/<package>-<key>.partial/: an unfinished build of one wheel-cache key."""
+
+    def __init__(self, folder: Path, key: ExtensionKey, toolchain: Mapping[str, str]) -> None:
+        self.folder = folder
+        self.expected = {"key": json.loads(json.dumps(asdict(key))), "toolchain": dict(toolchain)}
+
+    @property
+    def source(self) -> Path:
+        return self.folder / SOURCE
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """One build of a key at a time: two flavours with the same key share its folder."""
+        lock = self.folder.with_name(self.folder.name + ".lock")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.touch(exist_ok=True)
+        with exclusive(lock):
+            yield
+
+    def _matches(self) -> bool:
+        try:
+            state = loads_strict(read_regular(self.folder / STATE, "build state").decode("utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            return False
+        return state == self.expected and self.source.is_dir() and not self.source.is_symlink()
+
+    def open(self, target: Path) -> Units | None:
+        """Make ``self.source`` the tree to build: the kept one when its record matches (then
+        what an earlier run finished, or None before ninja was started), else a fresh copy of
+        ``target``, a source folder or an sdist archive unpacked (None). A copy killed half way
+        has no record and is made again."""
+        if self._matches():
+            return ninja_units(self.source)
+        self.discard()
+        staging = self.folder / (SOURCE + ".tmp")
+        self.folder.mkdir(parents=True)
+        if target.is_dir():
+            shutil.copytree(target, staging, symlinks=True)  # links copied as links, never followed
+            staging.rename(self.source)
+        else:
+            _unpack_sdist(target, staging)
+            tops = list(staging.iterdir())
+            if len(tops) != 1 or not tops[0].is_dir() or tops[0].is_symlink():
+                self.discard()
+                raise BuildError(f"{target.name}: an sdist holds one folder, <name>-<version>/; this one holds {len(tops)} entries")
+            tops[0].rename(self.source)
+        atomic_write_json(self.folder / STATE, self.expected)  # last: the copy is whole
+        return None
+
+    def discard(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _unpack_sdist(archive: Path, dest: Path) -> None:
+    """A .tar.gz sdist through tarfile's data filter (no absolute paths, no way out, no devices,
+    no link leaving ``dest``), a .zip one through zipfile (which drops such paths); BuildError else."""
+    try:
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as zipped:
+                zipped.extractall(dest)
+        else:
+            with tarfile.open(archive) as tar:
+                tar.extractall(dest, filter="data")
+    except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
+        raise BuildError(f"{archive.name}: not an sdist to unpack: {exc}") from None
