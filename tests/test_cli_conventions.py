@@ -23,6 +23,11 @@ STACK = str(REPO / "examples" / "stacks" / "cpu-minimal.toml")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def this_checkout() -> dict[str, str]:
+    """PYTHONPATH as the tests run with it: the trainstack under test, not another installed one."""
+    return {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+
+
 def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     piped = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE")}
     return subprocess.run([sys.executable, "-m", "trainstack.cli", *args], capture_output=True, text=True, timeout=120,
@@ -114,10 +119,10 @@ def test_bench_refuses_an_existing_file_as_its_folder_before_importing_torch(tmp
     assert readme.read_text() == "a file\n"
 
 
-def test_a_finished_benchmark_is_kept_when_its_output_cannot_be_written(tmp_path: Path) -> None:
-    """The output's disk fills while bench runs (a real full tmpfs): the check before the run
-    passes, the write at the end fails, and the results land in a new file the error names."""
-    pytest.importorskip("torch")
+@contextlib.contextmanager
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real filesystem with no byte left (a small tmpfs, filled): a file can be created there
+    (so the check before the work passes), but nothing written into it."""
     full = tmp_path / "full"
     full.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], capture_output=True, text=True)
@@ -128,12 +133,20 @@ def test_a_finished_benchmark_is_kept_when_its_output_cannot_be_written(tmp_path
             while True:
                 handle.write(b"\0" * 4096)
                 handle.flush()
-        work = tmp_path / "work"
-        work.mkdir()
-        proc = run("bench", "--preset", "tiny", "--seq", "32", "--steps", "2", "--warmup", "1", "--device", "cpu",
-                   "--modes", "eager", "--output", str(full / "bench.json"), cwd=work)
+        yield full
     finally:
         subprocess.run(["umount", str(full)], check=True)
+
+
+def test_a_finished_benchmark_is_kept_when_its_output_cannot_be_written(tmp_path: Path) -> None:
+    """The output's disk is full when bench ends: the check before the run passes, the write
+    at the end fails, and the results land in a new file the error names."""
+    pytest.importorskip("torch")
+    work = tmp_path / "work"
+    work.mkdir()
+    with full_disk(tmp_path) as full:
+        proc = run("bench", "--preset", "tiny", "--seq", "32", "--steps", "2", "--warmup", "1", "--device", "cpu",
+                   "--modes", "eager", "--output", str(full / "bench.json"), cwd=work)
     assert proc.returncode == 10, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     match = re.fullmatch(rf"error: --output {re.escape(str(full / 'bench.json'))}: cannot write \(.+\); the results are in (\S+)", last)
@@ -141,6 +154,16 @@ def test_a_finished_benchmark_is_kept_when_its_output_cannot_be_written(tmp_path
     kept = json.loads(Path(match.group(1)).read_text())
     assert kept["rows"][0]["status"] == "ok" and kept["rows"][0]["tokens_per_s_per_gpu"] > 0
     assert Path(match.group(1)).parent == work
+
+
+def test_a_result_file_the_disk_cannot_hold_is_one_line_and_exit_10(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with full_disk(tmp_path) as full:
+        code = main(["check", STACK, "--output", str(full / "check.json")])
+        leftovers = sorted(p.name for p in full.iterdir())
+    captured = capsys.readouterr()
+    assert code == 10, captured.err
+    assert captured.err == f"error: {full / 'check.json'}: cannot write: No space left on device (a previous file there is unchanged)\n"
+    assert leftovers == ["filler"]  # no half-written file
 
 
 # --- options every verb takes -------------------------------------------------------------
@@ -291,3 +314,27 @@ def test_the_log_paths_a_build_prints_exist_after_it_succeeds(tmp_path: Path) ->
     for path in printed:
         assert Path(path).is_file(), f"{path} printed but gone after the build"
         assert ".staging" not in path
+
+
+@pytest.mark.timeout(150)
+def test_a_fraction_budget_without_a_gpu_plans_in_run_as_in_memplan(tmp_path: Path) -> None:
+    """`run --memplan 0.8` used to warn and run unplanned while `memplan --budget 0.8` exited
+    2: both now take the fraction of the host's memory where there is no GPU, and plan."""
+    pytest.importorskip("torch")
+    from tests.test_run_hook import clean_env
+    from trainstack.memplan.budget import gpu_memory_bytes
+
+    if gpu_memory_bytes() is not None:
+        pytest.skip("this machine has a GPU")
+    job = [sys.executable, str(REPO / "tests" / "test_run_data" / "plain_loop.py"), "--steps", "2", "--batch", "256"]
+    planned = subprocess.run([sys.executable, "-m", "trainstack.cli", "run", "--out", "o", "--memplan", "0.8", "--", *job],
+                             capture_output=True, text=True, env=clean_env(**this_checkout()), cwd=tmp_path, timeout=120)
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert "trainstack run: memplan for 0.8: " in planned.stderr, planned.stderr
+    memplan = run("memplan", "--preset", "tiny", "--budget", "0.8", "--json")
+    assert memplan.returncode == 0, memplan.stderr
+
+
+def test_python_m_trainstack_is_the_command_line() -> None:
+    proc = subprocess.run([sys.executable, "-m", "trainstack", "check", "-h"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("Usage: trainstack check "), proc.stderr

@@ -139,9 +139,13 @@ def emit_json(document: str, *, to_stdout: bool, output: Path | None) -> None:
     """A verb's result: ``--output FILE`` writes the JSON document (atomically), ``--json`` prints it on stdout."""
     text = document if document.endswith("\n") else document + "\n"
     if output is not None:
-        from trainstack.fsutil import atomic_write_text
+        from trainstack.errors import OutputError
+        from trainstack.fsutil import atomic_write_text, describe_os_error
 
-        atomic_write_text(output, text)
+        try:
+            atomic_write_text(output, text)
+        except OSError as exc:  # checked before the work, then the disk filled: one line, exit 10
+            raise OutputError(f"{output}: cannot write: {describe_os_error(exc)}", hint="a previous file there is unchanged") from None
     if to_stdout:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -101,7 +101,7 @@ HEALTH_BAD_INPUT = 64
 
 # verb -> (what 0 means, the other codes with what each means), in the README's order.
 EXIT_TABLE: dict[str, tuple[str, tuple[tuple[int, str], ...]]] = {
-    "check": ("every rule holds", ((3, "a rule is broken"), (2, BAD_INPUT))),
+    "check": ("every rule holds", ((3, "a rule is broken"), (10, "--output not written (disk full)"), (2, BAD_INPUT))),
     "lock": ("locked", ((3, "a rule is broken"), (4, "resolution failed"), (5, "network failure"),
                         (10, "not written (disk full, no permission; the previous lock kept)"), (2, BAD_INPUT))),
     "keys": ("done", ((4, "no lock, or it no longer matches the stack"), (2, BAD_INPUT))),
@@ -109,19 +109,19 @@ EXIT_TABLE: dict[str, tuple[str, tuple[tuple[int, str], ...]]] = {
                         (10, "not written (the previous files kept)"), (2, BAD_INPUT))),
     "build": ("built", ((7, "a step failed (its log kept)"), (5, "network failure"), (6, "a tool missing"),
                         (4, "stale lock"), (2, BAD_INPUT))),
-    "report": ("reported", ((8, "the flavour is not built (with --stack)"),
+    "report": ("reported", ((8, "the flavour is not built (with --stack)"), (10, "--output not written (disk full)"),
                             (2, "bad input (a path that is not a working Python included)"))),
-    "linkcheck": ("nothing broken", ((1, "a link is broken"), (2, BAD_INPUT))),
+    "linkcheck": ("nothing broken", ((1, "a link is broken"), (10, "--output not written (disk full)"), (2, BAD_INPUT))),
     "verify": ("the gate passes", ((1, "the gate fails"), (8, "verification could not run (the flavour is not built)"),
-                                   (2, BAD_INPUT))),
+                                   (10, "verify.json not written (disk full)"), (2, BAD_INPUT))),
     "release": ("written", ((4, "a lock manifest missing or stale"), (10, "not written (the previous notes kept)"),
                             (2, BAD_INPUT))),
-    "health": ("ok", ((1, "warn"), (2, "critical"), (3, "unknown"), (6, "no torch at level 2 or 3"),
+    "health": ("ok", ((1, "warn"), (2, "critical"), (3, "unknown"), (6, "no torch at level 2 or 3"), (10, "--output not written (disk full)"),
                       (HEALTH_BAD_INPUT, BAD_INPUT))),
     "bench": ("measured", ((1, "a mode failed or nothing was measured"), (6, "no torch or no GPU"),
                            (10, "a result not written where asked (it is in a new file the error names)"), (2, BAD_INPUT))),
-    "memplan": ("a plan", ((9, "no plan fits the budget"), (6, "no torch"), (2, BAD_INPUT))),
-    "run": ("the job's own exit code", ((2, "bad input (before the job starts)"),
+    "memplan": ("a plan", ((9, "no plan fits the budget"), (6, "no torch"), (10, "--output not written (disk full)"), (2, BAD_INPUT))),
+    "run": ("the job succeeded (once it starts, the code is the job's own)", ((2, "bad input (before the job starts)"),
                                          (6, "the command is not a program on PATH"))),
 }
 

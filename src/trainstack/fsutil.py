@@ -212,7 +212,7 @@ def check_output(path: Path, option: str, *, folder: bool = False) -> Path:
     (made if missing), else a file (replaced if present). Refused: a folder where a file is
     wanted or the reverse, a special file (a FIFO, a device), a path under /proc, /sys or
     /dev, and a place where nothing can be created (read-only, no permission, a file as a
-    parent). Nothing is left behind: the check creates one empty file and removes it."""
+    parent). The check writes nothing."""
     want = "a folder (made if missing)" if folder else "a file path (made, or replaced if it exists)"
 
     def refuse(why: str) -> UsageError:
@@ -239,12 +239,9 @@ def check_output(path: Path, option: str, *, folder: bool = False) -> Path:
     place = real if mode is not None and folder else _nearest_existing(real.parent)
     if not place.is_dir():
         raise refuse(f"{place} is not a folder")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".trainstack-probe-", dir=place)
-    except OSError as exc:
-        raise refuse(f"nothing can be written in {place} ({describe_os_error(exc)})") from None
-    os.close(fd)
-    os.unlink(probe)
+    if not os.access(place, os.W_OK | os.X_OK):  # a read-only mount refuses root too
+        why = "a read-only filesystem" if os.statvfs(place).f_flag & os.ST_RDONLY else "no permission"
+        raise refuse(f"nothing can be written in {place} ({why})")
     return path
 
 

@@ -122,14 +122,14 @@ def _emit(document: dict, json_out: bool, output: Path | None) -> None:
     new file beside the work (bench.rescue), named in the error: measured results are never lost."""
     from trainstack.console import emit_json
     from trainstack.errors import OutputError
-    from trainstack.fsutil import dump_json
+    from trainstack.fsutil import atomic_write_text, dump_json
 
     text = dump_json(_finite(document))
     emit_json(text, to_stdout=json_out, output=None)
     if output is None:
         return
     try:
-        emit_json(text, to_stdout=False, output=output)
+        atomic_write_text(output, text)
     except OSError as exc:
         from trainstack.bench.report import rescue
 

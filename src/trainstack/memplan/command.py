@@ -112,11 +112,12 @@ def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, 
 def _emit(plan, document: dict, *, json_out: bool, output: Path | None) -> None:
     """The plan as JSON on stdout (--json), in a file (--output), or as the tables."""
     from trainstack.console import out
-    from trainstack.fsutil import atomic_write_json, dump_json
+    from trainstack.console import emit_json
+    from trainstack.fsutil import dump_json
     from trainstack.memplan.report import blocks_table, breakdown_table, headline
 
     if output is not None:
-        atomic_write_json(output, document)
+        emit_json(dump_json(document), to_stdout=False, output=output)
     if json_out:
         print(dump_json(document), end="")
         return

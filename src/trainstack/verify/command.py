@@ -21,7 +21,8 @@ def command(
     Example: trainstack verify examples/stacks/cpu-minimal.toml --flavour cpu-debian12-py311-release
     """
     from trainstack.console import out
-    from trainstack.fsutil import atomic_write_text, check_output
+    from trainstack.console import emit_json
+    from trainstack.fsutil import check_output
     from trainstack.verify.plan import make_plan
     from trainstack.verify.render import render_verify
     from trainstack.verify.run import run_verify
@@ -34,7 +35,7 @@ def command(
         check_output(destination, "verify.json (BUILD_DIR/<flavour>/verify.json)")
     result = run_verify(target, plan)
     if destination is not None:
-        atomic_write_text(destination, result.model_dump_json(indent=2) + "\n")
+        emit_json(result.model_dump_json(indent=2), to_stdout=False, output=destination)
     if json_out:
         print(result.model_dump_json(indent=2))
     else:
