@@ -174,3 +174,50 @@ def test_a_declared_find_links_and_extra_index_are_accepted(tmp_path: Path, caps
     check_lock_text(text, tmp_path / "x.txt", (), declared)
     with pytest.raises(Exception, match=r"x.txt:2: lock line: .*index.extra"):
         check_lock_text(text.replace("extra.example", "other.example"), tmp_path / "x.txt", (), declared)
+
+
+@pytest.fixture(scope="module")
+def two_flavours(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("two")
+    make_lock(copy_example("cpu-minimal", root, {r'python = \["3.11"\]': 'python = ["3.11", "3.12"]'}))
+    return root
+
+
+def test_lock_of_one_flavour_never_carries_a_planted_link(
+    two_flavours: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'lock --flavour A' carries flavour B's files over: a link planted at one of them would have
+    copied the file it names (a private key) into the lock folder as a regular file."""
+    shutil.copytree(two_flavours, tmp_path / "stack")
+    stack, folder = tmp_path / "stack" / "cpu-minimal.toml", tmp_path / "stack" / "cpu-minimal.lock"
+    secret = tmp_path / "id_rsa"
+    secret.write_text(f"{TOKEN}\n")
+    planted = folder / "locks" / "cpu-debian12-py312-release.toolchain.txt"
+    planted.unlink()
+    planted.symlink_to(secret)
+    assert main(["lock", str(stack), "--flavour", SLUG]) == 2
+    err = capsys.readouterr().err
+    line = _one_error(err)
+    assert str(planted) in line and "leads out of the lock folder" in line, line
+    assert "uv pip compile" not in err  # refused before any resolution
+    assert planted.is_symlink() and not any(TOKEN in p.read_text() for p in folder.rglob("*.txt") if not p.is_symlink())
+
+
+def test_a_planted_link_at_a_relocked_file_is_not_handed_to_uv(
+    two_flavours: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The flavour being locked again starts from its previous file only when that reads as a
+    lock file of the folder; a link out is resolved afresh and replaced by a regular file."""
+    shutil.copytree(two_flavours, tmp_path / "stack")
+    stack, folder = tmp_path / "stack" / "cpu-minimal.toml", tmp_path / "stack" / "cpu-minimal.lock"
+    secret = tmp_path / "id_rsa"
+    secret.write_text(f"{TOKEN}\n")
+    planted = folder / FILES["full"]
+    planted.unlink()
+    planted.symlink_to(secret)
+    assert main(["lock", str(stack), "--flavour", SLUG]) == 0
+    captured = capsys.readouterr()
+    assert TOKEN not in captured.out + captured.err
+    assert not planted.is_symlink() and "numpy==" in planted.read_text()
+    assert not any(TOKEN in p.read_text() for p in folder.rglob("*") if p.is_file())
+    assert main(["render", str(stack), "--out", str(tmp_path / "out")]) == 0

@@ -13,7 +13,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,7 +21,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from trainstack.errors import LockError, SpecError
-from trainstack.fsutil import describe_os_error, dump_json, exclusive, read_regular, replace_tree
+from trainstack.fsutil import dump_json, exclusive, replace_tree
 from trainstack.indexauth import default_from_env
 from trainstack.lock.git import pin_source
 from trainstack.lock.keys import flavour_cache_key
@@ -67,13 +67,15 @@ def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str]) -> Mani
     files: dict[str, str] = {}
     locked: dict[str, LockedFlavour] = {}
     todo = [p for p in plans if p.flavour in chosen]
+    slugs = {p.flavour.slug for p in plans}
+    redo = {p.flavour.slug for p in todo}
+    kept = {s: f for s, f in (previous.flavours.items() if previous else ()) if s in slugs and s not in redo}
+    tree = _carried(directory, kept, {p.flavour.slug: p for p in plans})  # checked before any resolution
     for number, plan in enumerate(todo, start=1):
         _locking(plan.flavour.slug, number, len(todo))
         entry, texts = _lock_flavour(stack, plan, directory, upgrade, header, str(stack_path))
         locked[plan.flavour.slug] = entry
         files.update(texts)
-    slugs = {p.flavour.slug for p in plans}
-    kept = {s: f for s, f in (previous.flavours.items() if previous else ()) if s in slugs and s not in locked}
     manifest = Manifest(
         stack=stack.stack.name,
         release=stack.stack.release,
@@ -84,7 +86,6 @@ def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str]) -> Mani
         flavours=dict(sorted({**kept, **locked}.items())),
     )
     manifest = _keep_timestamp(manifest, previous)
-    tree = _carried(directory, kept.values())
     tree.update({relative: text.encode("utf-8") for relative, text in files.items()})
     tree[MANIFEST_NAME] = dump_json(manifest.model_dump(mode="json")).encode("utf-8")
     replace_tree(directory, tree)
@@ -117,24 +118,21 @@ def _waiting(stack_path: Path) -> None:
     err.print(f"waiting for another lock of {stack_path} to finish", highlight=False, markup=False)
 
 
-def _carried(directory: Path, kept: Iterable[LockedFlavour]) -> dict[str, bytes]:
+def _carried(directory: Path, kept: dict[str, LockedFlavour], plans: dict[str, FlavourPlan]) -> dict[str, bytes]:
     """The files of flavours this run does not re-lock, as they are: the lock directory holds
-    stack.lock.json and the files it lists, nothing else."""
+    stack.lock.json and the files it lists, nothing else. Each is read as keys and render read
+    it (a regular file inside the folder, never through a link out of it, every line checked),
+    so that a planted link cannot copy another file's content into the new lock."""
     tree: dict[str, bytes] = {}
-    for entry in kept:
+    for slug, entry in kept.items():
+        plan = plans[slug]
         for relative in (entry.lock_file, *entry.layers.values()):
-            path = directory / relative
-            if path.is_file() or path.is_symlink():
-                tree[relative] = _lock_bytes(path, directory)
+            try:
+                text = read_lock_text(directory, relative, frozenset(plan.sources), declared_indexes(plan))
+            except FileNotFoundError:
+                continue
+            tree[relative] = text.encode("utf-8")
     return tree
-
-
-def _lock_bytes(path: Path, directory: Path) -> bytes:
-    """A file of the lock folder, read inside it: a link out of the folder is refused by name."""
-    try:
-        return read_regular(path, "lock file", inside=directory, folder_name="lock folder")
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
 
 
 def check_lock_current(stack_path: Path, flavour: str | None = None) -> Manifest:
@@ -191,7 +189,7 @@ def _lock_flavour(
     attempts = stack.build.retries
     full_rel = f"locks/{slug}.txt"
     full = compile_request(
-        plan.full, previous=directory / full_rel, constraints=None, upgrade=upgrade,
+        plan.full, previous=_previous_lock(directory, full_rel, plan), constraints=None, upgrade=upgrade,
         header=header, component_names=names, attempts=attempts,
     )  # fmt: skip
     texts = {full_rel: full.text}
@@ -201,7 +199,7 @@ def _lock_flavour(
         for name, request in sorted(plan.layers.items()):
             relative = f"locks/{slug}.{name}.txt"
             texts[relative] = compile_request(
-                request, previous=directory / relative, constraints=constraints, upgrade=upgrade,
+                request, previous=_previous_lock(directory, relative, plan), constraints=constraints, upgrade=upgrade,
                 header=header, component_names=names, attempts=attempts,
             ).text  # fmt: skip
     for relative, text in sorted(texts.items()):
@@ -219,6 +217,17 @@ def _lock_flavour(
         inputs_hash=plan.inputs_hash(),
     )
     return entry, texts
+
+
+def _previous_lock(directory: Path, relative: str, plan: FlavourPlan) -> Path | None:
+    """The previous lock file uv starts from (keeping its pins), when it reads as a lock file of
+    the folder should; one that does not (a link out of the folder, a hostile line) is not handed
+    to uv: the flavour is resolved afresh and the file replaced."""
+    try:
+        read_lock_text(directory, relative, frozenset(plan.sources), declared_indexes(plan))
+    except (OSError, SpecError):
+        return None
+    return directory / relative
 
 
 def parse_pins(lock_text: str) -> dict[str, str]:
