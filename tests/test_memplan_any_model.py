@@ -188,6 +188,51 @@ def test_a_stage_whose_first_block_differs() -> None:
         assert torch.equal(p.grad, q.grad), name
 
 
+class Tagged(nn.Module):
+    """A block with what a model's own loop reads of its layers: a plain attribute (as
+    transformers 4.57's Qwen2 reads ``attention_type``), a buffer, a submodule's setting, a
+    property."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.attention_type = "full_attention"
+        self.register_buffer("gate", torch.ones(width))
+        self.linear = nn.Linear(width, width)
+        self.linear.window = 4
+
+    @property
+    def mask_name(self) -> str:
+        return self.attention_type
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return x + torch.relu(self.linear(x)) * mask
+
+
+class LoopReadsLayers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Tagged(16) for _ in range(3))
+        self.out = nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        masks = {"full_attention": torch.ones(16)}
+        for block in self.blocks:
+            assert isinstance(block, Tagged) and block.linear.window == 4
+            x = block(x * block.gate, mask=masks[block.mask_name])
+        return self.out(x)
+
+
+def test_stand_ins_keep_what_the_models_loop_reads_of_its_blocks() -> None:
+    """While the rest of the model runs, what stands for a block keeps its attributes,
+    buffers, submodules, properties and class: the model's loop runs unchanged."""
+    model = LoopReadsLayers()
+    x = torch.randn(4, 16)
+    loss_fn = lambda out, _: out.square().mean()  # noqa: E731
+    plan = memplan.plan(model, x, budget="1GiB", loss_fn=loss_fn, device="cpu", precision="fp32")
+    assert plan.blocks == "blocks" and plan.profile.n_blocks == 3
+    assert all(type(b) is Tagged for b in model.blocks)  # the model itself untouched
+
+
 def test_blocks_configured_differently_get_their_reason() -> None:
     """Gemma-2 alternates sliding-window and full attention over identical parameters."""
     model = transformers.AutoModelForCausalLM.from_config(transformers.Gemma2Config(**SMALL, head_dim=16))
