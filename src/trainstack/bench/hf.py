@@ -27,11 +27,17 @@ _FIELDS = {
 _LLAMA_FAMILY = {"llama", "mistral"}
 
 
-def load_hf_config(path: str | Path):
+def load_hf_config(path: str | Path, verb: str = "bench --hf-config"):
+    """The config at ``path`` (a config.json or its folder), held to ``hf_check``'s rules,
+    read by transformers of the supported range (``verb`` names who asks, in the refusal)."""
+    from trainstack.memplan.versions import check_torch, check_transformers
+
     try:
         from transformers import AutoConfig
     except ImportError:
         raise ToolMissingError("--hf-config needs the 'transformers' package", hint="pip install transformers") from None
+    check_transformers(verb)
+    check_torch(verb)
     p = Path(path)
     if not p.exists():
         raise SpecError(f"{p}: no such file or folder (accepted: a config.json or the folder holding one)")

@@ -72,7 +72,7 @@ def from_hf_config(path: str | Path, *, batch: int, seq: int) -> Source:
     from trainstack.bench.hf import load_hf_config
     from trainstack.errors import SpecError
 
-    hf = load_hf_config(path)
+    hf = load_hf_config(path, "memplan")
     max_seq = getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None)
     if max_seq and seq > max_seq:
         raise UsageError(f"--seq: {seq} exceeds {path}'s max_position_embeddings {max_seq}")
