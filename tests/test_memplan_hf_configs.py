@@ -100,3 +100,33 @@ def test_run_memplan_names_a_job_models_inconsistent_config_and_the_job_runs_as_
     reason = [line for line in done.stderr.splitlines() if line.startswith("trainstack run: memplan: ")]
     assert len(reason) == 1 and "field 'eos_token_id'" in reason[0] and reason[0].endswith("; the model runs as the job built it"), done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+# The sizes of published configs (their config.json's size fields): none is refused, and the
+# parameters counted from them are those the models are known by, within a third.
+PUBLISHED = {
+    "Llama-3.1-405B": (405e9, dict(model_type="llama", hidden_size=16384, intermediate_size=53248, num_hidden_layers=126, num_attention_heads=128, num_key_value_heads=8,
+                                   vocab_size=128256, max_position_embeddings=131072, bos_token_id=128000, eos_token_id=[128001, 128008, 128009], tie_word_embeddings=False)),
+    "DeepSeek-V3": (671e9, dict(model_type="deepseek_v3", hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048, n_routed_experts=256, num_experts_per_tok=8,
+                                num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128, vocab_size=129280, max_position_embeddings=163840, tie_word_embeddings=False)),
+    "Qwen2-0.5B": (0.49e9, dict(model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                                vocab_size=151936, max_position_embeddings=32768, sliding_window=32768, bos_token_id=151643, eos_token_id=151643, tie_word_embeddings=True)),
+    "Mixtral-8x7B": (46.7e9, dict(model_type="mixtral", hidden_size=4096, intermediate_size=14336, num_local_experts=8, num_experts_per_tok=2, num_hidden_layers=32,
+                                  num_attention_heads=32, num_key_value_heads=8, vocab_size=32000, max_position_embeddings=32768, tie_word_embeddings=False)),
+    "gemma-7b": (8.5e9, dict(model_type="gemma", hidden_size=3072, intermediate_size=24576, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=16, head_dim=256,
+                             vocab_size=256000, max_position_embeddings=8192, pad_token_id=0, bos_token_id=2, eos_token_id=1)),
+    "Phi-3-mini": (3.8e9, dict(model_type="phi3", hidden_size=3072, intermediate_size=8192, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                               vocab_size=32064, max_position_embeddings=4096, pad_token_id=32000, bos_token_id=1, eos_token_id=32000, tie_word_embeddings=False)),
+    "pythia-12b": (12e9, dict(model_type="gpt_neox", hidden_size=5120, intermediate_size=20480, num_hidden_layers=36, num_attention_heads=40, vocab_size=50688,
+                              max_position_embeddings=2048, bos_token_id=0, eos_token_id=0, tie_word_embeddings=False)),
+    "gpt2-xl": (1.56e9, dict(model_type="gpt2", n_embd=1600, n_layer=48, n_head=25, n_positions=1024, n_ctx=1024, n_inner=None, vocab_size=50257, bos_token_id=50256, eos_token_id=50256)),
+}
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_published_configs_pass_and_count_about_their_parameters(name: str) -> None:
+    from trainstack.bench.hf_check import check_config, parameter_count
+
+    known, data = PUBLISHED[name]
+    check_config(data, f"{name}/config.json")
+    assert 0.75 * known <= parameter_count(data) <= 1.34 * known, (name, parameter_count(data))

@@ -159,6 +159,8 @@ def parameter_count(data: dict) -> int:
     vocab = data.get("vocab_size") or 0
     positions = (_first(data, POSITIONS) or ("", 0))[1] if "n_positions" in data or "n_ctx" in data else 0
     attention = width * head_dim * (2 * heads + 2 * kv)
-    mlp = 3 * width * ffn * experts
+    moe_ffn = data.get("moe_intermediate_size")
+    # experts of their own width beside a dense MLP (DeepSeek, Qwen-MoE), else experts of the MLP's
+    mlp = 3 * width * (ffn + moe_ffn * experts) if moe_ffn else 3 * width * ffn * experts
     untied = 0 if data.get("tie_word_embeddings", True) else vocab * width
     return vocab * width + untied + positions * width + layers * (attention + mlp)
