@@ -233,6 +233,26 @@ def test_stand_ins_keep_what_the_models_loop_reads_of_its_blocks() -> None:
     assert all(type(b) is Tagged for b in model.blocks)  # the model itself untouched
 
 
+class PlainTable(nn.Module):
+    """A block holding a tensor as a plain attribute, not a buffer (GPT-J's positions in
+    transformers 4.46)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+        self.table = torch.randn(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.relu(self.linear(x)) * self.table.to(x.device)
+
+
+def test_a_tensor_held_as_a_plain_attribute_is_faked_with_the_copy() -> None:
+    model = nn.Sequential(nn.Linear(8, 16), *(PlainTable(16) for _ in range(3)), nn.Linear(16, 1))
+    x = torch.randn(4, 8)
+    profile = memplan.calibrate_any(model, x, loss_fn=lambda out, _: out.sum(), device="cpu", precision="fp32", measure=False)
+    assert profile.n_blocks == 3 and profile.options[K].saved > 0
+
+
 def test_blocks_configured_differently_get_their_reason() -> None:
     """Gemma-2 alternates sliding-window and full attention over identical parameters."""
     model = transformers.AutoModelForCausalLM.from_config(transformers.Gemma2Config(**SMALL, head_dim=16))

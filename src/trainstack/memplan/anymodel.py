@@ -281,6 +281,12 @@ def _fake_copy(model: Any, device: Any, precision: PrecisionSpec) -> Any:
         memo[id(p)] = nn.Parameter(torch.empty(p.shape, dtype=dtype, device=device), requires_grad=p.requires_grad)
     for b in _unique(model.buffers()):
         memo[id(b)] = torch.empty(b.shape, dtype=b.dtype, device=device)
+    # tensors a module holds as plain attributes, not buffers (GPT-J's sinusoidal positions in
+    # transformers 4.46): faked as buffers are, which a copy under fake tensors cannot copy
+    for module in model.modules():
+        for value in vars(module).values():
+            if isinstance(value, torch.Tensor) and id(value) not in memo:
+                memo[id(value)] = torch.empty(value.shape, dtype=value.dtype, device=device)
     try:
         fake = copy.deepcopy(model, memo)
     except Exception as exc:  # noqa: BLE001 - any failure to copy is the model's: one line
