@@ -256,7 +256,8 @@ def test_a_tensor_held_as_a_plain_attribute_is_faked_with_the_copy() -> None:
 def test_blocks_configured_differently_get_their_reason() -> None:
     """Gemma-2 alternates sliding-window and full attention over identical parameters."""
     model = transformers.AutoModelForCausalLM.from_config(transformers.Gemma2Config(**SMALL, head_dim=16))
-    with pytest.raises(UnplannableModel, match="differ in 'self_attn.layer_type'"):
+    # the setting as the version names it: self_attn.layer_type (transformers 5), attention_type (4.57)
+    with pytest.raises(UnplannableModel, match=r"differ in '(self_attn\.layer_type|attention_type)'"):
         memplan.plan(model, example_batch(), budget="1GiB", device="cpu")
 
 
@@ -299,7 +300,7 @@ def _other_families() -> dict:
                  {"input_ids": ids, "labels": ids}, "model.decoder.layers"),
         # an image model: patches, not tokens
         "vit": (lambda: t.AutoModelForImageClassification.from_config(t.ViTConfig(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128, image_size=32, patch_size=8, num_labels=5)),
-                {"pixel_values": torch.randn(BATCH, 3, 32, 32, generator=torch.Generator().manual_seed(2)), "labels": torch.tensor([1, 4])}, "vit.layers"),
+                {"pixel_values": torch.randn(BATCH, 3, 32, 32, generator=torch.Generator().manual_seed(2)), "labels": torch.tensor([1, 4])}, ("vit.layers", "vit.encoder.layer")),  # transformers 5, 4.x
     }
 
 
@@ -311,7 +312,7 @@ def test_encoders_encoder_decoders_and_image_models(family) -> None:
     torch.manual_seed(0)
     model = build_model().train()
     profile = memplan.calibrate_any(model, batch, device="cpu", measure=False)
-    assert profile.blocks == path
+    assert profile.blocks in ((path,) if isinstance(path, str) else path)
     measured = autograd_saved_bytes(model, batch)
     assert abs(profile.options[K].saved - measured) <= 0.02 * measured, (family, profile.options[K].saved, measured)
     n = profile.n_blocks
