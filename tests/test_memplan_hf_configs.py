@@ -88,18 +88,25 @@ def test_the_real_cli_refuses_in_one_line(name: str) -> None:
 
 
 def test_run_memplan_names_a_job_models_inconsistent_config_and_the_job_runs_as_built(tmp_path: Path) -> None:
-    """GPT-2's constructor accepts an end-of-sequence id past its vocabulary; memplan does not
-    plan a model whose config breaks the rules a config file is held to: one line, and the job
-    runs as it built the model, with its own exit code."""
-    path = CORPUS / "gpt2-eos-outside-vocab.json"
+    """A Llama's constructor accepts architectures that are not class names; memplan does not
+    plan a model whose config breaks the rules a config file is held to: one line, and the
+    job runs as it built the model, with its own exit code."""
+    path = CORPUS / "llama-architectures-int.json"
     job = [sys.executable, str(Path(__file__).parent / "test_run_data" / "hf_config_job.py"), str(path)]
     done = subprocess.run([sys.executable, "-m", "trainstack.cli", "run", "--out", "o", "--memplan", "1GiB", "--", *job],
                           capture_output=True, text=True, env=clean_env(PYTHONPATH=SRC), cwd=tmp_path, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("loss") == 2
     reason = [line for line in done.stderr.splitlines() if line.startswith("trainstack run: memplan: ")]
-    assert len(reason) == 1 and "field 'eos_token_id'" in reason[0] and reason[0].endswith("; the model runs as the job built it"), done.stderr[-2000:]
+    assert len(reason) == 1 and "field 'architectures'" in reason[0] and reason[0].endswith("; the model runs as the job built it"), done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def test_beginning_and_end_ids_outside_a_small_vocabulary_are_left_alone() -> None:
+    """GPT2Config(vocab_size=256) keeps GPT-2's end id 50256: training never looks it up."""
+    from trainstack.bench.hf_check import check_config
+
+    check_config({"model_type": "gpt2", "vocab_size": 256, "n_embd": 64, "n_layer": 2, "n_head": 4, "bos_token_id": 50256, "eos_token_id": 50256}, "gpt2/config.json")
 
 
 # The sizes of published configs (their config.json's size fields): none is refused, and the

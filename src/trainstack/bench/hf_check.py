@@ -13,8 +13,8 @@ constructor never sees a size it would divide by zero, assert on, or spend days 
   plan, sharded over as many GPUs as there are.
 - Heads divide the width where the family derives a head's size from them (no explicit
   ``head_dim``), and key/value heads divide the query heads.
-- Token ids (``pad_token_id``, ``bos_token_id``, ``eos_token_id``) lie inside the vocabulary
-  (or are -1, "none" in older configs).
+- Token ids (``pad_token_id``, ``bos_token_id``, ``eos_token_id``) are whole numbers >= -1,
+  and the padding id (an embedding's ``padding_idx``) lies inside the vocabulary.
 - ``architectures`` is a list of class names, ``model_type`` a name.
 
 The same rules hold in a nested model config (``text_config``, ``encoder``, ...), whose
@@ -121,6 +121,10 @@ def _check_heads(data: dict, where: Any) -> None:
 
 
 def _check_ids(data: dict, where: Any) -> None:
+    """Token ids are whole numbers >= -1 (-1 is "none" in older configs); the padding id, which
+    a model's embedding is built with, lies inside the vocabulary. Beginning and end ids
+    outside it are left alone: training never looks them up, and small configs often keep
+    their family's defaults."""
     vocab = data.get("vocab_size")
     for name in TOKEN_IDS:
         value = data.get(name)
@@ -128,10 +132,10 @@ def _check_ids(data: dict, where: Any) -> None:
         for v in values:
             if v is None and not isinstance(value, list):
                 continue
-            # -1 is "none" in older configs (an embedding's padding_idx of -1 is valid)
-            if isinstance(v, bool) or not isinstance(v, int) or v < -1 or (isinstance(vocab, int) and v >= vocab):
-                limit = f"0 to {vocab - 1}" if isinstance(vocab, int) else "a token id >= 0"
-                raise SpecError(f"{where(name)} is {_shown(value)}, outside the vocabulary; accepted: null, -1 (none) or {limit} (vocab_size {vocab})")
+            inside = name != "pad_token_id" or not isinstance(vocab, int) or v < vocab
+            if isinstance(v, bool) or not isinstance(v, int) or v < -1 or not inside:
+                limit = f"0 to {vocab - 1} (vocab_size {vocab})" if name == "pad_token_id" and isinstance(vocab, int) else "a token id >= 0"
+                raise SpecError(f"{where(name)} is {_shown(value)}; accepted: null, -1 (none) or {limit}")
 
 
 def _check_names(data: dict, where: Any) -> None:
