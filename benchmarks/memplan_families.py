@@ -19,13 +19,21 @@ weights, 5 classes, cross-entropy on their logits), each planned on the run of b
 finds (the stage holding the most parameters) and ResNet-50 also on its first stage, named;
 written to OUT/memplan_torchvision.txt and .json.
 
-Usage: python benchmarks/memplan_families.py [--out benchmarks/results] [--only llama,t5] [--torchvision]
+``--matrix PY,PY,...``: the families under each Python (a venv per transformers version, the
+same torch), each run as above into OUT/memplan_families_matrix/<transformers version>/, then
+one table with a column per version (saved-bytes error / largest whole-step peak error, or why
+the family did not plan) written to OUT/memplan_families_matrix.txt and .json.
+
+Usage: python benchmarks/memplan_families.py [--out benchmarks/results] [--only llama,t5] [--torchvision] [--matrix PY,PY]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
+import tempfile
 import sys
 import time
 import traceback
@@ -191,12 +199,71 @@ def summary(rows: list[dict]) -> list[str]:
     ]
 
 
+def matrix_cell(row: dict | None) -> str:
+    """saved-bytes error / largest whole-step peak error; why a family did not plan; '-' where
+    the version has no such family."""
+    if row is None:
+        return "-"
+    if "error" in row:
+        reason = row["error"]
+        return "absent" if "has no attribute" in reason and "Config" in reason else "fails: " + reason[:60]
+    peaks = max(abs(error(row, f"peak_{c}_predicted", f"peak_{c}_fake_step")) for c in ("keep", "full", "mixed"))
+    return f"{error(row, 'saved_predicted', 'saved_autograd'):+.2%} / {peaks:.2%}"
+
+
+def matrix(pythons: list[str], out: Path, only: str, reuse: bool = False) -> int:
+    """The families under each of ``pythons``, one column per transformers version (with
+    ``reuse``, a version whose results an earlier run left in OUT is not run again)."""
+    runs, shown, jobs = [], [], []
+    logs = Path(tempfile.mkdtemp(prefix="memplan-families-"))  # each run's console, kept where a run fails
+    for python in pythons:  # one process per version, side by side: each is mostly one core's work
+        version = subprocess.run([python, "-c", "import transformers; print(transformers.__version__)"], capture_output=True, text=True, check=True).stdout.strip()
+        folder = out / "memplan_families_matrix" / version
+        folder.mkdir(parents=True, exist_ok=True)
+        command = [python, __file__, "--out", str(folder), *(["--only", only] if only else [])]
+        if reuse and (folder / "memplan_families.json").exists():
+            jobs.append((folder, version, None))
+            continue
+        print(f"$ {' '.join(command)}", flush=True)
+        with open(logs / f"{version}.log", "w") as log:
+            jobs.append((folder, version, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)))
+    for folder, version, job in jobs:
+        if job is not None and job.wait() != 0:
+            print(f"error: the families under transformers {version} failed; see {logs / (version + '.log')}", file=sys.stderr)
+            return 1
+        runs.append(json.loads((folder / "memplan_families.json").read_text()))
+        shown.append(f"<python with transformers {version}>")
+    shutil.rmtree(logs, ignore_errors=True)
+    families = list(dict.fromkeys(r["family"] for run in runs for r in run["rows"]))
+    by = [{r["family"]: r for r in run["rows"]} for run in runs]
+    width = max(28, *(len(matrix_cell(b.get(f))) for b in by for f in families))
+    head = f"{'family':<14} " + " ".join(f"{'transformers ' + run['transformers']:<{width}}" for run in runs)
+    lines = [head, "-" * len(head)]
+    lines += [f"{f:<14} " + " ".join(f"{matrix_cell(b.get(f)):<{width}}" for b in by) for f in families]
+    header = [
+        "$ python3 benchmarks/memplan_families.py --out " + str(out) + (f" --only {only}" if only else "") + (" --reuse" if reuse else "") + " --matrix " + ",".join(shown),
+        f"CPU, torch {', '.join(dict.fromkeys(run['torch'] for run in runs))}: batch {BATCH}, seq {SEQ}; cell = saved bytes predicted / autograd's - 1, "
+        "then the largest |predicted / fake step - 1| of the whole-step peaks (keep, full, mixed); absent: the version has no such family",
+    ]
+    footer = [f"transformers {run['transformers']}: {run['summary'][0]}" for run in runs]
+    text = "\n".join([*header, "", *lines, "", *footer])
+    print("\n" + text)
+    atomic_write_text(out / "memplan_families_matrix.txt", text + "\n")
+    document = {"command": header[0][2:], "versions": [{"transformers": run["transformers"], "torch": run["torch"], "rows": run["rows"], "summary": run["summary"]} for run in runs]}
+    atomic_write_text(out / "memplan_families_matrix.json", json.dumps(document, indent=2) + "\n")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--only", default="", help="comma-separated families (default: all)")
     ap.add_argument("--torchvision", action="store_true", help="torchvision's image classifiers instead of Hugging Face families")
+    ap.add_argument("--matrix", default="", help="comma-separated Python interpreters, one per transformers version: a column each")
+    ap.add_argument("--reuse", action="store_true", help="with --matrix: keep a version's results an earlier run wrote under OUT")
     args = ap.parse_args()
+    if args.matrix:
+        return matrix([p for p in args.matrix.split(",") if p], args.out, args.only, args.reuse)
     if args.torchvision:
         try:
             import torchvision

@@ -7,9 +7,11 @@ and wrapped so that the runner can checkpoint, compile and shard its decoder lay
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from trainstack.bench.hf_check import check_config_file
 from trainstack.bench.model import ModelConfig
 from trainstack.errors import SpecError, ToolMissingError
 
@@ -25,11 +27,17 @@ _FIELDS = {
 _LLAMA_FAMILY = {"llama", "mistral"}
 
 
-def load_hf_config(path: str | Path):
+def load_hf_config(path: str | Path, verb: str = "bench --hf-config"):
+    """The config at ``path`` (a config.json or its folder), held to ``hf_check``'s rules,
+    read by transformers of the supported range (``verb`` names who asks, in the refusal)."""
+    from trainstack.memplan.versions import check_torch, check_transformers
+
     try:
         from transformers import AutoConfig
     except ImportError:
         raise ToolMissingError("--hf-config needs the 'transformers' package", hint="pip install transformers") from None
+    check_transformers(verb)
+    check_torch(verb)
     p = Path(path)
     if not p.exists():
         raise SpecError(f"{p}: no such file or folder (accepted: a config.json or the folder holding one)")
@@ -37,32 +45,46 @@ def load_hf_config(path: str | Path):
     if config.exists() and not config.is_file():  # a FIFO would block the reader
         raise SpecError(f"{config}: not a regular file (accepted: a config.json or the folder holding one)")
     if config.is_file():
-        _check_sizes(config)
+        check_config_file(config)
     try:
         return AutoConfig.from_pretrained(str(p), local_files_only=True)
-    except (OSError, ValueError, KeyError, RecursionError, ArithmeticError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecError(f"{p}: not a Hugging Face config: {first}") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the library raises on a config is the config's: one line
+        raise SpecError(f"{p}: not a Hugging Face config: {first_line(exc)}") from None
 
 
-# Sizes a model divides by, in Llama and GPT-2 naming.
-_SIZES = (*_FIELDS.values(), "num_key_value_heads", "head_dim", "n_embd", "n_head", "n_layer", "n_inner")
+def first_line(exc: BaseException) -> str:
+    """An exception's first line, bounded, with its type where the message alone is bare."""
+    text = str(exc).strip()
+    line = text.splitlines()[0][:300] if text else ""
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
-def _check_sizes(config: Path) -> None:
-    """Sizes are whole numbers >= 1: a zero would divide by zero in the model and the FLOP count."""
-    import json
-
+def built_from_config(path: str | Path, hf, build, keep: tuple[type[BaseException], ...] = ()):
+    """``build()`` (a model's constructor run on ``hf``); SpecError in one line naming the
+    config and, where the message names it, the config's field, for anything it raises but
+    ``keep``."""
     try:
-        data = json.loads(config.read_bytes())
-    except (ValueError, RecursionError) as exc:
-        raise SpecError(f"{config}: not a Hugging Face config: {exc}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{config}: not a Hugging Face config: the top level is not an object")
-    for name in _SIZES:
-        value = data.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise SpecError(f"{config}: field '{name}' is {value!r}; accepted: a whole number >= 1")
+        return build()
+    except (SpecError, MemoryError, *keep):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a model's constructor refusing a config: one line
+        raise SpecError(f"{path}: {getattr(hf, 'model_type', 'the model')} cannot be built from this config{named_field(exc, hf)} ({first_line(exc)})") from None
+
+
+def named_field(exc: BaseException, hf) -> str:
+    """", field 'name'" for the config field an error's message names, else ""."""
+    text = str(exc)
+    try:
+        fields = hf.to_dict()
+    except Exception:  # noqa: BLE001 - a config that cannot list itself names no field
+        return ""
+    for name in sorted(fields, key=len, reverse=True):
+        if len(name) > 3 and re.search(rf"\b{re.escape(name)}\b", text):
+            return f", field '{name}'"
+    for name, value in fields.items():  # the message quotes a field's value ('function nope not found')
+        if isinstance(value, str) and len(value) > 3 and re.search(rf"\b{re.escape(value)}\b", text):
+            return f", field '{name}'"
+    return ""
 
 
 def model_config_from_hf(path: str | Path) -> ModelConfig:
@@ -164,11 +186,14 @@ def build_hf_model(path: str | Path, hf=None):
     from trainstack.bench.hf_model import HfCausalLM
 
     hf = hf if hf is not None else load_hf_config(path)
-    try:
-        model = AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa")
-    except ValueError:
+
+    def build():
         try:
-            model = AutoModelForCausalLM.from_config(hf)
+            return AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa")
         except ValueError as exc:
-            raise SpecError(f"{path}: not a causal-LM config ({str(exc).splitlines()[0]})") from None
+            if str(exc).startswith("Unrecognized configuration class"):
+                raise SpecError(f"{path}: not a causal-LM config ({str(exc).splitlines()[0][:300]})") from None
+        return AutoModelForCausalLM.from_config(hf)
+
+    model = built_from_config(path, hf, build)
     return HfCausalLM(model, path)

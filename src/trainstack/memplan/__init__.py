@@ -276,7 +276,9 @@ def calibrate_any_compiled(
     from trainstack.memplan.calibrate import reset_compiler
     from trainstack.memplan.optim import optimizer_spec, precision_spec
     from trainstack.memplan.realblock import measure_real
+    from trainstack.memplan.versions import check_model_libraries
 
+    check_model_libraries(model)
     run = find_blocks(model, blocks)
     opt, prec = optimizer_spec(optimizer), precision_spec(precision)
     params = next(iter(model.parameters()), None)

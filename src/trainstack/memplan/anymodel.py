@@ -13,7 +13,8 @@ On a copy of the model whose parameters are fake tensors of the target device:
    on a fresh hidden input with the recorded rest (``measure_block``, which also
    measures the bench decoder's blocks for ``calibrate``);
 3. the blocks are replaced by pass-throughs that hand their input on and keep what the
-   model passed them alive, as real blocks do, and one step of the rest of the model
+   model passed them alive, as real blocks do (each keeps its block's attributes and
+   buffers, which the model's own loop may read), and one step of the rest of the model
    (embedding, final norm, head, loss) gives the head's phases.
 
 Parameter, gradient and optimizer-state bytes come from the parameters' shapes, dtypes
@@ -280,6 +281,12 @@ def _fake_copy(model: Any, device: Any, precision: PrecisionSpec) -> Any:
         memo[id(p)] = nn.Parameter(torch.empty(p.shape, dtype=dtype, device=device), requires_grad=p.requires_grad)
     for b in _unique(model.buffers()):
         memo[id(b)] = torch.empty(b.shape, dtype=b.dtype, device=device)
+    # tensors a module holds as plain attributes, not buffers (GPT-J's sinusoidal positions in
+    # transformers 4.46): faked as buffers are, which a copy under fake tensors cannot copy
+    for module in model.modules():
+        for value in vars(module).values():
+            if isinstance(value, torch.Tensor) and id(value) not in memo:
+                memo[id(value)] = torch.empty(value.shape, dtype=value.dtype, device=device)
     try:
         fake = copy.deepcopy(model, memo)
     except Exception as exc:  # noqa: BLE001 - any failure to copy is the model's: one line
@@ -518,17 +525,30 @@ def saved_inputs(block: Any, call: BlockCall, device: Any, precision: PrecisionS
     return frozenset(saved)
 
 
-def _pass_through(call: BlockCall, on_input: Callable[[Any, tuple, dict], Any]) -> Any:
-    """A module that stands for a block in the head's step: hands on, in the block's output
-    structure, what ``on_input(hidden, args, kwargs)`` returns for its hidden input."""
-    from torch import nn
+def _pass_through(block: Any, call: BlockCall, on_input: Callable[[Any, tuple, dict], Any]) -> Any:
+    """A module that stands for ``block`` in the head's step: hands on, in the block's output
+    structure, what ``on_input(hidden, args, kwargs)`` returns for its hidden input.
 
-    class PassThrough(nn.Module):
-        def forward(self, *args: Any, **kwargs: Any) -> Any:
-            hidden = args[call.hidden] if isinstance(call.hidden, int) else kwargs[call.hidden]
-            return call.output_like(on_input(hidden, args, kwargs))
+    It is the block itself in all but its forward: an instance of a subclass of the block's
+    class sharing the block's attributes, buffers and submodules, so that whatever the
+    model's own loop reads of its layers (a layer's ``attention_type`` choosing its mask, a
+    sliding window, a layer index) reads the same, whichever library version wrote the loop,
+    and ``isinstance`` checks still hold. The parameters it shares were made before the
+    step's tracker, which counts none of them."""
+    cls = type(block)
 
-    return PassThrough()
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hidden = args[call.hidden] if isinstance(call.hidden, int) else kwargs[call.hidden]
+        return call.output_like(on_input(hidden, args, kwargs))
+
+    stand_in_class = type(f"PassThrough{cls.__name__}", (cls,), {"forward": forward, "__module__": __name__})
+    stand_in = cls.__new__(stand_in_class)
+    stand_in.__dict__.update(vars(block))
+    # hooks of its own (a library's output recorder, a profiler's) belong to the real block
+    for name, value in vars(block).items():
+        if name.startswith("_") and name.endswith("hooks") and isinstance(value, dict):
+            stand_in.__dict__[name] = type(value)()
+    return stand_in
 
 
 def _joined(hidden: Any, others: list[Any]) -> Any:
@@ -608,7 +628,7 @@ def _measure_head(
     # gradient to what needs one, and marks when the gradient reaches the blocks
     container = model.get_submodule(run.path)
     for i in range(run.first, run.first + run.count):
-        container[i] = _pass_through(call, on_input)
+        container[i] = _pass_through(container[i], call, on_input)
     try:
         with mode:
             fake_batch = _fake_like(batch, device)

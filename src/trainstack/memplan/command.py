@@ -99,11 +99,19 @@ def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, 
     from trainstack.memplan.report import to_json
     from trainstack.memplan.sources import from_factory, from_hf_config
 
+    from trainstack.memplan.anymodel import UnplannableModel
+
     source = from_hf_config(hf_config, batch=batch, seq=seq) if hf_config is not None else from_factory(factory or "", batch=batch, seq=seq)
-    plan = plan_model(
-        source.model, source.example_batch, budget=budget_bytes, optimizer=optimizer, precision=precision,
-        world_size=world_size, blocks=blocks, loss_fn=source.loss_fn, label=source.name,
-    )
+    try:
+        plan = plan_model(
+            source.model, source.example_batch, budget=budget_bytes, optimizer=optimizer, precision=precision,
+            world_size=world_size, blocks=blocks, loss_fn=source.loss_fn, label=source.name,
+        )
+    except UnplannableModel as exc:
+        if hf_config is None:
+            raise
+        # a model built from a config fails where the config is inconsistent: name the config
+        raise UnplannableModel(f"{hf_config}: {exc}") from None
     document = {"model": source.name, "batch": batch, "seq": seq, "compiled": False, "blocks": plan.blocks, "first_block": plan.first_block,
                 "optimizer": plan.profile.optimizer, "precision": plan.profile.precision, **to_json(plan)}
     _emit(plan, document, json_out=json_out, output=output)

@@ -40,6 +40,7 @@ def _token_model(hf: Any, path: str | Path) -> Any:
     import torch
     import transformers
 
+    from trainstack.bench.hf import built_from_config
     from trainstack.errors import SpecError
 
     named = [TOKEN_HEADS[suffix] for a in getattr(hf, "architectures", None) or [] for suffix in TOKEN_HEADS if a.endswith(suffix)]
@@ -54,7 +55,7 @@ def _token_model(hf: Any, path: str | Path) -> Any:
         for auto in autos:
             for options in ({"attn_implementation": "sdpa"}, {}):
                 try:
-                    return getattr(transformers, auto).from_config(hf, **options)
+                    return built_from_config(path, hf, lambda: getattr(transformers, auto).from_config(hf, **options), keep=(ValueError,))
                 except ValueError as exc:
                     reason = str(exc).splitlines()[0]
             if not reason.startswith("Unrecognized configuration class"):  # the config's own fault: say it
@@ -71,7 +72,7 @@ def from_hf_config(path: str | Path, *, batch: int, seq: int) -> Source:
     from trainstack.bench.hf import load_hf_config
     from trainstack.errors import SpecError
 
-    hf = load_hf_config(path)
+    hf = load_hf_config(path, "memplan")
     max_seq = getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None)
     if max_seq and seq > max_seq:
         raise UsageError(f"--seq: {seq} exceeds {path}'s max_position_embeddings {max_seq}")

@@ -98,11 +98,28 @@ def plan_model(captured: Captured, budget_bytes: int, *, compiled: bool = False)
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
             raise Unplannable("the decoder's first call did not take a (batch, seq) token tensor")
         return memplan.plan_memory(model.cfg, batch=tokens.shape[0], seq=tokens.shape[1], budget_bytes=budget_bytes, compiled=compiled)
+    check_model_config(model)
     generic = getattr(memplan, "plan", None)
     if not callable(generic):
         raise Unplannable(f"this trainstack's memplan plans its own decoder, not a {type(model).__module__}.{type(model).__qualname__}")
     optimizer = captured.optimizer if captured.optimizer is not None else "adamw"
     return generic(model, batch_of(captured), budget=budget_bytes, optimizer=optimizer, precision=precision_of(captured), loss_fn=job_loss, compiled=compiled)
+
+
+def check_model_config(model: nn.Module) -> None:
+    """A Hugging Face model's config held to the rules a config file is held to before memplan
+    plans the model (``bench.hf_check``): SpecError in one line naming the field."""
+    from trainstack.bench.hf_check import check_config
+
+    to_dict = getattr(getattr(model, "config", None), "to_dict", None)
+    if not callable(to_dict):
+        return
+    try:
+        data = to_dict()
+    except Exception:  # noqa: BLE001 - a config that cannot list itself is not checked here
+        return
+    if isinstance(data, dict):
+        check_config(data, f"{type(model).__name__}.config")
 
 
 def replan(captured: Captured, first: Plan, budget_bytes: int, *, compiled: bool = False) -> Plan:
