@@ -33,8 +33,8 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from trainstack.bench.fp8 import swap_linears  # noqa: E402
-from trainstack.bench.model import Block, rope_tables  # noqa: E402
-from trainstack.bench.presets import preset  # noqa: E402
+from trainstack.nn.decoder import Block, rope_tables  # noqa: E402
+from trainstack.nn.presets import preset  # noqa: E402
 
 
 

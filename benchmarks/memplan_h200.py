@@ -75,8 +75,8 @@ from pathlib import Path
 import torch
 
 from trainstack.bench import device as dev
-from trainstack.bench.model import Block, Transformer, rope_tables
-from trainstack.bench.presets import PRESETS
+from trainstack.nn.decoder import Block, Transformer, rope_tables
+from trainstack.nn.presets import PRESETS
 from trainstack.memplan.wrappers import apply_choices, compile_block, unwrap, wrap
 from trainstack.memplan import measure_compiled_blocks, measure_real_block
 from trainstack.memplan.calibrate import Roofline, block_op_counts, calibrate
@@ -598,7 +598,7 @@ class HfShape:
     def __init__(self, arch: str, batch: int, seq: int) -> None:
         import transformers
 
-        from trainstack.bench.hf_model import HfCausalLM
+        from trainstack.nn.hf_model import HfCausalLM
         from trainstack.memplan import calibrate_any
 
         self.arch, self.batch, self.seq = arch, batch, seq

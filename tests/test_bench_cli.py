@@ -16,8 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trainstack.bench.ablation import run_ablation  # noqa: E402
-from trainstack.bench.modes import parse_mode  # noqa: E402
-from trainstack.bench.presets import PRESETS  # noqa: E402
+from trainstack.nn.modes import parse_mode  # noqa: E402
+from trainstack.nn.presets import PRESETS  # noqa: E402
 from trainstack.bench.runner import RunSpec  # noqa: E402
 from trainstack.cli import main  # noqa: E402
 
@@ -146,7 +146,7 @@ def test_hf_config_without_transformers_is_a_clear_error(tmp_path):
 
 def test_hf_config_maps_a_llama_config(tmp_path):
     pytest.importorskip("transformers")
-    from trainstack.bench.hf import model_config_from_hf
+    from trainstack.nn.hf import model_config_from_hf
 
     config = tmp_path / "config.json"
     llama = {
@@ -186,7 +186,7 @@ def test_fsdp2_under_torchrun_shards_and_reports_totals(tmp_path):
 
 def test_hf_config_of_another_architecture_runs_the_hf_model(tmp_path):
     transformers = pytest.importorskip("transformers")
-    from trainstack.bench.hf import HfShape, resolve
+    from trainstack.nn.hf import HfShape, resolve
     from trainstack.bench.runner import run
 
     config = tmp_path / "config.json"

@@ -15,9 +15,10 @@ torch = pytest.importorskip("torch")
 from trainstack.bench import fp8  # noqa: E402
 from trainstack.bench.device import Dist  # noqa: E402
 from trainstack.bench.mfu import flops_per_token, mfu, mfu_fp8, peak_for  # noqa: E402
-from trainstack.bench.model import ModelConfig, Transformer  # noqa: E402
-from trainstack.bench.modes import Mode, ModeUnavailable, parse_mode  # noqa: E402
-from trainstack.bench.presets import PRESETS  # noqa: E402
+from trainstack.nn.decoder import ModelConfig, Transformer  # noqa: E402
+from trainstack.bench.modes import ModeUnavailable  # noqa: E402
+from trainstack.nn.modes import Mode, parse_mode  # noqa: E402
+from trainstack.nn.presets import PRESETS  # noqa: E402
 from trainstack.bench.report import explain, results_table  # noqa: E402
 from trainstack.bench.runner import Measured, RunSpec, summarise  # noqa: E402
 from trainstack.cli import main  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainstack.bench.mfu import FORMULA, flops_per_token, gpu_peaks, mfu, peak_for
-from trainstack.bench.presets import PRESETS
+from trainstack.nn.presets import PRESETS
 
 
 def test_flops_per_token_by_hand_for_1b():

@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
-from trainstack.bench.model import Transformer, chunked_cross_entropy, softmax_xent_grad, softmax_xent_grad_  # noqa: E402
-from trainstack.bench.presets import PRESETS, preset  # noqa: E402
+from trainstack.nn.decoder import Transformer, chunked_cross_entropy, softmax_xent_grad, softmax_xent_grad_  # noqa: E402
+from trainstack.nn.presets import PRESETS, preset  # noqa: E402
 from trainstack.errors import UsageError  # noqa: E402
 
 

@@ -6,9 +6,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainstack.bench.model import Transformer  # noqa: E402
-from trainstack.bench.modes import Mode, apply_checkpointing, apply_compile, parse_mode, parse_modes  # noqa: E402
-from trainstack.bench.presets import PRESETS  # noqa: E402
+from trainstack.nn.decoder import Transformer  # noqa: E402
+from trainstack.bench.modes import apply_checkpointing, apply_compile  # noqa: E402
+from trainstack.nn.modes import Mode, parse_mode, parse_modes  # noqa: E402
+from trainstack.nn.presets import PRESETS  # noqa: E402
 from trainstack.errors import UsageError  # noqa: E402
 from trainstack.memplan.plan import Choice  # noqa: E402
 from trainstack.memplan.wrappers import choice_of  # noqa: E402

@@ -6,10 +6,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainstack.bench.model import Transformer  # noqa: E402
+from trainstack.nn.decoder import Transformer  # noqa: E402
 from trainstack.bench.precision import MasterAdamW, to_bf16_with_master  # noqa: E402
-from trainstack.bench.modes import parse_mode  # noqa: E402
-from trainstack.bench.presets import PRESETS  # noqa: E402
+from trainstack.nn.modes import parse_mode  # noqa: E402
+from trainstack.nn.presets import PRESETS  # noqa: E402
 from trainstack.bench.runner import RunSpec, run, set_lr  # noqa: E402
 
 

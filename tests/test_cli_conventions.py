@@ -291,7 +291,7 @@ def test_memplan_defaults_run_on_a_cpu_and_a_fraction_is_taken_as_run_takes_it()
     proc = run("memplan", "--preset", "tiny", "--json")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
-    from trainstack.bench.presets import shape
+    from trainstack.nn.presets import shape
 
     assert plan["seq"] == min(2048, shape("tiny")["max_seq"])  # within the preset's max_seq
     assert plan["budget_bytes"] == int(host_memory_bytes() * 0.9)

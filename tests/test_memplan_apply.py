@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainstack.bench.model import Transformer  # noqa: E402
-from trainstack.bench.presets import PRESETS  # noqa: E402
+from trainstack.nn.decoder import Transformer  # noqa: E402
+from trainstack.nn.presets import PRESETS  # noqa: E402
 from trainstack.memplan import apply, plan_memory  # noqa: E402
 from trainstack.memplan.wrappers import apply_choices, choice_of, unwrap  # noqa: E402
 from trainstack.memplan.plan import Choice, Overheads  # noqa: E402
@@ -110,7 +110,7 @@ def test_apply_stays_the_function_after_the_wrappers_module_is_imported() -> Non
 
 @pytest.mark.slow
 def test_a_kept_block_compiled_under_a_memory_budget_saves_less_and_computes_the_same() -> None:
-    from trainstack.bench.model import Block, rope_tables
+    from trainstack.nn.decoder import Block, rope_tables
     from trainstack.memplan.wrappers import compile_block
 
     cfg, seq = PRESETS["tiny"], 64

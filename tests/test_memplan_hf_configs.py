@@ -104,7 +104,7 @@ def test_run_memplan_names_a_job_models_inconsistent_config_and_the_job_runs_as_
 
 def test_beginning_and_end_ids_outside_a_small_vocabulary_are_left_alone() -> None:
     """GPT2Config(vocab_size=256) keeps GPT-2's end id 50256: training never looks it up."""
-    from trainstack.bench.hf_check import check_config
+    from trainstack.nn.hf_check import check_config
 
     check_config({"model_type": "gpt2", "vocab_size": 256, "n_embd": 64, "n_layer": 2, "n_head": 4, "bos_token_id": 50256, "eos_token_id": 50256}, "gpt2/config.json")
 
@@ -132,7 +132,7 @@ PUBLISHED = {
 
 @pytest.mark.parametrize("name", PUBLISHED)
 def test_published_configs_pass_and_count_about_their_parameters(name: str) -> None:
-    from trainstack.bench.hf_check import check_config, parameter_count
+    from trainstack.nn.hf_check import check_config, parameter_count
 
     known, data = PUBLISHED[name]
     check_config(data, f"{name}/config.json")

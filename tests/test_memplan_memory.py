@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainstack.bench.model import LOSS_CHUNK_ROWS, Block, rope_tables  # noqa: E402
-from trainstack.bench.presets import PRESETS  # noqa: E402
+from trainstack.nn.decoder import LOSS_CHUNK_ROWS, Block, rope_tables  # noqa: E402
+from trainstack.nn.presets import PRESETS  # noqa: E402
 from trainstack.memplan.calibrate import calibrate, fake_step_peak  # noqa: E402
 from trainstack.memplan.memory import breakdown  # noqa: E402
 from trainstack.memplan.plan import Choice  # noqa: E402

@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainstack.bench.model import Transformer  # noqa: E402
+from trainstack.nn.decoder import Transformer  # noqa: E402
 from trainstack.bench.precision import to_bf16_with_master  # noqa: E402
-from trainstack.bench.presets import preset  # noqa: E402
+from trainstack.nn.presets import preset  # noqa: E402
 from trainstack.memplan import MASTER_UPDATE_TEMPORARIES, plan_memory  # noqa: E402
 
 BUDGET = 64 * 2**30  # room for anything: the breakdown, not the choice, is under test

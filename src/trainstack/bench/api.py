@@ -6,10 +6,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trainstack.bench.device import dist_from_env
-from trainstack.bench.hf import HfShape
-from trainstack.bench.model import ModelConfig
-from trainstack.bench.modes import Mode, parse_mode
-from trainstack.bench.presets import preset
+from trainstack.nn.hf import HfShape
+from trainstack.nn.decoder import ModelConfig
+from trainstack.nn.modes import Mode, parse_mode
+from trainstack.nn.presets import preset
 from trainstack.bench.report import explain, rescue, results_table, write_jsonl
 from trainstack.bench.runner import RunSpec
 from rich.console import Console
@@ -42,7 +42,7 @@ class BenchOptions:
 
 def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig | HfShape]:
     if opts.hf_config is not None:
-        from trainstack.bench.hf import resolve
+        from trainstack.nn.hf import resolve
 
         path = opts.hf_config
         label = path.parent.name if path.is_file() and path.name == "config.json" else (path.stem if path.is_file() else path.name)

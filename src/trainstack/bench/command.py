@@ -61,7 +61,7 @@ def command(
                                             (("preset", model), ("batch", batch), ("seq", seq), ("steps", steps), ("warmup", warmup)))
         if "modes" in table:
             modes, ablation = ",".join(table["modes"]), ablation or len(table["modes"]) > 1
-    from trainstack.bench.presets import shape
+    from trainstack.nn.presets import shape
     from trainstack.extras import require, require_cuda
 
     if hf_config is None:
@@ -71,7 +71,7 @@ def command(
         require_cuda("trainstack bench --device cuda")
     from trainstack.bench import api
     from trainstack.bench.device import dist_from_env
-    from trainstack.bench.modes import DEFAULT_ABLATION, parse_modes
+    from trainstack.nn.modes import DEFAULT_ABLATION, parse_modes
 
     chosen = modes or (",".join(DEFAULT_ABLATION) if ablation else "compile")
     steps = steps if steps is not None else (300 if parity else 20)

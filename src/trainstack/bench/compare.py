@@ -15,7 +15,7 @@ from rich.text import Text
 
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
-from trainstack.stackfile import grammar
+from trainstack import grammar
 
 ACCEPTED = "a JSON-lines file written by 'trainstack bench'"
 

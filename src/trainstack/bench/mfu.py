@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from trainstack.bench.model import ModelConfig
+from trainstack.nn.decoder import ModelConfig
 
 try:
     import tomllib

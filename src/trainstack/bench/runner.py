@@ -20,9 +20,10 @@ import torch
 
 from trainstack.bench import device as dev
 from trainstack.bench.mfu import flops_per_token, mfu, mfu_fp8, peak_for
-from trainstack.bench.hf import HfShape
-from trainstack.bench.model import ModelConfig, Transformer
-from trainstack.bench.modes import Mode, ModeUnavailable, apply_checkpointing, apply_compile, apply_planned, parse_mode
+from trainstack.nn.hf import HfShape
+from trainstack.nn.decoder import ModelConfig, Transformer
+from trainstack.bench.modes import ModeUnavailable, apply_checkpointing, apply_compile, apply_planned
+from trainstack.nn.modes import Mode, parse_mode
 from trainstack.bench.parity import lr_factor
 
 # Distinct synthetic batches cycled through, generated on the device once.
@@ -217,7 +218,7 @@ def optimizer(model: torch.nn.Module, mode: Mode, lr: float, device: torch.devic
 
 def _new_model(cfg: ModelConfig | HfShape, device: torch.device) -> torch.nn.Module:
     if isinstance(cfg, HfShape):
-        from trainstack.bench.hf import build_hf_model
+        from trainstack.nn.hf import build_hf_model
 
         with device:
             return build_hf_model(cfg.path).float()

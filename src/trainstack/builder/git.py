@@ -8,7 +8,7 @@ from pathlib import Path
 from trainstack import proc
 from trainstack.builder.steps import Steps
 from trainstack.errors import BuildError
-from trainstack.stackfile import grammar
+from trainstack import grammar
 from trainstack.stackfile.models import Component
 
 # the transports a stack's git source may use; never 'ext::' (runs a command) or another helper

@@ -27,7 +27,7 @@ from trainstack.indexauth import lock_index_urls, netrc_text
 from trainstack.render.api import flavour_files
 from trainstack.render.dockerfile import Base, base_for, stage_name
 from trainstack.render.stackfiles import image_tag
-from trainstack.stackfile.grammar import CONTROL, shown
+from trainstack.grammar import CONTROL, shown
 
 UBUNTU_SUITES = frozenset({"bionic", "focal", "jammy", "noble", "oracular", "plucky", "questing"})
 

@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 
 from trainstack import proc
 from trainstack.errors import LockError
-from trainstack.stackfile import grammar
+from trainstack import grammar
 from trainstack.stackfile.models import Component
 
 FULL_SHA_LEN = 40

@@ -39,7 +39,8 @@ from trainstack.lock.plan import FlavourPlan, plan_flavour, require_one_release,
 from trainstack.lock.resolve import compile_request, uv_version
 from trainstack.redact import strip_userinfo
 from trainstack.stackfile.compat import require_rules
-from trainstack.stackfile import expand_flavours, grammar, load_stack, select_flavour
+from trainstack import grammar
+from trainstack.stackfile import expand_flavours, load_stack, select_flavour
 from trainstack.stackfile.models import Stack
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)", re.MULTILINE)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, fie
 
 from trainstack.errors import LockError, SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
-from trainstack.stackfile import grammar
+from trainstack import grammar
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "stack.lock.json"

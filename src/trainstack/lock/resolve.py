@@ -14,7 +14,7 @@ from trainstack import proc
 from trainstack.errors import LockError, NetworkError
 from trainstack.indexauth import name_indexes, uv_index_options
 from trainstack.redact import redact, strip_userinfo
-from trainstack.stackfile import grammar
+from trainstack import grammar
 from trainstack.lock.plan import Request
 from trainstack.retry import TransientFailure, with_retries
 

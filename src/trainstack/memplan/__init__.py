@@ -50,7 +50,7 @@ from trainstack.memplan.plan import Breakdown, Choice, Overheads, Plan, Profile
 if TYPE_CHECKING:
     from torch import nn
 
-    from trainstack.bench.model import ModelConfig
+    from trainstack.nn.decoder import ModelConfig
     from trainstack.memplan.optim import PrecisionSpec
 
 __all__ = [
@@ -276,7 +276,7 @@ def calibrate_any_compiled(
     from trainstack.memplan.calibrate import reset_compiler
     from trainstack.memplan.optim import optimizer_spec, precision_spec
     from trainstack.memplan.realblock import measure_real
-    from trainstack.memplan.versions import check_model_libraries
+    from trainstack.nn.versions import check_model_libraries
 
     check_model_libraries(model)
     run = find_blocks(model, blocks)

@@ -18,7 +18,7 @@ from trainstack.memplan.plan import BlockCost, Choice, HeadCost, Profile
 if TYPE_CHECKING:
     from torch import nn
 
-    from trainstack.bench.model import ModelConfig
+    from trainstack.nn.decoder import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ def _build(cfg: ModelConfig, seq: int, device: str) -> _Built:
     import torch
     from torch import nn
 
-    from trainstack.bench.model import Block, Transformer
+    from trainstack.nn.decoder import Block, Transformer
 
     with torch.device(device):
         model = Transformer(dc_replace(cfg, n_layers=1))
@@ -372,7 +372,7 @@ def time_block(
 
     import torch
 
-    from trainstack.bench.model import rope_tables
+    from trainstack.nn.decoder import rope_tables
 
     dev = torch.device(device)
     with dev:
@@ -426,7 +426,7 @@ def block_memory(
     """
     import torch
 
-    from trainstack.bench.model import rope_tables
+    from trainstack.nn.decoder import rope_tables
 
     dev = torch.device(device)
     with dev:
@@ -470,7 +470,7 @@ def real_blocks(cfg: ModelConfig, *, device: str, compiled: bool = False, keep_b
     drops the compiled code once they are done."""
     import torch
 
-    from trainstack.bench.model import Block
+    from trainstack.nn.decoder import Block
 
     blocks: dict[Any, Any] = {}
     for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
@@ -510,7 +510,7 @@ def fake_step_peak(cfg: ModelConfig, choices: tuple[Choice, ...], *, batch: int,
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from trainstack.bench.model import Transformer
+    from trainstack.nn.decoder import Transformer
     from trainstack.memplan.wrappers import apply_choices
 
     dev = _device(device)

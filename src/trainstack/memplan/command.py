@@ -34,8 +34,8 @@ def command(
 
     Any model: --hf-config path/to/config.json, or --factory mymodels:build.
     """
-    from trainstack.bench.presets import preset as get_preset
-    from trainstack.bench.presets import shape
+    from trainstack.nn.presets import preset as get_preset
+    from trainstack.nn.presets import shape
     from trainstack.console import print_error
     from trainstack.errors import UsageError
     from trainstack.extras import require

@@ -40,7 +40,7 @@ def _token_model(hf: Any, path: str | Path) -> Any:
     import torch
     import transformers
 
-    from trainstack.bench.hf import built_from_config
+    from trainstack.nn.hf import built_from_config
     from trainstack.errors import SpecError
 
     named = [TOKEN_HEADS[suffix] for a in getattr(hf, "architectures", None) or [] for suffix in TOKEN_HEADS if a.endswith(suffix)]
@@ -69,7 +69,7 @@ def _token_model(hf: Any, path: str | Path) -> Any:
 
 def from_hf_config(path: str | Path, *, batch: int, seq: int) -> Source:
     """The config's model (``_token_model``) on the meta device, trained with labels (its own loss)."""
-    from trainstack.bench.hf import load_hf_config
+    from trainstack.nn.hf import load_hf_config
     from trainstack.errors import SpecError
 
     hf = load_hf_config(path, "memplan")

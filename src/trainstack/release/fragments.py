@@ -20,7 +20,7 @@ from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, read_regular
 from trainstack.release.markdown import safe_target
 from trainstack.release.model import SECTIONS, Fragment
-from trainstack.stackfile import grammar
+from trainstack import grammar
 
 RELEASED_DIR = "released"
 NONE_MARKER = "none"  # a fragment's whole text: its section has nothing this release

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlsplit
 
 from trainstack.release.model import BenchRow, Change, Fragment, ReleaseNotes, Updates
-from trainstack.stackfile import grammar
+from trainstack import grammar
 from trainstack.release.results import NOT_RUN, PARTIAL_VERIFY_NAME
 
 NOT_MEASURED = "not measured"

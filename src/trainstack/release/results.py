@@ -45,7 +45,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
 from trainstack.release.model import FIGURE_MAX, SCHEMA_VERSION, KnownIssue, ReleaseNotes, Verification
-from trainstack.stackfile import grammar
+from trainstack import grammar
 
 VERIFY_NAME = "verify.json"
 PARTIAL_VERIFY_NAME = "verify.partial.json"  # verify --skip: beside the full gate's result, read only without it

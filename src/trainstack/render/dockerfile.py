@@ -25,7 +25,7 @@ from trainstack.errors import SpecError
 from trainstack.rules import nvcc_package, os_pythons
 from trainstack.render import quote
 from trainstack.render.layers import FlavourLayers, SourceBuild
-from trainstack.stackfile import grammar
+from trainstack import grammar
 from trainstack.stackfile.models import PYTHON_RE, CompilerCache, Stack
 
 VENV = "/opt/venv"

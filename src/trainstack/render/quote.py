@@ -12,7 +12,7 @@ import re
 import shlex
 
 from trainstack.errors import SpecError
-from trainstack.stackfile import grammar
+from trainstack import grammar
 
 
 def one_line(value: object, what: str) -> str:

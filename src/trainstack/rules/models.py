@@ -7,6 +7,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 
+from trainstack.grammar import web_link
+
 
 def template(value: str, names: tuple[str, ...] | None = None) -> str:
     """A rule's text with '{name}' placeholders only (no attribute, index, conversion or format
@@ -44,14 +46,8 @@ def fill(text: str, **values: object) -> str:
     return "".join(out)
 
 
-def _web_link(value: str) -> str:
-    from trainstack.stackfile.grammar import web_link  # a leaf module; imported late, as stackfile imports rules
-
-    return web_link(value)
-
-
 # where a rule comes from: an http(s) page, published as a link in release notes
-Source = Annotated[str, AfterValidator(_web_link)]
+Source = Annotated[str, AfterValidator(web_link)]
 
 
 class Data(BaseModel):

@@ -91,7 +91,7 @@ def plan_model(captured: Captured, budget_bytes: int, *, compiled: bool = False)
     from trainstack import memplan
 
     model = captured.model
-    from trainstack.bench.model import Transformer
+    from trainstack.nn.decoder import Transformer
 
     if isinstance(model, Transformer):
         tokens = captured.args[0] if captured.args else None
@@ -109,7 +109,7 @@ def plan_model(captured: Captured, budget_bytes: int, *, compiled: bool = False)
 def check_model_config(model: nn.Module) -> None:
     """A Hugging Face model's config held to the rules a config file is held to before memplan
     plans the model (``bench.hf_check``): SpecError in one line naming the field."""
-    from trainstack.bench.hf_check import check_config
+    from trainstack.nn.hf_check import check_config
 
     to_dict = getattr(getattr(model, "config", None), "to_dict", None)
     if not callable(to_dict):

@@ -12,7 +12,7 @@ from packaging.version import Version
 from trainstack.errors import RuleViolation
 from trainstack.rules import data, toolchain
 from trainstack.rules.models import fill
-from trainstack.stackfile import grammar
+from trainstack import grammar
 from trainstack.stackfile.matrix import Flavour, components_for, expand_flavours
 from trainstack.stackfile.models import Component, Stack
 

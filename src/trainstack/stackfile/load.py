@@ -14,7 +14,7 @@ from trainstack.fsutil import describe_os_error, read_regular
 from trainstack.rules.data import shipped_rules
 from trainstack.rules.models import Rules
 from trainstack.rules.stack import stack_rules
-from trainstack.stackfile import grammar
+from trainstack import grammar
 from trainstack.stackfile.matrix import expand_flavours
 from trainstack.stackfile.models import Stack
 from trainstack.stackfile.paths import stack_path

@@ -9,13 +9,13 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from trainstack.bench.modes import parse_mode
-from trainstack.bench.presets import SHAPES
+from trainstack.nn.modes import parse_mode
+from trainstack.nn.presets import SHAPES
 from trainstack.errors import UsageError
 from trainstack.rules.data import shipped_rules
 from trainstack.rules.models import Rules
 
-from trainstack.stackfile import grammar
+from trainstack import grammar
 
 CUDA_RE = re.compile(r"^(cpu|\d+\.\d+)\Z")
 PYTHON_RE = re.compile(r"^3\.\d+\Z")

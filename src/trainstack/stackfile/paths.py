@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainstack.stackfile import grammar
+from trainstack import grammar
 
 # the distributions' CA bundles (as Go's crypto/x509 lists them): Debian and Ubuntu, Fedora and
 # RHEL, openSUSE, OpenELEC, CentOS and RHEL 7+, Alpine
@@ -44,7 +44,7 @@ def expand_home(value: str) -> Path:
 
 
 def check_syntax(value: str) -> str:
-    """The grammar of a stack path (trainstack.stackfile.grammar.relative_path)."""
+    """The grammar of a stack path (trainstack.grammar.relative_path)."""
     return grammar.relative_path(value)
 
 

@@ -22,7 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, read_regular
-from trainstack.stackfile import grammar
+from trainstack import grammar
 
 if sys.version_info >= (3, 11):
     import tomllib

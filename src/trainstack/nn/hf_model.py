@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainstack.bench.model import chunked_cross_entropy, softmax_xent_grad
+from trainstack.nn.decoder import chunked_cross_entropy, softmax_xent_grad
 from trainstack.errors import SpecError
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from trainstack.errors import UsageError
 
 if TYPE_CHECKING:
-    from trainstack.bench.model import ModelConfig
+    from trainstack.nn.decoder import ModelConfig
 
 # Plain numbers, so that a preset's name and max_seq are checked without importing torch;
 # PRESETS (the ModelConfig of each) is built on first use.
@@ -32,7 +32,7 @@ def shape(name: str) -> dict[str, int]:
 
 
 def preset(name: str) -> ModelConfig:
-    from trainstack.bench.model import ModelConfig
+    from trainstack.nn.decoder import ModelConfig
 
     return ModelConfig(**shape(name))
 
