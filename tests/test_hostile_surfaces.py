@@ -232,3 +232,49 @@ def test_the_hook_never_ends_a_job_started_through_its_boot(case: str, tmp_path:
     assert job.returncode == 0, job.stderr[-2000:]
     _check_job_output(case, job.stdout, job.stderr)
     assert _files_under(outside) == set()
+
+
+# --- JUnit XML -----------------------------------------------------------------------------
+
+JUNIT = sorted((CORPUS / "junit").glob("*.xml"))
+PLANTED = Path(__file__).resolve().parent / "planted_suite"
+
+
+def _gate(command: str, **suite: object):
+    from trainstack.stackfile.models import Suite
+    from trainstack.verify.suites.gate import run_gate
+    from trainstack.verify.suites.known_issues import KnownIssues
+    from trainstack.verify.target import open_target
+
+    spec = Suite(name="planted", command=f"python -m pytest -p no:cacheprovider -o python_files=planted_*.py {command}", **suite)
+    result = run_gate(open_target(Path(sys.executable)), [spec], max_failed_tests=100, known=KnownIssues(),
+                      target_name="local", cwd=PLANTED.parent.parent)
+    return result
+
+
+@pytest.mark.parametrize("path", JUNIT, ids=lambda p: p.stem)
+def test_a_hostile_junit_report_never_passes_nor_expands(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLANTED_JUNIT", str(path))
+    start = time.monotonic()
+    result = _gate("tests/planted_suite/junit", timeout=60)
+    assert time.monotonic() - start < 60
+    suite = result.suites[0]
+    assert suite.status in ("crashed", "failed"), (suite.status, suite.reason)
+    assert not result.passed
+    assert "\n" not in suite.reason and "\x1b" not in suite.reason and len(suite.reason) < 600, suite.reason
+    assert "root:" not in suite.reason and "lollol" not in suite.reason and "AAAA" not in suite.reason
+    assert "INJECTED" not in suite.reason
+
+
+def test_the_junit_reader_refuses_entities_before_expanding_them() -> None:
+    from trainstack.verify.suites.junit import JunitUnreadable, read_junit
+
+    for name in ("billion-laughs", "quadratic-blowup", "external-entity-file", "external-parameter-entity", "external-dtd"):
+        start = time.monotonic()
+        with pytest.raises(JunitUnreadable) as info:
+            read_junit(CORPUS / "junit" / f"{name}.xml")
+        assert "nothing was expanded" in str(info.value) and time.monotonic() - start < 2
+    for name in ("malformed-unclosed", "empty", "not-utf8", "nul-byte", "control-char-ref", "wrong-root"):
+        with pytest.raises(JunitUnreadable) as info:
+            read_junit(CORPUS / "junit" / f"{name}.xml")
+        assert "\n" not in str(info.value)

@@ -17,7 +17,7 @@ from rich.text import Text
 from trainstack.console import err
 from trainstack.errors import SpecError
 from trainstack.stackfile.models import Suite
-from trainstack.verify.suites.junit import Progress, Summary, read_junit, read_progress, read_summary
+from trainstack.verify.suites.junit import JunitUnreadable, Progress, Summary, read_junit, read_progress, read_summary
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.live import SuiteProgress
 from trainstack.verify.suites.models import KnownHit, SuiteResult
@@ -113,7 +113,10 @@ def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, pro
     collection errors counted (accepted only by an exact known-issues entry), its counts
     compared with pytest's own summary line."""
     suite = run.suite
-    xml_counts = read_junit(xml)
+    try:
+        xml_counts = read_junit(xml)
+    except JunitUnreadable as exc:
+        return _crashed(result, progress, base, f"its JUnit XML was not read: {exc}")
     summary = read_summary(result.stdout)
     collect_ids = set(progress.collect_errors)
     failing = progress.failed if progress.recorded else [t for t in xml_counts.failed_ids if t not in collect_ids]
@@ -131,6 +134,9 @@ def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, pro
         status, reason = "error", f"pytest exit {result.returncode}: {PYTEST_EXIT[result.returncode]}; {reason}"
     elif ran == 0 and not suite.allow_no_tests:
         status, reason = "failed", f"no test ran ({reason}); a suite that may run none says allow_no_tests = true"
+    if xml_counts.tests < ran:
+        # a report rewritten after pytest wrote it (or cut short): it hides tests that ran
+        status, reason = "failed", f"{reason}; the JUnit XML lists {xml_counts.tests} test case(s) of the {ran} that ran"
     if cross.startswith("DISAGREE"):
         # one of the two counts lies (a plugin rewriting reports, a truncated run): never pass on it
         status, reason = "failed", f"{reason}; {cross}"
@@ -141,14 +147,15 @@ def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, pro
                        known=hits + collect_hits, **base)
 
 
-def _crashed(result: proc.Result, progress: Progress, base: dict) -> SuiteResult:
-    """No XML: the runner died before writing it. Count what the events saw, plus the crash."""
+def _crashed(result: proc.Result, progress: Progress, base: dict, why: str = "no JUnit XML written") -> SuiteResult:
+    """No XML (the runner died before writing it), or XML that could not be read. Count what
+    the events saw, plus the crash."""
     how = f"killed by signal {-result.returncode}" if result.returncode < 0 else f"exit {result.returncode}"
     where = f" while running {progress.running}" if progress.running else ""
     failed = progress.collect_errors + progress.failed
     failed += [progress.running] if progress.running and progress.running not in failed else []
     last = (result.stderr.strip().splitlines() or [""])[-1][:200]
-    reason = f"crashed ({how}){where}; no JUnit XML written" + (f": {last}" if last and not where else "")
+    reason = f"crashed ({how}){where}; {why}" + (f": {last}" if last and not where and why == "no JUnit XML written" else "")
     return SuiteResult(status="crashed", exit_code=result.returncode, reason=reason, crashed_in=progress.running,
                        failed=failed, collection_errors=progress.collect_errors, counts=progress.counts,
                        ran=progress.ran, **base)
