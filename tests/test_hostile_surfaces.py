@@ -240,15 +240,17 @@ JUNIT = sorted((CORPUS / "junit").glob("*.xml"))
 PLANTED = Path(__file__).resolve().parent / "planted_suite"
 
 
-def _gate(command: str, **suite: object):
+def _gate(command: str, writable: tuple[Path, ...] = (), trust: bool = False, **suite: object):
     from trainstack.stackfile.models import Suite
     from trainstack.verify.suites.gate import run_gate
     from trainstack.verify.suites.known_issues import KnownIssues
     from trainstack.verify.target import open_target
 
-    spec = Suite(name="planted", command=f"python -m pytest -p no:cacheprovider -o python_files=planted_*.py {command}", **suite)
+    if not command.startswith("!"):
+        command = f"python -m pytest -p no:cacheprovider -o python_files=planted_*.py {command}"
+    spec = Suite(name="planted", command=command.removeprefix("!"), **suite)
     result = run_gate(open_target(Path(sys.executable)), [spec], max_failed_tests=100, known=KnownIssues(),
-                      target_name="local", cwd=PLANTED.parent.parent)
+                      target_name="local", cwd=PLANTED.parent.parent, writable=writable, trust=trust)
     return result
 
 

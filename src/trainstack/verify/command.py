@@ -15,24 +15,31 @@ def command(
     skip: list[str] = typer.Option([], "--skip", help="Leave out a part: report, ops, linkcheck, smoke, suites."),
     output: Path | None = typer.Option(None, "--output", help="Write verify.json here (default with a stack: BUILD_DIR/<flavour>/verify.json)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON instead of the summary."),
+    trust: bool = typer.Option(False, "--trust", help="Run suite commands that are not pytest (they run whatever the stack names; 'trainstack check' shows them)."),
 ) -> None:
     """Report, op table, link check, smoke checks and test suites, inside the environment.
 
-    Exit 0 when the gate passes, 1 when it fails, 2 on bad input.
+    Exit 0 when the gate passes, 1 when it fails, 2 on bad input (a suite command that is not
+    pytest without --trust included), 10 when verify.json could not be written (disk full, no
+    permission; the previous one kept).
 
     Example: trainstack verify examples/stacks/cpu-minimal.toml --flavour cpu-debian12-py311-release
     """
     from trainstack.console import out
-    from trainstack.fsutil import atomic_write_text
+    from trainstack.errors import OutputError
+    from trainstack.fsutil import atomic_write_text, describe_os_error
     from trainstack.verify.plan import make_plan
     from trainstack.verify.render import render_verify
     from trainstack.verify.run import run_verify
 
     target, plan, default_output = make_plan(stack, flavour, python, build_dir, skip)
-    result = run_verify(target, plan)
+    result = run_verify(target, plan, trust=trust)
     destination = output or default_output
     if destination is not None:
-        atomic_write_text(destination, result.model_dump_json(indent=2) + "\n")
+        try:
+            atomic_write_text(destination, result.model_dump_json(indent=2) + "\n")
+        except OSError as exc:
+            raise OutputError(f"{destination}: not written: {describe_os_error(exc)} (the previous file, if any, is unchanged)") from None
     if json_out:
         print(result.model_dump_json(indent=2))
     else:

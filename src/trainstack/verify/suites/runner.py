@@ -8,7 +8,9 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack import proc
@@ -30,13 +32,72 @@ VALUED = ("-p", "-o", "-W", "-c", "-k", "-m", "-r", "-n", "--rootdir", "--confcu
           "--override-ini", "--capture", "--log-level", "--cov", "--cov-report")
 
 
+SANDBOX = Path(__file__).with_name("sandbox.py")
+PYTHON_FLAGS = ("-I", "-B", "-u", "-E", "-s", "-S", "-O", "-OO", "-b", "-bb", "-q", "-v")  # may stand before -m pytest
+PYTHON_VALUED = ("-X", "-W")
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How suites run here: in the sandbox (a read-only view of the machine, only their own
+    work folder writable) or, where the machine allows none, without it."""
+
+    sandboxed: bool
+    text: str  # one line, for verify's output
+
+    @classmethod
+    def probe(cls) -> Isolation:
+        try:
+            result = proc.run([sys.executable, "-I", str(SANDBOX), "--check"], echo=False, timeout=30)
+        except (subprocess.TimeoutExpired, OSError) as exc:
+            return cls(False, f"none: the sandbox check failed ({exc}); suites could write anywhere this user can")
+        if result.ok:
+            return cls(True, "mount namespace: a read-only view of the machine; writable only each suite's own work "
+                             "folder ($HOME and $TMPDIR point there)")
+        why = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1].removeprefix("sandbox: ")
+        return cls(False, f"none ({why}): suites could write anywhere this user can")
+
+
+NO_ISOLATION = Isolation(False, "none: not asked for")
+
+
+def declared_is_pytest(command: str) -> bool:
+    """Whether a suite's command, as the stack declares it, is pytest in the environment:
+    ``python[3] [flags] -m pytest ...`` or a bare ``pytest`` (found in the environment, never
+    a path the stack names). Anything else runs whatever the stack says and needs --trust."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    if not words:
+        return False
+    if words[0] in ("pytest", "py.test"):
+        return True
+    if words[0] not in ("python", "python3"):
+        return False
+    i = 1
+    while i < len(words):
+        if words[i] in PYTHON_FLAGS:
+            i += 1
+        elif words[i] in PYTHON_VALUED:
+            i += 2
+        else:
+            break
+    return words[i : i + 2] == ["-m", "pytest"]
+
+
 class SuiteRun:
-    def __init__(self, target: Target, suite: Suite, workdir: Path, cwd: Path, where: str):
+    def __init__(self, target: Target, suite: Suite, workdir: Path, cwd: Path, where: str,
+                 isolation: Isolation = NO_ISOLATION, writable: tuple[Path, ...] = ()):
         self.target = target
         self.suite = suite
-        self.workdir = workdir
+        self.workdir = workdir / suite.name  # this suite's own: its reports, $HOME and $TMPDIR
         self.cwd = cwd
         self.where = where  # "stack.toml:12" for error messages
+        self.isolation = isolation
+        self.writable = writable  # more folders left writable in the sandbox (a caller's state folder)
+        for folder in (self.workdir / "home", self.workdir / "tmp"):
+            folder.mkdir(parents=True, exist_ok=True)
 
     def argv(self) -> list[str]:
         words = shlex.split(self.suite.command)
@@ -57,13 +118,23 @@ class SuiteRun:
         return words
 
     def is_pytest(self, words: list[str]) -> bool:
-        return any("pytest" in Path(w).name for w in words[:3])
+        return declared_is_pytest(self.suite.command)
 
     def env(self, progress: Path) -> dict[str, str]:
         env = self.target.env()
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(probe_path("")), os.environ.get("PYTHONPATH", "")) if p)
         env["TRAINSTACK_PROGRESS"] = str(progress)
+        env["HOME"] = str(self.workdir / "home")
+        env["TMPDIR"] = str(self.workdir / "tmp")
+        if self.isolation.sandboxed:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"  # the sources are read-only there
         return env
+
+    def contained(self, argv: list[str]) -> list[str]:
+        if not self.isolation.sandboxed:
+            return argv
+        writable = [str(self.workdir)] + [str(p) for p in self.writable]
+        return [sys.executable, "-I", str(SANDBOX), *(w for folder in writable for w in ("--writable", folder)), "--", *argv]
 
     def execute(self, words: list[str], tag: str) -> tuple[proc.Result | None, Path, Path, float]:
         xml = self.workdir / f"{self.suite.name}.{tag}.xml"
@@ -76,7 +147,7 @@ class SuiteRun:
         start = time.perf_counter()
         try:
             with SuiteProgress(label, progress if pytest else None):
-                result = proc.run(argv, cwd=self.cwd, env=self.env(progress), timeout=self.suite.timeout,
+                result = proc.run(self.contained(argv), cwd=self.cwd, env=self.env(progress), timeout=self.suite.timeout,
                                   log=self.workdir / f"{self.suite.name}.log", new_session=True)
         except subprocess.TimeoutExpired:
             result = None
@@ -84,8 +155,9 @@ class SuiteRun:
 
 
 def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: str,
-              known: KnownIssues, target_name: str) -> SuiteResult:
-    run = SuiteRun(target, suite, workdir, cwd, where)
+              known: KnownIssues, target_name: str, isolation: Isolation = NO_ISOLATION,
+              writable: tuple[Path, ...] = ()) -> SuiteResult:
+    run = SuiteRun(target, suite, workdir, cwd, where, isolation, writable)
     words = run.argv()
     err.print(Text(f"suite {suite.name}", style="bold"), highlight=False)
     result, xml, events, seconds = run.execute(words, "run")
@@ -98,10 +170,15 @@ def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: 
                            + (f" in {progress.running}" if progress.running else "") + "; its process group was killed",
                            crashed_in=progress.running, failed=failed, collection_errors=progress.collect_errors,
                            counts=progress.counts, ran=progress.ran, **base)
+    if result.returncode == 125 and run.isolation.sandboxed and result.stderr.startswith("sandbox:"):
+        return SuiteResult(status="error", exit_code=125, reason=result.stderr.strip().splitlines()[0][:300], **base)
     if not run.is_pytest(words):
-        status = "passed" if result.ok else "failed"
-        return SuiteResult(status=status, exit_code=result.returncode, reason=f"exit {result.returncode} "
-                           "(not a pytest command: judged by its exit status only)", **base)
+        # no test count to read: it passes on its exit status only where the stack allows a run of no counted test
+        status = "passed" if result.ok and suite.allow_no_tests else "failed"
+        reason = f"exit {result.returncode} (not a pytest command: no test counted, judged by its exit status)"
+        if result.ok and not suite.allow_no_tests:
+            reason += "; a suite that runs no counted test passes only with allow_no_tests = true"
+        return SuiteResult(status=status, exit_code=result.returncode, reason=reason, **base)
     if not xml.is_file():
         return _crashed(result, progress, base)
     return _judged(run, words, result, xml, progress, known, target_name, base)
