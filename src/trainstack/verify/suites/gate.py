@@ -11,7 +11,8 @@ from trainstack.errors import SpecError
 from trainstack.stackfile.models import Suite
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.models import GateResult, SuiteResult
-from trainstack.verify.suites.runner import NO_ISOLATION, Isolation, declared_is_pytest, run_suite
+from trainstack.trust import is_pytest_command
+from trainstack.verify.suites.runner import NO_ISOLATION, Isolation, run_suite
 from trainstack.verify.target import Target
 
 
@@ -53,7 +54,7 @@ def refuse_untrusted(suites: list[Suite], where: dict[str, str], trust: bool) ->
     if trust:
         return
     for suite in suites:
-        if not declared_is_pytest(suite.command):
+        if not is_pytest_command(suite.command):
             raise SpecError(
                 f"{where.get(suite.name, suite.name)}: verify.suite '{suite.name}': command {shlex.quote(suite.command)[:200]} "
                 "is not pytest ('python -m pytest ...' or 'pytest ...'); it would run whatever the stack names, "

@@ -19,6 +19,7 @@ from rich.text import Text
 from trainstack.console import err
 from trainstack.errors import SpecError
 from trainstack.stackfile.models import Suite
+from trainstack.trust import is_pytest_command
 from trainstack.verify.suites.junit import JunitUnreadable, Progress, Summary, read_junit, read_progress, read_summary
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.live import SuiteProgress
@@ -33,8 +34,6 @@ VALUED = ("-p", "-o", "-W", "-c", "-k", "-m", "-r", "-n", "--rootdir", "--confcu
 
 
 SANDBOX = Path(__file__).with_name("sandbox.py")
-PYTHON_FLAGS = ("-I", "-B", "-u", "-E", "-s", "-S", "-O", "-OO", "-b", "-bb", "-q", "-v")  # may stand before -m pytest
-PYTHON_VALUED = ("-X", "-W")
 
 
 @dataclass(frozen=True)
@@ -59,31 +58,6 @@ class Isolation:
 
 
 NO_ISOLATION = Isolation(False, "none: not asked for")
-
-
-def declared_is_pytest(command: str) -> bool:
-    """Whether a suite's command, as the stack declares it, is pytest in the environment:
-    ``python[3] [flags] -m pytest ...`` or a bare ``pytest`` (found in the environment, never
-    a path the stack names). Anything else runs whatever the stack says and needs --trust."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return False
-    if not words:
-        return False
-    if words[0] in ("pytest", "py.test"):
-        return True
-    if words[0] not in ("python", "python3"):
-        return False
-    i = 1
-    while i < len(words):
-        if words[i] in PYTHON_FLAGS:
-            i += 1
-        elif words[i] in PYTHON_VALUED:
-            i += 2
-        else:
-            break
-    return words[i : i + 2] == ["-m", "pytest"]
 
 
 class SuiteRun:
@@ -118,7 +92,7 @@ class SuiteRun:
         return words
 
     def is_pytest(self, words: list[str]) -> bool:
-        return declared_is_pytest(self.suite.command)
+        return is_pytest_command(self.suite.command)
 
     def env(self, progress: Path) -> dict[str, str]:
         env = self.target.env()
