@@ -409,3 +409,48 @@ def test_check_shows_what_the_stack_will_run(tmp_path: Path) -> None:
     document = json.loads(_cli("check", str(stack), "--json").stdout)
     assert [s["pytest"] for s in document["runs"]["suites"]] == [True, False]
     assert document["runs"]["build_env"] == [{"component": "apex", "variable": "APEX_CPP_EXT", "value": "1"}]
+
+
+# --- outputs on a full disk and a read-only mount ------------------------------------------------
+
+
+@pytest.fixture()
+def mounts(tmp_path: Path):
+    """A full 64 KiB tmpfs and a read-only one (root with mount rights, else skipped)."""
+    full, readonly = tmp_path / "full", tmp_path / "readonly"
+    full.mkdir()
+    readonly.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root with mount rights)")
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(readonly)], check=True)
+        subprocess.run(["dd", "if=/dev/zero", f"of={full / 'fill'}", "bs=4k"], capture_output=True)
+        yield full, readonly
+    finally:
+        for folder in (full, readonly):
+            subprocess.run(["umount", str(folder)], capture_output=True)
+
+
+def test_verify_output_on_a_full_disk_is_one_line_and_nothing_half_written(mounts, tmp_path: Path) -> None:
+    full, readonly = mounts
+    for folder in (full, readonly):
+        before = sorted(os.listdir(folder))
+        result = _cli("verify", "--python", sys.executable, "--skip", "report,ops,linkcheck,smoke,suites",
+                      "--output", str(folder / "verify.json"))
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 10, result.stderr
+        assert len(lines) == 1 and lines[0].startswith(f"error: {folder / 'verify.json'}: not written"), result.stderr
+        assert "Traceback" not in result.stderr and sorted(os.listdir(folder)) == before
+
+
+def test_build_into_a_read_only_build_dir_is_one_line(mounts, tmp_path: Path) -> None:
+    from tests.test_build_fixtures import copy_example, make_lock
+
+    _, readonly = mounts
+    stack = copy_example("cpu-minimal", tmp_path)
+    make_lock(stack)
+    result = _cli("build", str(stack), "--build-dir", str(readonly / "build"), timeout=120)
+    lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
+    assert result.returncode == 10, result.stderr
+    assert len(lines) == 1 and "the build folder cannot be written (Read-only file system)" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and os.listdir(readonly) == []

@@ -21,7 +21,8 @@ def command(
     """Build each flavour: BUILD_DIR/<flavour>/ gets venv/ (or an image), build.json and logs/.
 
     Exit 0 when built, 7 when a step fails (its log kept under BUILD_DIR/<flavour>/logs/), 5 on network
-    failure, 6 when a tool is missing, 4 when the lock is stale, 2 on bad input.
+    failure, 6 when a tool is missing, 4 when the lock is stale, 10 when the build folder cannot be
+    written (read-only, no permission), 2 on bad input.
 
     Example: trainstack build examples/stacks/cpu-minimal.toml --backend venv
     """
