@@ -454,3 +454,56 @@ def test_build_into_a_read_only_build_dir_is_one_line(mounts, tmp_path: Path) ->
     assert result.returncode == 10, result.stderr
     assert len(lines) == 1 and "the build folder cannot be written (Read-only file system)" in lines[0], result.stderr
     assert "Traceback" not in result.stderr and os.listdir(readonly) == []
+
+
+# --- processes: the one subprocess route --------------------------------------------------------
+
+ESCAPE = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    time.sleep(0.2)  # the parent of the daemon is gone before it prints
+    if os.fork() == 0:
+        print(os.getpid(), flush=True)
+        time.sleep(600)
+    os._exit(0)
+time.sleep(0.5 + float(sys.argv[1]))
+print("parent done", flush=True)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "subreaper"])
+@pytest.mark.parametrize("how", ["build-step", "suite"])
+def test_a_command_that_leaves_a_daemon_neither_holds_the_caller_nor_survives(
+        cgroup: bool, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build step (a log, streamed) and a suite (its own session) through proc.run: the
+    daemon it left holds both pipes; both modes of containment end it."""
+    from trainstack import proc
+
+    if not cgroup:
+        monkeypatch.setattr(proc, "_cgroup_root", lambda: None)
+    options = {"log": tmp_path / "step.log"} if how == "build-step" else {"new_session": True}
+    for wait, timeout in (("0", 30), ("600", 3)):
+        start = time.monotonic()
+        try:
+            result = proc.run([sys.executable, "-c", ESCAPE, wait], echo=False, timeout=timeout, **options)
+            out = result.stdout
+            assert wait == "0" and "parent done" in out
+        except subprocess.TimeoutExpired as exc:
+            assert wait == "600"
+            out = exc.stdout or ""
+            out = out.decode() if isinstance(out, bytes) else out
+        assert time.monotonic() - start < timeout + proc.GRACE_SECONDS + 5
+        daemon = int(next(word for word in out.split() if word.isdigit()))
+        deadline = time.monotonic() + 5
+        while _running(daemon) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(daemon), f"the daemon {daemon} survived ({how}, wait {wait})"
