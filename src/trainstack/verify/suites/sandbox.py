@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sys
 
 CLONE_NEWNS = 0x00020000
@@ -51,8 +52,8 @@ def _mount_points() -> list[tuple[str, set[str]]]:
             fields = line.split()
             if len(fields) < 6:
                 continue
-            point = fields[4].encode("latin-1", "surrogateescape").decode("unicode_escape").encode("latin-1").decode(
-                "utf-8", "surrogateescape")
+            # the kernel writes space, tab, newline and backslash in a path as octal escapes
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
             points.append((point, set(fields[5].split(","))))
     return points
 
@@ -80,9 +81,8 @@ def isolate(writable: list[str]) -> None:
         seen.add(point)
         if "ro" in options:
             continue
-        result = libc.mount(b"none", point.encode("utf-8", "surrogateescape"), None, _flags(options), None)
-        if result != 0 and point == "/":
-            _call("remounting / read-only", result)
+        _call(f"remounting {point} read-only",
+              libc.mount(b"none", point.encode("utf-8", "surrogateescape"), None, _flags(options), None))
     for folder in folders:
         options = next((o for p, o in reversed(_mount_points()) if p == folder), set())
         flags = (_flags(options) & ~MS_RDONLY)
@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
         return REFUSED
     try:
         isolate(writable)
-    except (Refused, OSError) as exc:
+    except (Refused, OSError, ValueError) as exc:
         print(f"sandbox: cannot isolate here: {exc}", file=sys.stderr)
         return REFUSED
     if check:
