@@ -507,3 +507,21 @@ def test_a_command_that_leaves_a_daemon_neither_holds_the_caller_nor_survives(
         while _running(daemon) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _running(daemon), f"the daemon {daemon} survived ({how}, wait {wait})"
+
+
+def test_the_cgroup_of_a_killed_trainstack_is_removed_by_the_next_run() -> None:
+    from trainstack import proc
+
+    root = proc._cgroup_root()
+    if root is None:
+        pytest.skip("no writable cgroup v2 here: commands are contained by the subreaper")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    stale = root / f"trainstack-{gone}-0"
+    stale.mkdir()
+    try:
+        assert proc.run(["true"], new_session=True, echo=False).ok
+        assert not stale.exists()
+        assert not [p for p in root.iterdir() if p.name.startswith(f"trainstack-{os.getpid()}-")]
+    finally:
+        if stale.exists():
+            stale.rmdir()

@@ -319,6 +319,7 @@ class Tree:
         token = uuid.uuid4().hex
         root = _cgroup_root()
         if root is not None:
+            _sweep(root)
             folder = root / f"trainstack-{os.getpid()}-{next(_counter)}"
             try:
                 folder.mkdir()
@@ -394,6 +395,22 @@ class Tree:
                 return
             except OSError:
                 time.sleep(0.01)  # its last processes are still exiting
+
+
+def _sweep(root: Path) -> None:
+    """Remove the empty cgroups of trainstack processes that were killed before they could."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        parts = entry.name.split("-")
+        if len(parts) == 3 and parts[0] == "trainstack" and parts[1].isascii() and parts[1].isdigit() \
+                and not os.path.exists(f"/proc/{parts[1]}"):
+            try:
+                os.rmdir(entry.path)
+            except OSError:
+                pass  # still holds a process: not ours to end
 
 
 def _is_zombie(pid: int) -> bool:
