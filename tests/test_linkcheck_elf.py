@@ -154,7 +154,7 @@ def test_cli_exit_codes(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_cache_reuses_unchanged_files_and_rereads_changed_ones(tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINSTACK_CACHE_DIR", str(tmp_path / "cache"))
     first = check_paths([tree])
-    assert (tmp_path / "cache" / "linkcheck-v1.json").is_file()
+    assert (tmp_path / "cache" / "linkcheck-v2.json").is_file()
     second = check_paths([tree])
     assert second.model_dump(exclude={"seconds"}) == first.model_dump(exclude={"seconds"})
     # rebuild libuser.so without the dlopen string: a new identity, read again

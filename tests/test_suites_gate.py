@@ -65,9 +65,11 @@ def suites_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def gate(path: Path, *suites: Suite, known: KnownIssues | None = None, max_failed_tests: int = 0):
+def gate(path: Path, *suites: Suite, known: KnownIssues | None = None, max_failed_tests: int = 0, trust: bool = False):
+    # the flaky test keeps its marker in the suite's folder: left writable in the sandbox
     return run_gate(open_target(Path(sys.executable)), list(suites), max_failed_tests=max_failed_tests,
-                    known=known or KnownIssues(), target_name="cpu-debian12-py311-release", cwd=path)
+                    known=known or KnownIssues(), target_name="cpu-debian12-py311-release", cwd=path, trust=trust,
+                    writable=(path,))
 
 
 def pytest_suite(name: str, target: str, **kw) -> Suite:
@@ -126,12 +128,23 @@ def test_timeout_fails_the_suite(suites_dir: Path) -> None:
 
 def test_missing_program_is_one_clear_error(suites_dir: Path) -> None:
     with pytest.raises(SpecError, match="program 'no-such-runner' is not in the environment"):
-        gate(suites_dir, Suite(name="ghost", command="no-such-runner --all"))
+        gate(suites_dir, Suite(name="ghost", command="no-such-runner --all"), trust=True)
 
 
 def test_non_pytest_command_is_judged_by_exit_status(suites_dir: Path) -> None:
-    result = gate(suites_dir, Suite(name="shell", command="sh -c 'exit 3'"))
+    result = gate(suites_dir, Suite(name="shell", command="sh -c 'exit 3'"), trust=True)
     assert result.suites[0].status == "failed" and "exit 3" in result.suites[0].reason
+
+
+def test_non_pytest_command_needs_trust_and_a_run_of_no_counted_test_does_not_pass(suites_dir: Path) -> None:
+    with pytest.raises(SpecError, match="is not pytest .* only with --trust"):
+        gate(suites_dir, Suite(name="shell", command="sh -c 'exit 0'"))
+    with pytest.raises(SpecError, match="only with --trust"):  # 'pytest' as a word of a shell line is not pytest
+        gate(suites_dir, Suite(name="shell", command="/bin/sh -c pytest"))
+    trusted = gate(suites_dir, Suite(name="shell", command="sh -c 'exit 0'"), trust=True)
+    assert trusted.suites[0].status == "failed" and "allow_no_tests" in trusted.suites[0].reason and not trusted.passed
+    allowed = gate(suites_dir, Suite(name="shell", command="sh -c 'exit 0'", allow_no_tests=True), trust=True)
+    assert allowed.passed
 
 
 def test_total_over_max_failed_tests_fails_the_gate(suites_dir: Path) -> None:

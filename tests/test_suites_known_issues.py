@@ -65,7 +65,7 @@ def test_malformed_file_through_verify_is_exit_2_one_line(tmp_path: Path, capsys
         '[stack]\nname = "s"\nrelease = "1"\nimage = "s"\n[components]\npytest = ">=8"\n'
         '[matrix]\ncuda = ["cpu"]\nos = ["debian12"]\npython = ["3.11"]\n'
         '[verify]\nsmoke = []\nknown_issues = "known.toml"\n'
-        '[[verify.suite]]\nname = "t"\ncommand = "python -c pass"\n'
+        '[[verify.suite]]\nname = "t"\ncommand = "python -m pytest --version"\n'
     )
     code = main(["verify", str(stack), "--python", sys.executable, "--skip", "report", "--skip", "ops", "--skip", "linkcheck"])
     err = capsys.readouterr().err

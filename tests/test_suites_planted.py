@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,9 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def gate(command: str, known: KnownIssues | None = None, **suite: object):
     spec = Suite(name="planted", command=f"python -m pytest {SELECT} {command}", **suite)
+    state = os.environ.get("PLANTED_STATE")  # the planted tests write their pids there: left writable in the sandbox
     result = run_gate(open_target(Path(sys.executable)), [spec], max_failed_tests=100, known=known or KnownIssues(),
-                      target_name="local", cwd=PLANTED.parent.parent)
+                      target_name="local", cwd=PLANTED.parent.parent, writable=(Path(state),) if state else ())
     return result.suites[0]
 
 
@@ -83,6 +85,23 @@ def test_timeout_kills_the_whole_process_group(state: Path) -> None:
     assert suite.crashed_in == "tests/planted_suite/hang/planted_hang.py::test_hangs_with_a_child_process"
     child = int((state / "child.pid").read_text())
     assert not _alive(child)
+
+
+def test_timeout_ends_children_that_left_the_process_group(state: Path) -> None:
+    start = time.monotonic()
+    suite = gate("tests/planted_suite/escape -k holds_the_pipes", timeout=5)
+    assert time.monotonic() - start < 5 + 15  # the timeout, pytest's start and the kill
+    assert suite.status == "timeout"
+    escaped = int((state / "escaped.pid").read_text())
+    assert not _alive(escaped)
+
+
+def test_a_daemon_left_by_a_finished_suite_neither_holds_verify_nor_survives(state: Path) -> None:
+    start = time.monotonic()
+    suite = gate("tests/planted_suite/escape -k leaves_a_daemon", timeout=300)
+    assert time.monotonic() - start < 20
+    assert suite.status == "passed" and suite.ran == 1, suite.reason
+    assert not _alive(int((state / "daemon.pid").read_text()))
 
 
 def test_crash_is_counted_with_the_test_it_happened_in(state: Path) -> None:

@@ -1,13 +1,25 @@
-"""The one route for subprocesses: prints the command, checks the program exists, logs, times."""
+"""The one route for subprocesses: prints the command, checks the program exists, logs, times.
+
+A command that runs what a stack declares (a test suite, a build step) runs contained: in a
+cgroup of its own where the machine lets trainstack make one, else marked by a token in its
+environment with trainstack as the subreaper of everything it starts. When it ends or times
+out, every process it started is killed, those that left its process group or session
+included, and its pipes are read only until a deadline, never waited on while an escaped
+process still holds them."""
 
 from __future__ import annotations
 
+import codecs
+import ctypes
 import os
+import selectors
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,13 +81,15 @@ def run(
     new_session: bool = False,
     on_line: Callable[[str], None] | None = None,
 ) -> Result:
-    """Run ``argv`` to completion and capture its output; never raises on a non-zero exit.
+    """Run ``argv`` to completion and capture its output; never raises on a non-zero exit
+    (subprocess.TimeoutExpired, with the output so far, when ``timeout`` passes).
 
     ``env`` is merged over the current environment. ``log`` receives the command line
     and both streams, each line as it comes (so the log of a long step can be followed while
     it runs), and ``on_line`` each non-blank line. Callers decide what a failure means.
-    ``new_session``: the command runs in a process group of its own, and the whole group
-    (children it started too) is killed on timeout and when it ends.
+    ``new_session``: the command runs in a session and process group of its own. With a
+    ``log`` or ``new_session`` the command is contained: every process it started (children
+    that called setsid() too) is killed on timeout and when it ends.
     """
     args = [str(a) for a in argv]
     args[0] = require(args[0]) if os.sep not in args[0] else args[0]
@@ -88,99 +102,356 @@ def run(
 
         err.print(f"[dim]$ {escape(render(args))}[/dim]", highlight=False)
     full_env = {**os.environ, **(env or {})}
+    tree = Tree.start() if (new_session or log is not None) else None
+    if tree is not None:
+        full_env[TOKEN_VARIABLE] = tree.token
     start = time.perf_counter()
-    if log is not None and input is None and not new_session:
-        proc = _run_streamed(args, cwd, full_env, timeout, log, on_line)
-        return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - start)
-    if new_session:
-        proc = _run_in_session(args, cwd, full_env, timeout, input)
-    else:
-        proc = subprocess.run(
-            args,
-            cwd=cwd,
-            env=full_env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            input=input,
-            stdin=None if input is not None else subprocess.DEVNULL,
-        )
-    seconds = time.perf_counter() - start
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("a", encoding="utf-8") as fh:
-            output = redact(f"{proc.stdout}{proc.stderr}")
-            fh.write(f"$ {render(args)}\n{output}\n[exit {proc.returncode} after {seconds:.1f}s]\n")
-    return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr, seconds)
-
-
-def _run_streamed(
-    args: list[str], cwd: str | os.PathLike[str] | None, env: dict[str, str], timeout: float | None, log: Path, on_line: Callable[[str], None] | None
-) -> subprocess.CompletedProcess[str]:
-    """Run ``args`` with both streams read line by line as they come: kept for the result,
-    appended to ``log`` (credentials masked) and handed to ``on_line``."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with log.open("a", encoding="utf-8") as fh:
-        fh.write(f"$ {render(args)}\n")
-        fh.flush()
-        child = subprocess.Popen(
-            args, cwd=cwd, env=env, text=True, errors="replace", stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
-        )
-        writing = threading.Lock()
-        kept: dict[str, list[str]] = {"out": [], "err": []}
-
-        def pump(stream: IO[str], key: str) -> None:
-            for line in stream:
-                kept[key].append(line)
-                shown = redact(line)
-                with writing:
-                    fh.write(shown)
-                    fh.flush()
-                if on_line is not None and shown.strip():
-                    on_line(shown.rstrip())
-
-        readers = [threading.Thread(target=pump, args=(child.stdout, "out"), daemon=True), threading.Thread(target=pump, args=(child.stderr, "err"), daemon=True)]
-        for reader in readers:
-            reader.start()
-        try:
-            child.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-            for reader in readers:
-                reader.join()
-            raise subprocess.TimeoutExpired(args, timeout or 0, "".join(kept["out"]), "".join(kept["err"])) from None
-        for reader in readers:
-            reader.join()
-        out, err = "".join(kept["out"]), "".join(kept["err"])
-        tail = "" if not (out + err) or (out + err).endswith("\n") else "\n"
-        fh.write(f"{tail}[exit {child.returncode} after {time.perf_counter() - start:.1f}s]\n")
-    return subprocess.CompletedProcess(args, child.returncode, out, err)
-
-
-def _run_in_session(
-    args: list[str], cwd: str | os.PathLike[str] | None, env: dict[str, str], timeout: float | None, input: str | None
-) -> subprocess.CompletedProcess[str]:
-    child = subprocess.Popen(
-        args, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL, start_new_session=True,
-    )
+    sink = _Log(log, args) if log is not None else None
     try:
-        out, err = child.communicate(input=input, timeout=timeout)
-    except subprocess.TimeoutExpired:
+        child = subprocess.Popen(
+            args, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            start_new_session=new_session, preexec_fn=tree.enter if tree is not None and tree.cgroup else None,
+        )
+    except BaseException:
+        if tree is not None:
+            tree.close()
+        if sink is not None:
+            sink.close(None, time.perf_counter() - start)
+        raise
+    try:
+        out, err_text, timed_out = _collect(child, timeout, input, tree, new_session, sink, on_line)
+    finally:
+        if tree is not None:
+            tree.close()
+    seconds = time.perf_counter() - start
+    if sink is not None:
+        sink.close(None if timed_out else child.returncode, seconds)
+    if timed_out:
+        raise subprocess.TimeoutExpired(args, timeout or 0, out, err_text)
+    return Result(tuple(args), child.returncode, out, err_text, seconds)
+
+
+GRACE_SECONDS = 2.0  # pipes are read this long after the command ends (or is killed), then closed
+TOKEN_VARIABLE = "TRAINSTACK_PROC_TOKEN"  # marks a contained command's processes where no cgroup can
+
+
+class _Log:
+    """The command line, then each line as it comes (credentials masked), then its end."""
+
+    def __init__(self, path: Path, args: list[str]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = path.open("a", encoding="utf-8")
+        self.fh.write(f"$ {render(args)}\n")
+        self.fh.flush()
+        self.ends_line = True
+
+    def write(self, line: str) -> None:
+        self.fh.write(redact(line))
+        self.fh.flush()
+        self.ends_line = line.endswith("\n")
+
+    def close(self, code: int | None, seconds: float) -> None:
+        tail = "" if self.ends_line else "\n"
+        end = f"[exit {code} after {seconds:.1f}s]" if code is not None else f"[timed out after {seconds:.1f}s]"
+        self.fh.write(f"{tail}{end}\n")
+        self.fh.close()
+
+
+def _collect(
+    child: subprocess.Popen[bytes], timeout: float | None, input: str | None, tree: Tree | None,
+    new_session: bool, sink: _Log | None, on_line: Callable[[str], None] | None,
+) -> tuple[str, str, bool]:
+    """Both streams read as they come until the command has ended and its pipes are closed,
+    or GRACE_SECONDS after it ended (what an escaped process still holds is not waited on).
+    A command past ``timeout`` is killed with everything it started. (stdout, stderr, timed out)"""
+    if input is not None:
+        threading.Thread(target=_feed, args=(child.stdin, input.encode()), daemon=True).start()
+    streams = {child.stdout: "out", child.stderr: "err"}
+    decoders = {key: codecs.getincrementaldecoder("utf-8")(errors="replace") for key in ("out", "err")}
+    kept: dict[str, list[str]] = {"out": [], "err": []}
+    partial = {"out": "", "err": ""}
+    selector = selectors.DefaultSelector()
+    for stream in streams:
+        os.set_blocking(stream.fileno(), False)
+        selector.register(stream, selectors.EVENT_READ)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    drain_until: float | None = None
+    timed_out = False
+
+    def take(key: str, text: str) -> None:
+        kept[key].append(text)
+        lines = (partial[key] + text).split("\n")
+        partial[key] = lines.pop()
+        for line in lines:
+            _line(line + "\n")
+
+    def _line(line: str) -> None:
+        if sink is not None:
+            sink.write(line)
+        if on_line is not None and line.strip():
+            on_line(redact(line).rstrip())
+
+    try:
+        while selector.get_map():
+            now = time.monotonic()
+            if drain_until is None:
+                if child.poll() is not None:
+                    _end(child, tree, new_session)
+                    drain_until = time.monotonic() + GRACE_SECONDS
+                elif deadline is not None and now >= deadline:
+                    timed_out = True
+                    _end(child, tree, new_session)
+                    child.wait()
+                    drain_until = time.monotonic() + GRACE_SECONDS
+            elif now >= drain_until:
+                break
+            limits = [t for t in (deadline if drain_until is None else None, drain_until) if t is not None]
+            wait = min([0.2] + [max(0.0, t - now) for t in limits])
+            for found, _ in selector.select(wait):
+                stream = found.fileobj
+                try:
+                    chunk = os.read(stream.fileno(), 65536)
+                except BlockingIOError:
+                    continue
+                key = streams[stream]
+                if not chunk:
+                    selector.unregister(stream)
+                    take(key, decoders[key].decode(b"", final=True))
+                    continue
+                take(key, decoders[key].decode(chunk))
+        if drain_until is None:  # the pipes closed before the command ended
+            if deadline is None:
+                child.wait()
+            else:
+                try:
+                    child.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+            _end(child, tree, new_session)
+            child.wait()
+    finally:
+        selector.close()
+        for stream in streams:
+            stream.close()
+    for key in ("out", "err"):
+        if partial[key]:
+            _line(partial[key])
+    return "".join(kept["out"]), "".join(kept["err"]), timed_out
+
+
+def _feed(stdin: IO[bytes] | None, data: bytes) -> None:
+    if stdin is None:
+        return
+    try:
+        stdin.write(data)
+        stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def _end(child: subprocess.Popen[bytes], tree: Tree | None, new_session: bool) -> None:
+    """Kill the command (when still running) and whatever it started."""
+    if new_session:
         kill_group(child.pid)
-        out, err = child.communicate()
-        raise subprocess.TimeoutExpired(args, timeout or 0, out, err) from None
-    kill_group(child.pid)  # what it left running in its group
-    return subprocess.CompletedProcess(args, child.returncode, out, err)
+    elif child.poll() is None:
+        child.kill()
+    if tree is not None:
+        tree.kill(child.pid)
 
 
 def kill_group(pgid: int) -> None:
     """SIGKILL every process of a process group (gone already: nothing to do)."""
-    import signal
-
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+PR_SET_CHILD_SUBREAPER = 36
+_subreaper: list[bool] = []  # set once per process: [True] when the kernel agreed
+
+
+def become_subreaper() -> bool:
+    """Make this process the subreaper of its descendants: a process that leaves its parent
+    (a double fork, setsid) is re-parented here, not to init, and stays findable."""
+    if not _subreaper:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            _subreaper.append(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+        except (OSError, AttributeError):
+            _subreaper.append(False)
+    return _subreaper[0]
+
+
+def _cgroup_root() -> Path | None:
+    """This process's own cgroup v2 folder, when the unified hierarchy is mounted and writable."""
+    try:
+        own = next((line[3:].strip() for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::")), None)
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    if own is None:
+        return None
+    for line in mounts:
+        fields = line.split(" - ")
+        if len(fields) == 2 and fields[1].split()[:1] == ["cgroup2"]:
+            folder = Path(fields[0].split()[4]) / own.lstrip("/")
+            if os.access(folder, os.W_OK) and (folder / "cgroup.procs").is_file():
+                return folder
+    return None
+
+
+_counter = iter(range(1 << 62))
+
+
+class Tree:
+    """Every process one command starts: a cgroup of its own where one can be made (killed
+    at once through cgroup.kill, or process by process where the kernel has no cgroup.kill),
+    else the descendants of this process whose environment holds the command's token."""
+
+    def __init__(self, cgroup: Path | None, token: str) -> None:
+        self.cgroup = cgroup
+        self.token = token
+        self.killed: set[int] = set()
+
+    @classmethod
+    def start(cls) -> Tree:
+        become_subreaper()
+        token = uuid.uuid4().hex
+        root = _cgroup_root()
+        if root is not None:
+            _sweep(root)
+            folder = root / f"trainstack-{os.getpid()}-{next(_counter)}"
+            try:
+                folder.mkdir()
+                return cls(folder, token)
+            except OSError:
+                pass
+        return cls(None, token)
+
+    def enter(self) -> None:
+        """In the child, before exec: move into the cgroup (where that fails, the token still marks it)."""
+        try:
+            fd = os.open(str(self.cgroup) + "/cgroup.procs", os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+    def members(self, child: int) -> set[int]:
+        found: set[int] = set()
+        if self.cgroup is not None:
+            try:
+                found |= {int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()}
+            except (OSError, ValueError):
+                pass
+        found |= _marked_descendants(self.token, child)
+        found.discard(os.getpid())
+        return found
+
+    def kill(self, child: int) -> None:
+        """SIGKILL every member, again until none is left (one forking while it is killed
+        included), then reap those re-parented here."""
+        for _ in range(50):
+            members = self.members(child) - {p for p in self.killed if _is_zombie(p)}
+            if not members:
+                break
+            if self.cgroup is not None and (self.cgroup / "cgroup.kill").exists():
+                try:
+                    (self.cgroup / "cgroup.kill").write_text("1")
+                except OSError:
+                    pass
+            for pid in members:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            self.killed |= members
+            self._reap(child)
+            time.sleep(0.02)
+        self._reap(child)
+
+    def _reap(self, child: int) -> None:
+        for pid in list(self.killed):
+            if pid == child:
+                continue  # its Popen waits for it
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                self.killed.discard(pid)  # not ours to reap (init reaps it)
+                continue
+            if done:
+                self.killed.discard(pid)
+
+    def close(self) -> None:
+        if self.cgroup is None:
+            return
+        for _ in range(100):
+            try:
+                self.cgroup.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)  # its last processes are still exiting
+
+
+def _sweep(root: Path) -> None:
+    """Remove the empty cgroups of trainstack processes that were killed before they could."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        parts = entry.name.split("-")
+        if len(parts) == 3 and parts[0] == "trainstack" and parts[1].isascii() and parts[1].isdigit() \
+                and not os.path.exists(f"/proc/{parts[1]}"):
+            try:
+                os.rmdir(entry.path)
+            except OSError:
+                pass  # still holds a process: not ours to end
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # gone
+    return stat[stat.rindex(")") + 2 :].startswith(("Z", "X"))
+
+
+def _marked_descendants(token: str, child: int) -> set[int]:
+    """Descendants of this process that are ``child``'s or whose environment holds ``token``
+    (what the child started, found again after it left the child's tree)."""
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isascii() or not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    me = os.getpid()
+    mark = f"{TOKEN_VARIABLE}={token}".encode()
+    found: set[int] = set()
+    for pid in parents:
+        chain, at, steps = [], pid, 0
+        while at in parents and at not in (me, 0, 1) and steps < len(parents):
+            chain.append(at)
+            at, steps = parents[at], steps + 1
+        if at != me:
+            continue
+        if child in chain or _environ_has(pid, mark):
+            found.add(pid)
+    return found
+
+
+def _environ_has(pid: int, mark: bytes) -> bool:
+    try:
+        return mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False

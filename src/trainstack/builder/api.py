@@ -20,8 +20,8 @@ from trainstack.builder.record import BuildRecord
 from trainstack.builder.steps import Steps
 from trainstack.builder.swap import swap_into_place
 from trainstack.console import err
-from trainstack.errors import BuildError, DiskSpaceError, SpecError, TrainstackError, UsageError
-from trainstack.fsutil import atomic_write_json
+from trainstack.errors import BuildError, DiskSpaceError, OutputError, SpecError, TrainstackError, UsageError
+from trainstack.fsutil import atomic_write_json, describe_os_error
 from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.render.layers import FlavourLayers
 from trainstack.stackfile.paths import stack_path
@@ -74,6 +74,21 @@ def _build_one(
 ) -> BuildRecord:
     slug = layers.flavour.slug
     final = flavour_dir(build_dir, slug, backend.name)
+    try:
+        return _build_locked(inputs, layers, backend, tools, build_dir, cpus, skip_sources, force, final)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskSpaceError(f"{build_dir}: no space left on the device while building {slug}",
+                                 hint="free some space; the previous build of this flavour is unchanged") from None
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise OutputError(f"{build_dir}: the build folder cannot be written ({describe_os_error(exc)}); nothing was "
+                              f"built for {slug}, the previous build, if any, is unchanged") from None
+        raise
+
+
+def _build_locked(inputs: Inputs, layers: FlavourLayers, backend: Backend, tools: dict[str, str], build_dir: Path,
+                  cpus: float, skip_sources: bool, force: bool, final: Path) -> BuildRecord:
+    slug = layers.flavour.slug
     with _flavour_lock(build_dir, final.name):
         current = _up_to_date(final, layers, backend.name, skip_sources)
         if current is not None and not force:

@@ -22,10 +22,28 @@ def activate() -> None:
     try:
         settings = from_env(os.environ)
     except TrainstackError as exc:
-        print(f"trainstack run: hook off: {exc}", file=sys.stderr)
+        warn(f"hook off: {exc}")
         return
+    try:
+        this_rank = rank(os.environ)
+    except TrainstackError as exc:
+        warn(f"{exc}; rank 0 is used for this process's file names")
+        this_rank = 0
     if settings.active:
-        setup(settings, rank(os.environ))
+        try:
+            setup(settings, this_rank)
+        except Exception as exc:  # noqa: BLE001 - the hook never raises into the job
+            warn(f"hook off: could not set up ({type(exc).__name__}: {exc})")
+
+
+def warn(text: str) -> None:
+    """One line on stderr: its first line, at most 300 characters, control characters escaped."""
+    line = (text.splitlines() or [""])[0][:300]
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+    try:
+        print(f"trainstack run: {shown}", file=sys.stderr)
+    except (OSError, ValueError):
+        pass  # no stderr to write to: the job goes on regardless
 
 
 def setup(settings: Settings, this_rank: int) -> None:
@@ -52,6 +70,13 @@ def setup(settings: Settings, this_rank: int) -> None:
 
 
 def on_model(captured, settings: Settings, recorder) -> None:  # noqa: ANN001 - torch types imported late
+    try:
+        _on_model(captured, settings, recorder)
+    except Exception as exc:  # noqa: BLE001 - the hook never raises into the job
+        warn(f"the model hook stopped ({type(exc).__name__}: {exc}); the model runs as the job built it")
+
+
+def _on_model(captured, settings: Settings, recorder) -> None:  # noqa: ANN001
     from trainstack.run import planning
 
     if recorder is not None:

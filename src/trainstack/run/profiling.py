@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 
@@ -21,10 +22,25 @@ from trainstack.run.settings import TRIGGER_FILE, Settings
 
 
 def _mtime(path: Path | None) -> float | None:
+    """When the trigger file was last touched; None when missing or not a regular file (a link is never followed)."""
     try:
-        return path.stat().st_mtime_ns if path is not None else None
+        found = os.lstat(path) if path is not None else None
     except OSError:
         return None
+    return found.st_mtime_ns if found is not None and stat.S_ISREG(found.st_mode) else None
+
+
+def touch_trigger(path: Path) -> None:
+    """Create or touch the trigger file without following a link planted at its name (nor
+    blocking on a FIFO planted there): OSError when something else stands there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        os.utime(fd)
+    finally:
+        os.close(fd)
 
 
 class StepProfiler:
@@ -43,6 +59,7 @@ class StepProfiler:
         self.started_at = 0
         self.remaining = 0
         self.written: list[dict[str, str]] = []
+        self.broken = False
 
     def install(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -56,12 +73,21 @@ class StepProfiler:
         self.pending = True
         if self.trigger is not None:
             try:
-                self.trigger.parent.mkdir(parents=True, exist_ok=True)
-                self.trigger.touch()
-            except OSError:
-                pass
+                touch_trigger(self.trigger)
+            except OSError as exc:
+                print(f"trainstack run: the trigger file was not touched: {exc}", file=sys.stderr)
 
     def after_step(self, optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+        """After each optimizer step; never raises into the job (a failure turns profiling off)."""
+        if self.broken:
+            return
+        try:
+            self._after_step(optimizer)
+        except Exception as exc:  # noqa: BLE001 - the hook never raises into the job
+            self.broken = True
+            print(f"trainstack run: profiling off: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}", file=sys.stderr)
+
+    def _after_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.optimizer_id is None:
             self.optimizer_id = id(optimizer)
         elif id(optimizer) != self.optimizer_id:

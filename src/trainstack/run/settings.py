@@ -31,7 +31,11 @@ DEFAULT_COUNT = 3
 DEFAULT_ENTRIES = 100_000
 TRIGGER_FILE = "profile"
 SIGNALS = {"USR1": signal.SIGUSR1, "USR2": signal.SIGUSR2}
-_STEPS = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
+_STEPS = re.compile(r"[ \t]*([0-9]{1,9})[ \t]*:[ \t]*([0-9]{1,9})[ \t]*", re.ASCII)  # ASCII digits only
+_COUNT = re.compile(r"[0-9]{1,9}", re.ASCII)
+MAX_COUNT = 1_000_000  # steps profiled per trigger
+MAX_ENTRIES = 100_000_000  # allocator events kept in the OOM snapshot's ring
+MAX_RANK = 1 << 24
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
 
@@ -63,9 +67,10 @@ class Settings:
 
 
 def parse_steps(text: str, where: str = PROFILE_STEPS) -> tuple[int, int]:
-    m = _STEPS.match(text)
+    m = _STEPS.fullmatch(text)
     if not m or not 1 <= int(m.group(1)) < int(m.group(2)):
-        raise UsageError(f"{where}: '{text}' is not a step range; accepted: A:B with 1 <= A < B, optimizer steps A to B-1 counted from 0")
+        raise UsageError(f"{where}: {_shown(text)} is not a step range; accepted: A:B with 1 <= A < B (ASCII digits, "
+                         "at most 9 each), optimizer steps A to B-1 counted from 0")
     return int(m.group(1)), int(m.group(2))
 
 
@@ -74,23 +79,28 @@ def parse_signal(text: str, where: str = PROFILE_SIGNAL) -> int | None:
     if name in ("OFF", "NONE"):
         return None
     if name not in SIGNALS:
-        raise UsageError(f"{where}: '{text}' is not a profiling signal; accepted: USR1, USR2 or off")
+        raise UsageError(f"{where}: {_shown(text)} is not a profiling signal; accepted: USR1, USR2 or off")
     return SIGNALS[name]
 
 
-def _positive(environ: Mapping[str, str], name: str, default: int) -> int:
-    text = environ.get(name, "").strip()
+def _shown(text: str) -> str:
+    """A variable's value as an error line may show it: quoted, escaped, cut to 60 characters."""
+    return repr(text[:60]) + ("..." if len(text) > 60 else "")
+
+
+def _positive(environ: Mapping[str, str], name: str, default: int, most: int) -> int:
+    text = environ.get(name, "").strip(" \t")
     if not text:
         return default
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"{name}: '{text}' is not a count; accepted: a whole number of 1 or more")
+    if not _COUNT.fullmatch(text) or not 1 <= int(text) <= most:
+        raise UsageError(f"{name}: {_shown(text)} is not a count; accepted: a whole number from 1 to {most} in ASCII digits")
     return int(text)
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:
-    text = environ.get(name, "").strip().lower()
+    text = environ.get(name, "").strip(" \t").lower()
     if text not in _TRUE | _FALSE:
-        raise UsageError(f"{name}: '{text}' is not a switch; accepted: 1 or 0")
+        raise UsageError(f"{name}: {_shown(text)} is not a switch; accepted: 1 or 0")
     return text in _TRUE
 
 
@@ -106,17 +116,20 @@ def from_env(environ: Mapping[str, str]) -> Settings:
     return Settings(
         profile_dir=profile_dir,
         profile_steps=steps,
-        profile_count=_positive(environ, PROFILE_COUNT, DEFAULT_COUNT),
+        profile_count=_positive(environ, PROFILE_COUNT, DEFAULT_COUNT, MAX_COUNT),
         profile_signal=parse_signal(environ.get(PROFILE_SIGNAL, "USR1")) if armed else None,
         control_dir=Path(control) if control else None,
         oom_dir=Path(oom) if oom not in _FALSE else None,
-        oom_entries=_positive(environ, OOM_SNAPSHOT_ENTRIES, DEFAULT_ENTRIES),
+        oom_entries=_positive(environ, OOM_SNAPSHOT_ENTRIES, DEFAULT_ENTRIES, MAX_ENTRIES),
         memplan=environ.get(MEMPLAN, "").strip() or None,
         compile=_flag(environ, COMPILE),
     )
 
 
 def rank(environ: Mapping[str, str]) -> int:
-    """This process's rank under torchrun (or another launcher that sets RANK); 0 alone."""
-    text = environ.get("RANK", "0").strip()
-    return int(text) if text.isdigit() else 0
+    """This process's rank under torchrun (or another launcher that sets RANK); 0 alone.
+    UsageError for a value that is not a rank (ASCII digits, below 2**24)."""
+    text = environ.get("RANK", "0").strip(" \t") or "0"
+    if not _COUNT.fullmatch(text) or int(text) >= MAX_RANK:
+        raise UsageError(f"RANK: {_shown(text)} is not a rank; accepted: a whole number from 0 in ASCII digits")
+    return int(text)

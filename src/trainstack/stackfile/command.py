@@ -13,7 +13,9 @@ def command(
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write every finding as JSON to this file."),
 ) -> None:
     """Check each flavour against the rules data (torch CUDA variants and Pythons, driver,
-    GPU architectures, flash-attn, DeepSpeed ops); exit 3 when a rule is broken.
+    GPU architectures, flash-attn, DeepSpeed ops); exit 3 when a rule is broken. Also shows
+    what the stack will run: its test-suite commands (those that are not pytest run only
+    with verify --trust) and its build environment variables.
 
     With --verbose, the informational findings too.
 
@@ -24,8 +26,11 @@ def command(
     from trainstack.console import out, verbosity
     from trainstack.errors import RuleViolation
     from trainstack.fsutil import check_output
+    from trainstack.redact import redact
     from trainstack.stackfile.compat import check_stack, errors
     from trainstack.stackfile import expand_flavours, load_stack
+    from trainstack.stackfile.grammar import shown as one_line
+    from trainstack.trust import what_it_runs
 
     if output is not None:
         check_output(output, "--output")
@@ -35,19 +40,31 @@ def command(
     findings = check_stack(spec)
     broken = errors(findings)
     flavours = len(expand_flavours(spec))
+    runs = what_it_runs(spec.verify.suite, spec.components)
+    for entry in runs["build_env"]:
+        entry["value"] = redact(entry["value"])
     if json_out or output is not None:
         import dataclasses
         import json
 
         from trainstack.console import emit_json
 
-        document = {"flavours": flavours, "broken": len(broken), "findings": [dataclasses.asdict(f) for f in findings]}
+        document = {"flavours": flavours, "broken": len(broken), "findings": [dataclasses.asdict(f) for f in findings],
+                    "runs": runs}
         emit_json(json.dumps(document, indent=2), to_stdout=json_out, output=output)
     shown = [] if json_out else findings if verbose else broken
     for f in shown:
         style = "red" if f.level == "error" else "dim"
         line = f"[{style}]{f.level}[/] {escape(f'{f.flavour} {f.rule}: {f.message} <{f.source}>')}"
         out.print(line, highlight=False, soft_wrap=True)
+    if not json_out:
+        for suite in runs["suites"]:
+            how = "pytest" if suite["pytest"] else "not pytest: runs only with verify --trust"
+            out.print(escape(f"runs: verify.suite {suite['name']}: {one_line(suite['command'], 300)} ({how})"),
+                      highlight=False, soft_wrap=True)
+        for entry in runs["build_env"]:
+            out.print(escape(f"runs: components.{entry['component']}.build_env: "
+                             f"{one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}"), highlight=False, soft_wrap=True)
     if broken:
         raise RuleViolation(f"{stack}: {len(broken)} rule(s) broken across {flavours} flavour(s)")
     if not json_out:

@@ -21,6 +21,7 @@ def command(
         "beside it when a part is skipped).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON instead of the summary."),
+    trust: bool = typer.Option(False, "--trust", help="Run suite commands that are not pytest (they run whatever the stack names; 'trainstack check' shows them)."),
 ) -> None:
     """Report, op table, link check, smoke checks and test suites, inside the environment.
 
@@ -39,7 +40,7 @@ def command(
     destination = output or default_output
     if destination is not None and output is None:
         check_output(destination, "verify.json (BUILD_DIR/<flavour>/verify.json)")
-    result = run_verify(target, plan)
+    result = run_verify(target, plan, trust=trust)
     if destination is not None:
         emit_json(result.model_dump_json(indent=2), to_stdout=False, output=destination)
     if json_out:

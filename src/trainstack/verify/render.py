@@ -61,6 +61,8 @@ def render_smoke(results: list[SmokeResult], console: Console) -> None:
 
 
 def render_gate(gate: GateResult, console: Console) -> None:
+    if gate.isolation:
+        console.print(f"suites isolation: {escape(gate.isolation)}", highlight=False, soft_wrap=True)
     out = Table(title="test suites")
     for column in ("suite", "status", "ran", "failing", "collection errors", "flaky", "known", "counts vs pytest's summary", "seconds"):
         out.add_column(column, overflow="fold")

@@ -20,7 +20,7 @@ from trainstack.verify.ops import OpTable, op_table, prebuilt_wanted
 from trainstack.verify.report import collect_report
 from trainstack.verify.report_model import EnvReport
 from trainstack.verify.smoke import KNOWN, SmokeResult, run_smoke
-from trainstack.verify.suites.gate import run_gate
+from trainstack.verify.suites.gate import refuse_untrusted, run_gate
 from trainstack.verify.suites.known_issues import KnownIssues, load_known_issues
 from trainstack.verify.suites.models import GateResult
 from trainstack.verify.target import Target
@@ -66,15 +66,18 @@ class Plan(BaseModel):
         return self.stack.verify if self.stack else Verify()
 
 
-def run_verify(target: Target, plan: Plan) -> VerifyResult:
+def run_verify(target: Target, plan: Plan, *, trust: bool = False) -> VerifyResult:
+    """``trust``: run suite commands that are not pytest (refused before anything runs otherwise)."""
     start = time.perf_counter()
     wanted = [p for p in PARTS if p not in plan.skip]
+    if "suites" in wanted:
+        refuse_untrusted(plan.settings.suite, _where(plan), trust)
     report = collect_report(target, locked=plan.locked, build_record=plan.build_record) if "report" in wanted else None
     rules = plan.stack.rules_in_effect if plan.stack is not None else None
     ops = op_table(target, prebuilt_wanted(plan.stack, plan.components), rules) if "ops" in wanted else None
     links = _links(target, plan) if "linkcheck" in wanted else None
     smoke = run_smoke(target, _smoke_checks(plan), _imports(plan, report)) if "smoke" in wanted else []
-    gate = _gate(target, plan) if "suites" in wanted else None
+    gate = _gate(target, plan, trust) if "suites" in wanted else None
     reasons = judge(report, ops, links, smoke, gate)
     return VerifyResult(
         target=str(target.python),
@@ -110,7 +113,15 @@ def _imports(plan: Plan, report: EnvReport | None) -> list[str]:
     return [name for name in DEFAULT_IMPORTS if name in installed]
 
 
-def _gate(target: Target, plan: Plan) -> GateResult | None:
+def _where(plan: Plan) -> dict[str, str]:
+    if plan.stack_path is None:
+        return {}
+    text = plan.stack_path.read_text(encoding="utf-8")
+    return {s.name: f"{plan.stack_path}:{locate(text, ('verify', 'suite', 'command')) or ''}".rstrip(":")
+            for s in plan.settings.suite}
+
+
+def _gate(target: Target, plan: Plan, trust: bool = False) -> GateResult | None:
     settings = plan.settings
     if not settings.suite:
         return None
@@ -128,7 +139,7 @@ def _gate(target: Target, plan: Plan) -> GateResult | None:
         where = {s.name: f"{plan.stack_path}:{locate(text, ('verify', 'suite', 'command')) or ''}".rstrip(":")
                  for s in settings.suite}
     return run_gate(target, settings.suite, max_failed_tests=settings.max_failed_tests, known=known,
-                    target_name=plan.flavour or "local", cwd=base, where=where)
+                    target_name=plan.flavour or "local", cwd=base, where=_where(plan), trust=trust)
 
 
 def judge(report: EnvReport | None, ops: OpTable | None, links: LinkReport | None,

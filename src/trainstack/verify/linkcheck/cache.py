@@ -12,7 +12,7 @@ from pathlib import Path
 from trainstack.fsutil import atomic_write_text
 from trainstack.verify.linkcheck.elf import ElfInfo
 
-VERSION = 1
+VERSION = 2  # 2: counts bounded by the file size, control characters in dynamic strings refused
 
 
 def cache_file() -> Path:

@@ -75,6 +75,14 @@ def _is_extension(path: str) -> bool:
     return ".cpython-" in base or base.endswith(".abi3.so")
 
 
+def _special(path: str) -> bool:
+    """Exists but is not a regular file (checked without opening it)."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def find_elf_files(paths: Iterable[Path]) -> list[str]:
     """Regular files under ``paths`` that start with the ELF magic (symlinks are not followed)."""
     found: list[str] = []
@@ -237,6 +245,10 @@ class _Checker:
         self.needed_by[info.path] = info.needed
         plugin = self.data.is_plugin(os.path.basename(info.path))
         for name in info.needed:
+            if "/" in name and _special(os.path.join(os.path.dirname(info.path), name)):
+                self._add("unreadable", "error", info.path, name, "NEEDED names a FIFO, device or socket, not a "
+                          "library file: the loader would block or fail on it")
+                continue
             found = self._find(info, name)
             if found is None and self._loaders_find(info, name):
                 self.resolved += 1

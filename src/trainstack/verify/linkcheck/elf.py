@@ -6,6 +6,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,17 +39,32 @@ class ElfInfo:
 
 def is_elf(path: Path) -> bool:
     try:
-        with path.open("rb") as fh:
+        with _open_regular(str(path)) as fh:
             return fh.read(4) == ELF_MAGIC
     except OSError:
         return False
+
+
+def _open_regular(path: str):
+    """A regular file opened for reading; a FIFO, device or socket is refused before any read
+    (opened without blocking, its type checked on the open descriptor)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_elf(path: str, scan_strings: bool = True) -> ElfInfo:
     """Parse the dynamic segment only (no symbol tables, no debug info)."""
     info = ElfInfo(path)
     try:
-        with open(path, "rb") as fh:
+        with _open_regular(path) as fh:
+            _check_header(fh, os.fstat(fh.fileno()).st_size)
             elf = ELFFile(fh)
             _check_complete(elf, os.fstat(fh.fileno()).st_size)
             info.elf_class = elf.elfclass
@@ -56,13 +72,54 @@ def read_elf(path: str, scan_strings: bool = True) -> ElfInfo:
             _read_dynamic(elf, info)
             if scan_strings:
                 info.strings = _rodata_sonames(fh, elf)
-    except (ELFError, OSError, ValueError) as exc:
+    except (ELFError, OSError, ValueError, struct.error) as exc:
         info.error = f"not a readable ELF file: {exc}"
     return info
 
 
+# per class: the header fields from e_phoff to e_shstrndx and where they start, a program
+# header's size, a section header's format
+_HEADER = {1: ("IIIHHHHHH", 0x1C, 32, "IIIIIIIIII"), 2: ("QQIHHHHHH", 0x20, 56, "IIQQQQIIQQ")}
+
+
+def _check_header(fh, size: int) -> None:
+    """ValueError unless every count and offset of the ELF header fits the file's real size:
+    e_phentsize and e_shentsize the sizes of their class, and both tables (counts from
+    section 0 when e_phnum is PN_XNUM or e_shnum is 0) inside the file. Checked before any
+    table is read, so no loop runs longer than the file allows."""
+    head = fh.read(64)
+    if len(head) < 0x34 or head[4] not in _HEADER or head[5] not in (1, 2):
+        raise ValueError(f"truncated or unknown ELF header ({size} bytes)")
+    fields, at, phdr, section = _HEADER[head[4]]
+    order = "<" if head[5] == 1 else ">"
+    if len(head) < at + struct.calcsize(order + fields):
+        raise ValueError(f"truncated ELF header ({size} bytes)")
+    phoff, shoff, _flags, _ehsize, phentsize, phnum, shentsize, shnum, _shstrndx = struct.unpack_from(order + fields, head, at)
+    shdr = struct.calcsize(order + section)
+    section0 = None
+    if shoff:
+        if shentsize != shdr or shoff > size - shdr:
+            raise ValueError(f"the section table at byte {shoff} with entries of {shentsize} bytes (a {shdr}-byte "
+                             f"section header) does not fit a file of {size} bytes")
+        fh.seek(shoff)
+        section0 = struct.unpack(order + section, fh.read(shdr))
+    if phnum == 0xFFFF:  # PN_XNUM: the real count is section 0's sh_info
+        if section0 is None:
+            raise ValueError("e_phnum is PN_XNUM but there is no section 0 to hold the count")
+        phnum = section0[7]
+    if shoff and shnum == 0:
+        shnum = section0[5]
+    if phnum and (phentsize != phdr or phoff > size or phnum > (size - phoff) // phdr):
+        raise ValueError(f"{phnum} program headers of {phentsize} bytes at byte {phoff} (a {phdr}-byte header) "
+                         f"do not fit a file of {size} bytes")
+    if shoff and shnum > (size - shoff) // shdr:
+        raise ValueError(f"{shnum} section headers at byte {shoff} do not fit a file of {size} bytes")
+    fh.seek(0)
+
+
 def _check_complete(elf: ELFFile, size: int) -> None:
-    """ValueError for a truncated file: every segment and the section table lie within it."""
+    """ValueError for a truncated file: every segment and the section table lie within it
+    (the counts were bounded by the file's size in _check_header)."""
     table_end = elf["e_shoff"] + elf["e_shnum"] * elf["e_shentsize"]
     if table_end > size:
         raise ValueError(f"truncated: the section table ends at byte {table_end}, the file has {size}")
@@ -94,6 +151,9 @@ def _read_dynamic(elf: ELFFile, info: ElfInfo) -> None:
             continue
         text = parse_cstring_from_stream(elf.stream, strtab_offset + value)
         text = (text or b"").decode("utf-8", "replace")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F or c == "\ufffd" for c in text) or len(text) > 4096:
+            raise ValueError(f"its {tag} entry is not a file name (control characters, bytes that are not UTF-8 "
+                             f"or over 4096 characters): {text[:80]!r}")
         if tag == "DT_NEEDED":
             info.needed.append(text)
         elif tag == "DT_SONAME":
@@ -171,15 +231,19 @@ def _find_section(mm: mmap.mmap, elf_class: int, little: bool, wanted: bytes) ->
         (shoff,) = struct.unpack_from(order + "I", mm, 0x20)
         entsize, count, strndx = struct.unpack_from(order + "HHH", mm, 0x2E)
         header = struct.Struct(order + "IIIIII")
-    if shoff == 0 or count == 0 or strndx >= count or shoff + count * entsize > len(mm):
+    if shoff == 0 or count == 0 or strndx >= count or entsize < header.size or shoff + count * entsize > len(mm):
         return None
     names_at = header.unpack_from(mm, shoff + strndx * entsize)[4]
+    if names_at >= len(mm):
+        return None
     for index in range(count):
         name, kind, _flags, _addr, offset, size = header.unpack_from(mm, shoff + index * entsize)
         if kind == SHT_NOBITS or size == 0:
             continue
+        if names_at + name >= len(mm):
+            continue
         end = mm.find(b"\0", names_at + name)
-        if mm[names_at + name : end] == wanted and offset + size <= len(mm):
+        if end >= 0 and mm[names_at + name : end] == wanted and offset + size <= len(mm):
             return offset, offset + size
     return None
 

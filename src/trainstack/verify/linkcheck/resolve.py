@@ -68,7 +68,7 @@ class Resolver:
         """(path, how it was found) for an exact soname, or None."""
         if "/" in name:
             path = name if os.path.isabs(name) else os.path.join(origin, name)
-            return (path, "path") if os.path.exists(path) else None
+            return (path, "path") if os.path.isfile(path) else None  # a FIFO or a device is no library
         for directory, how in self.search_dirs(origin, rpath, runpath, elf_class):
             if name in self.names_in(directory):
                 return os.path.join(directory, name), how

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from xml.etree.ElementTree import ParseError
 
-from junitparser import Error, Failure, JUnitXml, Skipped
+from defusedxml import DefusedXmlException
+from defusedxml.ElementTree import fromstring as defused_fromstring
+from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Skipped
+
+from trainstack.fsutil import describe_os_error, read_regular
+
+MAX_XML_BYTES = 256 * 2**20  # a JUnit report larger than this is not read
+
+
+class JunitUnreadable(ValueError):
+    """The suite's JUnit XML is not a report trainstack reads: one line saying why."""
 
 SUMMARY_RE = re.compile(r"(\d+) (failed|passed|skipped|errors?|xfailed|xpassed|deselected|rerun)")
 COUNTED = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
@@ -28,8 +41,27 @@ class XmlCounts:
 
 
 def read_junit(path: Path) -> XmlCounts:
-    """Counts from the test cases themselves (not the suite attributes, which tools fill unevenly)."""
-    xml = JUnitXml.fromfile(str(path))
+    """Counts from the test cases themselves (not the suite attributes, which tools fill unevenly).
+
+    The file is the suite's to write, so it is untrusted: a link, a special file or one over
+    MAX_XML_BYTES is not read; a DTD (and with it any entity, internal or external) is refused
+    before anything is expanded; malformed XML raises JunitUnreadable with one line."""
+    try:
+        found = os.lstat(path)
+        if stat.S_ISLNK(found.st_mode):
+            raise JunitUnreadable(f"{path.name} is a symbolic link, not the report pytest writes")
+        if found.st_size > MAX_XML_BYTES:
+            raise JunitUnreadable(f"{path.name} is {found.st_size} bytes, over the {MAX_XML_BYTES} read")
+        data = read_regular(path, "JUnit XML report")
+    except OSError as exc:
+        raise JunitUnreadable(f"{path.name}: {describe_os_error(exc)}") from None
+    try:
+        root = defused_fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True)
+        xml = JUnitXml.fromroot(root)
+    except DefusedXmlException as exc:
+        raise JunitUnreadable(f"{path.name}: refused ({type(exc).__name__}: a DTD or entity; nothing was expanded)") from None
+    except (ParseError, JUnitXmlError, ValueError) as exc:
+        raise JunitUnreadable(f"{path.name}: not well-formed JUnit XML ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})") from None
     suites = [xml] if xml._tag == "testsuite" else list(xml)
     counts = XmlCounts()
     for suite in suites:

@@ -47,3 +47,4 @@ class GateResult(BaseModel):
     total_failed: int
     passed: bool
     reasons: list[str]  # why the gate failed, one line each
+    isolation: str = ""  # how the suites were isolated from the machine (the sandbox, or none and why)

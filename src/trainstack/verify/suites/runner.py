@@ -8,7 +8,9 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack import proc
@@ -17,7 +19,8 @@ from rich.text import Text
 from trainstack.console import err
 from trainstack.errors import SpecError
 from trainstack.stackfile.models import Suite
-from trainstack.verify.suites.junit import Progress, Summary, read_junit, read_progress, read_summary
+from trainstack.trust import is_pytest_command
+from trainstack.verify.suites.junit import JunitUnreadable, Progress, Summary, read_junit, read_progress, read_summary
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.live import SuiteProgress
 from trainstack.verify.suites.models import KnownHit, SuiteResult
@@ -30,13 +33,45 @@ VALUED = ("-p", "-o", "-W", "-c", "-k", "-m", "-r", "-n", "--rootdir", "--confcu
           "--override-ini", "--capture", "--log-level", "--cov", "--cov-report")
 
 
+SANDBOX = Path(__file__).with_name("sandbox.py")
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How suites run here: in the sandbox (a read-only view of the machine, only their own
+    work folder writable) or, where the machine allows none, without it."""
+
+    sandboxed: bool
+    text: str  # one line, for verify's output
+
+    @classmethod
+    def probe(cls) -> Isolation:
+        try:
+            result = proc.run([sys.executable, "-I", str(SANDBOX), "--check"], echo=False, timeout=30)
+        except (subprocess.TimeoutExpired, OSError) as exc:
+            return cls(False, f"none: the sandbox check failed ({exc}); suites could write anywhere this user can")
+        if result.ok:
+            return cls(True, "mount namespace: a read-only view of the machine; writable only each suite's own work "
+                             "folder ($HOME and $TMPDIR point there)")
+        why = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1].removeprefix("sandbox: ")
+        return cls(False, f"none ({why}): suites could write anywhere this user can")
+
+
+NO_ISOLATION = Isolation(False, "none: not asked for")
+
+
 class SuiteRun:
-    def __init__(self, target: Target, suite: Suite, workdir: Path, cwd: Path, where: str):
+    def __init__(self, target: Target, suite: Suite, workdir: Path, cwd: Path, where: str,
+                 isolation: Isolation = NO_ISOLATION, writable: tuple[Path, ...] = ()):
         self.target = target
         self.suite = suite
-        self.workdir = workdir
+        self.workdir = workdir / suite.name  # this suite's own: its reports, $HOME and $TMPDIR
         self.cwd = cwd
         self.where = where  # "stack.toml:12" for error messages
+        self.isolation = isolation
+        self.writable = writable  # more folders left writable in the sandbox (a caller's state folder)
+        for folder in (self.workdir / "home", self.workdir / "tmp"):
+            folder.mkdir(parents=True, exist_ok=True)
 
     def argv(self) -> list[str]:
         words = shlex.split(self.suite.command)
@@ -57,13 +92,23 @@ class SuiteRun:
         return words
 
     def is_pytest(self, words: list[str]) -> bool:
-        return any("pytest" in Path(w).name for w in words[:3])
+        return is_pytest_command(self.suite.command)
 
     def env(self, progress: Path) -> dict[str, str]:
         env = self.target.env()
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(probe_path("")), os.environ.get("PYTHONPATH", "")) if p)
         env["TRAINSTACK_PROGRESS"] = str(progress)
+        env["HOME"] = str(self.workdir / "home")
+        env["TMPDIR"] = str(self.workdir / "tmp")
+        if self.isolation.sandboxed:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"  # the sources are read-only there
         return env
+
+    def contained(self, argv: list[str]) -> list[str]:
+        if not self.isolation.sandboxed:
+            return argv
+        writable = [str(self.workdir)] + [str(p) for p in self.writable]
+        return [sys.executable, "-I", str(SANDBOX), *(w for folder in writable for w in ("--writable", folder)), "--", *argv]
 
     def execute(self, words: list[str], tag: str) -> tuple[proc.Result | None, Path, Path, float]:
         xml = self.workdir / f"{self.suite.name}.{tag}.xml"
@@ -76,7 +121,7 @@ class SuiteRun:
         start = time.perf_counter()
         try:
             with SuiteProgress(label, progress if pytest else None):
-                result = proc.run(argv, cwd=self.cwd, env=self.env(progress), timeout=self.suite.timeout,
+                result = proc.run(self.contained(argv), cwd=self.cwd, env=self.env(progress), timeout=self.suite.timeout,
                                   log=self.workdir / f"{self.suite.name}.log", new_session=True)
         except subprocess.TimeoutExpired:
             result = None
@@ -84,8 +129,9 @@ class SuiteRun:
 
 
 def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: str,
-              known: KnownIssues, target_name: str) -> SuiteResult:
-    run = SuiteRun(target, suite, workdir, cwd, where)
+              known: KnownIssues, target_name: str, isolation: Isolation = NO_ISOLATION,
+              writable: tuple[Path, ...] = ()) -> SuiteResult:
+    run = SuiteRun(target, suite, workdir, cwd, where, isolation, writable)
     words = run.argv()
     err.print(Text(f"suite {suite.name}", style="bold"), highlight=False)
     result, xml, events, seconds = run.execute(words, "run")
@@ -98,10 +144,15 @@ def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: 
                            + (f" in {progress.running}" if progress.running else "") + "; its process group was killed",
                            crashed_in=progress.running, failed=failed, collection_errors=progress.collect_errors,
                            counts=progress.counts, ran=progress.ran, **base)
+    if result.returncode == 125 and run.isolation.sandboxed and result.stderr.startswith("sandbox:"):
+        return SuiteResult(status="error", exit_code=125, reason=result.stderr.strip().splitlines()[0][:300], **base)
     if not run.is_pytest(words):
-        status = "passed" if result.ok else "failed"
-        return SuiteResult(status=status, exit_code=result.returncode, reason=f"exit {result.returncode} "
-                           "(not a pytest command: judged by its exit status only)", **base)
+        # no test count to read: it passes on its exit status only where the stack allows a run of no counted test
+        status = "passed" if result.ok and suite.allow_no_tests else "failed"
+        reason = f"exit {result.returncode} (not a pytest command: no test counted, judged by its exit status)"
+        if result.ok and not suite.allow_no_tests:
+            reason += "; a suite that runs no counted test passes only with allow_no_tests = true"
+        return SuiteResult(status=status, exit_code=result.returncode, reason=reason, **base)
     if not xml.is_file():
         return _crashed(result, progress, base)
     return _judged(run, words, result, xml, progress, known, target_name, base)
@@ -113,7 +164,10 @@ def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, pro
     collection errors counted (accepted only by an exact known-issues entry), its counts
     compared with pytest's own summary line."""
     suite = run.suite
-    xml_counts = read_junit(xml)
+    try:
+        xml_counts = read_junit(xml)
+    except JunitUnreadable as exc:
+        return _crashed(result, progress, base, f"its JUnit XML was not read: {exc}")
     summary = read_summary(result.stdout)
     collect_ids = set(progress.collect_errors)
     failing = progress.failed if progress.recorded else [t for t in xml_counts.failed_ids if t not in collect_ids]
@@ -131,6 +185,9 @@ def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, pro
         status, reason = "error", f"pytest exit {result.returncode}: {PYTEST_EXIT[result.returncode]}; {reason}"
     elif ran == 0 and not suite.allow_no_tests:
         status, reason = "failed", f"no test ran ({reason}); a suite that may run none says allow_no_tests = true"
+    if xml_counts.tests < ran:
+        # a report rewritten after pytest wrote it (or cut short): it hides tests that ran
+        status, reason = "failed", f"{reason}; the JUnit XML lists {xml_counts.tests} test case(s) of the {ran} that ran"
     if cross.startswith("DISAGREE"):
         # one of the two counts lies (a plugin rewriting reports, a truncated run): never pass on it
         status, reason = "failed", f"{reason}; {cross}"
@@ -141,14 +198,15 @@ def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, pro
                        known=hits + collect_hits, **base)
 
 
-def _crashed(result: proc.Result, progress: Progress, base: dict) -> SuiteResult:
-    """No XML: the runner died before writing it. Count what the events saw, plus the crash."""
+def _crashed(result: proc.Result, progress: Progress, base: dict, why: str = "no JUnit XML written") -> SuiteResult:
+    """No XML (the runner died before writing it), or XML that could not be read. Count what
+    the events saw, plus the crash."""
     how = f"killed by signal {-result.returncode}" if result.returncode < 0 else f"exit {result.returncode}"
     where = f" while running {progress.running}" if progress.running else ""
     failed = progress.collect_errors + progress.failed
     failed += [progress.running] if progress.running and progress.running not in failed else []
     last = (result.stderr.strip().splitlines() or [""])[-1][:200]
-    reason = f"crashed ({how}){where}; no JUnit XML written" + (f": {last}" if last and not where else "")
+    reason = f"crashed ({how}){where}; {why}" + (f": {last}" if last and not where and why == "no JUnit XML written" else "")
     return SuiteResult(status="crashed", exit_code=result.returncode, reason=reason, crashed_in=progress.running,
                        failed=failed, collection_errors=progress.collect_errors, counts=progress.counts,
                        ran=progress.ran, **base)

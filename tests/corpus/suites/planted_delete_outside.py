@@ -1,0 +1,11 @@
+# attacks: deletes a file outside its folder
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VICTIM = Path(os.environ['SUITE_VICTIM'])
+
+def test_attack():
+    VICTIM.unlink()

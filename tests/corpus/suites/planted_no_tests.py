@@ -1,0 +1,2 @@
+# attacks: defines no test at all, so the gate would pass on nothing
+HELPER = 1
