@@ -29,7 +29,7 @@ def command(
     from trainstack.redact import redact
     from trainstack.stackfile.compat import check_stack, errors
     from trainstack.stackfile import expand_flavours, load_stack
-    from trainstack.stackfile.grammar import shown as one_line
+    from trainstack.grammar import shown as one_line
     from trainstack.trust import what_it_runs
 
     if output is not None:
