@@ -12,7 +12,6 @@ cache makes later runs fast). Writes DIR/suite_gate.txt and DIR/suite_gate.json
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainstack.builder.cpu import budget_for, cgroup_quota, effective_cpus, max_jobs
+from trainstack.builder.cpu import cgroup_quota, effective_cpus
+from trainstack.render.buildenv import budget_for, max_jobs
 from trainstack.stackfile.models import Component, JobBudget
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.builder.cpu import budget_for, max_jobs
-from trainstack.builder.extensions import ExtensionKey, WheelCache, arch_env
+from trainstack.render.buildenv import budget_for, max_jobs
+from trainstack.builder.extensions import ExtensionKey, WheelCache
+from trainstack.render.buildenv import arch_env
 from trainstack.stackfile.load import load_stack
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from trainstack.builder.cpu import GIB, available_memory, bound_jobs, budget_for, cgroup_room, unit_memory
+from trainstack.builder.cpu import GIB, available_memory, bound_jobs, cgroup_room, unit_memory
+from trainstack.render.buildenv import budget_for
 from trainstack.cli import main
 from trainstack.stackfile.models import Component, JobBudget
 

@@ -14,7 +14,6 @@ import difflib
 import functools
 import importlib
 import inspect
-import os
 import sys
 from collections.abc import Callable, Iterable
 

@@ -12,7 +12,6 @@ from trainstack.nn.modes import Mode, parse_mode
 from trainstack.nn.presets import preset
 from trainstack.bench.report import explain, rescue, results_table, write_jsonl
 from trainstack.bench.runner import RunSpec
-from rich.console import Console
 from rich.text import Text
 
 from trainstack.console import err, out

@@ -15,7 +15,8 @@ from pathlib import Path
 from rich.text import Text
 
 from trainstack.builder.backend import Backend, BuildJob
-from trainstack.builder.cpu import budget_for, effective_cpus, max_jobs
+from trainstack.builder.cpu import effective_cpus
+from trainstack.render.buildenv import budget_for, max_jobs
 from trainstack.builder.record import BuildRecord
 from trainstack.builder.steps import Steps
 from trainstack.builder.swap import swap_into_place

@@ -3,7 +3,7 @@ bounded by the memory free for compiling at a per-unit estimate."""
 
 from __future__ import annotations
 
-import math
+
 import os
 import re
 from dataclasses import dataclass
@@ -11,20 +11,9 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from trainstack.render.buildenv import max_jobs
 from trainstack.stackfile.models import Component, JobBudget
 
-# Compiling these packages needs far more memory per job than CPUs per job, hence the divisors.
-DEFAULT_BUDGETS: dict[str, JobBudget] = {
-    "torch": JobBudget(divisor=3, cap=32),
-    "torchvision": JobBudget(divisor=3, cap=32),
-    "torchaudio": JobBudget(divisor=3, cap=32),
-    "triton": JobBudget(divisor=3, cap=32),
-    "pytorch-triton": JobBudget(divisor=3, cap=32),
-    "flash-attn": JobBudget(divisor=8, cap=12),
-    "deepspeed": JobBudget(divisor=4, cap=24),
-    "apex": JobBudget(divisor=8, cap=24),
-}
-FALLBACK_BUDGET = JobBudget(divisor=1, cap=64)
 GIB = 2**30
 # The memory one compile unit takes at its peak: flash-attn's CUDA kernels (templates of
 # cutlass, one head dimension per unit) take several GiB each in nvcc's cicc and ptxas.
@@ -41,17 +30,6 @@ DEFAULT_UNIT_MEMORY: dict[str, int] = {
 FALLBACK_UNIT_MEMORY = 1 * GIB
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)(GiB|MiB|GB|MB)$")
 _SIZE_UNITS = {"GiB": GIB, "MiB": 2**20, "GB": 10**9, "MB": 10**6}
-
-
-def budget_for(component: Component) -> JobBudget:
-    """The component's own ``jobs`` setting, else the table's row for its package, else 1/1 capped at 64."""
-    if component.jobs is not None:
-        return component.jobs
-    return DEFAULT_BUDGETS.get(canonicalize_name(component.name), FALLBACK_BUDGET)
-
-
-def max_jobs(cpus: float, budget: JobBudget) -> int:
-    return max(1, min(budget.cap, math.floor(cpus / budget.divisor)))
 
 
 def unit_memory(component: Component) -> int:

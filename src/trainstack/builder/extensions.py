@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainstack import proc
-from trainstack.builder.ccache import compiler_cache_env
-from trainstack.builder.cpu import available_memory, bound_jobs, budget_for, unit_memory
+from trainstack.render.buildenv import arch_env, budget_for, compiler_cache_env, nvcc_arch_flags, probe_arch
+from trainstack.builder.cpu import available_memory, bound_jobs, unit_memory
 from trainstack.builder.record import ExtensionRecord
 from trainstack.builder.resume import KeptBuild, Units, ninja_units, toolchain_identity
 from trainstack.builder.steps import Steps
@@ -28,7 +28,6 @@ from trainstack.console import err
 from trainstack.errors import BuildError
 from trainstack.fsutil import atomic_write_json
 from trainstack.render.lockfile import parse_lock
-from trainstack.rules import Rules, cuda_archs
 from trainstack.rules.toolchain import toolchain_rules
 
 if TYPE_CHECKING:
@@ -53,29 +52,6 @@ class ExtensionKey:
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]
-
-
-def torch_arch_list(archs: list[str]) -> str:
-    """['90', '100a'] -> '9.0;10.0a' (TORCH_CUDA_ARCH_LIST, read by DeepSpeed, apex and torch)."""
-    parts = []
-    for arch in archs:
-        base, suffix = arch.rstrip("af"), arch[len(arch.rstrip("af")) :]
-        parts.append(f"{base[:-1]}.{base[-1]}{suffix}")
-    return ";".join(parts)
-
-
-def arch_env(archs: list[str]) -> dict[str, str]:
-    """The stack's GPU targets as each package's variable; {} leaves the packages' defaults."""
-    if not archs:
-        return {}
-    return {"TORCH_CUDA_ARCH_LIST": torch_arch_list(archs), "FLASH_ATTN_CUDA_ARCHS": ";".join(a.rstrip("f") for a in archs)}
-
-
-def nvcc_arch_flags(arch: str) -> list[str]:
-    """'90' -> -arch=sm_90; '90a' -> the -gencode form, which assembles arch-specific targets alone."""
-    if arch[-1] in "af":
-        return [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
-    return [f"-arch=sm_{arch}"]
 
 
 def cuda_home(venv: Path, dest: Path) -> Path | None:
@@ -137,11 +113,6 @@ def _first_error(log: Path) -> str:
         return ""
     found = next((line for line in lines if re.search(r"\b(error|fatal)\b", line)), "")
     return re.sub(r"/\S*/(tmpxft_|probe)", r"\1", " ".join(found.split()))
-
-
-def probe_arch(rules: Rules, archs: list[str], cuda: str) -> str:
-    """The first GPU target of the stack, else the oldest one the release's nvcc builds."""
-    return archs[0] if archs else cuda_archs(rules, cuda)[0]
 
 
 def ccache_launch(home: Path | None, workdir: Path) -> tuple[Path | None, dict[str, str]]:

@@ -18,9 +18,9 @@ import re
 from pathlib import Path
 from dataclasses import dataclass
 
-from trainstack.builder.ccache import compiler_cache_env
-from trainstack.builder.extensions import arch_env, nvcc_arch_flags, probe_arch
-from trainstack.builder.cpu import budget_for
+from trainstack.render.buildenv import compiler_cache_env
+from trainstack.render.buildenv import arch_env, nvcc_arch_flags, probe_arch
+from trainstack.render.buildenv import budget_for
 from trainstack.errors import SpecError
 from trainstack.rules import nvcc_package, os_pythons
 from trainstack.render import quote

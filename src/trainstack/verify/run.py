@@ -133,11 +133,6 @@ def _gate(target: Target, plan: Plan, trust: bool = False) -> GateResult | None:
         except ValueError as exc:
             raise SpecError(f"{plan.stack_path or 'verify'}: verify.known_issues: {exc}") from None
         known = load_known_issues(path, base)
-    where = {}
-    if plan.stack_path is not None:
-        text = plan.stack_path.read_text(encoding="utf-8")
-        where = {s.name: f"{plan.stack_path}:{locate(text, ('verify', 'suite', 'command')) or ''}".rstrip(":")
-                 for s in settings.suite}
     return run_gate(target, settings.suite, max_failed_tests=settings.max_failed_tests, known=known,
                     target_name=plan.flavour or "local", cwd=base, where=_where(plan), trust=trust)
 
