@@ -13,9 +13,10 @@ def command(
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write every finding as JSON to this file."),
 ) -> None:
     """Check each flavour against the rules data (torch CUDA variants and Pythons, driver,
-    GPU architectures, flash-attn, DeepSpeed ops); exit 3 when a rule is broken. Also shows
-    what the stack will run: its test-suite commands (those that are not pytest run only
-    with verify --trust) and its build environment variables.
+    GPU architectures, flash-attn, DeepSpeed ops); exit 3 when a rule is broken.
+
+    Also shows what the stack will run: its test-suite commands (those that are not pytest
+    run only with verify --trust) and its build environment variables.
 
     With --verbose, the informational findings too.
 
