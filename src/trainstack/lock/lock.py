@@ -64,7 +64,8 @@ def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str]) -> Mani
     plans = [plan_flavour(stack, f) for f in expand_flavours(stack)]
     directory = lock_dir(stack_path)
     previous = _previous(directory)
-    header = f"trainstack lock {stack_path.name}"
+    # the stack's own name, not its file's: renaming the file must not move a lock byte nor a cache key
+    header = f"trainstack lock (stack {stack.stack.name})"
     files: dict[str, str] = {}
     locked: dict[str, LockedFlavour] = {}
     todo = [p for p in plans if p.flavour in chosen]
