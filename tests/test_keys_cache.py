@@ -110,3 +110,7 @@ def test_the_stack_file_name_moves_no_lock_byte_and_no_key(tmp_path: Path) -> No
         assert {p.relative_to(lock_folder): p.read_bytes() for p in sorted(lock_folder.rglob("*.txt"))} == texts
         assert {slug: f.cache_key for slug, f in again.flavours.items()} == locks[name][1]
     assert locks["stack.toml"] == locks["renamed-release.toml"]
+    # what the release notes diff besides versions is recorded too
+    flavour = manifest.flavours["cpu-debian12-py311-release"]
+    assert flavour.base_image == "debootstrap:bookworm"
+    assert flavour.build_settings["compiler_cache"] == "ccache 10G"

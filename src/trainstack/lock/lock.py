@@ -24,7 +24,7 @@ from trainstack.errors import LockError, SpecError
 from trainstack.fsutil import dump_json, exclusive, replace_tree
 from trainstack.indexauth import default_from_env
 from trainstack.lock.git import pin_source
-from trainstack.lock.keys import flavour_cache_key
+from trainstack.lock.keys import base_image, build_settings, flavour_cache_key
 from trainstack.lock.manifest import (
     MANIFEST_NAME,
     DeclaredIndexes,
@@ -217,6 +217,8 @@ def _lock_flavour(
         sources=sources,
         layers={name: f"locks/{slug}.{name}.txt" for name in sorted(plan.layers)},
         inputs_hash=plan.inputs_hash(),
+        base_image=base_image(stack, plan.flavour),
+        build_settings=build_settings(stack, plan.flavour),
     )
     return entry, texts
 
