@@ -147,14 +147,14 @@ def updates_lines(updates: Updates, previous: str | None) -> list[str]:
     if updates.empty:
         return [f"No version changes since {text(previous)}." if previous else "No packages."]
     lines: list[str] = []
+    for slug, before in updates.followed.items():
+        moved = "; ".join(updates.moves.get(slug, []))
+        lines += [f"{text(slug, line_start=True)} follows {text(before)}: {text(moved)}.", ""]
     if updates.common:
         since = f"Changes since {text(previous)}, in every flavour:" if previous else "The first release, in every flavour:"
         lines += [since, "", *_changes(updates.common), ""]
     for slugs, changes in updates.groups():
         lines += [f"### Only in {text(', '.join(slugs))}", "", *_changes(changes), ""]
-    for slug, before in updates.followed.items():
-        moved = "; ".join(updates.moves.get(slug, []))
-        lines += [f"{text(slug, line_start=True)} follows {text(before)}: {text(moved)}.", ""]
     for slug, changes in updates.settings.items():
         lines += [f"### Base image and build settings of {text(slug)}", "",
                   *(f"- {text(c.text(), line_start=True)}" for c in changes), ""]
