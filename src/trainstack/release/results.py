@@ -17,6 +17,10 @@ and what is missing is reported as not measured):
 - ``gate.suites[]``: ``tests`` (tests run), ``failed`` (ids still failing, not known),
   ``known[]`` = {``test``, ``reason``, ``link``} (failures accepted by the known-issues file)
 - ``gate.total_failed``: failed tests over all suites (else the count of ``failed`` ids)
+- ``not_built``: components the build left out (build --skip-sources); a "pass" with any is
+  reported "not built"
+- ``stack_name`` and ``lock_inputs_hash``: the stack and lock verified; another stack's or
+  another lock's result is refused (results written before they were recorded are taken)
 
 Every text is one line without control, invisible or bidirectional characters, every link an
 http(s) URL, every figure finite, >= 0 and at most FIGURE_MAX; no object gives a key twice.
