@@ -112,3 +112,23 @@ def test_a_verify_result_of_this_stack_and_lock_is_taken(seed: Path, tmp_path: P
     _verify_json(tmp_path / "results", stack_name="torch-extras", lock_inputs_hash=current.inputs_hash)
     assert _release(seed, tmp_path / "results", tmp_path / "out") == 0
     assert "| cu121-ubuntu2204-py310-release | pass |" in (tmp_path / "out" / "RELEASE.md").read_text()
+
+
+def test_verify_records_what_it_verified_and_release_shows_not_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_build_fixtures import make_lock, source_stack
+    from trainstack.lock.manifest import manifest_path
+    from trainstack.stackfile import load_stack
+
+    stack, _, _ = source_stack(tmp_path)
+    make_lock(stack)
+    build = tmp_path / "build"
+    assert main(["build", str(stack), "--build-dir", str(build), "--skip-sources"]) == 0
+    assert main(["verify", str(stack), "--build-dir", str(build), "--skip", "linkcheck"]) == 0
+    (written,) = build.glob("*/verify.partial.json")
+    result = json.loads(written.read_text())
+    assert result["stack_name"] == load_stack(stack).stack.name
+    assert result["lock_inputs_hash"] == load_manifest(manifest_path(stack)).inputs_hash
+    capsys.readouterr()
+    assert main(["release", str(stack), "--results", str(build), "--out", str(tmp_path / "notes")]) == 0
+    (verification,) = json.loads((tmp_path / "notes" / "release.json").read_text())["verification"]
+    assert (verification["verdict"], verification["not_built"]) == ("not built", ["tsdemo"])
