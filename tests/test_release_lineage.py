@@ -132,3 +132,17 @@ def test_verify_records_what_it_verified_and_release_shows_not_built(tmp_path: P
     assert main(["release", str(stack), "--results", str(build), "--out", str(tmp_path / "notes")]) == 0
     (verification,) = json.loads((tmp_path / "notes" / "release.json").read_text())["verification"]
     assert (verification["verdict"], verification["not_built"]) == ("not built", ["tsdemo"])
+
+
+def test_matching_is_bounded_by_a_hostile_manifests_size() -> None:
+    import time
+
+    from trainstack.release.diff import MAX_PAIRS
+
+    many = int(MAX_PAIRS**0.5) + 1
+    old = manifest("1", *(flavour("12.4", {}, python=f"3.{n}") for n in range(many)))
+    new = manifest("2", *(flavour("12.6", {}, python=f"3.{n}") for n in range(many)))
+    start = time.perf_counter()
+    updates = diff_manifests(old, new, [])
+    assert time.perf_counter() - start < 5
+    assert (len(updates.added_flavours), len(updates.removed_flavours), updates.followed) == (many, many, {})

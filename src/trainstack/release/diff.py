@@ -80,13 +80,19 @@ def _distance(old: LockedFlavour, new: LockedFlavour) -> tuple[int, float]:
     return sum(getattr(old, axis) != getattr(new, axis) for axis, _ in _AXES), far
 
 
+MAX_PAIRS = 40_000  # renamed flavours weighed against each other at most (200 x 200)
+
+
 def match_flavours(old: Manifest, new: Manifest) -> dict[str, str]:
     """New slug -> old slug for flavours that carry on under another name: the same slug first;
     then, among the rest, one-to-one, the same channel and the nearest other axes (a CUDA, OS or
-    Python move). Bounded by the two manifests' sizes: len(old) x len(new) pairs at most."""
+    Python move). Beyond MAX_PAIRS candidate pairs no renamed flavour is matched (each is listed
+as new or dropped), so a manifest of any size is diffed in time linear in it."""
     matched = {slug: slug for slug in new.flavours if slug in old.flavours}
     left_old = [s for s in sorted(old.flavours) if s not in matched]
     left_new = [s for s in sorted(new.flavours) if s not in matched]
+    if len(left_old) * len(left_new) > MAX_PAIRS:  # no real matrix comes near: a hostile manifest's size
+        return matched
     pairs = sorted(
         (_distance(old.flavours[o], new.flavours[n]), n, o)
         for n in left_new for o in left_old
