@@ -62,6 +62,9 @@ def test_acs_across_the_cuda_move_lists_every_change_and_the_move(tmp_path: Path
     slug = "cu126-ubuntu2204-py310-release"
     assert updates["moves"] == {slug: ["CUDA 12.4 → 12.6"]}
     assert f"{slug} follows cu124-ubuntu2204-py310-release: CUDA 12.4 → 12.6." in markdown
+    html = (tmp_path / "notes" / "release.html").read_text()
+    assert f"<p>{slug} follows cu124-ubuntu2204-py310-release: CUDA 12.4 → 12.6.</p>" in html
+    assert "Base image and build settings of" in html and "ccache 5G" in html
     settings = {c["name"]: (c["old"], c["new"]) for c in updates["settings"][slug]}
     assert settings == {
         "base image": ("docker.io/nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04",
