@@ -80,3 +80,11 @@ def test_coreweave_lists_its_seven_changes_apex_commit_included(tmp_path: Path) 
     assert [f"{c['name']}: {c['old']} → {c['new']}" if c["old"] else f"{c['name']}: added {c['new']}"
             for c in components] == SEVEN
     assert "- apex: 2386a91 → a7de60e\n" in markdown
+
+
+def test_the_eessi_known_issues_file_loads_with_a_reason_and_link_each() -> None:
+    from trainstack.verify.suites.known_issues import load_known_issues
+
+    known = load_known_issues(SEEDS / "eessi-known-issues.toml", SEEDS).known
+    assert [k.test for k in known] == ["*test_cuda_expandable_segments*", "*distributed/test_c10d_nccl*"]
+    assert all(k.reason and k.link.startswith("https://") for k in known)
