@@ -92,3 +92,25 @@ def test_keys_verb_refuses_a_stale_lock(write_stack, capsys) -> None:
     stack.write_text(TWO_PYTHONS.format(idna="==3.8"))
     assert main(["keys", str(stack)]) == LockError.exit_code
     assert "re-lock with 'trainstack lock" in capsys.readouterr().err
+
+
+def test_the_stack_file_name_moves_no_lock_byte_and_no_key(tmp_path: Path) -> None:
+    locks = {}
+    for name in ("stack.toml", "renamed-release.toml"):
+        folder = tmp_path / name.split(".")[0]
+        folder.mkdir()
+        stack = folder / name
+        stack.write_text(TWO_PYTHONS.format(idna="==3.7"))
+        manifest = lock_stack(stack)
+        lock_folder = stack.parent / f"{stack.stem}.lock"
+        texts = {p.relative_to(lock_folder): p.read_bytes() for p in sorted(lock_folder.rglob("*.txt"))}
+        assert texts and all(name.encode() not in text for text in texts.values())
+        locks[name] = (texts, {slug: f.cache_key for slug, f in manifest.flavours.items()})
+        again = lock_stack(stack)  # re-locking is byte-stable
+        assert {p.relative_to(lock_folder): p.read_bytes() for p in sorted(lock_folder.rglob("*.txt"))} == texts
+        assert {slug: f.cache_key for slug, f in again.flavours.items()} == locks[name][1]
+    assert locks["stack.toml"] == locks["renamed-release.toml"]
+    # what the release notes diff besides versions is recorded too
+    flavour = manifest.flavours["cpu-debian12-py311-release"]
+    assert flavour.base_image == "debootstrap:bookworm"
+    assert flavour.build_settings["compiler_cache"] == "ccache 10G"

@@ -56,6 +56,13 @@ def build_args(stack: Stack, flavour: Flavour) -> dict[str, str]:
     return args
 
 
+def build_settings(stack: Stack, flavour: Flavour) -> dict[str, str]:
+    """What the release notes compare between two releases' builds: the build arguments and the
+    compiler cache (its size changes no build output, so it is not in the cache key)."""
+    cache = stack.build.compiler_cache
+    return {**build_args(stack, flavour), "compiler_cache": f"{cache.kind} {cache.max_size}"}
+
+
 def flavour_cache_key(stack: Stack, flavour: Flavour, lock_bytes: bytes) -> str:
     return cache_key(
         image=stack.stack.image_ref,

@@ -24,7 +24,7 @@ from trainstack.errors import LockError, SpecError
 from trainstack.fsutil import dump_json, exclusive, replace_tree
 from trainstack.indexauth import default_from_env
 from trainstack.lock.git import pin_source
-from trainstack.lock.keys import flavour_cache_key
+from trainstack.lock.keys import base_image, build_settings, flavour_cache_key
 from trainstack.lock.manifest import (
     MANIFEST_NAME,
     DeclaredIndexes,
@@ -64,7 +64,8 @@ def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str]) -> Mani
     plans = [plan_flavour(stack, f) for f in expand_flavours(stack)]
     directory = lock_dir(stack_path)
     previous = _previous(directory)
-    header = f"trainstack lock {stack_path.name}"
+    # the stack's own name, not its file's: renaming the file must not move a lock byte nor a cache key
+    header = f"trainstack lock (stack {stack.stack.name})"
     files: dict[str, str] = {}
     locked: dict[str, LockedFlavour] = {}
     todo = [p for p in plans if p.flavour in chosen]
@@ -216,6 +217,8 @@ def _lock_flavour(
         sources=sources,
         layers={name: f"locks/{slug}.{name}.txt" for name in sorted(plan.layers)},
         inputs_hash=plan.inputs_hash(),
+        base_image=base_image(stack, plan.flavour),
+        build_settings=build_settings(stack, plan.flavour),
     )
     return entry, texts
 

@@ -13,11 +13,13 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from trainstack.errors import LockError, SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
@@ -29,6 +31,7 @@ LOCK_FILE = re.compile(r"^locks/[A-Za-z0-9][A-Za-z0-9._-]*\.txt\Z")  # inside th
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 SLUG = re.compile(r"^[a-z0-9][a-z0-9.-]*\Z")
 CACHE_KEY = re.compile(r"^[a-z0-9][a-z0-9._/-]*-[0-9a-f]{12}\Z")
+SETTING = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\Z")
 LAYER = re.compile(r"^[a-z][a-z0-9-]*\Z")
 GIT_PIN = re.compile(r"^git\+(?P<url>.+)@(?P<sha>[0-9a-f]{40})\Z")
 HASH_LINE = re.compile(r"^--hash=sha256:[0-9a-f]{64}\Z")
@@ -96,6 +99,23 @@ class LockedFlavour(BaseModel):
     # and "toolchain" (ninja, cmake, nvcc wheels for ahead-of-time extension builds)
     layers: dict[str, str] = {}
     inputs_hash: str = ""  # sha256 of this flavour's resolution inputs (uv requests, sources)
+    # what the release notes diff besides versions; "" and {} in manifests written before they were recorded
+    base_image: Annotated[str, Field(max_length=500)] = ""  # the image (or debootstrap suite) it builds on
+    # system packages, each component's build_env (DS_BUILD_* flags among them) and job budget, the compiler cache
+    build_settings: Annotated[dict[str, Annotated[str, Field(max_length=2000)]], Field(max_length=1000)] = {}
+
+    @field_validator("base_image")
+    @classmethod
+    def _base(cls, value: str) -> str:
+        return grammar.no_controls(value)
+
+    @field_validator("build_settings")
+    @classmethod
+    def _settings(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, setting in value.items():
+            _matching(name, SETTING, "a build setting name ('compiler_cache', 'deepspeed.DS_BUILD_OPS')")
+            grammar.no_controls(setting)
+        return value
 
     @field_validator(*FLAVOUR_PATTERNS)
     @classmethod

@@ -56,17 +56,88 @@ def flavour_changes(old: LockedFlavour, new: LockedFlavour, components: Collecti
     return sorted(changes, key=lambda c: (not c.component, c.name))
 
 
+_AXES = (("cuda", "CUDA"), ("os", "OS"), ("python", "Python"))
+
+
+def moves(old: LockedFlavour, new: LockedFlavour) -> list[str]:
+    """What moved between two matched flavours: 'CUDA 12.4 → 12.6', 'OS ubuntu22.04 → ubuntu24.04'."""
+    return [f"{label} {getattr(old, axis)} → {getattr(new, axis)}"
+            for axis, label in _AXES if getattr(old, axis) != getattr(new, axis)]
+
+
+def _distance(old: LockedFlavour, new: LockedFlavour) -> tuple[int, float]:
+    """How far two flavours are apart: the number of axes that moved, then how far the CUDA and
+    Python versions moved (a move to the nearest release before one further away)."""
+    far = 0.0
+    for axis in ("cuda", "python"):
+        a, b = getattr(old, axis), getattr(new, axis)
+        if a != b:
+            try:
+                far += abs(float(Version(a).release[0] * 100 + Version(a).release[-1])
+                           - float(Version(b).release[0] * 100 + Version(b).release[-1]))
+            except (InvalidVersion, IndexError):
+                far += 1000.0  # 'cpu' against a CUDA release: as far as anything
+    return sum(getattr(old, axis) != getattr(new, axis) for axis, _ in _AXES), far
+
+
+MAX_PAIRS = 40_000  # renamed flavours weighed against each other at most (200 x 200)
+
+
+def match_flavours(old: Manifest, new: Manifest) -> dict[str, str]:
+    """New slug -> old slug for flavours that carry on under another name: the same slug first;
+    then, among the rest, one-to-one, the same channel and the nearest other axes (a CUDA, OS or
+    Python move). Beyond MAX_PAIRS candidate pairs no renamed flavour is matched (each is listed
+as new or dropped), so a manifest of any size is diffed in time linear in it."""
+    matched = {slug: slug for slug in new.flavours if slug in old.flavours}
+    left_old = [s for s in sorted(old.flavours) if s not in matched]
+    left_new = [s for s in sorted(new.flavours) if s not in matched]
+    if len(left_old) * len(left_new) > MAX_PAIRS:  # no real matrix comes near: a hostile manifest's size
+        return matched
+    pairs = sorted(
+        (_distance(old.flavours[o], new.flavours[n]), n, o)
+        for n in left_new for o in left_old
+        if old.flavours[o].channel == new.flavours[n].channel
+        and (old.flavours[o].cuda == "cpu") == (new.flavours[n].cuda == "cpu")
+    )
+    taken: set[str] = set()
+    for _, n, o in pairs:
+        if n not in matched and o not in taken:
+            matched[n] = o
+            taken.add(o)
+    return matched
+
+
 def diff_manifests(old: Manifest, new: Manifest, components: Collection[str]) -> Updates:
-    """Changes common to every flavour in both manifests once, the rest per flavour."""
-    shared = [slug for slug in new.flavours if slug in old.flavours]
-    per_flavour = {slug: flavour_changes(old.flavours[slug], new.flavours[slug], components) for slug in shared}
+    """Changes common to every flavour in both manifests once, the rest per flavour; a flavour
+    that moved to another CUDA, OS or Python release is diffed against the one it follows, and
+    the move itself is stated."""
+    matched = match_flavours(old, new)
+    per_flavour = {slug: flavour_changes(old.flavours[before], new.flavours[slug], components)
+                   for slug, before in matched.items()}
     common = _in_all(per_flavour.values())
     return Updates(
         common=common,
         per_flavour={slug: [c for c in changes if c not in common] for slug, changes in sorted(per_flavour.items())},
-        added_flavours=sorted(set(new.flavours) - set(old.flavours)),
-        removed_flavours=sorted(set(old.flavours) - set(new.flavours)),
+        added_flavours=sorted(set(new.flavours) - set(matched)),
+        removed_flavours=sorted(set(old.flavours) - set(matched.values())),
+        followed={slug: before for slug, before in sorted(matched.items()) if slug != before},
+        moves={slug: moves(old.flavours[before], new.flavours[slug])
+               for slug, before in sorted(matched.items()) if slug != before},
+        settings={slug: settings_changes(old.flavours[before], new.flavours[slug])
+                  for slug, before in sorted(matched.items())
+                  if settings_changes(old.flavours[before], new.flavours[slug])},
     )
+
+
+def settings_changes(old: LockedFlavour, new: LockedFlavour) -> list[Change]:
+    """The base image and the build settings (environment, DS_BUILD flags, compiler cache, jobs)
+    that changed; a manifest that did not record them (written before they were) shows none."""
+    if not (old.base_image and new.base_image):
+        return []
+    before = {"base image": old.base_image, **old.build_settings}
+    after = {"base image": new.base_image, **new.build_settings}
+    return [Change(name=name, old=before.get(name), new=after.get(name))
+            for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]
 
 
 def first_release(new: Manifest, components: Collection[str]) -> Updates:

@@ -16,7 +16,7 @@ from urllib.parse import quote, urlsplit
 
 from trainstack.release.model import BenchRow, Change, Fragment, ReleaseNotes, Updates
 from trainstack import grammar
-from trainstack.release.results import NOT_RUN, PARTIAL_VERIFY_NAME
+from trainstack.release.results import NOT_BUILT, NOT_RUN, PARTIAL_VERIFY_NAME
 
 NOT_MEASURED = "not measured"
 MISSING = "—"  # a figure that was not measured, in a table whose legend says so
@@ -147,11 +147,17 @@ def updates_lines(updates: Updates, previous: str | None) -> list[str]:
     if updates.empty:
         return [f"No version changes since {text(previous)}." if previous else "No packages."]
     lines: list[str] = []
+    for slug, before in updates.followed.items():
+        moved = "; ".join(updates.moves.get(slug, []))
+        lines += [f"{text(slug, line_start=True)} follows {text(before)}: {text(moved)}.", ""]
     if updates.common:
         since = f"Changes since {text(previous)}, in every flavour:" if previous else "The first release, in every flavour:"
         lines += [since, "", *_changes(updates.common), ""]
     for slugs, changes in updates.groups():
         lines += [f"### Only in {text(', '.join(slugs))}", "", *_changes(changes), ""]
+    for slug, changes in updates.settings.items():
+        lines += [f"### Base image and build settings of {text(slug)}", "",
+                  *(f"- {text(c.text(), line_start=True)}" for c in changes), ""]
     if updates.added_flavours:
         lines += [f"New flavours: {text(', '.join(updates.added_flavours))}.", ""]
     if updates.removed_flavours:
@@ -235,6 +241,8 @@ def reasons_heading(slug: str, verdict: str | None) -> str:
         return f"Why {text(slug)} failed"
     if verdict == NOT_RUN:
         return f"Why the test gate of {text(slug)} did not run"
+    if verdict == NOT_BUILT:
+        return f"What {text(slug)} did not build"
     return f"Notes on {text(slug)}"
 
 

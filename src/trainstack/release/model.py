@@ -55,10 +55,16 @@ class Updates(Frozen):
     per_flavour: dict[str, list[Change]] = {}  # slug -> changes not in ``common``
     added_flavours: list[str] = []
     removed_flavours: list[str] = []
+    # a flavour that carries on under another slug (a CUDA, OS or Python move): new slug -> old slug
+    followed: dict[str, str] = {}
+    moves: dict[str, list[str]] = {}  # new slug -> 'CUDA 12.4 → 12.6', one line per axis that moved
+    # new slug -> base image and build settings that changed ("base image", "deepspeed.DS_BUILD_OPS")
+    settings: dict[str, list[Change]] = {}
 
     @property
     def empty(self) -> bool:
-        return not (self.common or any(self.per_flavour.values()) or self.added_flavours or self.removed_flavours)
+        return not (self.common or any(self.per_flavour.values()) or self.added_flavours or self.removed_flavours
+                    or self.followed or self.settings)
 
     def groups(self) -> list[tuple[list[str], list[Change]]]:
         """Flavours with the same non-empty changes together: (slugs, changes), in slug order."""
@@ -105,6 +111,7 @@ class Verification(Frozen):
     measured: bool  # False: no verify result was found for this flavour
     verdict: str | None = None
     reasons: list[str] = []  # why the verdict is "fail", one line each
+    not_built: list[str] = []  # components the build left out (build --skip-sources): verdict "not built"
     tests_run: int | None = None
     tests_failed: int | None = None
     tests_allowed: int | None = None  # failures the known-issues file accepts

@@ -23,7 +23,7 @@ from trainstack.release.markdown import render_markdown
 from trainstack.release.model import ReleaseNotes
 from trainstack.release.notes import DriverLookup, Inputs, check_same_stack, make_notes
 from trainstack.release.plots import charts
-from trainstack.release.results import BenchKey, BenchResult, bench_of_release, read_bench, read_verification
+from trainstack.release.results import BenchKey, BenchResult, Verified, bench_of_release, read_bench, read_verification
 from trainstack.stackfile import load_stack
 
 OUTPUTS = ("RELEASE.md", "release.json", "release.html")
@@ -117,7 +117,7 @@ def gather(
         previous=previous,
         components=[c.key for c in stack.components.values()],
         description=stack.stack.description,
-        verification=read_verification(results, current.flavours),
+        verification=read_verification(results, current.flavours, Verified(current.stack, current.inputs_hash)),
         bench=_of_flavours(read_bench(results), current),
         previous_bench=_previous_bench(previous_results),
         fragments=fragments,

@@ -17,6 +17,10 @@ and what is missing is reported as not measured):
 - ``gate.suites[]``: ``tests`` (tests run), ``failed`` (ids still failing, not known),
   ``known[]`` = {``test``, ``reason``, ``link``} (failures accepted by the known-issues file)
 - ``gate.total_failed``: failed tests over all suites (else the count of ``failed`` ids)
+- ``not_built``: components the build left out (build --skip-sources); a "pass" with any is
+  reported "not built"
+- ``stack_name`` and ``lock_inputs_hash``: the stack and lock verified; another stack's or
+  another lock's result is refused (results written before they were recorded are taken)
 
 Every text is one line without control, invisible or bidirectional characters, every link an
 http(s) URL, every figure finite, >= 0 and at most FIGURE_MAX; no object gives a key twice.
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -60,6 +65,7 @@ Line = Annotated[str, Field(max_length=2000), AfterValidator(grammar.no_controls
 Link = Annotated[str, Field(max_length=2000), AfterValidator(grammar.web_link)]
 Part = Literal["report", "ops", "linkcheck", "smoke", "suites"]
 NOT_RUN = "not run"  # the verdict of a verification whose test gate was skipped: never "pass"
+NOT_BUILT = "not built"  # the verdict of a passing verification with components the build left out: never "pass"
 
 
 class _Tolerant(BaseModel):
@@ -89,6 +95,9 @@ class _VerifyDoc(_Tolerant):
     reasons: list[Line] = []
     skipped: list[Part] = []  # parts left out (verify --skip): skipped suites are a gate not run
     gate: _Gate | None = None  # None: the suites were skipped or the stack has none
+    not_built: list[Annotated[str, Field(max_length=200), AfterValidator(grammar.pep508_name)]] = []
+    stack_name: Line | None = None  # what was verified; absent in results written before it was recorded
+    lock_inputs_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
 
 
 class _BenchLine(_Tolerant):
@@ -162,18 +171,33 @@ def _known_schema(version: int, where: Path, accepted: int) -> None:
         raise SpecError(f"{where}: schema_version: {version} is not a schema this trainstack reads; accepted: {accepted}")
 
 
-def parse_verify(text: str, slug: str, where: Path, source: str) -> Verification:
-    """One flavour's verification from verify.json text; SpecError naming the file when unreadable."""
+@dataclass(frozen=True)
+class Verified:
+    """What a verify result must have verified to count: the stack by its [stack] name and its
+    lock manifest by its inputs hash (None: not checked)."""
+
+    stack: str | None = None
+    lock_inputs_hash: str | None = None
+
+
+def parse_verify(text: str, slug: str, where: Path, source: str, expected: Verified = Verified()) -> Verification:
+    """One flavour's verification from verify.json text; SpecError naming the file when unreadable
+    or recorded for another stack or another lock than ``expected``."""
     try:
         doc = _VerifyDoc.model_validate(_json(text, str(where)))
     except ValidationError as exc:
         raise SpecError(f"{where}: {_first_error(exc)}") from None
     _known_schema(doc.schema_version, where, VERIFY_SCHEMA_VERSION)
+    _same_target(doc, where, expected)
     gate = doc.gate
     verdict, reasons = doc.verdict, doc.reasons
     if "suites" in doc.skipped and verdict == "pass":
         verdict, reasons = NOT_RUN, ["the test suites were skipped (verify --skip suites): no test gate ran"]
-    verification = Verification(slug=slug, measured=True, verdict=verdict, reasons=reasons, source=source)
+    if doc.not_built and verdict == "pass":
+        verdict = NOT_BUILT
+        reasons = [*reasons, f"not built (build --skip-sources), so not checked: {', '.join(doc.not_built)}"]
+    verification = Verification(slug=slug, measured=True, verdict=verdict, reasons=reasons, source=source,
+                                not_built=doc.not_built)
     if gate is None:
         return verification
     known = [hit for suite in gate.suites for hit in suite.known]
@@ -187,12 +211,22 @@ def parse_verify(text: str, slug: str, where: Path, source: str) -> Verification
     })
 
 
+def _same_target(doc: _VerifyDoc, where: Path, expected: Verified) -> None:
+    if expected.stack is not None and doc.stack_name is not None and doc.stack_name != expected.stack:
+        raise SpecError(f"{where}: stack_name: verified stack '{grammar.shown(doc.stack_name)}', not "
+                        f"'{grammar.shown(expected.stack)}' (accepted: a verify.json of this stack; run 'trainstack verify' on it)")
+    if (expected.lock_inputs_hash is not None and doc.lock_inputs_hash is not None
+            and doc.lock_inputs_hash != expected.lock_inputs_hash):
+        raise SpecError(f"{where}: lock_inputs_hash: verified lock {doc.lock_inputs_hash[:12]}, not the current "
+                        f"{expected.lock_inputs_hash[:12]} (accepted: a verify.json of the current lock; verify again)")
+
+
 def _sum(values: Iterable[int | None]) -> int | None:
     present = [v for v in values if v is not None]
     return sum(present) if present else None
 
 
-def read_verification(results: Path | None, slugs: Collection[str]) -> list[Verification]:
+def read_verification(results: Path | None, slugs: Collection[str], expected: Verified = Verified()) -> list[Verification]:
     """Each flavour's verification: the full gate's verify.json, else a partial run's
     verify.partial.json (the notes name the file used); with neither, not measured."""
     found = []
@@ -201,7 +235,7 @@ def read_verification(results: Path | None, slugs: Collection[str]) -> list[Veri
         if path is None:
             found.append(Verification(slug=slug, measured=False))
             continue
-        found.append(parse_verify(read_text(path, path.name, results), slug, path, f"{slug}/{path.name}"))
+        found.append(parse_verify(read_text(path, path.name, results), slug, path, f"{slug}/{path.name}", expected))
     return found
 
 

@@ -52,6 +52,13 @@ def locked_packages(stack_path: Path, slug: str) -> tuple[str, dict[str, str]] |
     return (f"{path} [{slug}]", entry.packages) if entry else None
 
 
+def lock_inputs_hash(stack_path: Path) -> str | None:
+    """The inputs hash of the stack's lock manifest, which a verify result records so that the
+    release notes take it only for the lock it verified; None when the stack is not locked."""
+    path = manifest_path(stack_path)
+    return load_manifest(path).inputs_hash if path.is_file() else None
+
+
 def built_flavour(stack_path: Path, flavour: str | None, build_dir: Path) -> BuiltFlavour:
     stack = load_stack(stack_path)
     flavours = select_flavour(stack, flavour)

@@ -8,7 +8,7 @@ from pathlib import Path
 from trainstack.errors import UsageError
 from trainstack.stackfile import load_stack, select_flavour
 from trainstack.stackfile.matrix import components_for
-from trainstack.verify.locate import built_flavour, locked_packages
+from trainstack.verify.locate import built_flavour, lock_inputs_hash, locked_packages
 from trainstack.verify.run import PARTS, Plan
 from trainstack.verify.target import Target, open_target
 
@@ -43,6 +43,7 @@ def make_plan(
         build_record=built.record,
         skip=skip,
         not_built=not_built,
+        lock_inputs_hash=lock_inputs_hash(stack),
     )
     return open_target(built.python), plan, built.partial_verify_json if skip else built.verify_json
 

@@ -40,6 +40,10 @@ class VerifyResult(BaseModel):
     seconds: float
     skipped: list[str]
     not_built: list[str] = []  # components left out on purpose by build --skip-sources: not checked, not failures
+    # what was verified: the stack's [stack] name and its lock manifest's inputs hash (release
+    # takes the result only for that stack and lock)
+    stack_name: str | None = None
+    lock_inputs_hash: str | None = None
     report: EnvReport | None
     ops: OpTable | None
     links: LinkReport | None
@@ -60,6 +64,7 @@ class Plan(BaseModel):
     build_record: Path | None = None
     skip: list[str] = []
     not_built: list[str] = []  # components the build left out on purpose (build --skip-sources)
+    lock_inputs_hash: str | None = None  # of the lock manifest the built flavour came from
 
     @property
     def settings(self) -> Verify:
@@ -87,6 +92,8 @@ def run_verify(target: Target, plan: Plan, *, trust: bool = False) -> VerifyResu
         seconds=round(time.perf_counter() - start, 2),
         skipped=[p for p in PARTS if p not in wanted],
         not_built=plan.not_built,
+        stack_name=plan.stack.stack.name if plan.stack else None,
+        lock_inputs_hash=plan.lock_inputs_hash,
         report=report,
         ops=ops,
         links=links,

@@ -1,0 +1,90 @@
+"""examples/seeds: one stack per seed release, with its committed lock. Each checks and renders
+(no build, no locking: CI stays cheap), and the ACS 25.07 notes against 24.11 list every version
+change the seed's own notes list, the CUDA move, the base image and the build settings that moved;
+CoreWeave's list its seven changes, apex's commit included."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.test_release_seed import SEVEN
+from trainstack.cli import main
+
+SEEDS = Path(__file__).resolve().parent.parent / "examples" / "seeds"
+STACKS = sorted(p.name for p in SEEDS.glob("*.toml") if not p.name.endswith("-known-issues.toml"))
+ACS_CHANGES = [  # the seed's notes: torch, torchvision, deepspeed, transformers, vllm; added TE, peft, diffusers
+    "deepspeed: 0.15.4 → 0.17.2",
+    "diffusers: added 0.34.0",
+    "megatron-core: 0.9.0 → 0.12.2",
+    "peft: added 0.16.0",
+    "torch: 2.5.1 → 2.7.0",
+    "torchvision: 0.20.1 → 0.22.0",
+    "transformer-engine: added 2.3.0",
+    "transformers: 4.46.2 → 4.53.2",
+    "vllm: 0.6.4.post1 → 0.9.2",
+]
+
+
+def test_there_is_a_stack_per_seed_release() -> None:
+    assert STACKS == ["acs-training-24.11.toml", "acs-training-25.07.toml", "coreweave-torch-extras-2024.4.0.toml",
+                      "coreweave-torch-extras-2024.5.0.toml", "deepspeed-prebuilt-ops.toml", "eessi-pytorch-2.1.2.toml"]
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_each_seed_stack_checks_and_renders_from_its_committed_lock(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", str(SEEDS / name)]) == 0
+    assert main(["render", str(SEEDS / name), "--out", str(tmp_path / "render")]) == 0
+    capsys.readouterr()
+    assert any((tmp_path / "render").rglob("Dockerfile*"))
+
+
+def _release(tmp_path: Path, current: str, previous: str) -> tuple[dict, str]:
+    out = tmp_path / "notes"
+    assert main(["release", str(SEEDS / current), "--previous",
+                 str(SEEDS / previous.replace(".toml", ".lock") / "stack.lock.json"), "--out", str(out)]) == 0
+    return json.loads((out / "release.json").read_text()), (out / "RELEASE.md").read_text()
+
+
+def test_acs_across_the_cuda_move_lists_every_change_and_the_move(tmp_path: Path) -> None:
+    notes, markdown = _release(tmp_path, "acs-training-25.07.toml", "acs-training-24.11.toml")
+    updates = notes["updates"]
+    assert updates["added_flavours"] == updates["removed_flavours"] == []
+    components = [c for c in updates["common"] if c["component"]]
+    assert [f"{c['name']}: {c['old']} → {c['new']}" if c["old"] else f"{c['name']}: added {c['new']}"
+            for c in components] == ACS_CHANGES
+    for line in ACS_CHANGES:
+        assert f"- {line}\n" in markdown
+    slug = "cu126-ubuntu2204-py310-release"
+    assert updates["moves"] == {slug: ["CUDA 12.4 → 12.6"]}
+    assert f"{slug} follows cu124-ubuntu2204-py310-release: CUDA 12.4 → 12.6." in markdown
+    html = (tmp_path / "notes" / "release.html").read_text()
+    assert f"<p>{slug} follows cu124-ubuntu2204-py310-release: CUDA 12.4 → 12.6.</p>" in html
+    assert "Base image and build settings of" in html and "ccache 5G" in html
+    settings = {c["name"]: (c["old"], c["new"]) for c in updates["settings"][slug]}
+    assert settings == {
+        "base image": ("docker.io/nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04",
+                       "docker.io/nvidia/cuda:12.6.3-cudnn-devel-ubuntu22.04"),
+        "compiler_cache": ("ccache 2G", "ccache 5G"),
+        "deepspeed.jobs": ("1/64", "3/64"),
+    }
+
+
+def test_coreweave_lists_its_seven_changes_apex_commit_included(tmp_path: Path) -> None:
+    notes, markdown = _release(tmp_path, "coreweave-torch-extras-2024.5.0.toml", "coreweave-torch-extras-2024.4.0.toml")
+    components = [c for c in notes["updates"]["common"] if c["component"]]
+    assert [f"{c['name']}: {c['old']} → {c['new']}" if c["old"] else f"{c['name']}: added {c['new']}"
+            for c in components] == SEVEN
+    assert "- apex: 2386a91 → a7de60e\n" in markdown
+
+
+def test_the_eessi_known_issues_file_loads_with_a_reason_and_link_each() -> None:
+    from trainstack.verify.suites.known_issues import load_known_issues
+
+    known = load_known_issues(SEEDS / "eessi-known-issues.toml", SEEDS).known
+    assert [k.test for k in known] == ["*test_cuda_expandable_segments*", "*distributed/test_c10d_nccl*"]
+    assert all(k.reason and k.link.startswith("https://") for k in known)
