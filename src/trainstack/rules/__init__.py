@@ -1,6 +1,8 @@
 """Compatibility rules: data files shipped in the package, and the checks that read them."""
 
 from trainstack.rules.data import (
+    arch_cuda_missing,
+    nvcc_refusal,
     cuda_archs,
     cuda_variants,
     index_for,
@@ -17,6 +19,8 @@ from trainstack.rules.data import (
 from trainstack.rules.models import Rules
 
 __all__ = [
+    "arch_cuda_missing",
+    "nvcc_refusal",
     "Rules",
     "cuda_archs",
     "cuda_variants",
