@@ -44,9 +44,10 @@ def deepspeed_ops():
         try:
             with contextlib.redirect_stdout(captured):
                 compatible = bool(builder.is_compatible(verbose=True))
-            why = captured.getvalue().replace("[WARNING]", "").strip() or getattr(builder, "error_log", None) or ""
+            why = ANSI.sub("", captured.getvalue()).replace("[WARNING]", "").strip() or getattr(builder, "error_log", None) or ""
         except Exception as exc:  # noqa: BLE001
             compatible, why = False, _error(exc)
+        why = ANSI.sub("", str(why))
         out["ops"].append({
             "name": name,
             "installed": bool(installed_ops.get(name, False)),
