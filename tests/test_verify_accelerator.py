@@ -82,3 +82,40 @@ def test_colour_codes_never_reach_the_table_from_recorded_output() -> None:
                                   "why": "\x1b[93m [WARNING] \x1b[0m async_io requires the dev libaio"}]}}
     [row] = build_table(raw).rows
     assert row.why_not == "[WARNING] async_io requires the dev libaio"
+
+
+def test_nccl_pin_is_read_whole_in_both_requires_dist_spellings(tmp_path, monkeypatch) -> None:
+    import importlib.util
+
+    for name, line in (("oldpin", "nvidia-nccl-cu12 (==2.18.1) ; platform_system == \"Linux\""),
+                       ("newpin", "nvidia-nccl-cu12==2.21.5; platform_system == \"Linux\"")):
+        info = tmp_path / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nRequires-Dist: {line}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from trainstack.verify.target import probe_path
+
+    spec = importlib.util.spec_from_file_location("report_probe", probe_path("report_probe.py"))
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    assert probe._pinned_requirement("oldpin", "nvidia-nccl") == "2.18.1"
+    assert probe._pinned_requirement("newpin", "nvidia-nccl") == "2.21.5"
+
+
+def test_report_names_whose_nvcc_it_is(tmp_path, monkeypatch) -> None:
+    from trainstack.verify.report import find_compilers
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    target = open_target(venv / "bin" / "python")
+    host = find_compilers(target)["nvcc"]
+    assert host.owner in ("host", "not found")
+    # the environment's own toolchain wheel (what nvidia-cuda-nvcc installs) wins over the host's
+    site = next((venv / "lib").glob("python3.*/site-packages"))
+    nvcc = site / "nvidia" / "cuda_nvcc" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    nvcc.chmod(0o755)
+    own = find_compilers(target)["nvcc"]
+    assert own.owner == "environment" and own.path == str(nvcc) and own.version == "12.4"
