@@ -34,12 +34,15 @@ nvcc = {nvcc}
 
 [build]
 retries = 2
+
+[verify]
+smoke = {smoke}
 """
 
 
 def seed(write_stack, components='torch = { version = "==2.5.1" }', cuda='["cpu"]', os="ubuntu22.04",
-         python="3.11", arch='["x86_64"]', nvcc="false"):
-    text = STACK.format(components=components, cuda=cuda, os=os, python=python, arch=arch, nvcc=nvcc)
+         python="3.11", arch='["x86_64"]', nvcc="false", smoke='["imports", "matmul"]'):
+    text = STACK.format(components=components, cuda=cuda, os=os, python=python, arch=arch, nvcc=nvcc, smoke=smoke)
     return write_stack(text)
 
 
@@ -133,3 +136,14 @@ def test_aarch64_flavour_locks_to_aarch64_wheels_from_pypi(write_stack) -> None:
     assert not [name for name in locked.packages if name.startswith("nvidia-")]
     text = (lock_dir(path) / locked.lock_file).read_text()
     assert "torch==2.5.1 \\" in text and "--hash=sha256:" in text
+
+
+def test_compile_on_python_before_3_12_needs_setuptools_in_the_stack(write_stack, capsys) -> None:
+    compile_smoke = '["imports", "compile"]'
+    path = seed(write_stack, 'torch = "==2.5.1"', smoke=compile_smoke)
+    assert main(["check", str(path)]) == 3
+    captured = capsys.readouterr()
+    assert "torch.compile" in captured.out + captured.err and "add setuptools" in captured.out + captured.err
+    assert findings(seed(write_stack, 'torch = "==2.5.1"\nsetuptools = ">=70"', smoke=compile_smoke)) == []
+    assert findings(seed(write_stack, 'torch = "==2.5.1"', smoke=compile_smoke, python="3.12")) == []
+    assert findings(seed(write_stack, 'torch = "==2.5.1"')) == []  # no compile check asked for

@@ -147,9 +147,19 @@ class DeepSpeed(Data):
     ops: dict[str, DeepSpeedOp]
 
 
+class CompileNeeds(Cited):
+    """A package torch.compile needs on some Pythons that torch's wheels do not require there."""
+
+    python: str  # specifier of the Pythons concerned
+    package: str
+
+    _message = field_validator("message")(lambda v: template(v, ("python",)))
+
+
 class ExtensionRules(Data):
     flash_attn: FlashAttn
     deepspeed: DeepSpeed
+    compile: CompileNeeds | None = None
 
 
 class Rules(Data):

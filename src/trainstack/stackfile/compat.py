@@ -38,7 +38,7 @@ def errors(findings: list[Finding]) -> list[Finding]:
 
 def check_flavour(stack: Stack, flavour: Flavour) -> list[Finding]:
     components = {c.key: c for c in components_for(stack, flavour)}
-    checks = (_os, _cuda, _torch, _flash_attn, _arch_lists, _deepspeed, _toolchain, _allowed_env)
+    checks = (_os, _cuda, _torch, _compile_needs, _flash_attn, _arch_lists, _deepspeed, _toolchain, _allowed_env)
     found: list[Finding] = []
     for check in checks:
         found.extend(check(stack, flavour, components))
@@ -132,6 +132,17 @@ def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> 
         text = f"torch {minor} has no wheels for Python {flavour.python} ({allowed})"
         found.append(_finding(flavour, "torch.python", "error", text, release.source))
     return found
+
+
+def _compile_needs(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
+    """verify's compile smoke check on a Python where torch's wheels leave out what inductor imports."""
+    rule = stack.rules_in_effect.extensions.compile
+    if rule is None or "torch" not in components or "compile" not in stack.verify.smoke:
+        return []
+    if Version(flavour.python) not in SpecifierSet(rule.python) or rule.package in components:
+        return []
+    text = fill(rule.message, python=flavour.python)
+    return [_finding(flavour, "torch.compile", "error", text, rule.source)]
 
 
 def _flash_attn(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
