@@ -147,3 +147,20 @@ def test_compile_on_python_before_3_12_needs_setuptools_in_the_stack(write_stack
     assert findings(seed(write_stack, 'torch = "==2.5.1"\nsetuptools = ">=70"', smoke=compile_smoke)) == []
     assert findings(seed(write_stack, 'torch = "==2.5.1"', smoke=compile_smoke, python="3.12")) == []
     assert findings(seed(write_stack, 'torch = "==2.5.1"')) == []  # no compile check asked for
+
+
+def test_an_aarch64_flavour_is_built_as_an_image_for_arm64_not_as_a_venv_here(write_stack, capsys, tmp_path) -> None:
+    import platform
+
+    from trainstack.builder.oci import platform_option
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the refusal is for a machine other than the flavour's")
+    path = seed(write_stack, 'numpy = "==2.2.6"', arch='["aarch64"]')
+    lock_stack(path)
+    capsys.readouterr()
+    assert main(["build", str(path), "--build-dir", str(tmp_path / "build")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: flavour cpu-ubuntu2204-py311-release-aarch64 is for aarch64")
+    assert "--backend oci" in err[0] and not (tmp_path / "build").exists()
+    assert platform_option("aarch64") == ["--platform", "linux/arm64"] and platform_option("x86_64") == []
