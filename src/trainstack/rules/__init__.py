@@ -2,32 +2,32 @@
 
 from trainstack.rules.data import (
     arch_cuda_missing,
-    nvcc_refusal,
     cuda_archs,
     cuda_variants,
     index_for,
     merged_rules,
     min_driver,
     nvcc_package,
+    nvcc_refusal,
     os_pythons,
     pypi_default_variant,
-    shipped_rules,
     python_platform,
+    shipped_rules,
     torch_minor,
     torch_pythons,
 )
 from trainstack.rules.models import Rules
 
 __all__ = [
-    "arch_cuda_missing",
-    "nvcc_refusal",
     "Rules",
+    "arch_cuda_missing",
     "cuda_archs",
     "cuda_variants",
     "index_for",
     "merged_rules",
     "min_driver",
     "nvcc_package",
+    "nvcc_refusal",
     "os_pythons",
     "pypi_default_variant",
     "python_platform",

@@ -143,7 +143,7 @@ def check_imports(components):
     for dist in components:
         programs = []
 
-        def one(dist=dist):
+        def one(dist=dist, programs=programs):
             from importlib import util
 
             module = module_for(dist)
