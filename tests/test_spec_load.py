@@ -190,7 +190,7 @@ def test_an_os_unknown_to_the_rules_is_refused_at_load_with_exit_2(write_stack, 
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
-        f"error: {path}:11: matrix.os: OS 'centos7' is not in the rules data (one of: debian12, debian13, "
+        f"error: {path}:11: matrix.os: OS 'centos7' is not in the rules data (one of: debian12, debian13, ubuntu20.04, "
         'ubuntu22.04, ubuntu24.04); describe it under [rules.platforms.os."centos7"] or pick a known one'
     )
     include = MINIMAL + 'include = [{ cuda = "cpu", os = "alpine3.20", python = "3.11" }]\n'

@@ -6,6 +6,7 @@ import datetime as dt
 import errno
 import fcntl
 import os
+import platform
 import shutil
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from trainstack.errors import BuildError, DiskSpaceError, OutputError, SpecError
 from trainstack.fsutil import atomic_write_json, describe_os_error
 from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.render.layers import FlavourLayers
+from trainstack.stackfile.matrix import Flavour
 from trainstack.stackfile.paths import stack_path
 
 BACKENDS = ("venv", "oci")
@@ -55,12 +57,28 @@ def build_stack(
     """Build the selected flavours; a failure leaves each flavour's previous good build in place."""
     chosen = make_backend(backend)
     inputs = load_inputs(stack_path, flavour)
+    if chosen.name == "venv":
+        for layers in inputs.layers:
+            _require_this_machine(layers.flavour)
     tools = chosen.tools()
     cpus = effective_cpus()
     return [
         _build_one(inputs, layers, chosen, tools, build_dir.absolute(), cpus, skip_sources, force)
         for layers in inputs.layers
     ]
+
+
+def _require_this_machine(flavour: Flavour) -> None:
+    """A venv runs on the machine that builds it: an aarch64 flavour's wheels do not run on x86_64."""
+    here = MACHINES.get(platform.machine().lower(), platform.machine().lower())
+    if flavour.arch != here:
+        raise UsageError(
+            f"flavour {flavour.slug} is for {flavour.arch} and this machine is {here}: a venv runs where it is built",
+            hint=f"build it on an {flavour.arch} machine, or as an image with --backend oci",
+        )
+
+
+MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
 
 
 def _build_one(

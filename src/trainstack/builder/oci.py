@@ -111,6 +111,16 @@ def debootstrap_rootfs(steps: Steps, suite: str, work: Path) -> Path:
     return tar
 
 
+
+# the matrix's arch as an OCI platform; x86_64 builds keep the builder's own default
+OCI_PLATFORMS = {"aarch64": "linux/arm64"}
+
+
+def platform_option(arch: str) -> list[str]:
+    """['--platform', 'linux/arm64'] for an aarch64 flavour; [] for x86_64."""
+    return ["--platform", OCI_PLATFORMS[arch]] if arch in OCI_PLATFORMS else []
+
+
 class BuildahBackend:
     name = "oci"
 
@@ -132,6 +142,7 @@ class BuildahBackend:
         context = write_context(job)
         tag = image_tag(job.inputs.stack, job.layers.flavour.slug)
         argv: list[str | Path] = self._cmd("build", "--layers", "--isolation", "chroot", "--target", "final", "-t", tag)
+        argv += platform_option(job.layers.flavour.arch)
         argv += secrets
         for key, value in build_args(job).items():
             argv += ["--build-arg", f"{key}={value}"]
@@ -187,6 +198,7 @@ class DockerBackend:
         context = write_context(job)
         tag = image_tag(job.inputs.stack, job.layers.flavour.slug)
         argv: list[str | Path] = ["docker", "buildx", "build", "--load", "--target", "final", "-t", tag, *secrets]
+        argv += platform_option(job.layers.flavour.arch)
         for key, value in build_args(job).items():
             argv += ["--build-arg", f"{key}={value}"]
         with netrc_secret(job) as secret:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -88,6 +88,7 @@ class LockedFlavour(BaseModel):
     os: str
     python: str
     channel: str
+    arch: Literal["x86_64", "aarch64"] = "x86_64"
     lock_file: str  # relative to the lock directory: "locks/<slug>.txt"
     lock_sha256: str  # of the lock file's bytes
     index: str | None  # the CUDA-variant index the flavour resolved against (None: default index)

@@ -67,7 +67,7 @@ def plan_flavour(stack: Stack, flavour: Flavour) -> FlavourPlan:
     variant = _variant_index(stack, flavour)
     base = dict(
         python=flavour.python,
-        platform=rules.python_platform(stack.rules_in_effect, flavour.os),
+        platform=rules.python_platform(stack.rules_in_effect, flavour.os, flavour.arch),
         index_url=stack.index.url,
         extra_index_urls=tuple(stack.index.extra) + ((variant,) if variant else ()),
         find_links=tuple(stack.index.find_links),
@@ -129,7 +129,7 @@ def _variant_index(stack: Stack, flavour: Flavour) -> str | None:
         has_torch = any(c.key == "torch" for c in components_for(stack, flavour))
         return rules.index_for(stack.rules_in_effect, "", flavour.cuda_tag, "nightly") if has_torch else None
     version = torch_version(stack, flavour)
-    return None if version is None else rules.index_for(stack.rules_in_effect, version, flavour.cuda_tag, flavour.channel)
+    return None if version is None else rules.index_for(stack.rules_in_effect, version, flavour.cuda_tag, flavour.channel, flavour.arch)
 
 
 def _line(component: Component, flavour: Flavour) -> str:

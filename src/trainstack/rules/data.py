@@ -79,8 +79,8 @@ def torch_pythons(rules: Rules, torch_version: str) -> list[str]:
     return list(_release(rules, torch_version).pythons)
 
 
-def index_for(rules: Rules, torch_version: str, cuda_tag: str, channel: str) -> str | None:
-    """The index serving that torch variant; None when PyPI (the default index) serves it."""
+def index_for(rules: Rules, torch_version: str, cuda_tag: str, channel: str, arch: str = "x86_64") -> str | None:
+    """The index serving that torch variant for ``arch``; None when PyPI (the default index) serves it."""
     index = rules.torch.index
     if channel == "nightly":
         return fill(index.nightly, variant=cuda_tag)
@@ -90,7 +90,27 @@ def index_for(rules: Rules, torch_version: str, cuda_tag: str, channel: str) -> 
             f"torch {torch_minor(torch_version)} has no '{cuda_tag}' wheels (variants: {', '.join(release.variants)})",
             hint=release.source,
         )
-    return None if cuda_tag == release.pypi_default else fill(index.release, variant=cuda_tag)
+    pypi = release.pypi_default
+    machine = rules.torch.arch.get(arch)
+    if machine is not None:
+        missing = arch_cuda_missing(rules, torch_version, cuda_tag, arch)
+        if missing:
+            raise RuleViolation(missing, hint=machine.source)
+        if machine.pypi_default is not None:
+            pypi = machine.pypi_default
+    return None if cuda_tag == pypi else fill(index.release, variant=cuda_tag)
+
+
+def arch_cuda_missing(rules: Rules, torch_version: str, cuda_tag: str, arch: str) -> str | None:
+    """Why torch ``torch_version`` has no ``cuda_tag`` build for ``arch``; None when it has one
+    (or the rules say nothing about that arch)."""
+    machine = rules.torch.arch.get(arch)
+    if machine is None or cuda_tag == "cpu" or machine.cuda_from is None:
+        return None
+    minor = torch_minor(torch_version)
+    if Version(minor) >= Version(machine.cuda_from):
+        return None
+    return f"torch {minor} has no {arch} {cuda_tag} wheels ({fill(machine.message, minor=machine.cuda_from)})"
 
 
 def _cuda(rules: Rules, cuda: str):
@@ -121,14 +141,31 @@ def nvcc_package(rules: Rules, cuda: str) -> str:
     return f"{nvcc.packages[major]}=={cuda}.*"
 
 
-def python_platform(rules: Rules, os_name: str) -> str:
-    """uv's --python-platform for an OS of the matrix."""
+def python_platform(rules: Rules, os_name: str, arch: str = "x86_64") -> str:
+    """uv's --python-platform for an OS and machine arch of the matrix: the OS's platform
+    ('x86_64-manylinux_2_35') with its machine part replaced ('aarch64-manylinux_2_35')."""
     platforms = rules.platforms
     if os_name not in platforms.os:
         raise RuleViolation(
             f"OS '{os_name}' is not in the rules data (known: {', '.join(platforms.os)})", hint=platforms.glibc.source
         )
-    return platforms.os[os_name].platform
+    platform = platforms.os[os_name].platform
+    if arch == "x86_64" or not platform.startswith("x86_64-"):
+        return platform
+    return f"{arch}-{platform.removeprefix('x86_64-')}"
+
+
+def nvcc_refusal(rules: Rules, cuda: str) -> str | None:
+    """Why the nvcc wheels cannot compile extensions for CUDA ``cuda``; None when they can."""
+    nvcc = rules.cuda.nvcc
+    major = cuda.split(".")[0]
+    if major not in nvcc.packages:
+        why = f"no nvcc wheel is known for CUDA {major}; known: CUDA {', '.join(nvcc.packages)}"
+    elif nvcc.compiles is not None and major not in nvcc.compiles:
+        why = f"{nvcc.packages[major]} holds only ptxas, not nvcc"
+    else:
+        return None
+    return fill(nvcc.refusal, cuda=cuda, why=why)
 
 
 def os_pythons(rules: Rules, os_name: str) -> list[str]:

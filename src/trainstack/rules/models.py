@@ -77,21 +77,35 @@ class TorchRelease(Data):
     source: Source
 
 
+class TorchArch(Cited):
+    """Which torch wheels a machine architecture gets: the variant PyPI serves for it (None:
+    the release's own pypi_default) and the first torch minor with CUDA wheels for it."""
+
+    pypi_default: str | None = None
+    cuda_from: str | None = None
+
+
 class TorchRules(Data):
     index: TorchIndex
     variants: Cited  # message with {minor} and {variants}
     pythons: Cited  # message with {minor} and {pythons}
     nightly: Cited
     releases: dict[str, TorchRelease]  # "2.11" -> release
+    arch: dict[str, TorchArch] = {}  # "aarch64" -> what differs from x86_64
 
 
 class CudaVersion(Data):
     driver: str
     archs: list[str]
+    source: Source | None = None  # the release's own notes
 
 
 class Nvcc(Cited):
     packages: dict[str, str]  # CUDA major -> wheel name
+    compiles: list[str] | None = None  # CUDA majors whose wheels hold nvcc itself (None: every one of packages)
+    refusal: str = "the nvcc wheels cannot build extensions for CUDA {cuda} ({why})"
+
+    _refusal = field_validator("refusal")(lambda v: template(v, ("cuda", "why")))
 
 
 class CudaRules(Data):
@@ -112,6 +126,7 @@ class OsPlatform(Data):
 class PlatformRules(Data):
     glibc: Cited
     os: dict[str, OsPlatform]
+    arch: Cited | None = None  # how the matrix's arch reaches uv's --python-platform
 
 
 class FlashAttn(Cited):
@@ -132,9 +147,19 @@ class DeepSpeed(Data):
     ops: dict[str, DeepSpeedOp]
 
 
+class CompileNeeds(Cited):
+    """A package torch.compile needs on some Pythons that torch's wheels do not require there."""
+
+    python: str  # specifier of the Pythons concerned
+    package: str
+
+    _message = field_validator("message")(lambda v: template(v, ("python",)))
+
+
 class ExtensionRules(Data):
     flash_attn: FlashAttn
     deepspeed: DeepSpeed
+    compile: CompileNeeds | None = None
 
 
 class Rules(Data):

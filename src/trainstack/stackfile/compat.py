@@ -38,7 +38,7 @@ def errors(findings: list[Finding]) -> list[Finding]:
 
 def check_flavour(stack: Stack, flavour: Flavour) -> list[Finding]:
     components = {c.key: c for c in components_for(stack, flavour)}
-    checks = (_os, _cuda, _torch, _flash_attn, _arch_lists, _deepspeed, _toolchain, _allowed_env)
+    checks = (_os, _cuda, _torch, _compile_needs, _flash_attn, _arch_lists, _deepspeed, _toolchain, _allowed_env)
     found: list[Finding] = []
     for check in checks:
         found.extend(check(stack, flavour, components))
@@ -78,8 +78,13 @@ def _os(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> lis
         text = f"OS '{flavour.os}' is not known (one of: {known})"
         return [_finding(flavour, "os.platform", "error", text, platforms.glibc.source)]
     os_rule = platforms.os[flavour.os]
-    text = fill(platforms.glibc.message, os=flavour.os, glibc=os_rule.glibc, platform=os_rule.platform)
-    return [_finding(flavour, "os.platform", "info", text, os_rule.source)]
+    platform = data.python_platform(stack.rules_in_effect, flavour.os, flavour.arch)
+    text = fill(platforms.glibc.message, os=flavour.os, glibc=os_rule.glibc, platform=platform)
+    found = [_finding(flavour, "os.platform", "info", text, os_rule.source)]
+    if flavour.arch != "x86_64" and platforms.arch is not None:
+        text = fill(platforms.arch.message, arch=flavour.arch, platform=platform)
+        found.append(_finding(flavour, "os.arch", "info", text, platforms.arch.source))
+    return found
 
 
 def _cuda(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
@@ -111,12 +116,15 @@ def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> 
         return [_finding(flavour, "torch.release", "error", text, rules.index.source)]
     release = rules.releases[minor]
     found = []
-    if flavour.cuda_tag not in release.variants:
+    missing = data.arch_cuda_missing(stack.rules_in_effect, version, flavour.cuda_tag, flavour.arch)
+    if flavour.cuda_tag in release.variants and missing:
+        found.append(_finding(flavour, "torch.arch", "error", missing, rules.arch[flavour.arch].source))
+    elif flavour.cuda_tag not in release.variants:
         allowed = fill(rules.variants.message, minor=minor, variants=", ".join(release.variants))
         text = f"torch {minor} publishes no {flavour.cuda_tag} wheels ({allowed})"
         found.append(_finding(flavour, "torch.variant", "error", text, release.source))
     else:
-        index = data.index_for(stack.rules_in_effect, version, flavour.cuda_tag, flavour.channel)
+        index = data.index_for(stack.rules_in_effect, version, flavour.cuda_tag, flavour.channel, flavour.arch)
         text = f"torch {minor} {flavour.cuda_tag} wheels come from {index or 'PyPI (its default variant)'}"
         found.append(_finding(flavour, "torch.variant", "info", text, rules.index.source))
     if flavour.python not in release.pythons:
@@ -124,6 +132,17 @@ def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> 
         text = f"torch {minor} has no wheels for Python {flavour.python} ({allowed})"
         found.append(_finding(flavour, "torch.python", "error", text, release.source))
     return found
+
+
+def _compile_needs(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
+    """verify's compile smoke check on a Python where torch's wheels leave out what inductor imports."""
+    rule = stack.rules_in_effect.extensions.compile
+    if rule is None or "torch" not in components or "compile" not in stack.verify.smoke:
+        return []
+    if Version(flavour.python) not in SpecifierSet(rule.python) or rule.package in components:
+        return []
+    text = fill(rule.message, python=flavour.python)
+    return [_finding(flavour, "torch.compile", "error", text, rule.source)]
 
 
 def _flash_attn(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
@@ -187,8 +206,13 @@ def _toolchain(stack: Stack, flavour: Flavour, components: dict[str, Component])
     if flavour.cuda == "cpu" or flavour.cuda not in cuda_rules.versions:
         return []
     rules = toolchain.toolchain_rules()
-    lines = list(stack.toolchain.packages) + [c.requirement() for c in components.values() if c.git is None and c.path is None]
     found = []
+    refusal = data.nvcc_refusal(stack.rules_in_effect, flavour.cuda) if stack.toolchain.nvcc else None
+    if refusal is not None and any(c.is_source_build for c in components.values()):
+        # no nvcc wheel at all for the release: lock could not even resolve the toolchain layer
+        level: Level = "error" if flavour.cuda.split(".")[0] not in cuda_rules.nvcc.packages else "info"
+        found.append(_finding(flavour, "toolchain.nvcc", level, refusal, cuda_rules.nvcc.source))
+    lines = list(stack.toolchain.packages) + [c.requirement() for c in components.values() if c.git is None and c.path is None]
     mixed = toolchain.requirement_mismatches(flavour.cuda, lines)
     if mixed:
         text = toolchain.release_message(flavour.cuda, mixed)

@@ -18,6 +18,7 @@ class Flavour:
     os: str  # "ubuntu24.04"
     python: str  # "3.12"
     channel: str  # "release" | "nightly"
+    arch: str = "x86_64"  # the machine: "x86_64" | "aarch64"
 
     @property
     def cuda_tag(self) -> str:
@@ -28,23 +29,25 @@ class Flavour:
     def slug(self) -> str:
         """A name safe for files, image tags and cache keys: cu128-ubuntu2404-py312-release."""
         os_tag = self.os.replace(".", "")
-        return f"{self.cuda_tag}-{os_tag}-py{self.python.replace('.', '')}-{self.channel}"
+        slug = f"{self.cuda_tag}-{os_tag}-py{self.python.replace('.', '')}-{self.channel}"
+        # x86_64 is left out, so the slugs and cache keys of x86_64 flavours stay as they were
+        return slug if self.arch == "x86_64" else f"{slug}-{self.arch}"
 
     def as_dict(self) -> dict[str, str]:
-        return {"cuda": self.cuda, "os": self.os, "python": self.python, "channel": self.channel}
+        return {"cuda": self.cuda, "os": self.os, "python": self.python, "channel": self.channel, "arch": self.arch}
 
 
 def expand_flavours(stack: Stack) -> list[Flavour]:
     """Every matrix cell minus the excludes, plus the includes, sorted and unique."""
     m = stack.matrix
     cells = {
-        Flavour(cuda, os_, py, ch)
-        for cuda, os_, py, ch in itertools.product(m.cuda, m.os, m.python, m.channel)
+        Flavour(cuda, os_, py, ch, arch)
+        for cuda, os_, py, ch, arch in itertools.product(m.cuda, m.os, m.python, m.channel, m.arch)
     }
     for rule in m.exclude:
         wanted = rule.model_dump(exclude_none=True)
         cells = {f for f in cells if any(f.as_dict()[k] != v for k, v in wanted.items())}
-    cells |= {Flavour(i.cuda, i.os, i.python, i.channel) for i in m.include}
+    cells |= {Flavour(i.cuda, i.os, i.python, i.channel, i.arch) for i in m.include}
     return sorted(cells)
 
 

@@ -284,11 +284,15 @@ def _checked_again(component: Component) -> None:
         raise SpecError(f"components.{grammar.shown(component.name)}: {exc}") from None
 
 
+Arch = Literal["x86_64", "aarch64"]
+
+
 class ExcludeCell(Strict):
     cuda: str | None = None
     os: str | None = None
     python: str | None = None
     channel: Channel | None = None
+    arch: Arch | None = None
 
 
 class IncludeCell(Strict):
@@ -296,6 +300,7 @@ class IncludeCell(Strict):
     os: str
     python: str
     channel: Channel = "release"
+    arch: Arch = "x86_64"
 
     _cuda = field_validator("cuda")(lambda v: _cuda(v))
     _os = field_validator("os")(lambda v: _os(v))
@@ -307,6 +312,7 @@ class Matrix(Strict):
     os: list[str]
     python: list[str]
     channel: list[Channel] = ["release"]
+    arch: list[Arch] = ["x86_64"]
     exclude: list[ExcludeCell] = []
     include: list[IncludeCell] = []
 
@@ -520,6 +526,8 @@ class Stack(Strict):
                 item = {"version": item} if item not in ("", "*") else {}
             if isinstance(item, dict):
                 item = {"name": name, **item}
+                if item.get("version") == "*":  # any version, as in the short form
+                    del item["version"]
             expanded[name] = item
         return expanded
 

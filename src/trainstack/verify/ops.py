@@ -28,6 +28,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+# terminal colour and cursor codes some tools print (DeepSpeed's [WARNING] and [OKAY] lines)
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 MISSING_LIB_RE = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
 
 
@@ -58,10 +60,17 @@ def ops_data() -> dict[str, Any]:
     return tomllib.loads(text)
 
 
-def op_table(target: Target, wanted: dict[str, dict[str, str]] | None = None, rules: Rules | None = None) -> OpTable:
+def op_table(
+    target: Target, wanted: dict[str, dict[str, str]] | None = None, rules: Rules | None = None,
+    accelerator: str | None = None,
+) -> OpTable:
     """``wanted``: the source-built extensions of the stack and their build_env (prebuilt_wanted);
-    ``rules``: the stack's rules in effect (the shipped ones without a stack)."""
-    raw, reason = run_probe(target, "ops_probe.py", [json.dumps(ops_data())], timeout=600)
+    ``rules``: the stack's rules in effect (the shipped ones without a stack); ``accelerator``:
+    the one the flavour targets ('cuda' for a CUDA flavour), so that DeepSpeed judges its ops for
+    that accelerator and not for the host's (a CUDA image verified on a machine without a GPU
+    would otherwise be judged under DeepSpeed's CPU accelerator)."""
+    env = {"DS_ACCELERATOR": accelerator} if accelerator else None
+    raw, reason = run_probe(target, "ops_probe.py", [json.dumps(ops_data())], timeout=600, env=env)
     if not isinstance(raw, dict):
         return OpTable(rows=[], absent=[], error=reason)
     return build_table(raw, rules).model_copy(update={"unbuilt": unbuilt(raw, wanted or {})})
@@ -139,6 +148,7 @@ def deepspeed_rows(ds: dict[str, Any], torch: dict[str, Any], rules: Rules | Non
             installed, compatible = report[op["name"]][0] == "YES", report[op["name"]][1] == "OKAY"
         if installed and mismatch:
             why, compatible = mismatch, False
+        why = " ".join(ANSI_RE.sub("", why).split())
         rows.append(OpRow(package="deepspeed", name=op["name"], installed=installed, compatible=compatible,
                           why_not="" if compatible else why or "the op builder says it cannot build here",
                           archs=_archs(op.get("files") or [])))
@@ -191,7 +201,7 @@ def extension_rows(
         return [OpRow(package=ext["name"], name=ext["name"], installed=False, compatible=None,
                       why_not=f"{ext['name']} {ext['version']} has none of its compiled modules")]
     for module in present:
-        why = _import_reason(module["error"]) if module["error"] else ""
+        why = _import_reason(ANSI_RE.sub("", module["error"])) if module["error"] else ""
         why = why or _hardware_reason(rules, spec, torch)
         compatible = not why
         if why.startswith(("no GPU", "torch not")) and not module["error"]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from trainstack.errors import UsageError
 from trainstack.stackfile import load_stack, select_flavour
-from trainstack.stackfile.matrix import components_for
+from trainstack.stackfile.matrix import Flavour, components_for
 from trainstack.verify.locate import built_flavour, lock_inputs_hash, locked_packages
 from trainstack.verify.run import PARTS, Plan
 from trainstack.verify.target import Target, open_target
@@ -44,8 +44,14 @@ def make_plan(
         skip=skip,
         not_built=not_built,
         lock_inputs_hash=lock_inputs_hash(stack),
+        accelerator=accelerator(built.flavour),
     )
     return open_target(built.python), plan, built.partial_verify_json if skip else built.verify_json
+
+
+def accelerator(flavour: Flavour) -> str:
+    """The accelerator a flavour's environment is made for, whatever the verifying host has."""
+    return "cpu" if flavour.cuda == "cpu" else "cuda"
 
 
 def skipped_sources(record: Path) -> list[str]:
@@ -64,7 +70,8 @@ def _stack_on_python(stack: Path, flavour: str | None, python: Path, skip: list[
     flavours = select_flavour(spec, flavour)
     chosen = flavours[0] if len(flavours) == 1 else None
     components = [c.key for c in (components_for(spec, chosen) if chosen else spec.components.values())]
-    plan = Plan(stack_path=stack, stack=spec, flavour=chosen.slug if chosen else None, components=components, skip=skip)
+    plan = Plan(stack_path=stack, stack=spec, flavour=chosen.slug if chosen else None, components=components, skip=skip,
+                accelerator=accelerator(chosen) if chosen else None)
     if chosen is not None:
         plan.locked = locked_packages(stack, chosen.slug)
     return open_target(python), plan, None

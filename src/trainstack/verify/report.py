@@ -122,16 +122,42 @@ def _library(raw: Any) -> LibraryInfo:
 
 
 def find_compilers(target: Target) -> dict[str, Compiler]:
-    """cc, c++ and nvcc as the target's PATH (its bin first) finds them, with their versions."""
+    """cc, c++ and nvcc as the target's PATH (its bin first) finds them, with their versions and
+    whose each is. nvcc is looked for first in the environment's own toolchain wheels
+    (site-packages/nvidia/*/bin/nvcc), then in CUDA_HOME, then on the host's PATH."""
     search = target.env()["PATH"]
     found: dict[str, Compiler] = {}
     for role, names in COMPILERS.items():
         path = next((p for p in (shutil.which(n, path=search) for n in names) if p), None)
-        if path is None and role == "nvcc" and os.environ.get("CUDA_HOME"):
-            candidate = Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"
-            path = str(candidate) if candidate.exists() else None
-        found[role] = Compiler(path=path, version=_version_of(path)) if path else Compiler()
+        owner = _owner(target, path)
+        if role == "nvcc" and owner != "environment":
+            wheel = _wheel_nvcc(target)
+            if wheel is not None:
+                path, owner = wheel, "environment"
+            elif os.environ.get("CUDA_HOME") and (Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc").is_file():
+                path, owner = str(Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"), "CUDA_HOME"
+        found[role] = Compiler(path=path, version=_version_of(path), owner=owner) if path else Compiler()
     return found
+
+
+def _owner(target: Target, path: str | None) -> str:
+    if path is None:
+        return NOT_FOUND
+    inside = Path(path).absolute().is_relative_to(target.prefix) or Path(path).parent == target.bin_dir
+    return "environment" if inside else "host"
+
+
+def _wheel_nvcc(target: Target) -> str | None:
+    """The nvcc of the environment's CUDA toolchain wheels (nvidia/cuda_nvcc/bin, nvidia/cu13/bin)."""
+    for site in target.site:
+        nvidia = site / "nvidia"
+        if not nvidia.is_dir():
+            continue
+        for folder in sorted(nvidia.iterdir())[:200]:
+            candidate = folder / "bin" / "nvcc"
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    return None
 
 
 def _version_of(path: str) -> str:

@@ -26,6 +26,9 @@ class LibcInfo(Fixed):
 class Compiler(Fixed):
     path: str = NOT_FOUND
     version: str = NOT_FOUND
+    # whose it is: "environment" (inside the target: its bin or its toolchain wheels),
+    # "CUDA_HOME" (the CUDA home the environment names), or "host" (found on the host's PATH)
+    owner: str = NOT_FOUND
 
 
 class PythonInfo(Fixed):

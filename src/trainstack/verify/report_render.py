@@ -22,7 +22,7 @@ def render_report(report: EnvReport, console: Console) -> None:
         ("libc", f"{report.libc.name} {report.libc.version}"),
         ("Python", f"{report.python.version} {report.python.implementation} at {report.python.executable}"),
     ]
-    rows += [(f"compiler {role}", f"{c.version} ({c.path})" if c.path != NOT_FOUND else NOT_FOUND) for role, c in report.compilers.items()]
+    rows += [(f"compiler {role}", f"{c.version} ({c.path}, {c.owner}'s)" if c.path != NOT_FOUND else NOT_FOUND) for role, c in report.compilers.items()]
     arch = " ".join(report.torch.arch_list) if isinstance(report.torch.arch_list, list) else report.torch.arch_list
     rows += [
         ("torch", f"{report.torch.version} (CUDA {report.torch.cuda}, ROCm {report.torch.rocm})"),

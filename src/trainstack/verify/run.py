@@ -65,6 +65,7 @@ class Plan(BaseModel):
     skip: list[str] = []
     not_built: list[str] = []  # components the build left out on purpose (build --skip-sources)
     lock_inputs_hash: str | None = None  # of the lock manifest the built flavour came from
+    accelerator: str | None = None  # what the flavour targets: 'cuda' for a CUDA flavour, 'cpu'; None: the host's
 
     @property
     def settings(self) -> Verify:
@@ -79,7 +80,7 @@ def run_verify(target: Target, plan: Plan, *, trust: bool = False) -> VerifyResu
         refuse_untrusted(plan.settings.suite, _where(plan), trust)
     report = collect_report(target, locked=plan.locked, build_record=plan.build_record) if "report" in wanted else None
     rules = plan.stack.rules_in_effect if plan.stack is not None else None
-    ops = op_table(target, prebuilt_wanted(plan.stack, plan.components), rules) if "ops" in wanted else None
+    ops = op_table(target, prebuilt_wanted(plan.stack, plan.components), rules, plan.accelerator) if "ops" in wanted else None
     links = _links(target, plan) if "linkcheck" in wanted else None
     smoke = run_smoke(target, _smoke_checks(plan), _imports(plan, report)) if "smoke" in wanted else []
     gate = _gate(target, plan, trust) if "suites" in wanted else None

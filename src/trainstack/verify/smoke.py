@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from pydantic import BaseModel
 
 from rich.text import Text
 
+from trainstack import proc
 from trainstack.console import err
 from trainstack.stackfile.models import SMOKE_CHECKS
 from trainstack.verify.target import Target, run_probe
@@ -50,4 +52,26 @@ def run_check(target: Target, check: str, components: list[str], workdir: Path, 
         # the interpreter died or hung: the check fails, it is never dropped
         seconds = round(time.perf_counter() - start, 3)
         return [SmokeResult(name=name or check, status="fail", reason=reason, seconds=seconds)]
-    return [SmokeResult.model_validate(item) for item in data]  # type: ignore[union-attr]
+    return [_run_program(target, item) if isinstance(item, dict) and item.get("run") else SmokeResult.model_validate(item)
+            for item in data]  # type: ignore[union-attr]
+
+
+def _run_program(target: Target, item: dict) -> SmokeResult:
+    """A binary-only package (py-spy) is checked as its program: PROGRAM --version, in the target's
+    environment. Only a program inside the target is run (the package's RECORD names it)."""
+    program = Path(str(item["run"]))
+    name = str(item.get("name") or program.name)
+    inside = program.is_absolute() and program.resolve().is_relative_to(target.prefix.resolve())
+    if not inside:
+        return SmokeResult(name=name, status="fail", reason=f"{program.name}: not inside the environment", seconds=0)
+    start = time.perf_counter()
+    try:
+        done = proc.run([program, "--version"], echo=False, timeout=60, env=target.env())
+    except (OSError, subprocess.SubprocessError) as exc:
+        return SmokeResult(name=name, status="fail", reason=f"{program.name} --version: {exc}", seconds=0)
+    seconds = round(time.perf_counter() - start, 3)
+    text = (done.stdout.strip() or done.stderr.strip()).splitlines()
+    first = text[0][:300] if text else "no output"
+    if not done.ok:
+        return SmokeResult(name=name, status="fail", reason=f"{program.name} --version exited {done.returncode}: {first}", seconds=seconds)
+    return SmokeResult(name=name, status="pass", reason=f"{program.name} --version: {first}", seconds=seconds)

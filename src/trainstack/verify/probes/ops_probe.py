@@ -44,9 +44,10 @@ def deepspeed_ops():
         try:
             with contextlib.redirect_stdout(captured):
                 compatible = bool(builder.is_compatible(verbose=True))
-            why = captured.getvalue().replace("[WARNING]", "").strip() or getattr(builder, "error_log", None) or ""
+            why = ANSI.sub("", captured.getvalue()).replace("[WARNING]", "").strip() or getattr(builder, "error_log", None) or ""
         except Exception as exc:  # noqa: BLE001
             compatible, why = False, _error(exc)
+        why = ANSI.sub("", str(why))
         out["ops"].append({
             "name": name,
             "installed": bool(installed_ops.get(name, False)),
@@ -92,7 +93,9 @@ def op_files(name):
     return sorted(glob.glob(os.path.join(root, "**", name + "*.so"), recursive=True))[:4]
 
 
-def module_probe(module):
+def module_probe(module, public=None):
+    """Whether ``module`` (a compiled module) is there, and whether it loads: through ``public``,
+    the package's public import, when the module is private (xformers._C loads via xformers.ops)."""
     try:
         found = util.find_spec(module) is not None
     except (ImportError, ValueError):
@@ -101,7 +104,7 @@ def module_probe(module):
         return {"module": module, "present": False, "error": None}
     origin = util.find_spec(module).origin
     try:
-        importlib.import_module(module)
+        importlib.import_module(public or module)
         return {"module": module, "present": True, "error": None, "file": origin}
     except Exception as exc:  # noqa: BLE001 - the error text is the finding
         return {"module": module, "present": True, "error": _error(exc), "file": origin}
@@ -126,7 +129,7 @@ def main():
         if version is None:
             extensions.append({"name": ext["name"], "version": None, "modules": []})
             continue
-        extensions.append({"name": ext["name"], "version": version, "modules": [module_probe(m) for m in ext["modules"]]})
+        extensions.append({"name": ext["name"], "version": version, "modules": [module_probe(m, ext.get("public")) for m in ext["modules"]]})
     torch = torch_facts() if _version("torch") else None
     print(json.dumps({"torch": torch, "deepspeed": deepspeed_ops(), "extensions": extensions}))
 

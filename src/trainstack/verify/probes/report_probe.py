@@ -180,12 +180,16 @@ def nccl_info():
 
 
 def _pinned_requirement(dist, prefix):
-    """The version a wheel pins for a dependency: what it was built against."""
+    """The version a wheel pins for a dependency: what it was built against. Both spellings of
+    Requires-Dist: 'nvidia-nccl-cu12==2.18.1; ...' and 'nvidia-nccl-cu12 (==2.18.1) ; ...'."""
+    import re
     from importlib import metadata
 
     for req in metadata.requires(dist) or []:
-        if req.lower().startswith(prefix) and "==" in req:
-            return req.split("==", 1)[1].split(";")[0].strip()
+        if req.lower().startswith(prefix):
+            pinned = re.search(r"===?\s*([0-9][0-9A-Za-z.+!_-]*)", req.split(";")[0])
+            if pinned:
+                return pinned.group(1)
     return None
 
 

@@ -25,13 +25,40 @@ def timed(name, fn):
     try:
         status, reason = fn()
     except Exception as exc:  # noqa: BLE001 - every failure becomes a "fail" with its reason
-        status, reason = "fail", "%s: %s" % (type(exc).__name__, _first_line(exc))
+        status, reason = "fail", _cause(exc)
     return result(name, status, reason, time.perf_counter() - start)
 
 
-def _first_line(exc):
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else traceback.format_exc().strip().splitlines()[-1][:300]
+# torch's advice lines after the cause of a failed compile, not part of it
+ADVICE = ("Set TORCH_LOGS", "You can suppress", "For even more developer context", "Set TORCHDYNAMO_VERBOSE",
+          "from user code:", "To execute this test")
+MAX_REASON = 2000
+
+
+def _cause(exc):
+    """The whole cause in one line: each message of the chain ('BackendCompilerFailed:
+    backend='inductor' raised: RuntimeError: ...'), torch's advice lines left out."""
+    parts, seen = [], 0
+    while exc is not None and seen < 8:
+        lines = []
+        for line in str(exc).strip().splitlines():
+            if line.strip().startswith(ADVICE):
+                break
+            if line.strip():
+                lines.append(line.strip())
+        text = " ".join(lines) or _last_frame()
+        parts.append("%s: %s" % (type(exc).__name__, text))
+        # torch's BackendCompilerFailed already holds its cause's text; follow only bare re-raises
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is not None and str(nxt).strip() and str(nxt).strip().splitlines()[0].strip() in text:
+            break
+        exc, seen = nxt, seen + 1
+    return " <- ".join(parts)[:MAX_REASON]
+
+
+def _last_frame():
+    lines = traceback.format_exc().strip().splitlines()
+    return lines[-1][:300] if lines else ""
 
 
 def have(module):
@@ -97,17 +124,42 @@ def module_for(dist):
     return (public or sorted(modules))[0]
 
 
+def executables(dist):
+    """The programs a distribution installs into the environment's bin (py-spy: bin/py-spy),
+    as its RECORD lists them; at most 16."""
+    from importlib import metadata
+
+    found = []
+    for entry in (metadata.files(dist) or [])[:20000]:
+        if len(entry.parts) >= 2 and entry.parts[-2] in ("bin", "scripts") and not entry.name.endswith(".py"):
+            path = os.path.abspath(str(entry.locate()))
+            if os.path.isfile(path) and os.access(path, os.X_OK):
+                found.append(path)
+    return found[:16]
+
+
 def check_imports(components):
     results = []
     for dist in components:
-        def one(dist=dist):
+        programs = []
+
+        def one(dist=dist, programs=programs):
+            from importlib import util
+
             module = module_for(dist)
             if module is None:
                 return "fail", "%s is not installed" % dist
+            if util.find_spec(module) is None and executables(dist):
+                # a binary-only package (py-spy): checked as its program, run by trainstack
+                programs.extend(executables(dist))
+                return "pass", "%s installs no module, only %s" % (dist, ", ".join(os.path.basename(p) for p in programs))
             importlib.import_module(module)
             return "pass", "import %s" % module
 
-        results.append(timed("import " + dist, one))
+        item = timed("import " + dist, one)
+        if programs:
+            item["name"], item["run"] = "run " + dist, programs[0]
+        results.append(item)
     return results
 
 
