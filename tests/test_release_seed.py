@@ -109,10 +109,10 @@ release = "1"
 image = "old-torch"
 
 [components]
-torch = "==2.0.1"
+torch = "==1.13.1"
 
 [matrix]
-cuda = ["11.8"]
+cuda = ["cpu"]
 os = ["ubuntu22.04"]
 python = ["3.10"]
 channel = ["release"]
@@ -122,10 +122,10 @@ base = { "ubuntu22.04" = "docker.io/library/ubuntu:22.04" }
 """
 
 RELEASE_2_0 = """
-[rules.torch.releases."2.0"]
-variants = ["cpu", "cu117", "cu118"]
+[rules.torch.releases."1.13"]
+variants = ["cpu", "cu116", "cu117"]
 pypi_default = "cu117"
-pythons = ["3.8", "3.9", "3.10", "3.11"]
+pythons = ["3.7", "3.8", "3.9", "3.10"]
 source = "https://github.com/pytorch/pytorch/blob/main/RELEASE.md#release-compatibility-matrix"
 """
 
@@ -133,11 +133,11 @@ source = "https://github.com/pytorch/pytorch/blob/main/RELEASE.md#release-compat
 def test_a_stack_adds_rules_with_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stack = tmp_path / "old.toml"
     stack.write_text(STACK_2_0)
-    assert main(["check", str(stack)]) != 0  # torch 2.0 is not in the shipped data
-    assert "torch 2.0 is not in the rules data" in capsys.readouterr().out
+    assert main(["check", str(stack)]) != 0  # torch 1.13 is not in the shipped data
+    assert "torch 1.13 is not in the rules data" in capsys.readouterr().out
     stack.write_text(STACK_2_0 + RELEASE_2_0)
     assert main(["check", str(stack)]) == 0
-    assert "2.0" in load_stack(stack).rules_in_effect.torch.releases
+    assert "1.13" in load_stack(stack).rules_in_effect.torch.releases
 
 
 def test_a_rules_file_beside_the_stack_is_validated_like_the_shipped_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -147,7 +147,7 @@ def test_a_rules_file_beside_the_stack_is_validated_like_the_shipped_data(tmp_pa
     beside.write_text(RELEASE_2_0.replace("[rules.", "[").replace('pypi_default = "cu117"\n', ""))
     assert main(["check", str(stack)]) == 2
     err = capsys.readouterr().err
-    assert f"{beside}:2: torch.releases.2.0.pypi_default: required field is missing" in err
+    assert f"{beside}:2: torch.releases.1.13.pypi_default: required field is missing" in err
     beside.write_text(RELEASE_2_0.replace("[rules.", "["))
     assert main(["check", str(stack)]) == 0
 
@@ -157,4 +157,4 @@ def test_a_bad_rules_table_names_the_line_and_field(tmp_path: Path, capsys: pyte
     stack.write_text(STACK_2_0 + RELEASE_2_0.replace("pythons =", "pythonz ="))
     assert main(["check", str(stack)]) == 2
     err = capsys.readouterr().err
-    assert f"{stack}:" in err and "rules.torch.releases.2.0.pythonz: unknown field" in err
+    assert f"{stack}:" in err and "rules.torch.releases.1.13.pythonz: unknown field" in err

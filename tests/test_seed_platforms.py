@@ -139,11 +139,12 @@ def test_aarch64_flavour_locks_to_aarch64_wheels_from_pypi(write_stack) -> None:
 
 
 def test_compile_on_python_before_3_12_needs_setuptools_in_the_stack(write_stack, capsys) -> None:
+    """A warning, not a refusal: the stack still builds; its compile smoke check would fail."""
     compile_smoke = '["imports", "compile"]'
     path = seed(write_stack, 'torch = "==2.5.1"', smoke=compile_smoke)
-    assert main(["check", str(path)]) == 3
+    assert main(["check", str(path), "--verbose"]) == 0
     captured = capsys.readouterr()
-    assert "torch.compile" in captured.out + captured.err and "add setuptools" in captured.out + captured.err
+    assert "warning" in captured.out and "torch.compile" in captured.out and "add setuptools" in captured.out
     assert findings(seed(write_stack, 'torch = "==2.5.1"\nsetuptools = ">=70"', smoke=compile_smoke)) == []
     assert findings(seed(write_stack, 'torch = "==2.5.1"', smoke=compile_smoke, python="3.12")) == []
     assert findings(seed(write_stack, 'torch = "==2.5.1"')) == []  # no compile check asked for

@@ -142,7 +142,7 @@ def _compile_needs(stack: Stack, flavour: Flavour, components: dict[str, Compone
     if Version(flavour.python) not in SpecifierSet(rule.python) or rule.package in components:
         return []
     text = fill(rule.message, python=flavour.python)
-    return [_finding(flavour, "torch.compile", "error", text, rule.source)]
+    return [_finding(flavour, "torch.compile", "warning", text, rule.source)]
 
 
 def _flash_attn(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
