@@ -298,13 +298,16 @@ def test_unreadable_files_are_one_line(open_folder: Path, old_lock: Path, capsys
         "check": (["check", str(secret)], "readable"),
         "lock": (["lock", str(secret)], "readable"),
     }
+    outs = open_folder / "outs"  # a folder the user may write in: the output path is not what is tested
+    outs.mkdir()
+    os.chmod(outs, 0o777)
     shutil.copy(project / "previous.json", project / "readable.json")
     os.chmod(project / "previous.json", 0o000)
-    runs["release"] = (["release", "small.toml", "--previous", "previous.json", "--out", "out"], "previous.json")
+    runs["release"] = (["release", "small.toml", "--previous", "previous.json", "--out", str(outs / "out")], "previous.json")
     (project / "changes").mkdir(mode=0o755)
     (project / "changes" / "1.fix.md").write_text("A fix.\n")
     os.chmod(project / "changes" / "1.fix.md", 0o000)
-    runs["fragment"] = (["release", "small.toml", "--previous", "readable.json", "--out", "out"], "1.fix.md")
+    runs["fragment"] = (["release", "small.toml", "--previous", "readable.json", "--out", str(outs / "out")], "1.fix.md")
     for verb, (args, needle) in runs.items():
         code, err = as_nobody(args, project)
         assert "Traceback" not in err, err
@@ -312,7 +315,7 @@ def test_unreadable_files_are_one_line(open_folder: Path, old_lock: Path, capsys
         assert code == 2 and len(errors) == 1, f"{verb}: {err}"
         assert needle in errors[0] or "Permission denied" in errors[0], f"{verb}: {err}"
     capsys.readouterr()
-    assert not (project / "out").exists()
+    assert not (project / "out").exists() and not (outs / "out").exists()
 
 
 # -- health and bench arguments --------------------------------------------------------------

@@ -122,13 +122,15 @@ def read_regular(
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     else:
         fd = _open_inside(Path(path), Path(inside), what, folder_name, links)
-    with os.fdopen(fd, "rb") as handle:
-        # the name may have been swapped for a FIFO between stat and open: check what was opened
-        st = os.fstat(handle.fileno())
+    # the name may have been swapped for a FIFO between stat and open: check what was opened
+    # (before fdopen, which refuses a directory with text of its own)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, f"is a directory; expected a {what}")
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, f"is {_kind(st.st_mode)}, not a regular file; expected a {what}")
+        raise OSError(errno.EINVAL, f"is {_kind(st.st_mode)}, not a regular file; expected a {what}")
+    with os.fdopen(fd, "rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"is larger than {limit >> 20} MiB; expected a {what}")
