@@ -137,3 +137,19 @@ def test_published_configs_pass_and_count_about_their_parameters(name: str) -> N
     known, data = PUBLISHED[name]
     check_config(data, f"{name}/config.json")
     assert 0.75 * known <= parameter_count(data) <= 1.34 * known, (name, parameter_count(data))
+
+
+def test_a_config_is_read_inside_its_folder_and_as_strict_json(tmp_path: Path, capsys) -> None:
+    """A config a repository brings: a link out of its folder and a key given twice are refused in one
+    line before transformers reads the file."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET-CORPUS-TOKEN\n")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "config.json").symlink_to(secret)
+    twice = tmp_path / "twice.json"
+    twice.write_text('{"model_type": "llama", "hidden_size": 64, "hidden_size": 65}')
+    for path, needle in ((linked / "config.json", "leads out of the folder"), (twice, "appears twice")):
+        assert main(["memplan", "--hf-config", str(path), "--batch", "1", "--seq", "64", "--budget", "1GiB"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and needle in err and "SECRET-CORPUS-TOKEN" not in err, err

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.errors import SpecError
+from trainstack.fsutil import describe_os_error, loads_strict, read_regular
 
 MAX_LAYERS = 1024
 MAX_POSITIONS = 2**24
@@ -53,8 +54,10 @@ MODEL_TYPE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 def check_config_file(config: Path) -> dict:
     """The config's JSON object, every rule above held; SpecError naming the file and field."""
-    try:
-        data = json.loads(config.read_bytes())
+    try:  # a repository's file: read inside its folder, no link out, a regular file of bounded size
+        data = loads_strict(read_regular(config, "Hugging Face config", inside=config.parent).decode("utf-8"))
+    except OSError as exc:
+        raise SpecError(f"{config}: cannot read: {describe_os_error(exc)}") from None
     except (ValueError, RecursionError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpecError(f"{config}: not a Hugging Face config: {first}") from None
