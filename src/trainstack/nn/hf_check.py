@@ -55,7 +55,8 @@ MODEL_TYPE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 def check_config_file(config: Path) -> dict:
     """The config's JSON object, every rule above held; SpecError naming the file and field."""
     try:  # a repository's file: read inside its folder, no link out, a regular file of bounded size
-        data = loads_strict(read_regular(config, "Hugging Face config", inside=config.parent).decode("utf-8"))
+        text = read_regular(config, "Hugging Face config", inside=config.parent).decode("utf-8")
+        data = loads_strict(text, allow_nan=True)  # NaN reaches the field checks, which name the field
     except OSError as exc:
         raise SpecError(f"{config}: cannot read: {describe_os_error(exc)}") from None
     except (ValueError, RecursionError) as exc:
