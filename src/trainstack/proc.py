@@ -412,7 +412,7 @@ def _sweep(root: Path) -> None:
             try:
                 os.rmdir(entry.path)
             except OSError:
-                pass  # still holds a process: not ours to end
+                continue  # still holds a process: not ours to end
 
 
 def _is_zombie(pid: int) -> bool:

@@ -43,7 +43,8 @@ def warn(text: str) -> None:
     try:
         print(f"trainstack run: {shown}", file=sys.stderr)
     except (OSError, ValueError):
-        pass  # no stderr to write to: the job goes on regardless
+        # no stderr to write to: the job goes on regardless
+        return
 
 
 def setup(settings: Settings, this_rank: int) -> None:
