@@ -65,7 +65,7 @@ def test_a_bad_variable_is_one_line_and_the_job_runs_as_without(venv, tmp_path):
     done = subprocess.run([str(venv / "bin" / "python"), str(PLAIN), "--steps", "2"], capture_output=True, text=True, env=env, timeout=110)
     assert done.returncode == 0
     assert done.stderr.splitlines() == [
-        "trainstack run: hook off: TRAINSTACK_PROFILE_STEPS: '4-2' is not a step range; accepted: A:B with 1 <= A < B, optimizer steps A to B-1 counted from 0"
+        "trainstack run: hook off: TRAINSTACK_PROFILE_STEPS: '4-2' is not a step range; accepted: A:B with 1 <= A < B (ASCII digits, at most 9 each), optimizer steps A to B-1 counted from 0"
     ]
     assert "step 1 " in done.stdout
 
