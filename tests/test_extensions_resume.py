@@ -312,3 +312,11 @@ def test_the_flash_attn_script_stops_before_its_deadline_and_the_next_run_finish
     assert second["units_total"] == UNITS + 1 and second["units_resumed"] == done_before
     assert second["units_compiled_this_run"] == UNITS + 1 - done_before
     assert second["wheel_bytes"] > 0 and second["compile_seconds_total"] > 0
+
+
+def test_the_flash_attn_check_says_skip_without_a_gpu() -> None:
+    """benchmarks/flash_attn_check.py never reports a pass on a machine with no GPU."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "flash_attn_check.py"), "--out", os.devnull],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 6, done.stderr
+    assert done.stderr.strip() == "error: skip: no GPU (torch.cuda.is_available() is False)"
