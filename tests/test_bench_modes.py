@@ -97,3 +97,64 @@ def test_compiled_selective_checkpointing_gives_the_same_loss_and_grads():
     torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-5)
     for got, want in zip(grads, want_grads):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_flash_part_parses_and_is_refused_with_planned():
+    assert parse_mode("bf16+flash+compile") == Mode(compile=True, bf16=True, flash=True)
+    assert parse_mode("compile+bf16+flash").name == "compile+bf16+flash"
+    assert parse_mode("ac-full+flash").name == "ac-full+flash"
+    with pytest.raises(UsageError, match=r"joins flash and planned, but memplan plans SDPA's attention only"):
+        parse_mode("compile+planned+flash")
+
+
+def _flash_attn_func_on_cpu(q, k, v, causal=False):
+    """flash_attn_func's contract, (B, T, H, hd) in and out with fewer kv heads repeated, in
+    torch's own attention: what the decoder's flash path must give the same result as SDPA with."""
+    rep = q.shape[2] // k.shape[2]
+    k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
+    out = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("kv_heads", [None, 4])  # the preset's grouped kv heads, and one kv head a head
+def test_the_flash_layout_gives_the_sdpa_result(kv_heads):
+    """The decoder's flash path (no transposes, rope on (B, T, H, hd), grouped kv heads passed as
+    they are) computes what its SDPA path computes: loss and every gradient."""
+    from trainstack.nn.decoder import Attention
+
+    base = PRESETS["tiny"].to_dict()
+    cfg = PRESETS["tiny"].__class__(**{**base, **({"n_kv_heads": kv_heads} if kv_heads else {})})
+    results = []
+    for flash in (False, True):
+        torch.manual_seed(0)
+        model = Transformer(cfg)
+        for m in model.modules():
+            if isinstance(m, Attention) and flash:
+                m.flash_attn = _flash_attn_func_on_cpu
+        tokens = torch.randint(0, 512, (2, 65), generator=torch.Generator().manual_seed(1))
+        loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    (want, want_grads), (got, grads) = results
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_cli_refuses_flash_in_one_line_without_flash_attn(capsys):
+    from trainstack.cli import main
+
+    assert main(["bench", "--preset", "tiny", "--modes", "compile+flash", "--device", "cpu"]) == 6
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--modes compile+flash: flash attention needs the flash-attn package, which this environment lacks" in err
+    assert "Traceback" not in err
+
+
+def test_flash_is_unavailable_on_a_cpu_and_for_a_hugging_face_model():
+    from trainstack.bench import flash
+    from trainstack.bench.modes import ModeUnavailable
+
+    with pytest.raises(ModeUnavailable, match=r"^unavailable: flash needs the flash-attn package"):
+        flash.require(torch.device("cpu"))
+    with pytest.raises(ModeUnavailable, match=r"^unavailable: flash applies to the bench decoder's attention"):
+        flash.use_flash_attn(torch.nn.Sequential(torch.nn.Linear(2, 2)))

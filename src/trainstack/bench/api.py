@@ -91,6 +91,23 @@ def check_fp8(modes: list[Mode], device: str) -> None:
         raise UsageError(f"--modes {fp8}: float8 training needs an NVIDIA GPU of compute capability sm{''.join(map(str, MIN_CAPABILITY))} or newer; accepted here: modes without fp8")
 
 
+def check_flash(modes: list[Mode], device: str) -> None:
+    """One line before anything runs when a flash mode cannot run here."""
+    named = next((m.name for m in modes if m.flash), None)
+    if named is None:
+        return
+    import importlib.util
+
+    from trainstack.bench.flash import INSTALL
+
+    if importlib.util.find_spec("flash_attn") is None:
+        raise ToolMissingError(f"--modes {named}: flash attention needs the flash-attn package, which this environment lacks", hint=INSTALL)
+    import torch
+
+    if device == "cpu" or not torch.cuda.is_available():
+        raise UsageError(f"--modes {named}: flash-attn's kernels need a CUDA GPU; accepted here: modes without flash")
+
+
 def benchmark(opts: BenchOptions) -> list[dict]:
     """Run, print the table, write ``<out>/<label>.jsonl`` and ``.png``; returns the rows
     (with ``--parity`` and no ablation: the two parity rows)."""
@@ -101,6 +118,7 @@ def benchmark(opts: BenchOptions) -> list[dict]:
         raise UsageError(f"--modes '{named}' lists {len(modes)} modes; accepted: one mode, or several with --ablation")
     parity_modes = opts.parity or ()
     check_fp8(modes + list(parity_modes), opts.device)
+    check_flash(modes + list(parity_modes), opts.device)
     lead = dist_from_env().rank == 0
     if parity_modes:
         return _with_parity(opts, spec, parity_modes, lead)

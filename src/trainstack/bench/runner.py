@@ -173,7 +173,13 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
         from trainstack.bench import fp8
 
         fp8.require(device)
+    if mode.flash:
+        from trainstack.bench import flash
+
+        flash.require(device)
     model = _new_model(spec.cfg, device)
+    if mode.flash:
+        flash.use_flash_attn(model)
     if mode.fp8:
         fp8_note = fp8.convert(model, mode.fp8).summary()
     plan, keep_budget = None, None

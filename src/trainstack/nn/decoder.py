@@ -88,7 +88,7 @@ def rope_tables(cfg: ModelConfig, device: torch.device | None = None) -> tuple[t
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x (B, H, T, hd); cos, sin (T, hd)
+    # x (B, H, T, hd) with cos, sin (T, hd); or x (B, T, H, hd) with cos, sin (T, 1, hd)
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return (x * cos + rotated * sin).to(x.dtype)
@@ -104,10 +104,16 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(cfg.dim, cfg.dim + 2 * cfg.kv_dim, bias=False)
         self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
         self.split = (cfg.dim, cfg.kv_dim, cfg.kv_dim)
+        self.flash_attn = None  # flash-attn's flash_attn_func when a mode asks for it; SDPA otherwise
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape  # (B, T, C)
         q, k, v = self.wqkv(x).split(self.split, dim=-1)
+        if self.flash_attn is not None:  # flash-attn's layout: (B, T, H, hd), grouped kv heads as they are
+            q = apply_rope(q.view(b, t, self.n_heads, self.head_dim), cos[:, None], sin[:, None])
+            k = apply_rope(k.view(b, t, self.n_kv_heads, self.head_dim), cos[:, None], sin[:, None])
+            y = self.flash_attn(q, k, v.view(b, t, self.n_kv_heads, self.head_dim), causal=True)  # (B, T, H, hd)
+            return self.wo(y.reshape(b, t, -1))  # (B, T, C)
         q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
         k = k.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         v = v.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)

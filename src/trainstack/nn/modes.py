@@ -10,6 +10,10 @@ bf16 parameters with fp32 master weights and AdamW state (bench.precision), e.g.
 (tensorwise, fast accumulation in the backward products too) trains the
 linear layers of the blocks in float8 through torchao (bench.fp8: those large enough for
 float8 to pay for its casts; the output projection stays bf16), e.g. ``compile+bf16+fp8``.
+The part ``flash`` runs the decoder's attention through flash-attn's kernels
+(``flash_attn_func``, an installed flash-attn on a CUDA GPU) instead of torch's
+scaled_dot_product_attention, e.g. ``compile+bf16+flash``; memplan plans SDPA only, so
+``flash`` does not go with ``planned``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 
 from trainstack.errors import UsageError
 
-ACCEPTED = "eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, ac-none, ac-full, ac-every-N, ac-selective, planned, or parts joined by '+'"
+ACCEPTED = "eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, flash, ac-none, ac-full, ac-every-N, ac-selective, planned, or parts joined by '+'"
 DEFAULT_ABLATION = ("eager", "compile", "compile+bf16", "ac-full", "ac-every-2", "ac-selective", "compile+ac-selective", "planned")
 
 _AC_PART = re.compile(r"^ac-(none|full|selective|every-([1-9][0-9]*))$")
@@ -35,6 +39,7 @@ class Mode:
     every: int = 0
     bf16: bool = False  # bf16 parameters, fp32 master weights and optimizer state
     fp8: str = ""  # "" (off) or a recipe of bench.fp8 (tensorwise, rowwise, tensorwise-fastacc): float8 linear layers
+    flash: bool = False  # attention through flash-attn's flash_attn_func instead of SDPA
 
     @property
     def name(self) -> str:
@@ -42,11 +47,12 @@ class Mode:
         parts = (["compile"] if self.compile else []) + ([ac] if ac else [])
         parts = (parts or ["eager"]) + (["bf16"] if self.bf16 else [])
         parts += [FP8_NAMES[self.fp8]] if self.fp8 else []
+        parts += ["flash"] if self.flash else []
         return "+".join(parts)
 
 
 def parse_mode(text: str) -> Mode:
-    compiled, ac, every, seen_ac, bf16, fp8 = False, "none", 0, False, False, ""
+    compiled, ac, every, seen_ac, bf16, fp8, flash = False, "none", 0, False, False, "", False
     for part in text.strip().lower().split("+"):
         if part in FP8_PARTS:
             if fp8:
@@ -62,6 +68,9 @@ def parse_mode(text: str) -> Mode:
         if part == "bf16":
             bf16 = True
             continue
+        if part == "flash":
+            flash = True
+            continue
         if part != "planned" and match is None:
             raise UsageError(f"--modes: unknown mode part '{part}' in '{text}'; accepted: {ACCEPTED}")
         if seen_ac:
@@ -75,7 +84,9 @@ def parse_mode(text: str) -> Mode:
             ac = match.group(1)
     if compiled and "eager" in text.lower().split("+"):
         raise UsageError(f"--modes: '{text}' is both eager and compile; accepted: {ACCEPTED}")
-    return Mode(compile=compiled, ac=ac, every=every, bf16=bf16, fp8=fp8)
+    if flash and ac == "planned":
+        raise UsageError(f"--modes: '{text}' joins flash and planned, but memplan plans SDPA's attention only; accepted: flash with ac-* parts or none")
+    return Mode(compile=compiled, ac=ac, every=every, bf16=bf16, fp8=fp8, flash=flash)
 
 
 def parse_modes(text: str) -> list[Mode]:
