@@ -3,12 +3,14 @@ numerics (max abs error of the output and of dq, dk, dv against an fp32 referenc
 (forward, forward+backward) side by side, in bf16, causal and not, head dims 64 and 128, sequence
 1k to 8k at a constant 16k tokens a batch and a model width of 2048 (heads = 2048 / head dim).
 
-    python3 benchmarks/flash_attn_check.py [--out FILE] [--repeats N]
+    python3 benchmarks/flash_attn_check.py [--out FILE] [--repeats N] [--no-bench]
 
 The reference is SDPA's math backend in fp32 on the same bf16 inputs. flash-attn passes a shape
 when its errors are at most twice those of SDPA in bf16 plus 1e-3 (flash-attn's own test rule).
 SDPA is timed with torch's default choice and with each fused backend it allows (flash, cuDNN,
-memory-efficient). Exit 0 when every shape passes, 1 when one does not, 6 with no GPU or no
+memory-efficient). Then, unless --no-bench, `trainstack bench` trains the 1b preset (batch 4,
+sequence 4096) in compile+bf16 and compile+bf16+flash side by side, one run, and the two rows
+(tokens/s, MFU, step ms, peak memory, the attention each used) join the result. Exit 0 when every shape passes, 1 when one does not, 6 with no GPU or no
 flash_attn.
 """
 
@@ -148,10 +150,37 @@ def print_table(rows: list[dict]) -> None:
               f"{fa_ms if fa_ms else '-':>13} {timed.get('sdpa', '-'):>8} {best or '-':>15} {ratio:>6}")  # fmt: skip
 
 
+BENCH = ["--preset", "1b", "--batch", "4", "--seq", "4096", "--modes", "compile+bf16,compile+bf16+flash", "--ablation", "--steps", "10", "--warmup", "3"]
+BENCH_FIELDS = ("mode", "status", "error", "tokens_per_s_per_gpu", "mfu", "step_ms_median", "step_ms_p10", "step_ms_p90", "mem_allocated_gib", "sdpa_backend", "loss_first", "loss_final")
+
+
+def bench_rows() -> dict:
+    """compile+bf16 against compile+bf16+flash on the 1b preset, in one bench run."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder)
+        command = [sys.executable, "-m", "trainstack", "bench", *BENCH, "--out", str(out / "run"), "--output", str(out / "bench.json")]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=420)
+        if done.returncode != 0 or not (out / "bench.json").is_file():
+            return {"command": "trainstack bench " + " ".join(BENCH), "exit": done.returncode, "stderr": done.stderr[-2000:]}
+        document = json.loads((out / "bench.json").read_text())
+    rows = document.get("rows", document) if isinstance(document, dict) else document
+    kept = [{k: r.get(k) for k in BENCH_FIELDS} for r in rows]
+    by_mode = {r["mode"]: r for r in kept}
+    base, flash = by_mode.get("compile+bf16", {}), by_mode.get("compile+bf16+flash", {})
+    ratio = None
+    if base.get("tokens_per_s_per_gpu") and flash.get("tokens_per_s_per_gpu"):
+        ratio = round(flash["tokens_per_s_per_gpu"] / base["tokens_per_s_per_gpu"], 3)
+    return {"command": "trainstack bench " + " ".join(BENCH), "exit": 0, "rows": kept, "flash_over_sdpa_tokens_per_s": ratio}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "flash_attn_build" / "flash_attn_check.json")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--no-bench", action="store_true", help="leave out the bench rows of the 1b preset")
     args = parser.parse_args()
     try:
         import torch
@@ -182,6 +211,10 @@ def main() -> None:
         "all_pass": all(r["passes"] for r in rows),
     }
     atomic_write_json(args.out, result)
+    if not args.no_bench:
+        result["bench"] = bench_rows()
+        print(json.dumps(result["bench"], indent=1))
+        atomic_write_json(args.out, result)
     print(f"{sum(r['passes'] for r in rows)}/{len(rows)} shapes pass; written {args.out}")
     raise SystemExit(0 if result["all_pass"] else 1)
 
