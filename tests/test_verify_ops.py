@@ -112,3 +112,57 @@ def test_recorded_h200_probe_triton_is_compatible() -> None:
     [row] = table.rows
     assert (row.package, row.installed, row.compatible, row.why_not) == ("triton", True, True, "")
     assert table.absent == ["deepspeed", "apex", "flash-attn", "transformer-engine", "xformers"]
+
+
+C10_MODULE = r"""
+#include <Python.h>
+#include <c10/core/DeviceType.h>
+
+static PyObject* device_name(PyObject*, PyObject*) {
+    return PyUnicode_FromString(c10::DeviceTypeName(c10::DeviceType::CPU).c_str());
+}
+static PyMethodDef methods[] = {{"device_name", device_name, METH_NOARGS, ""}, {nullptr, nullptr, 0, nullptr}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "c10_linked", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit_c10_linked(void) { return PyModule_Create(&module); }
+"""
+
+
+def test_an_extension_that_needs_torchs_libraries_loads_once_torch_has() -> None:
+    """A compiled module linked to torch's libc10.so with no search path of its own (as
+    flash-attn's flash_attn_2_cuda is) cannot be imported alone, but is usable: every user
+    imports torch first. The probe imports torch first too, so the op is not reported broken."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+    import tempfile
+
+    torch = pytest.importorskip("torch")
+    compiler = shutil.which("g++")
+    if compiler is None:
+        pytest.skip("g++ is not installed")
+    torch_root = Path(torch.__file__).parent
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "c10_linked.cpp"
+        source.write_text(C10_MODULE)
+        target = Path(folder) / ("c10_linked" + sysconfig.get_config_var("EXT_SUFFIX"))
+        subprocess.run([compiler, "-shared", "-fPIC", "-std=c++17", "-o", str(target), str(source),
+                        f"-I{sysconfig.get_paths()['include']}", f"-I{torch_root / 'include'}",
+                        f"-L{torch_root / 'lib'}", "-lc10"], check=True, timeout=120)  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([folder, os.environ.get("PYTHONPATH", "")])}
+        alone = subprocess.run([sys.executable, "-c", "import c10_linked"], capture_output=True, text=True, env=env, timeout=60)
+        assert "libc10.so: cannot open shared object file" in alone.stderr  # the module on its own
+        probe = Path(__file__).resolve().parent.parent / "src" / "trainstack" / "verify" / "probes" / "ops_probe.py"
+        entry = {"extension": [{"name": "c10-linked", "package": "torch", "modules": ["c10_linked"]}]}
+        import json
+
+        done = subprocess.run([sys.executable, str(probe), json.dumps(entry)], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        (module,) = json.loads(done.stdout)["extensions"][0]["modules"]
+        assert module["present"] and module["error"] is None, module
+        from trainstack.verify.ops import extension_rows
+
+        facts = json.loads(done.stdout)
+        (row,) = extension_rows(facts["extensions"][0], {"gpu": False}, facts["torch"])
+        assert row.installed and row.compatible is not False and row.why_not == ""

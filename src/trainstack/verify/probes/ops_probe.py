@@ -123,6 +123,9 @@ def torch_facts():
 
 def main():
     data = json.loads(sys.argv[1])
+    # torch first, as every torch extension is used: its modules link torch's libraries (libc10.so)
+    # without a search path of their own and load only once torch has loaded them
+    torch = torch_facts() if _version("torch") else None
     extensions = []
     for ext in data.get("extension", []):
         version = _version(ext["package"])
@@ -130,7 +133,6 @@ def main():
             extensions.append({"name": ext["name"], "version": None, "modules": []})
             continue
         extensions.append({"name": ext["name"], "version": version, "modules": [module_probe(m, ext.get("public")) for m in ext["modules"]]})
-    torch = torch_facts() if _version("torch") else None
     print(json.dumps({"torch": torch, "deepspeed": deepspeed_ops(), "extensions": extensions}))
 
 
