@@ -113,3 +113,14 @@ def test_report_on_cuda_torch_venv_reads_loaded_libraries_from_the_memory_map(cu
     for loaded in (report.cudnn.loaded, report.nccl.loaded):
         assert isinstance(loaded, list) and loaded and all(path.startswith(venv) for path in loaded)
     assert any(path.endswith("libcudnn.so.9") for path in report.cudnn.loaded)
+
+
+def test_a_python_named_as_a_command_is_the_one_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--python python3` means what a shell would run; a name found nowhere is still one line."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)  # no file named python3 here: only PATH can give it
+    target = open_target(Path("python3"))
+    assert target.python == Path(shutil.which("python3")).absolute()
+    with pytest.raises(UsageError, match=r"^no-such-python-here: no such file"):
+        open_target(Path("no-such-python-here"))

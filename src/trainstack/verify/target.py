@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from importlib import resources
@@ -49,8 +50,11 @@ class Target:
 def open_target(python: Path) -> Target:
     """Check that ``python`` is a working Python interpreter; UsageError in one line if not."""
     python = Path(python)
+    if not python.exists() and os.sep not in str(python):  # a command name: the one on PATH, as a shell would run it
+        found = shutil.which(str(python))
+        python = Path(found) if found else python
     if not python.exists():
-        raise UsageError(f"{python}: no such file", hint="give the path of a python executable, e.g. VENV/bin/python")
+        raise UsageError(f"{python}: no such file", hint="give the path of a python executable, e.g. VENV/bin/python, or a name on PATH")
     if python.is_dir() or not os.access(python, os.X_OK):
         raise UsageError(f"{python}: not an executable file", hint="give the path of a python executable")
     try:
