@@ -69,6 +69,7 @@ def test_planted_oom_is_a_row_and_the_run_goes_on():
     rows = run_ablation([planted, base])
     assert [r["status"] for r in rows] == ["oom", "ok"]
     assert "can't allocate memory" in rows[0]["error"]
+    assert [r["memory_cap_gib"] for r in rows] == [0.25, None]  # the cap a row ran under is in the row
 
 
 def test_compare_prints_ratios(ablation, tmp_path, capsys):

@@ -298,6 +298,7 @@ def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
         "warmup_steps": spec.warmup,
         "torch": torch.__version__,
         "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "memory_cap_gib": spec.memory_cap_bytes / 2**30 if spec.memory_cap_bytes else None,  # --memory-cap-gib
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": cfg.to_dict(),
     }
