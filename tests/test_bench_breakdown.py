@@ -144,3 +144,99 @@ def test_bad_health_result_is_one_line(tmp_path, text, field):
     message = str(caught.value)
     assert message.startswith(f"--health {path}") and field in message and "accepted:" in message and "\n" not in message
 
+
+
+TINY = ["-m", "tiny", "--seq", "64", "--batch", "2", "--steps", "2", "--warmup", "1", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def cli_ablation(tmp_path_factory):
+    """bench's CLI on the CPU, each mode in a fresh process, with the H200's recorded health result."""
+    import contextlib
+    import io
+
+    from trainstack.cli import main
+
+    out = tmp_path_factory.mktemp("bench")
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        code = main(["bench", *TINY, "--ablation", "--modes", "eager,ac-full", "--out", str(out), "--health", str(HEALTH)])
+    return code, out / "bench-tiny-b2-s64.jsonl", out / "bench-tiny-b2-s64.png", text.getvalue()
+
+
+def test_every_row_carries_its_breakdown_in_json_report_and_chart(cli_ablation):
+    import json
+    import struct
+
+    code, jsonl, png, _ = cli_ablation
+    assert code == 0
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    for row in rows:
+        b = row["breakdown"]
+        assert b["classes"][GEMM]["share"] > 0
+        assert sum(c["share"] for c in b["classes"].values()) + b["idle_share"] == pytest.approx(1.0, abs=1e-6)
+        assert b["ceilings"]["gemm_tflops"] is None  # the health result is a GPU's: no ceiling of a CPU
+        assert row["flops_per_token_causal"] < row["flops_per_token"]
+    assert RECOMPUTE in rows[1]["breakdown"]["classes"] and RECOMPUTE not in rows[0]["breakdown"]["classes"]
+    width = struct.unpack(">I", png.read_bytes()[16:20])[0]
+    assert width == 16 * 110  # the third panel: each mode's step by class
+
+
+def test_report_shows_the_classes_and_both_flop_counts(cli_ablation):
+    *_, out = cli_ablation
+    text = " ".join(out.split())
+    assert "time per step by class" in text and "attention backward" in text and "recompute" in text and "idle" in text
+    assert "as Megatron-LM and NeMo count it" in text and "causal half: 6*N + 6*L*d*T" in text
+    assert "GEMM: 6 * N * tokens" in text
+
+
+def test_compare_puts_the_breakdowns_side_by_side(cli_ablation, tmp_path, capsys):
+    import json
+
+    from trainstack.cli import main
+
+    _, a, _, _ = cli_ablation
+    b = tmp_path / "b.jsonl"
+    rows = [json.loads(line) for line in a.read_text().splitlines()]
+    rows[0]["breakdown"]["classes"][GEMM]["share"] = 0.123456  # B's eager row: a GEMM share of its own
+    b.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capsys.readouterr()
+    assert main(["bench", "--compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "time per step by class, A → B" in out
+    gemm = [line for line in out.splitlines() if " GEMM " in line]
+    assert len(gemm) == 2 and "12.3%" in gemm[0]  # eager: A's share beside B's 12.3%
+    assert main(["bench", "--compare", str(a), str(b), "--json"]) == 0
+    pairs = json.loads(capsys.readouterr().out)["pairs"]
+    assert pairs[0]["breakdown_shares"][GEMM]["b"] == pytest.approx(0.123456)
+    assert pairs[1]["breakdown_shares"][RECOMPUTE]["a"] > 0
+
+
+def test_compare_refuses_a_breakdown_it_cannot_read(cli_ablation, tmp_path, capsys):
+    import json
+
+    from trainstack.cli import main
+
+    _, a, _, _ = cli_ablation
+    row = json.loads(a.read_text().splitlines()[0])
+    row["breakdown"]["classes"]["<script>"] = {"share": 0.1}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(row) + "\n")
+    assert main(["bench", "--compare", str(a), str(bad)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{bad}: row 1: breakdown: class '<script>'; accepted: GEMM," in err and "Traceback" not in err
+
+
+def test_bad_health_result_stops_bench_before_any_step(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    bad = tmp_path / "health.json"
+    bad.write_text('{"checks": [{"name": "gemm.bf16", "value": -1, "unit": "TFLOP/s"}]}')
+    done = subprocess.run([sys.executable, "-m", "trainstack", "bench", *TINY, "--health", str(bad), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env=os.environ)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: --health {bad}: checks[0] (gemm.bf16)")
+    assert not list(tmp_path.glob("*.jsonl"))

@@ -201,5 +201,19 @@ def class_text(b: Breakdown) -> str:
     return "\n".join(lines) + "\n"
 
 
+def class_cell(c: dict | None) -> str:
+    """'41.2% 512 TFLOP/s (67%)', '3.1% 2.9 TB/s (68%)' or '8.0%'."""
+    if not isinstance(c, dict) or not isinstance(c.get("share"), (int, float)):
+        return "-"
+    text = f"{c['share']:.1%}"
+    if isinstance(c.get("tflops"), (int, float)):
+        text += f" {c['tflops']:,.0f} TFLOP/s" if c["tflops"] >= 1 else f" {c['tflops'] * 1e3:,.1f} GFLOP/s"
+    elif isinstance(c.get("gbps"), (int, float)):
+        text += f" {c['gbps'] / 1e3:,.2f} TB/s" if c["gbps"] >= 100 else f" {c['gbps']:,.2f} GB/s"
+    if isinstance(c.get("of_ceiling"), (int, float)):
+        text += f" ({c['of_ceiling']:.0%})"
+    return text
+
+
 def _short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."

@@ -264,7 +264,8 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
         from trainstack.bench.ceilings import ceilings, with_rates
 
         work = class_work(spec.cfg, batch=spec.batch, seq=spec.seq, params=extra.get("params_per_rank") or row["params"])
-        extra["breakdown"] = with_rates(extra["breakdown"], work, ceilings(peak, spec.health, fp8=bool(spec.mode.fp8)))
+        health = spec.health if row["device_type"] == "cuda" else None  # a GPU's ceilings are no CPU's
+        extra["breakdown"] = with_rates(extra["breakdown"], work, ceilings(peak, health, fp8=bool(spec.mode.fp8)))
     return {
         "status": "ok" if math.isfinite(final) else "error",
         "error": None if math.isfinite(final) else f"final loss is not finite ({final})",
