@@ -9,7 +9,7 @@ from trainstack.bench.device import dist_from_env
 from trainstack.nn.hf import HfShape
 from trainstack.nn.decoder import ModelConfig
 from trainstack.nn.modes import Mode, parse_mode
-from trainstack.nn.presets import preset
+from trainstack.nn.presets import default_seq, preset
 from trainstack.bench.report import breakdown_table, explain, rescue, results_table, write_jsonl
 from trainstack.bench.runner import RunSpec
 from rich.text import Text
@@ -52,7 +52,7 @@ def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig | HfShape]:
 
 def make_spec(opts: BenchOptions) -> RunSpec:
     label, cfg = resolve_config(opts)
-    seq = opts.seq if opts.seq is not None else min(2048, cfg.max_seq)
+    seq = opts.seq if opts.seq is not None else (min(2048, cfg.max_seq) if opts.hf_config is not None else default_seq(opts.model))
     checks = (
         (opts.batch >= 1, f"--batch {opts.batch}: accepted: 1 or more"),
         (2 <= seq <= cfg.max_seq, f"--seq {seq}: accepted: 2 to {cfg.max_seq} (the model's max_seq)"),

@@ -12,11 +12,11 @@ import typer
 
 def command(
     ctx: typer.Context,
-    model: str = typer.Option("125m", "--preset", "-m", help="Preset: tiny, 125m, 1b, 3b, 8b."),
+    model: str = typer.Option("125m", "--preset", "-m", help="Preset: tiny, 125m, 1b, 3b, 8b; the reference configurations llama3.2-1b, llama3.2-3b, llama3.1-8b (those shapes at sequence 8192)."),
     old_model: str | None = typer.Option(None, "--model", hidden=True, help="Deprecated spelling of --preset."),
     hf_config: Path | None = typer.Option(None, "--hf-config", help="A Hugging Face config.json (or its folder) instead of a preset; no download."),
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences per GPU per step."),
-    seq: int | None = typer.Option(None, "--seq", "-s", help="Sequence length [default: 2048, or the model's max_seq if smaller]."),
+    seq: int | None = typer.Option(None, "--seq", "-s", help="Sequence length [default: 8192 for a llama3.x preset, else 2048 or the model's max_seq if smaller]."),
     steps: int | None = typer.Option(None, "--steps", help="Timed steps [default: 20; 300 with --parity]."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed steps first (compilation happens here)."),
     modes: str | None = typer.Option(None, "--modes", help="A mode, or modes with --ablation (commas): eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, ac-none, ac-full, ac-every-N, ac-selective, planned; join by '+'."),
