@@ -235,7 +235,7 @@ def test_bad_health_result_stops_bench_before_any_step(tmp_path):
     bad = tmp_path / "health.json"
     bad.write_text('{"checks": [{"name": "gemm.bf16", "value": -1, "unit": "TFLOP/s"}]}')
     done = subprocess.run([sys.executable, "-m", "trainstack", "bench", *TINY, "--health", str(bad), "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120, env=os.environ)
+                          check=False, capture_output=True, text=True, timeout=120, env=os.environ)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: --health {bad}: checks[0] (gemm.bf16)")

@@ -41,7 +41,7 @@ def test_memplan_fits_the_8b_reference_in_one_h200():
     """The real planner on the CPU (fake-tensor calibration): the 8B preset at 8192 under 141 GB."""
     done = subprocess.run(
         [sys.executable, "-m", "trainstack", "memplan", "--preset", "llama3.1-8b", "--batch", "1", "--budget", "141GB", "--compiled", "--json"],
-        capture_output=True, text=True, timeout=600, env=os.environ,
+        check=False, capture_output=True, text=True, timeout=600, env=os.environ,
     )
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)

@@ -39,8 +39,8 @@ PHASE_RANGES: tuple[tuple[str, str], ...] = (
     ("autograd::engine::evaluate_function", "backward"),
     ("trainstack.forward", "forward"),
 )
-# a CPU step's work: ATen's ops, and a compiled graph's own time (its fused C++ kernels)
-CPU_OPS = ("aten::", "CompiledFunction")
+# a CPU step's work: ATen's ops, a compiled graph's own time (its fused C++ kernels), collectives
+CPU_OPS = ("aten::", "CompiledFunction", "c10d::")
 _DEPTH = 256  # enclosing ranges walked at most from one op
 
 
