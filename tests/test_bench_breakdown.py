@@ -240,3 +240,4 @@ def test_bad_health_result_stops_bench_before_any_step(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: --health {bad}: checks[0] (gemm.bf16)")
     assert not list(tmp_path.glob("*.jsonl"))
+

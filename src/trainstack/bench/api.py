@@ -161,8 +161,8 @@ def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None, parity: dict
     split = breakdown_table(rows)
     if split is not None:
         out.print(split)
-    for line in explain(rows):
-        out.print(line, highlight=False, soft_wrap=True)
+    for line in explain(rows):  # plain text: a '[' in a path or a health result's GPU name is no markup
+        out.print(Text(line), highlight=False, soft_wrap=True)
     if parity is not None:
         from trainstack.bench.parity import describe
 
