@@ -52,8 +52,13 @@ def test_cpu_breakdown_sums_to_the_step(cpu_rows):
 def test_cpu_recompute_is_its_own_class(cpu_rows):
     assert RECOMPUTE not in cpu_rows["eager"]["breakdown"]["classes"]
     full = cpu_rows["ac-full"]["breakdown"]["classes"]
-    # every block runs its forward again in backward: its products and attention included
-    assert full[RECOMPUTE]["ms_per_step"] > 0.1 * full[GEMM]["ms_per_step"]
+    assert full[RECOMPUTE]["ms_per_step"] > 0
+    # every block runs its forward again in backward, products and attention included: counted
+    # by op (the times of a shared CPU are too noisy to compare), over 15% of the step's ops
+    ops = sum(c["kernels_per_step"] for c in full.values())
+    assert full[RECOMPUTE]["kernels_per_step"] > 0.15 * ops
+    eager = cpu_rows["eager"]["breakdown"]["classes"]
+    assert ops - full[RECOMPUTE]["kernels_per_step"] == pytest.approx(sum(c["kernels_per_step"] for c in eager.values()), rel=0.1)
 
 
 @pytest.fixture(scope="module")

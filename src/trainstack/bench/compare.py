@@ -62,7 +62,7 @@ def _check_row(path: Path, number: int, row: dict) -> None:
         _check_breakdown(path, number, row["breakdown"])
 
 
-BREAKDOWN_FIGURES = ("share", "ms_per_step", "kernel_ms_per_step", "tflops", "gbps", "of_ceiling")
+BREAKDOWN_FIGURES = ("share", "ms_per_step", "kernel_ms_per_step", "kernels_per_step", "tflops", "gbps", "of_ceiling")
 
 
 def _check_breakdown(path: Path, number: int, b: object) -> None:

@@ -1,4 +1,4 @@
-"""Where a profiled step spends its time: device kernels (or, on a CPU, the CPU's leaf ops)
+"""Where a profiled step spends its time: device kernels (or, on a CPU, the CPU ops' own time)
 grouped by kind and by class.
 
 ``breakdown`` takes the kernels of a profile (name, start, duration, and the phase of the
@@ -74,6 +74,7 @@ class Breakdown:
     top: dict[str, list[tuple[str, float]]] = field(default_factory=dict)  # kind -> largest kernels (name, us)
     per_class: dict[str, float] = field(default_factory=dict)  # class -> its share of the busy time (us), overlaps split
     class_kernel_us: dict[str, float] = field(default_factory=dict)  # class -> summed kernel time (us)
+    class_count: dict[str, int] = field(default_factory=dict)  # class -> kernels (CPU op spans) recorded
     source: str = "device kernels"  # or "CPU ops"
 
     @property
@@ -84,7 +85,8 @@ class Breakdown:
         per_step = 1e3 * self.steps
         wall = self.wall_us or 1.0
         classes = {
-            name: {"ms_per_step": us / per_step, "share": us / wall, "kernel_ms_per_step": self.class_kernel_us.get(name, 0.0) / per_step}
+            name: {"ms_per_step": us / per_step, "share": us / wall, "kernel_ms_per_step": self.class_kernel_us.get(name, 0.0) / per_step,
+                   "kernels_per_step": self.class_count.get(name, 0) / max(self.steps, 1)}
             for name, us in self.per_class.items()
         }
         return {
@@ -169,11 +171,13 @@ def breakdown(kernels: Iterable[Kernel], steps: int, top: int = 3, *, wall_us: f
     largest = {kind: sorted(names.items(), key=lambda kv: -kv[1])[:top] for kind, names in per_name.items()}
     classes = [class_of(k.name, k.phase, cpu=cpu) for k in ks]
     summed: dict[str, float] = {}
+    counts: dict[str, int] = {}
     for k, c in zip(ks, classes):
         summed[c] = summed.get(c, 0.0) + k.duration_us
+        counts[c] = counts.get(c, 0) + 1
     split = _split_overlaps(ks, classes)
     per_class = {c: split.get(c, 0.0) for c in CLASSES if c in summed}
-    return Breakdown(steps, wall, busy, ordered, largest, per_class, {c: summed[c] for c in per_class}, source)
+    return Breakdown(steps, wall, busy, ordered, largest, per_class, {c: summed[c] for c in per_class}, {c: counts[c] for c in per_class}, source)
 
 
 def text(b: Breakdown) -> str:

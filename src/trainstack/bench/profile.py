@@ -3,7 +3,7 @@ the kernels that take the time.
 
 ``profile_steps`` runs the step function under torch.profiler after the timed steps, so
 the figures of the run are not affected, and returns the steps' breakdown by class
-(``bench.kernels``: device kernels on a GPU, the CPU's leaf ops on a CPU). Given a file
+(``bench.kernels``: device kernels on a GPU, the CPU ops' own time on a CPU). Given a file
 stem it also writes what opens in chrome://tracing or Perfetto, and the table,
 torch.profiler's own, sorted by device time (CPU time on a CPU).
 
