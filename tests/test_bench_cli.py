@@ -95,7 +95,7 @@ def test_unknown_gpu_shows_mfu_unknown(ablation, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["-m", "70b"], "--preset: unknown preset '70b'; accepted: tiny, 125m, 1b, 3b, 8b"),
+        (["-m", "70b"], "--preset: unknown preset '70b'; accepted: tiny, 125m, 1b, 3b, 8b, llama3.1-8b, llama3.2-1b, llama3.2-3b"),
         (["-m", "tiny", "--seq", "4096"], "--seq 4096: accepted: 2 to 256"),
         (["-m", "tiny", "--modes", "turbo"], "unknown mode part 'turbo'"),
         (["-m", "tiny", "--modes", "eager,compile"], "accepted: one mode, or several with --ablation"),
@@ -235,7 +235,7 @@ def test_bench_reads_the_stacks_bench_table_and_flags_win(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("table", "line", "message"), [
-    ('preset = "70b"', 15, "bench.preset: '70b' is not a bench preset (one of: tiny, 125m, 1b, 3b, 8b)"),
+    ('preset = "70b"', 15, "bench.preset: '70b' is not a bench preset (one of: tiny, 125m, 1b, 3b, 8b, llama3.1-8b, llama3.2-1b, llama3.2-3b)"),
     ('preset = "tiny"\nseq = 4096', 14, "seq 4096 is longer than preset tiny's max_seq (256)"),
     ('modes = ["compile+warp"]', 15, "bench.modes: unknown mode part 'warp' in 'compile+warp'"),
 ])

@@ -9,8 +9,8 @@ from trainstack.bench.device import dist_from_env
 from trainstack.nn.hf import HfShape
 from trainstack.nn.decoder import ModelConfig
 from trainstack.nn.modes import Mode, parse_mode
-from trainstack.nn.presets import preset
-from trainstack.bench.report import explain, rescue, results_table, write_jsonl
+from trainstack.nn.presets import default_seq, preset
+from trainstack.bench.report import breakdown_table, explain, rescue, results_table, write_jsonl
 from trainstack.bench.runner import RunSpec
 from rich.text import Text
 
@@ -37,6 +37,7 @@ class BenchOptions:
     timeout_s: float = 1800.0
     profile: Path | None = None
     parity: tuple[Mode, Mode] | None = None  # --parity A,B: train both on the learnable task, compare the loss curves
+    health: dict | None = None  # --health: the GPU's measured ceilings (bench.ceilings.read_health)
 
 
 def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig | HfShape]:
@@ -51,7 +52,7 @@ def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig | HfShape]:
 
 def make_spec(opts: BenchOptions) -> RunSpec:
     label, cfg = resolve_config(opts)
-    seq = opts.seq if opts.seq is not None else min(2048, cfg.max_seq)
+    seq = opts.seq if opts.seq is not None else (min(2048, cfg.max_seq) if opts.hf_config is not None else default_seq(opts.model))
     checks = (
         (opts.batch >= 1, f"--batch {opts.batch}: accepted: 1 or more"),
         (2 <= seq <= cfg.max_seq, f"--seq {seq}: accepted: 2 to {cfg.max_seq} (the model's max_seq)"),
@@ -65,7 +66,8 @@ def make_spec(opts: BenchOptions) -> RunSpec:
             raise UsageError(message)
     cap = int(opts.memory_cap_gib * 2**30) if opts.memory_cap_gib else None
     profile = str(opts.profile.resolve()) if opts.profile is not None else None
-    return RunSpec(label, cfg, batch=opts.batch, seq=seq, steps=opts.steps, warmup=opts.warmup, device=opts.device, memory_cap_bytes=cap, profile_dir=profile)
+    return RunSpec(label, cfg, batch=opts.batch, seq=seq, steps=opts.steps, warmup=opts.warmup, device=opts.device, memory_cap_bytes=cap,
+                   profile_dir=profile, health=opts.health)
 
 
 def parse_parity(text: str) -> tuple[Mode, Mode]:
@@ -174,8 +176,11 @@ def _with_parity(opts: BenchOptions, spec: RunSpec, parity_modes: tuple[Mode, Mo
 def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None, parity: dict | None = None, stem_prefix: str = "bench") -> None:
     title = f"trainstack bench: {spec.model}, batch {spec.batch} x seq {spec.seq}"
     out.print(results_table(rows, title))
-    for line in explain(rows):
-        out.print(line, highlight=False, soft_wrap=True)
+    split = breakdown_table(rows)
+    if split is not None:
+        out.print(split)
+    for line in explain(rows):  # plain text: a '[' in a path or a health result's GPU name is no markup
+        out.print(Text(line), highlight=False, soft_wrap=True)
     if parity is not None:
         from trainstack.bench.parity import describe
 

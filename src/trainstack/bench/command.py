@@ -12,11 +12,11 @@ import typer
 
 def command(
     ctx: typer.Context,
-    model: str = typer.Option("125m", "--preset", "-m", help="Preset: tiny, 125m, 1b, 3b, 8b."),
+    model: str = typer.Option("125m", "--preset", "-m", help="Preset: tiny, 125m, 1b, 3b, 8b; the reference configurations llama3.2-1b, llama3.2-3b, llama3.1-8b (those shapes at sequence 8192)."),
     old_model: str | None = typer.Option(None, "--model", hidden=True, help="Deprecated spelling of --preset."),
     hf_config: Path | None = typer.Option(None, "--hf-config", help="A Hugging Face config.json (or its folder) instead of a preset; no download."),
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences per GPU per step."),
-    seq: int | None = typer.Option(None, "--seq", "-s", help="Sequence length [default: 2048, or the model's max_seq if smaller]."),
+    seq: int | None = typer.Option(None, "--seq", "-s", help="Sequence length [default: 8192 for a llama3.x preset, else 2048 or the model's max_seq if smaller]."),
     steps: int | None = typer.Option(None, "--steps", help="Timed steps [default: 20; 300 with --parity]."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed steps first (compilation happens here)."),
     modes: str | None = typer.Option(None, "--modes", help="A mode, or modes with --ablation (commas): eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, ac-none, ac-full, ac-every-N, ac-selective, planned; join by '+'."),
@@ -30,6 +30,7 @@ def command(
     parity: str | None = typer.Option(None, "--parity", help="Modes A,B trained from one seed on a learnable task: the gap of their smoothed losses at the end and its largest over the last third (after any --ablation)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result (the rows, or the A/B pairs of --compare) as one JSON document on stdout; the tables go to stderr."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write that JSON document to this file."),
+    health: Path | None = typer.Option(None, "--health", help="A health result (trainstack health --level 2 --json): its measured GEMM and copy rates are the ceilings of each row's time breakdown [default: the datasheet's]."),
     stack: Path | None = typer.Option(None, "--stack", help="A stack file whose [bench] table gives --preset, --batch, --seq, --steps, --warmup and --modes (several modes: an ablation); flags given here win."),
 ) -> None:
     """Measure training throughput (tokens/s, MFU, memory, step-time spread) of a Llama-family decoder.
@@ -66,6 +67,11 @@ def command(
 
     if hf_config is None:
         shape(model)  # an unknown preset is rejected before torch is imported
+    ceilings = None
+    if health is not None:
+        from trainstack.bench.ceilings import read_health
+
+        ceilings = read_health(health)  # a bad health result is refused before torch is imported
     require("torch", "trainstack bench")
     if device == "cuda":
         require_cuda("trainstack bench --device cuda")
@@ -78,7 +84,7 @@ def command(
     opts = api.BenchOptions(
         model=model, hf_config=hf_config, batch=batch, seq=seq, steps=steps, warmup=warmup,
         modes=tuple(parse_modes(chosen)), ablation=ablation, out=out, device=device, memory_cap_gib=memory_cap_gib,
-        timeout_s=timeout_s, profile=profile, parity=api.parse_parity(parity) if parity else None,
+        timeout_s=timeout_s, profile=profile, parity=api.parse_parity(parity) if parity else None, health=ceilings,
     )
     with _tables_to_stderr(json_out):
         rows = api.benchmark(opts)
@@ -150,7 +156,7 @@ def _finite(value: object) -> object:
 
 def _compare_document(path_a: Path, path_b: Path) -> dict:
     """The rows of A and B matched as the A/B table matches them, with B/A of tokens/s and memory."""
-    from trainstack.bench.compare import read_rows
+    from trainstack.bench.compare import breakdown_shares, read_rows
 
     def key(row: dict) -> tuple:
         return (row["model"], row["mode"], row.get("batch"), row.get("seq"), row.get("world_size", 1))
@@ -162,6 +168,7 @@ def _compare_document(path_a: Path, path_b: Path) -> dict:
     a, b = {key(r): r for r in read_rows(path_a)}, {key(r): r for r in read_rows(path_b)}
     pairs = [{"model": k[0], "mode": k[1], "batch": k[2], "seq": k[3], "world_size": k[4], "a": a.get(k), "b": b.get(k),
               "tokens_per_s_b_over_a": ratio(a.get(k), b.get(k), "tokens_per_s_per_gpu"),
-              "memory_b_over_a": ratio(a.get(k), b.get(k), "mem_allocated_gib")}
+              "memory_b_over_a": ratio(a.get(k), b.get(k), "mem_allocated_gib"),
+              "breakdown_shares": breakdown_shares(a.get(k), b.get(k))}
              for k in list(a) + [k for k in b if k not in a]]
     return {"a": str(path_a), "b": str(path_b), "pairs": pairs}

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from trainstack.bench.kernels import CLASSES, IDLE, class_cell
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
 from trainstack import grammar
@@ -57,6 +58,35 @@ def _check_row(path: Path, number: int, row: dict) -> None:
             accepted = "a number"
         if not ok:
             raise SpecError(f"{path}: row {number}: {field}: '{grammar.shown(value)}' is not {accepted}; accepted: {ACCEPTED}")
+    if row.get("breakdown") is not None:
+        _check_breakdown(path, number, row["breakdown"])
+
+
+BREAKDOWN_FIGURES = ("share", "ms_per_step", "kernel_ms_per_step", "kernels_per_step", "tflops", "gbps", "of_ceiling")
+
+
+def _check_breakdown(path: Path, number: int, b: object) -> None:
+    """A row's breakdown: its classes by name (bench.kernels.CLASSES), each figure a finite number."""
+    where = f"{path}: row {number}: breakdown"
+    if not isinstance(b, dict) or not isinstance(b.get("classes"), dict):
+        raise SpecError(f"{where}: not an object with 'classes'; accepted: a breakdown written by 'trainstack bench'")
+    for key in ("idle_share", "wall_ms_per_step"):
+        if not _number(b.get(key)):
+            raise SpecError(f"{where}: {key}: '{grammar.shown(b.get(key))}' is not a number; accepted: {ACCEPTED}")
+    for name, figures in b["classes"].items():
+        if name not in CLASSES:
+            raise SpecError(f"{where}: class '{grammar.shown(name)}'; accepted: {', '.join(CLASSES)}")
+        if not isinstance(figures, dict) or not _number(figures.get("share")):
+            raise SpecError(f"{where}: {name}: no share; accepted: {ACCEPTED}")
+        for key in BREAKDOWN_FIGURES:
+            if figures.get(key) is not None and not _number(figures[key]):
+                raise SpecError(f"{where}: {name}: {key}: '{grammar.shown(figures[key])}' is not a number; accepted: {ACCEPTED}")
+
+
+def _number(value: object) -> bool:
+    import math
+
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _parse_list(path: Path, text: str) -> list:
@@ -93,6 +123,9 @@ def print_compare(path_a: Path, path_b: Path, console: Console | None = None) ->
     from trainstack.console import out
 
     (console or out).print(compare_table(path_a, path_b))
+    split = breakdown_compare_table(path_a, path_b)
+    if split is not None:
+        (console or out).print(split)
 
 
 def _key(row: dict) -> tuple:
@@ -142,4 +175,41 @@ def compare_table(path_a: Path, path_b: Path) -> Table:
             _pair(ra, rb, "tokens_per_s_per_gpu", ",.0f"), _pair(ra, rb, "mfu", "", ratio=False),
             _pair(ra, rb, "mem_allocated_gib", ".1f"),
         )))
+    return table
+
+
+def breakdown_shares(ra: dict | None, rb: dict | None) -> dict[str, dict[str, float | None]]:
+    """Class -> {"a": share, "b": share} of a matched pair (idle last); {} when neither has a breakdown."""
+    def shares(row: dict | None) -> dict[str, float]:
+        b = (row or {}).get("breakdown") if (row or {}).get("status") == "ok" else None
+        if not isinstance(b, dict):
+            return {}
+        return {name: c["share"] for name, c in b.get("classes", {}).items()} | {IDLE: b.get("idle_share", 0.0)}
+
+    a, b = shares(ra), shares(rb)
+    if not a and not b:
+        return {}
+    return {name: {"a": a.get(name), "b": b.get(name)} for name in (*CLASSES, IDLE) if name in a or name in b}
+
+
+def breakdown_compare_table(path_a: Path, path_b: Path) -> Table | None:
+    """Each matched row's time per class, A beside B; None when no row has a breakdown."""
+    a = {_key(r): r for r in read_rows(path_a)}
+    b = {_key(r): r for r in read_rows(path_b)}
+    keys = [k for k in list(a) + [k for k in b if k not in a] if breakdown_shares(a.get(k), b.get(k))]
+    if not keys:
+        return None
+    table = Table(title=Text("time per step by class, A → B: share of the step; achieved rate (of its ceiling)"), box=box.SIMPLE_HEAD)
+    for name in ("model", "mode", "class", "A", "B"):
+        table.add_column(name, justify="left" if name in ("model", "mode", "class") else "right", overflow="fold")
+    for key in keys:
+        ra, rb = a.get(key), b.get(key)
+        for name, pair in breakdown_shares(ra, rb).items():
+            cells = []
+            for row, share in ((ra, pair["a"]), (rb, pair["b"])):
+                if name == IDLE:
+                    cells.append("-" if share is None else f"{share:.1%}")
+                else:
+                    cells.append(class_cell(((row or {}).get("breakdown") or {}).get("classes", {}).get(name)))
+            table.add_row(*(Text(cell) for cell in (str(key[0]), str(key[1]), name, *cells)))
     return table

@@ -1,5 +1,6 @@
-"""A PNG chart of an ablation: tokens/s per GPU and MFU per mode, failed modes labelled; with
-a parity run, its loss curves and their relative gap."""
+"""A PNG chart of an ablation: tokens/s per GPU and MFU per mode, failed modes labelled, and
+where the rows carry one, each mode's time per step by class (stacked shares); with a parity
+run, its loss curves and their relative gap."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def write_chart(path: Path, rows: list[dict], title: str, parity: dict | None = 
     # a model's or a mode's name is plain text: a '$' in it never starts mathtext
     with matplotlib.rc_context({"text.parse_math": False}):
         bars = 0.5 * len(rows) + 2
-        fig = Figure(figsize=(11, bars + (4 if parity else 0)), layout="constrained")
+        wide = any(isinstance(r.get("breakdown"), dict) for r in rows)
+        fig = Figure(figsize=(16 if wide else 11, bars + (4 if parity else 0)), layout="constrained")
         if parity:
             top, bottom = fig.subfigures(2, 1, height_ratios=[bars, 4])
             _bars(top, rows)
@@ -46,8 +48,12 @@ def _bars(fig, rows: list[dict]) -> None:
     ok = [r.get("status") == "ok" for r in rows]
     tps = [_bounded(r["tokens_per_s_per_gpu"]) if good else 0.0 for r, good in zip(rows, ok)]
     mfu = [_bounded(100 * r["mfu"]) if good and r.get("mfu") is not None else 0.0 for r, good in zip(rows, ok)]
-    left, right = fig.subplots(1, 2, sharey=True)
+    split = any(good and isinstance(r.get("breakdown"), dict) for r, good in zip(rows, ok))
+    panels = fig.subplots(1, 3 if split else 2, sharey=True)
+    left, right = panels[0], panels[1]
     y = range(len(rows))
+    if split:
+        _classes(panels[2], rows, ok)
     left.barh(y, tps, color=["tab:blue" if good else "lightgray" for good in ok])
     left.set_yticks(list(y), modes)
     left.invert_yaxis()
@@ -62,6 +68,34 @@ def _bars(fig, rows: list[dict]) -> None:
             right.text(0, i, " unknown", va="center")
         else:
             right.text(mfu[i], i, f" {mfu[i]:.1f}", va="center")
+
+
+def _classes(ax, rows: list[dict], ok: list[bool]) -> None:
+    """Each mode's step as stacked shares of its classes, idle last (bench.kernels)."""
+    from trainstack.bench.kernels import CLASSES, IDLE
+
+    shares = []
+    for row, good in zip(rows, ok):
+        b = row.get("breakdown") if good and isinstance(row.get("breakdown"), dict) else {}
+        figures = {name: c.get("share", 0.0) for name, c in b.get("classes", {}).items() if isinstance(c, dict)}
+        shares.append(figures | ({IDLE: b.get("idle_share", 0.0)} if b else {}))
+    names = [n for n in (*CLASSES, IDLE) if any(s.get(n) for s in shares)]
+    colours = matplotlib_colours(len(names))
+    left = [0.0] * len(rows)
+    for name, colour in zip(names, colours):
+        widths = [100 * _bounded(s.get(name, 0.0)) for s in shares]
+        ax.barh(range(len(rows)), widths, left=left, color=colour, label=name)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of the step by class")
+    ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.35), ncols=4, frameon=False)
+
+
+def matplotlib_colours(n: int) -> list:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    return [cmap(i % 10) for i in range(n)]
 
 
 def _parity(fig, parity: dict) -> None:

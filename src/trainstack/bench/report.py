@@ -8,7 +8,8 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from trainstack.bench.mfu import FORMULA
+from trainstack.bench.kernels import CLASSES, IDLE, class_cell
+from trainstack.bench.mfu import FORMULA, FORMULA_CAUSAL
 from trainstack.errors import OutputError
 from trainstack.fsutil import atomic_write_text
 
@@ -72,13 +73,59 @@ def explain(rows: list[dict]) -> list[str]:
         _precisions(rows),
         f"MFU basis: {basis}",
         f"{FORMULA} = {row['flops_per_token'] / 1e9:.3f} GFLOP/token",
+        *_causal(rows),
         f"timed steps {row['steps']} after {row['warmup_steps']} warm-up steps (warm-up s includes compilation); "
         + ("step times from CUDA events, one sync at the end of the timed window" if row["device_type"] == "cuda" else "step times from the wall clock"),
     ] + _attention(rows) + [f"{r['mode']} plan: {r['plan']}" for r in rows if r.get("plan")] + [
         f"{r['mode']}: {r['fp8']}" for r in rows if r.get("fp8")
     ] + [
         f"{r['mode']} profile: {r['profile']['kernels']} (kernels by time), {r['profile']['trace']} (Chrome trace)" for r in rows if r.get("profile")
-    ] + [f"{r['mode']}: {r['status']}: {r['error']}" for r in rows if r.get("status") != "ok" and r.get("error")]
+    ] + _breakdown_basis(rows) + [f"{r['mode']}: {r['status']}: {r['error']}" for r in rows if r.get("status") != "ok" and r.get("error")]
+
+
+def _causal(rows: list[dict]) -> list[str]:
+    """The same figures with attention's causal half, where the rows carry them."""
+    row = next((r for r in rows if r.get("flops_per_token_causal")), None)
+    if row is None:
+        return []
+    mfus = ", ".join(f"{r['mode']} {r['mfu_causal']:.1%}" for r in rows if r.get("status") == "ok" and r.get("mfu_causal") is not None)
+    return [f"{FORMULA_CAUSAL} = {row['flops_per_token_causal'] / 1e9:.3f} GFLOP/token" + (f"; MFU so counted: {mfus}" if mfus else "")]
+
+
+def _breakdown_basis(rows: list[dict]) -> list[str]:
+    """Where the breakdown's figures come from: the profiled steps, the work counted, the ceilings."""
+    row = next((r for r in rows if r.get("status") == "ok" and isinstance(r.get("breakdown"), dict)), None)
+    if row is None:
+        return []
+    b = row["breakdown"]
+    work = "; ".join(f"{name}: {w.get('counted', '?')}" for name, w in b.get("work", {}).items())
+    lines = [f"time per class: {b.get('steps')} more steps profiled after the timed ones ({b.get('source')}; overlapping kernels "
+             f"counted once, idle = no kernel running); rates over each class's kernel time, work counted as {work}"]
+    limits = b.get("ceilings") or {}
+    if limits.get("gemm_tflops") or limits.get("copy_gbps"):
+        lines.append(f"ceilings: products {fmt(limits.get('gemm_tflops'), ',.0f')} TFLOP/s ({limits.get('gemm_source')}), "
+                     f"memory {fmt(limits.get('copy_gbps'), ',.0f')} GB/s ({limits.get('copy_source')})")
+    return lines
+
+
+def breakdown_table(rows: list[dict]) -> Table | None:
+    """Per mode: each class's share of the step, and its achieved rate with the fraction of
+    its ceiling; None when no row has a breakdown."""
+    found = [r for r in rows if r.get("status") == "ok" and isinstance(r.get("breakdown"), dict)]
+    if not found:
+        return None
+    present = [c for c in CLASSES if any(c in r["breakdown"].get("classes", {}) for r in found)]
+    table = Table(title=Text("time per step by class: share of the step; achieved rate (of its ceiling)"))
+    table.add_column("mode")
+    table.add_column("step ms", justify="right")
+    for name in (*present, IDLE):
+        table.add_column(name, justify="right")
+    for r in found:
+        b = r["breakdown"]
+        cells = [class_cell(b.get("classes", {}).get(name)) for name in present]
+        idle = f"{b['idle_share']:.1%}" if isinstance(b.get("idle_share"), (int, float)) else "-"
+        table.add_row(Text(r["mode"]), fmt(b.get("wall_ms_per_step"), ".1f"), *cells, idle)
+    return table
 
 
 def _attention(rows: list[dict]) -> list[str]:

@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 import torch
+from torch.profiler import record_function
 
 from trainstack.bench import device as dev
-from trainstack.bench.mfu import flops_per_token, mfu, mfu_fp8, peak_for
+from trainstack.bench.mfu import class_work, flops_per_token, flops_per_token_causal, mfu, mfu_causal, mfu_fp8, peak_for
 from trainstack.nn.hf import HfShape
 from trainstack.nn.decoder import ModelConfig, Transformer
 from trainstack.bench.modes import ModeUnavailable, apply_checkpointing, apply_compile, apply_planned
@@ -47,6 +48,8 @@ class RunSpec:
     profile_dir: str | None = None  # profile PROFILE_STEPS more steps after the timed ones
     task: str = "random"  # the tokens: "random" (uniform) or "markov" (learnable: bench.parity)
     lr_schedule: bool = False  # bench.parity's warm-up and cosine decay over warmup + steps; else constant
+    breakdown: bool = True  # profile PROFILE_STEPS more steps: the row's time per class (bench.kernels)
+    health: dict | None = None  # the GPU's measured ceilings (bench.ceilings.read_health)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -102,14 +105,17 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if autocast else nullcontext()
 
     def step(i: int) -> torch.Tensor:
+        # the ranges name each phase for the breakdown (bench.profile); a few microseconds unprofiled
         tokens = batches[i % len(batches)]
-        with amp:
+        with record_function("trainstack.forward"), amp:
             loss = model(tokens[:, :-1], tokens[:, 1:])
-        loss.backward()
-        if spec.lr_schedule:
-            set_lr(opt, spec.lr * lr_factor(i, spec.warmup + spec.steps))
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        with record_function("trainstack.backward"):
+            loss.backward()
+        with record_function("trainstack.optimizer"):
+            if spec.lr_schedule:
+                set_lr(opt, spec.lr * lr_factor(i, spec.warmup + spec.steps))
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         return loss.detach()
 
     losses: list[torch.Tensor] = []
@@ -132,7 +138,7 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
             timer.mark()
         seconds = timer.step_seconds()
         allocated, reserved = dev.peak_memory(device)
-        extra = _profile(spec, step, device, dist) if spec.profile_dir else {}
+        extra = _profile(spec, step, device, dist) if spec.profile_dir or spec.breakdown else {}
     local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
     extra |= {"params_per_rank": local, "sdpa_ms": {name.lower(): ms for name, ms in sdpa_ms.items()}}
     if fp8_note:
@@ -141,16 +147,21 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
 
 
 def _profile(spec: RunSpec, step, device: torch.device, dist: dev.Dist) -> dict:
-    """Profile a few more steps (after the timed ones, so their figures stand); the paths go in the row."""
+    """Profile a few more steps (after the timed ones, so their figures stand): their
+    breakdown, and with a profile folder the paths of the trace and the kernel table."""
     from pathlib import Path
 
     from trainstack.bench.profile import profile_steps
 
-    rank = f"-rank{dist.rank}" if dist.enabled else ""
-    mode = spec.mode.name.replace("+", "_")  # a name any file system and copy tool takes
-    stem = Path(spec.profile_dir) / f"profile-{spec.model}-{mode}-b{spec.batch}-s{spec.seq}{rank}"
+    stem = None
+    if spec.profile_dir:
+        rank = f"-rank{dist.rank}" if dist.enabled else ""
+        mode = spec.mode.name.replace("+", "_")  # a name any file system and copy tool takes
+        stem = Path(spec.profile_dir) / f"profile-{spec.model}-{mode}-b{spec.batch}-s{spec.seq}{rank}"
     first = spec.warmup + spec.steps
-    return {"profile": profile_steps(step, first, PROFILE_STEPS, stem, device)}
+    result = profile_steps(step, first, PROFILE_STEPS, stem, device)
+    split = result.pop("breakdown")
+    return ({"profile": result} if stem is not None else {}) | ({"breakdown": split} if spec.breakdown else {})
 
 
 def synthetic_batches(spec: RunSpec, device: torch.device, dist: dev.Dist) -> torch.Tensor:
@@ -254,12 +265,20 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
     fraction = mfu(per_gpu, spec.cfg, spec.seq, peak)
     fp8_basis = {"mfu_fp8": mfu_fp8(per_gpu, spec.cfg, spec.seq, peak), "peak_fp8_tflops": peak.fp8_tflops if peak else None}
     final = m.losses[-1]
+    extra = dict(m.extra)
+    if "breakdown" in extra:
+        from trainstack.bench.ceilings import ceilings, with_rates
+
+        work = class_work(spec.cfg, batch=spec.batch, seq=spec.seq, params=extra.get("params_per_rank") or row["params"])
+        health = spec.health if row["device_type"] == "cuda" else None  # a GPU's ceilings are no CPU's
+        extra["breakdown"] = with_rates(extra["breakdown"], work, ceilings(peak, health, fp8=bool(spec.mode.fp8)))
     return {
         "status": "ok" if math.isfinite(final) else "error",
         "error": None if math.isfinite(final) else f"final loss is not finite ({final})",
         "tokens_per_s_per_gpu": per_gpu,
         "tokens_per_s_total": per_gpu * dist.world_size,
         "mfu": fraction,
+        "mfu_causal": mfu_causal(per_gpu, spec.cfg, spec.seq, peak),
         "peak_tflops": peak.bf16_tflops if peak else None,
         "peak_source": peak.source if peak else None,
         **(fp8_basis if spec.mode.fp8 else {}),
@@ -276,7 +295,7 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
         "sdpa_backend": m.sdpa,
         "plan": m.plan,
         **({"losses": m.losses} if spec.task == "markov" else {}),
-        **m.extra,
+        **extra,
     }
 
 
@@ -294,6 +313,7 @@ def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
         "params": cfg.total_params(),
         "non_embedding_params": cfg.non_embedding_params(),
         "flops_per_token": flops_per_token(cfg, spec.seq),
+        "flops_per_token_causal": flops_per_token_causal(cfg, spec.seq),
         "steps": spec.steps,
         "warmup_steps": spec.warmup,
         "torch": torch.__version__,

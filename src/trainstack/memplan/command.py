@@ -8,9 +8,9 @@ import typer
 
 
 def command(
-    preset: str = typer.Option("125m", "--preset", "-m", help="Model preset: tiny, 125m, 1b, 3b, 8b."),
+    preset: str = typer.Option("125m", "--preset", "-m", help="Model preset: tiny, 125m, 1b, 3b, 8b; the reference configurations llama3.2-1b, llama3.2-3b, llama3.1-8b (those shapes at sequence 8192)."),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Sequences per GPU per step."),
-    seq: int | None = typer.Option(None, "--seq", "-s", min=1, help="Sequence length [default: 2048, or the preset's max_seq if smaller]."),
+    seq: int | None = typer.Option(None, "--seq", "-s", min=1, help="Sequence length [default: 8192 for a llama3.x preset, else 2048 or the preset's max_seq if smaller]."),
     budget: str = typer.Option("0.9", "--budget", help="Memory per GPU: bytes with a unit ('60GiB', '80GB') or a fraction of the GPU's memory ('0.8'; of the host's where there is no GPU)."),
     world_size: int = typer.Option(1, "--world-size", min=1, help="GPUs the model is sharded over with FSDP."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout instead of the tables."),
@@ -35,7 +35,7 @@ def command(
     Any model: --hf-config path/to/config.json, or --factory mymodels:build.
     """
     from trainstack.nn.presets import preset as get_preset
-    from trainstack.nn.presets import shape
+    from trainstack.nn.presets import default_seq, shape
     from trainstack.console import print_error
     from trainstack.errors import UsageError
     from trainstack.extras import require
@@ -63,7 +63,7 @@ def command(
             raise UsageError(f"--precision: '{precision}' plans --hf-config or --factory only; the presets train under autocast-bf16 or bf16")
         max_seq = shape(preset)["max_seq"]
         if seq is None:
-            seq = min(2048, max_seq)
+            seq = default_seq(preset)
         if seq > max_seq:
             raise UsageError(f"--seq: {seq} exceeds the {preset} preset's max_seq {max_seq}")
     seq = 2048 if seq is None else seq

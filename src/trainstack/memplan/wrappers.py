@@ -54,11 +54,33 @@ def _checkpointed(forward: Callable[..., Any], choice: Choice) -> Callable[..., 
     if choice is Choice.SELECTIVE:
         extra["context_fn"] = partial(create_selective_checkpoint_contexts, save_matmuls_policy)
 
+    marked = _marked(forward)
+
     # the RNG state is kept so that a block with dropout recomputes the same masks
     def recomputed(*args: Any, **kwargs: Any) -> Any:
-        return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True, **extra, **kwargs)
+        return checkpoint(marked, *args, use_reentrant=False, preserve_rng_state=True, **extra, **kwargs)
 
     return recomputed
+
+
+RECOMPUTE_RANGE = "trainstack.recompute"
+
+
+def _marked(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``forward``, run again in backward (a recompute) inside a profiler range of that name, so
+    that a profile tells recompute from the first forward; compiled code is left as it is.
+    The range is the kind inductor's kernels open, which dispatches no op: selective
+    recompute's policy sees the block's own ops alone."""
+    import torch
+    from torch._C._profiler import _RecordFunctionFast
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling() or torch._C._current_graph_task_id() == -1:
+            return forward(*args, **kwargs)
+        with _RecordFunctionFast(RECOMPUTE_RANGE):
+            return forward(*args, **kwargs)
+
+    return run
 
 
 def wrap(block: nn.Module, choice: Choice) -> nn.Module:

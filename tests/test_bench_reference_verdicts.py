@@ -1,0 +1,63 @@
+"""benchmarks/reference_h200.py's verdicts on real H200 outputs (benchmarks/results/bench_h200-fp8:
+the 8B at 4096, 1b and 3b, 125m's parity), and the three largest costs it names from a
+breakdown of a real recorded profile (fp8_h200-12eb22e)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from trainstack.bench.ceilings import ceilings, read_health, with_rates
+from trainstack.bench.mfu import class_work, peak_for
+from trainstack.nn.presets import preset
+from tests.test_bench_kernels import recorded_kernels
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+SCRIPT = ROOT / "benchmarks" / "reference_h200.py"
+
+
+def verdicts(folder: Path) -> tuple[int, list[str]]:
+    done = subprocess.run([sys.executable, str(SCRIPT), str(folder)], check=False, capture_output=True, text=True, timeout=60)
+    assert not done.stderr
+    return done.returncode, done.stdout.splitlines()
+
+
+def test_recorded_run_before_the_reference_misses_what_it_did_not_measure():
+    rc, lines = verdicts(RESULTS / "bench_h200-fp8")
+    assert rc == 1
+    assert "llama3.1-8b seq 8192: not measured: MISSED" in lines
+    assert "1b seq 4096: compile+bf16 MFU 59.0% (target 62%): MISSED" in lines
+    assert "fp8 parity 125m compile+bf16 vs compile+bf16+fp8: relative loss gap after 302 steps 0.399% (target 0.25%): MISSED" in lines
+    assert any(line.startswith("time breakdown on every measured row (0 of 7;") and line.endswith("MISSED") for line in lines)
+
+
+def test_the_8b_targets_and_its_largest_costs(tmp_path):
+    """The recorded 8B rows as if at the reference's sequence, each with the breakdown of a
+    real recorded H200 step (1b compile+bf16) rated against the H200's recorded health result."""
+    from trainstack.bench.kernels import breakdown
+
+    split = breakdown(recorded_kernels("profile-1b-compile_bf16-b4-s4096.kernels.txt"), steps=2).to_json()
+    rated = with_rates(split, class_work(preset("1b"), batch=4, seq=4096, params=preset("1b").total_params()),
+                       ceilings(peak_for("NVIDIA H200"), read_health(RESULTS / "health_h200_level2.json")))
+    rows = [json.loads(line) for line in (RESULTS / "bench_h200-fp8" / "bench-8b-b2-s4096.jsonl").read_text().splitlines()]
+    (tmp_path / "bench-llama3.1-8b-b2-s8192.jsonl").write_text("".join(json.dumps(r | {"breakdown": rated}) + "\n" for r in rows))
+    rc, lines = verdicts(tmp_path)
+    assert rc == 1  # 1b, 3b and the parity runs are absent
+    assert "llama3.1-8b seq 8192 bf16: compile+planned+bf16 batch 2 MFU 58.2% (target 63%): MISSED" in lines
+    assert "llama3.1-8b seq 8192 fp8: compile+planned+bf16+fp8 batch 2 740 model TFLOP/s per GPU (target 780): MISSED" in lines
+    assert "llama3.1-8b batch 2 compile+planned+bf16+fp8: loss 12.586 -> 12.048 finite and falling: met" in lines
+    assert "time breakdown on every measured row (2 of 2): met" in lines
+    at = lines.index("largest costs on llama3.1-8b (compile+planned+bf16+fp8, batch 2, 251 ms per step):")
+    top = lines[at + 1 : at + 4]
+    assert [t.split(":")[0].strip() for t in top] == ["GEMM", "attention backward", "norm / elementwise"]
+    assert "of its ceiling" in top[0] and "to remove: float8 for more of the products" in top[0]
+
+
+def test_the_script_skips_without_a_gpu(tmp_path):
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "bench_h200_reference.sh"), str(tmp_path / "out")],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and "skip: no GPU" in done.stdout
+    assert not any((tmp_path / "out").iterdir())  # nothing measured, nothing written
