@@ -177,6 +177,34 @@ def env_name(value: str) -> str:
     return value
 
 
+_TEST_WILDCARDS = frozenset("*?[]!")
+MAX_TEST_PATTERN = 500
+
+
+def test_pattern(value: str) -> str:
+    """A pytest test id or an fnmatch pattern of ids ('tests/test_x.py::test_y[cuda]',
+    '*test_linalg.py::TestEigh::*'): one line of at most MAX_TEST_PATTERN characters, no
+    leading or trailing blank, and something besides wildcards (a pattern of wildcards only
+    would leave no test)."""
+    no_controls(value)
+    if not value or len(value) > MAX_TEST_PATTERN or value != value.strip():
+        raise ValueError(f"'{shown(value)}' is not a test id pattern (accepted: 1 to {MAX_TEST_PATTERN} characters "
+                         "without leading or trailing blanks, such as 'tests/test_x.py::test_y' or '*test_x.py::*')")
+    if all(ch in _TEST_WILDCARDS for ch in value):
+        raise ValueError(f"'{shown(value)}' matches every test (accepted: a test id or a pattern naming some of them, "
+                         "such as '*test_x.py::*')")
+    return value
+
+
+def one_line_text(value: str, limit: int = 300) -> str:
+    """A non-empty line of prose of at most ``limit`` characters (a reason, a note)."""
+    no_controls(value)
+    if not value.strip() or len(value) > limit:
+        raise ValueError(f"'{shown(value)}' is not a one-line text (accepted: 1 to {limit} characters on one line, "
+                         "not only blanks)")
+    return value
+
+
 # Variables that make a program load or run other code, or look elsewhere for what it installs:
 # the dynamic loader's, interpreters' start-up hooks, shells' start-up files and trace prompts,
 # glibc's module paths, and the package tools' own settings (which would bypass the lock's

@@ -14,6 +14,7 @@ from trainstack.nn.presets import SHAPES
 from trainstack.errors import UsageError
 from trainstack.rules.data import shipped_rules
 from trainstack.rules.models import Rules
+from trainstack.trust import is_pytest_command
 
 from trainstack import grammar
 
@@ -414,6 +415,19 @@ class Toolchain(Strict):
         return _each(grammar.requirement, v)
 
 
+MAX_EXCLUSIONS = 1000  # per suite: more than any known-failures list holds
+
+
+class Exclusion(Strict):
+    """A test the suite does not run (a known failure kept out of the gate), and why."""
+
+    test: str  # a pytest id or an fnmatch pattern of ids, matched against each collected test's id
+    reason: str
+
+    _test = field_validator("test")(lambda v: grammar.test_pattern(v))
+    _reason = field_validator("reason")(lambda v: grammar.one_line_text(v))
+
+
 class Suite(Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     command: Annotated[str, Field(min_length=1)]
@@ -421,6 +435,19 @@ class Suite(Strict):
     timeout: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)] = 1800.0
     rerun_failed: bool = True
     allow_no_tests: bool = False  # a run that executed no test passes only when this says so
+    exclude: Annotated[list[Exclusion], Field(max_length=MAX_EXCLUSIONS)] = []
+
+    @model_validator(mode="after")
+    def _exclusions_need_pytest(self) -> Suite:
+        if self.exclude and not is_pytest_command(self.command):
+            raise ValueError("exclude needs a pytest command ('python -m pytest ...'): only pytest's collection "
+                             "can leave a test out")
+        patterns = [item.test for item in self.exclude]
+        twice = next((p for n, p in enumerate(patterns) if p in patterns[:n]), None)
+        if twice is not None:
+            raise ValueError(f"exclude: test '{grammar.shown(twice)}' is given twice (accepted: each pattern once, "
+                             "with one reason)")
+        return self
 
 
 class Links(Strict):

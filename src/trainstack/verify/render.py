@@ -64,12 +64,13 @@ def render_gate(gate: GateResult, console: Console) -> None:
     if gate.isolation:
         console.print(f"suites isolation: {escape(gate.isolation)}", highlight=False, soft_wrap=True)
     out = Table(title="test suites")
-    for column in ("suite", "status", "ran", "failing", "collection errors", "flaky", "known", "counts vs pytest's summary", "seconds"):
+    for column in ("suite", "status", "ran", "failing", "collection errors", "flaky", "known", "excluded",
+                   "counts vs pytest's summary", "seconds"):
         out.add_column(column, overflow="fold")
     for suite in gate.suites:
         out.add_row(suite.name, SUITE[suite.status], str(suite.ran), f"{suite.remaining} (max {suite.max_failed})",
                     str(len(suite.collection_errors)), str(len(suite.flaky)), str(len(suite.known)),
-                    escape(suite.cross_check or "-"), f"{suite.seconds:.1f}")
+                    str(len(suite.excluded)), escape(suite.cross_check or "-"), f"{suite.seconds:.1f}")
     console.print(out)
     for suite in gate.suites:
         for test in suite.failed[:20]:
@@ -80,8 +81,13 @@ def render_gate(gate: GateResult, console: Console) -> None:
             console.print(f"  [yellow]flaky[/]   {suite.name}: {escape(test)} (failed, then passed on rerun)", highlight=False)
         for hit in suite.known:
             console.print(f"  [dim]known[/]   {suite.name}: {escape(hit.test)}: {escape(hit.reason)} ({hit.link})", highlight=False)
+        for item in suite.excluded:
+            console.print(f"  [dim]excluded[/] {suite.name}: {escape(item.test)}: {escape(item.reason)} (not run)",
+                          highlight=False)
         if suite.status in ("crashed", "timeout", "error"):
             console.print(f"  [bold red]{suite.name}: {escape(suite.reason)}[/]", highlight=False)
+    for warning in gate.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
 
 
 def render_verdict(result: VerifyResult, console: Console) -> None:
