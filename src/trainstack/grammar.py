@@ -205,6 +205,18 @@ def one_line_text(value: str, limit: int = 300) -> str:
     return value
 
 
+# the value of a variable baked into an image or a venv's activation: printable ASCII, one line
+ENV_VALUE = re.compile(r"^[\x20-\x7e]{0,4096}\Z")
+
+
+def env_value(value: str) -> str:
+    if not ENV_VALUE.fullmatch(value):
+        no_controls(value)
+        raise ValueError(f"'{shown(value)}' is not an environment value trainstack bakes in (accepted: printable "
+                         "ASCII on one line, at most 4096 characters)")
+    return value
+
+
 # Variables that make a program load or run other code, or look elsewhere for what it installs:
 # the dynamic loader's, interpreters' start-up hooks, shells' start-up files and trace prompts,
 # glibc's module paths, and the package tools' own settings (which would bypass the lock's

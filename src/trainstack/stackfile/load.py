@@ -145,8 +145,9 @@ def _confine_paths(stack: Stack, text: str, path: Path) -> None:
 
 
 def _trusted_env(stack: Stack, text: str, path: Path) -> None:
-    """A component's build_env sets a loader variable (LD_PRELOAD, PYTHONPATH, BASH_ENV, ...) only
-    when [build] allow_env names it: else it would load or run code in every build process."""
+    """A component's build_env, or the image's [env], sets a loader variable (LD_PRELOAD, PYTHONPATH,
+    BASH_ENV, ...) only when [build] allow_env names it: else it would load or run code in every
+    build process (or every program of the image)."""
     allowed = set(stack.build.allow_env)
     for key, component in stack.components.items():
         for name in component.build_env:
@@ -156,6 +157,13 @@ def _trusted_env(stack: Stack, text: str, path: Path) -> None:
                     f"'{grammar.shown(name)}' makes the build's processes load or run other code; set it only by "
                     f'naming it in [build] allow_env (allow_env = ["{grammar.shown(name)}"]), or leave it out',
                 )  # fmt: skip
+    for name in stack.env:
+        if grammar.loader_variable(name) and name not in allowed:
+            raise _located(
+                text, path, ("env", name),
+                f"'{grammar.shown(name)}' makes every program of the image or venv load or run other code; set it "
+                f'only by naming it in [build] allow_env (allow_env = ["{grammar.shown(name)}"]), or leave it out',
+            )  # fmt: skip
 
 
 def _describe(exc: ValidationError, text: str, path: Path) -> str:

@@ -14,6 +14,7 @@ from trainstack.nn.presets import SHAPES
 from trainstack.errors import UsageError
 from trainstack.rules.data import shipped_rules
 from trainstack.rules.models import Rules
+from trainstack.redact import credential_variable, strip_userinfo
 from trainstack.trust import is_pytest_command
 
 from trainstack import grammar
@@ -524,12 +525,35 @@ class Bench(Strict):
         return self
 
 
+MAX_IMAGE_ENV = 200  # variables baked into an image: more than any image sets
+
+
+def image_env(value: dict[str, str]) -> dict[str, str]:
+    """[env]: variables set in the image (ENV) and the venv's activation, checked by their grammar.
+    A credential never belongs there: it would sit in an image layer or a file for anyone to read."""
+    if len(value) > MAX_IMAGE_ENV:
+        raise ValueError(f"{len(value)} variables, more than the {MAX_IMAGE_ENV} accepted")
+    for name, setting in value.items():
+        grammar.env_name(name)
+        if credential_variable(name):
+            raise ValueError(f"{name}: a credential's name (password, token, secret or key); an image or a venv never "
+                             "holds one: pass it to the job's environment when it runs")
+        if not isinstance(setting, str):
+            raise ValueError(f"{name}: accepted: a string value, such as \"eth0\"")
+        grammar.env_value(setting)
+        if strip_userinfo(setting) != setting:
+            raise ValueError(f"{name}: a URL with 'user:password@' in it; an image or a venv never holds credentials")
+    return value
+
+
 class Stack(Strict):
     stack: StackInfo
     index: Indexes = Indexes()
     components: dict[str, Component]
     matrix: Matrix
     build: Build = Build()
+    # environment variables baked into the image (ENV) and the venv's activation: NCCL_*, CUDA_MODULE_LOADING
+    env: dict[str, str] = {}
     toolchain: Toolchain = Toolchain()
     verify: Verify = Verify()
     bench: Bench = Bench()
@@ -557,6 +581,8 @@ class Stack(Strict):
                     del item["version"]
             expanded[name] = item
         return expanded
+
+    _env = field_validator("env")(lambda v: image_env(v))
 
     @model_validator(mode="after")
     def _unique_component_keys(self) -> Stack:

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from trainstack.verify.envvars import EnvSetting
 from trainstack.verify.linkcheck.render import render_links
 from trainstack.verify.ops import OpTable, render_value
 from trainstack.verify.report_render import render_report
@@ -22,6 +23,8 @@ SUITE = {"passed": "[green]passed[/]", "failed": "[bold red]FAILED[/]", "crashed
 def render_verify(result: VerifyResult, console: Console) -> None:
     if result.report is not None:
         render_report(result.report, console)
+    if result.environment:
+        render_environment(result.environment, console)
     if result.ops is not None:
         render_ops(result.ops, console)
     if result.links is not None:
@@ -31,6 +34,17 @@ def render_verify(result: VerifyResult, console: Console) -> None:
     if result.gate is not None:
         render_gate(result.gate, console)
     render_verdict(result, console)
+
+
+def render_environment(settings: list[EnvSetting], console: Console) -> None:
+    out = Table(title=escape("environment ([env] of the stack)"))
+    for column in ("variable", "stack", "activation sets", "status"):
+        out.add_column(column, overflow="fold")
+    for item in settings:
+        found = "-" if not item.checked else (item.found if item.found is not None else "(not set)")
+        status = "not checked (no bin/activate)" if not item.checked else ("ok" if item.ok else "[red]DIFFERS[/]")
+        out.add_row(escape(item.name), escape(item.declared), escape(found), status)
+    console.print(out)
 
 
 def render_ops(table: OpTable, console: Console) -> None:
