@@ -217,6 +217,47 @@ def env_value(value: str) -> str:
     return value
 
 
+# an image tag template's field: a flavour axis or a component whose locked version it takes
+TAG_FIELD = re.compile(r"^[a-z][a-z0-9_]{0,99}\Z")
+_TAG_LITERAL = re.compile(r"^[A-Za-z0-9_.-]*\Z")
+MAX_IMAGE_TAG = 128  # the OCI distribution spec's limit
+
+
+def tag_template_fields(value: str) -> list[str]:
+    """The field names of an image tag template ('{release}-cuda{cuda}-torch{torch}'), in order;
+    ValueError when its text is not tag characters or a field is not a plain '{name}'."""
+    import string
+
+    no_controls(value)
+    if not value or len(value) > 500:
+        raise ValueError(f"'{shown(value)}' is not a tag template (accepted: 1 to 500 characters, such as "
+                         "'{release}-cuda{cuda}-torch{torch}-py{python}')")
+    fields = []
+    try:
+        parts = list(string.Formatter().parse(value))
+    except ValueError as exc:
+        raise ValueError(f"'{shown(value)}' is not a tag template ({exc}; a literal brace is not accepted)") from None
+    for literal, field, spec, conversion in parts:
+        if not _TAG_LITERAL.fullmatch(literal):
+            raise ValueError(f"'{shown(literal)}' in the tag template is not tag text (accepted: letters, digits, "
+                             "'_', '.', '-' around '{field}' names)")
+        if field is None:
+            continue
+        if spec or conversion or not TAG_FIELD.fullmatch(field):
+            raise ValueError(f"'{{{shown(field)}{'!' + shown(conversion) if conversion else ''}{':' + shown(spec) if spec else ''}}}' "
+                             "is not a tag field (accepted: '{name}' with a lower-case name, no format or conversion)")
+        fields.append(field)
+    return fields
+
+
+def image_tag(value: str) -> str:
+    """A full image tag (OCI distribution grammar: [A-Za-z0-9_][A-Za-z0-9_.-]{0,127})."""
+    if len(value) > MAX_IMAGE_TAG or not OCI_TAG.fullmatch(value):
+        raise ValueError(f"'{shown(value, 200)}' is not a valid image tag (OCI: letters, digits, '_', '.', '-', not "
+                         f"starting with '.' or '-', at most {MAX_IMAGE_TAG} characters; {len(value)} given)")
+    return value
+
+
 # Variables that make a program load or run other code, or look elsewhere for what it installs:
 # the dynamic loader's, interpreters' start-up hooks, shells' start-up files and trace prompts,
 # glibc's module paths, and the package tools' own settings (which would bypass the lock's

@@ -103,6 +103,10 @@ def _os(value: str) -> str:
     return value
 
 
+# the fields of [stack] tag that are not a component's version
+TAG_AXES = ("name", "release", "slug", "cuda", "os", "python", "channel", "arch")
+
+
 class StackInfo(Strict):
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=100)]
     release: Annotated[str, Field(min_length=1)]
@@ -110,8 +114,19 @@ class StackInfo(Strict):
     registry: str = ""
     description: str = ""
 
+    # the image tag of each flavour, from its fields (TAG_AXES, or a component's locked version);
+    # default '{release}-{slug}'
+    tag: str | None = None
+
     _release = field_validator("release")(lambda v: grammar.oci_tag(v))
     _image = field_validator("image")(lambda v: grammar.oci_repository(v))
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, v: str | None) -> str | None:
+        if v is not None:
+            grammar.tag_template_fields(v)
+        return v
     _registry = field_validator("registry")(lambda v: grammar.oci_registry(v))
 
     @property
