@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from functools import cache
 from importlib import resources
@@ -77,6 +78,20 @@ def pypi_default_variant(rules: Rules, torch_version: str) -> str:
 
 def torch_pythons(rules: Rules, torch_version: str) -> list[str]:
     return list(_release(rules, torch_version).pythons)
+
+
+# the local labels of PyTorch's own wheel variants ('2.5.1+cu124'); any other marks a vendor's build
+TORCH_VARIANT_LOCAL = re.compile(r"^(cpu|cu[0-9]+|rocm[0-9]+(\.[0-9]+)*|xpu)\Z")
+
+
+def vendor_local(version: str) -> str | None:
+    """The local label of a vendor's build ('vendor1' of '2.5.1+vendor1'), which PyTorch's indexes
+    do not serve; None for a release, a version that does not parse, or PyTorch's own '+cu124'."""
+    try:
+        local = Version(version).local
+    except InvalidVersion:
+        return None
+    return local if local is not None and not TORCH_VARIANT_LOCAL.fullmatch(local) else None
 
 
 def index_for(rules: Rules, torch_version: str, cuda_tag: str, channel: str, arch: str = "x86_64") -> str | None:
