@@ -134,7 +134,25 @@ def test_a_loader_variable_named_in_allow_env_is_accepted(tmp_path: Path) -> Non
     assert main(["check", str(stack)]) == 0
 
 
-def test_env_lock_render_build_activation_verify_and_release(index: str, tmp_path: Path,
+def image_env(instruction: str, context: Path, store: Path) -> dict[str, str]:
+    """The environment of an image built by buildah from scratch with ``instruction``."""
+    from trainstack.builder.oci import BuildahBackend
+
+    context.mkdir()
+    (context / "Containerfile").write_text(f"FROM scratch\n{instruction}")
+    buildah = ["buildah", "--storage-driver", BuildahBackend().driver]
+    tag = "localhost/trainstack-env-test:latest"
+    subprocess.run([*buildah, "build", "--isolation", "chroot", "-t", tag, "-f", context / "Containerfile", context],
+                   capture_output=True, check=True)
+    try:
+        config = json.loads(subprocess.run([*buildah, "inspect", "--type", "image", tag], capture_output=True,
+                                           text=True, check=True).stdout)["OCIv1"]["config"]
+    finally:
+        subprocess.run([*buildah, "rmi", "--force", tag], capture_output=True)
+    return dict(item.split("=", 1) for item in config.get("Env", []) if not item.startswith("PATH="))
+
+
+def test_env_lock_render_build_activation_verify_and_release(index: str, tmp_path: Path, containers_store: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     old = tmp_path / "old" / "envs.toml"
     old.parent.mkdir()
@@ -152,6 +170,10 @@ def test_env_lock_render_build_activation_verify_and_release(index: str, tmp_pat
     assert ('ENV NCCL_SOCKET_IFNAME="ib0" \\\n    CUDA_MODULE_LOADING="LAZY" \\\n'
             '    TRAINSTACK_TEST_QUOTING="it\'s \\"\\$HOME\\" \\\\ \\$(id) `id`"\n') in final
     assert "NCCL_SOCKET_IFNAME" not in dockerfile[:dockerfile.index("FROM extras AS final")]  # the torch layer unchanged
+    if shutil.which("buildah"):  # buildah reads the ENV instruction back to the very values of the stack
+        instruction = final[final.index("ENV NCCL_SOCKET_IFNAME"):]
+        assert image_env(instruction, tmp_path / "context", containers_store) == {
+            "NCCL_SOCKET_IFNAME": "ib0", "CUDA_MODULE_LOADING": "LAZY", "TRAINSTACK_TEST_QUOTING": QUOTING}
 
     build = tmp_path / "build"
     assert main(["build", str(stack), "--backend", "venv", "--build-dir", str(build)]) == 0
