@@ -128,10 +128,19 @@ def test_bad_env_is_one_line_naming_file_line_and_field(tmp_path: Path, env: str
     assert len(err) == 1 and err[0].startswith(f"error: {stack}:") and expected in err[0], err
 
 
-def test_a_loader_variable_named_in_allow_env_is_accepted(tmp_path: Path) -> None:
+def test_a_loader_variable_named_in_allow_env_is_accepted_and_check_shows_every_variable(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stack = tmp_path / "envs.toml"
-    stack.write_text(stack_text(env='[env]\nLD_LIBRARY_PATH = "/opt/nccl/lib"\n', build_extra='allow_env = ["LD_LIBRARY_PATH"]'))
+    stack.write_text(stack_text(env='[env]\nLD_LIBRARY_PATH = "/opt/nccl/lib"\nNCCL_DEBUG = "WARN"\n',
+                                build_extra='allow_env = ["LD_LIBRARY_PATH"]'))
     assert main(["check", str(stack)]) == 0
+    out = capsys.readouterr().out
+    assert "sets: env LD_LIBRARY_PATH=/opt/nccl/lib (the image's ENV and the venv's activation)" in out
+    assert "sets: env NCCL_DEBUG=WARN (the image's ENV and the venv's activation)" in out
+    assert main(["check", str(stack), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["runs"]["image_env"] == [{"variable": "LD_LIBRARY_PATH", "value": "/opt/nccl/lib"},
+                                             {"variable": "NCCL_DEBUG", "value": "WARN"}]
 
 
 def image_env(instruction: str, context: Path, store: Path) -> dict[str, str]:
