@@ -206,14 +206,14 @@ def one_line_text(value: str, limit: int = 300) -> str:
 
 
 # the value of a variable baked into an image or a venv's activation: printable ASCII, one line
-ENV_VALUE = re.compile(r"^[\x20-\x7e]{0,4096}\Z")
+ENV_VALUE = re.compile(r"^[\x20-\x7e]{0,2000}\Z")
 
 
 def env_value(value: str) -> str:
     if not ENV_VALUE.fullmatch(value):
         no_controls(value)
         raise ValueError(f"'{shown(value)}' is not an environment value trainstack bakes in (accepted: printable "
-                         "ASCII on one line, at most 4096 characters)")
+                         "ASCII on one line, at most 2000 characters: what the lock manifest records)")
     return value
 
 

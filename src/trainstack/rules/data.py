@@ -85,13 +85,16 @@ TORCH_VARIANT_LOCAL = re.compile(r"^(cpu|cu[0-9]+|rocm[0-9]+(\.[0-9]+)*|xpu)\Z")
 
 
 def vendor_local(version: str) -> str | None:
-    """The local label of a vendor's build ('vendor1' of '2.5.1+vendor1'), which PyTorch's indexes
-    do not serve; None for a release, a version that does not parse, or PyTorch's own '+cu124'."""
+    """What marks a vendor's build of torch, which PyTorch's indexes do not serve: its local label
+    ('vendor1' of '2.5.1+vendor1') or a fourth release number ('2.5.1.6'); None for PyTorch's own
+    releases and variants ('2.5.1', '2.5.1+cu124') and a version that does not parse."""
     try:
-        local = Version(version).local
+        parsed = Version(version)
     except InvalidVersion:
         return None
-    return local if local is not None and not TORCH_VARIANT_LOCAL.fullmatch(local) else None
+    if parsed.local is not None and not TORCH_VARIANT_LOCAL.fullmatch(parsed.local):
+        return parsed.local
+    return ".".join(str(part) for part in parsed.release) if len(parsed.release) > 3 else None
 
 
 def index_for(rules: Rules, torch_version: str, cuda_tag: str, channel: str, arch: str = "x86_64") -> str | None:

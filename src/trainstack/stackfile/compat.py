@@ -141,8 +141,8 @@ def _vendor_build(stack: Stack, flavour: Flavour, version: str) -> Finding:
     source = stack.rules_in_effect.torch.index.source
     own = [*([stack.index.url] if stack.index.url else []), *stack.index.extra, *stack.index.find_links]
     if not own:
-        text = (f"torch {version} is a vendor's build ('+{data.vendor_local(version)}'), which PyTorch's indexes "
-                "do not serve; name the index that does in [index] url, extra or find_links")
+        text = (f"torch {version} is a vendor's build, which PyTorch's indexes do not serve; name the index "
+                "that does in [index] url, extra or find_links")
         return _finding(flavour, "torch.vendor", "error", text, source)
     text = (f"torch {version} is a vendor's build: it comes from the stack's own index "
             f"({grammar.redacted_url(own[0])}), not PyTorch's {flavour.cuda_tag} index")
