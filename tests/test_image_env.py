@@ -9,7 +9,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import string
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -226,8 +227,6 @@ MAX_IMAGE_TAG = 128  # the OCI distribution spec's limit
 def tag_template_fields(value: str) -> list[str]:
     """The field names of an image tag template ('{release}-cuda{cuda}-torch{torch}'), in order;
     ValueError when its text is not tag characters or a field is not a plain '{name}'."""
-    import string
-
     no_controls(value)
     if not value or len(value) > 500:
         raise ValueError(f"'{shown(value)}' is not a tag template (accepted: 1 to 500 characters, such as "
