@@ -65,6 +65,8 @@ def test_acs_across_the_cuda_move_lists_every_change_and_the_move(tmp_path: Path
     html = (tmp_path / "notes" / "release.html").read_text()
     assert f"<p>{slug} follows cu124-ubuntu2204-py310-release: CUDA 12.4 → 12.6.</p>" in html
     assert "Base image and build settings of" in html and "ccache 5G" in html
+    registry = "egslingjun-registry.cn-wulanchabu.cr.aliyuncs.com/egslingjun"
+    assert [f["image"] for f in notes["flavours"]] == [f"{registry}/training-nv-pytorch:25.07-serverless"]  # the seed's tag
     settings = {c["name"]: (c["old"], c["new"]) for c in updates["settings"][slug]}
     assert settings == {
         "base image": ("docker.io/nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04",

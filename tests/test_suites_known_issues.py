@@ -70,3 +70,23 @@ def test_malformed_file_through_verify_is_exit_2_one_line(tmp_path: Path, capsys
     code = main(["verify", str(stack), "--python", sys.executable, "--skip", "report", "--skip", "ops", "--skip", "linkcheck"])
     err = capsys.readouterr().err
     assert code == 2 and "known.toml:4: known.0.link" in err and "Traceback" not in err
+
+
+def test_the_readme_example_is_a_known_issues_file_the_reader_takes(tmp_path: Path) -> None:
+    """The README states the format; its example is parsed by the reader verify uses and matches
+    the test, suite and flavour it names."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("Failures a release accepts live in the stack's known-issues file"):]
+    example = section[section.index("```toml\n") + len("```toml\n"):section.index("```", section.index("```toml\n") + 7)]
+    assert example.startswith("[[known]]")
+    known = load_known_issues(write(tmp_path, example))
+    [issue] = known.known
+    assert (issue.suite, issue.reason, issue.link) == (
+        "numpy-linalg", "LAPACK rounding on this CPU", "https://github.com/numpy/numpy/issues/12345")
+    ids = ["numpy/linalg/tests/test_linalg.py::TestEigh::test_big_4"]
+    assert known.find("numpy-linalg", "cu121-ubuntu2204-py311-release", ids) is issue
+    assert known.find("numpy-linalg", "cpu-debian12-py311-release", ids) is None
+    for field in ("test", "suite", "targets", "reason", "link"):  # every field the reader takes is stated
+        assert f"`{field}`" in section[:section.index("```toml")]
+    with pytest.raises(SpecError, match=r"known.toml:7: known.0.severity: unknown field"):
+        load_known_issues(write(tmp_path, example + 'severity = "low"\n'))

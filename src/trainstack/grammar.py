@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import string
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -174,6 +175,85 @@ def base_image(value: str) -> str:
 def env_name(value: str) -> str:
     if not ENV_NAME.fullmatch(value):
         raise ValueError(f"'{shown(value)}' is not an environment variable name (letters, digits, '_'; not a digit first)")
+    return value
+
+
+_TEST_WILDCARDS = frozenset("*?[]!")
+MAX_TEST_PATTERN = 500
+
+
+def test_pattern(value: str) -> str:
+    """A pytest test id or an fnmatch pattern of ids ('tests/test_x.py::test_y[cuda]',
+    '*test_linalg.py::TestEigh::*'): one line of at most MAX_TEST_PATTERN characters, no
+    leading or trailing blank, and something besides wildcards (a pattern of wildcards only
+    would leave no test)."""
+    no_controls(value)
+    if not value or len(value) > MAX_TEST_PATTERN or value != value.strip():
+        raise ValueError(f"'{shown(value)}' is not a test id pattern (accepted: 1 to {MAX_TEST_PATTERN} characters "
+                         "without leading or trailing blanks, such as 'tests/test_x.py::test_y' or '*test_x.py::*')")
+    if all(ch in _TEST_WILDCARDS for ch in value):
+        raise ValueError(f"'{shown(value)}' matches every test (accepted: a test id or a pattern naming some of them, "
+                         "such as '*test_x.py::*')")
+    return value
+
+
+def one_line_text(value: str, limit: int = 300) -> str:
+    """A non-empty line of prose of at most ``limit`` characters (a reason, a note)."""
+    no_controls(value)
+    if not value.strip() or len(value) > limit:
+        raise ValueError(f"'{shown(value)}' is not a one-line text (accepted: 1 to {limit} characters on one line, "
+                         "not only blanks)")
+    return value
+
+
+# the value of a variable baked into an image or a venv's activation: printable ASCII, one line
+ENV_VALUE = re.compile(r"^[\x20-\x7e]{0,2000}\Z")
+
+
+def env_value(value: str) -> str:
+    if not ENV_VALUE.fullmatch(value):
+        no_controls(value)
+        raise ValueError(f"'{shown(value)}' is not an environment value trainstack bakes in (accepted: printable "
+                         "ASCII on one line, at most 2000 characters: what the lock manifest records)")
+    return value
+
+
+# an image tag template's field: a flavour axis or a component whose locked version it takes
+TAG_FIELD = re.compile(r"^[a-z][a-z0-9_]{0,99}\Z")
+_TAG_LITERAL = re.compile(r"^[A-Za-z0-9_.-]*\Z")
+MAX_IMAGE_TAG = 128  # the OCI distribution spec's limit
+
+
+def tag_template_fields(value: str) -> list[str]:
+    """The field names of an image tag template ('{release}-cuda{cuda}-torch{torch}'), in order;
+    ValueError when its text is not tag characters or a field is not a plain '{name}'."""
+    no_controls(value)
+    if not value or len(value) > 500:
+        raise ValueError(f"'{shown(value)}' is not a tag template (accepted: 1 to 500 characters, such as "
+                         "'{release}-cuda{cuda}-torch{torch}-py{python}')")
+    fields = []
+    try:
+        parts = list(string.Formatter().parse(value))
+    except ValueError as exc:
+        raise ValueError(f"'{shown(value)}' is not a tag template ({exc}; a literal brace is not accepted)") from None
+    for literal, field, spec, conversion in parts:
+        if not _TAG_LITERAL.fullmatch(literal):
+            raise ValueError(f"'{shown(literal)}' in the tag template is not tag text (accepted: letters, digits, "
+                             "'_', '.', '-' around '{field}' names)")
+        if field is None:
+            continue
+        if spec or conversion or not TAG_FIELD.fullmatch(field):
+            raise ValueError(f"'{{{shown(field)}{'!' + shown(conversion) if conversion else ''}{':' + shown(spec) if spec else ''}}}' "
+                             "is not a tag field (accepted: '{name}' with a lower-case name, no format or conversion)")
+        fields.append(field)
+    return fields
+
+
+def image_tag(value: str) -> str:
+    """A full image tag (OCI distribution grammar: [A-Za-z0-9_][A-Za-z0-9_.-]{0,127})."""
+    if len(value) > MAX_IMAGE_TAG or not OCI_TAG.fullmatch(value):
+        raise ValueError(f"'{shown(value, 200)}' is not a valid image tag (OCI: letters, digits, '_', '.', '-', not "
+                         f"starting with '.' or '-', at most {MAX_IMAGE_TAG} characters; {len(value)} given)")
     return value
 
 

@@ -21,6 +21,11 @@ MIN_SECRET = 4  # shorter values would mask ordinary words
 MIN_OTHER_SECRET = 8  # for variables named like secrets that are not uv's index credentials
 
 
+def credential_variable(name: str) -> bool:
+    """Whether a variable's name says its value is a credential (a password, token, secret or key)."""
+    return bool(_SECRET_VAR.search(name))
+
+
 def strip_userinfo(url: str) -> str:
     """``url`` without 'user:password@' (what a lock file or a rendered file may hold)."""
     return _USERINFO.sub(lambda m: m.group("scheme"), url)

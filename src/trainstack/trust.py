@@ -34,12 +34,13 @@ def is_pytest_command(command: str) -> bool:
     return words[i : i + 2] == ["-m", "pytest"]
 
 
-def what_it_runs(suites: list, components: dict) -> dict[str, list[dict]]:
+def what_it_runs(suites: list, components: dict, env: dict | None = None) -> dict[str, list[dict]]:
     """The suite commands and build environment variables a stack declares, for `check`:
     ``suites`` as verify.suite entries (name, command), ``components`` name -> component
-    (build_env)."""
+    (build_env), ``env`` the variables the stack bakes into the image and the venv's activation."""
     return {
         "suites": [{"name": s.name, "command": s.command, "pytest": is_pytest_command(s.command)} for s in suites],
         "build_env": [{"component": name, "variable": key, "value": value}
                       for name, component in components.items() for key, value in (component.build_env or {}).items()],
+        "image_env": [{"variable": key, "value": value} for key, value in (env or {}).items()],
     }

@@ -26,7 +26,6 @@ from trainstack.fsutil import atomic_write_text
 from trainstack.indexauth import lock_index_urls, netrc_text
 from trainstack.render.api import flavour_files
 from trainstack.render.dockerfile import Base, base_for, stage_name
-from trainstack.render.stackfiles import image_tag
 from trainstack.grammar import CONTROL, shown
 
 UBUNTU_SUITES = frozenset({"bionic", "focal", "jammy", "noble", "oracular", "plucky", "questing"})
@@ -140,7 +139,7 @@ class BuildahBackend:
         if base.debootstrap_suite and not self._exists(base.ref):
             self._import_base(steps, base, job.staging / "base")
         context = write_context(job)
-        tag = image_tag(job.inputs.stack, job.layers.flavour.slug)
+        tag = job.inputs.images[job.layers.flavour.slug]
         argv: list[str | Path] = self._cmd("build", "--layers", "--isolation", "chroot", "--target", "final", "-t", tag)
         argv += platform_option(job.layers.flavour.arch)
         argv += secrets
@@ -196,7 +195,7 @@ class DockerBackend:
             steps.run("base-import", ["docker", "import", tar, base.ref])
             shutil.rmtree(tar.parent, ignore_errors=True)
         context = write_context(job)
-        tag = image_tag(job.inputs.stack, job.layers.flavour.slug)
+        tag = job.inputs.images[job.layers.flavour.slug]
         argv: list[str | Path] = ["docker", "buildx", "build", "--load", "--target", "final", "-t", tag, *secrets]
         argv += platform_option(job.layers.flavour.arch)
         for key, value in build_args(job).items():

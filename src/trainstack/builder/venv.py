@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from trainstack import proc
+from trainstack.builder.activation import write_activation_env
 from trainstack.builder.backend import BuildJob, BuildOutput
 from trainstack.builder.disk import require_free_disk, tree_size
 from trainstack.builder.download import DEFAULT_INDEX, Fetcher, download_sdist, index_auth
@@ -62,6 +63,7 @@ class VenvBackend:
                 self._source(job, steps, src, python, env, extensions)
         steps.run("check", ["uv", "pip", "check", "--python", python], env=env)
         install_into_venv(venv)  # the trainstack run hook: TRAINSTACK_* variables reach jobs here; off unless set
+        write_activation_env(venv, job.inputs.stack.env)  # the stack's [env], as the image's ENV sets it
         shutil.rmtree(job.staging / "src", ignore_errors=True)  # sources are not part of the build
         return BuildOutput(sizes={"venv": tree_size(venv)}, extensions=extensions.records)
 

@@ -53,6 +53,8 @@ def build_args(stack: Stack, flavour: Flavour) -> dict[str, str]:
             args[f"{component.key}.{name}"] = value
         if component.jobs is not None:
             args[f"{component.key}.jobs"] = f"{component.jobs.divisor}/{component.jobs.cap}"
+    for name, value in stack.env.items():  # baked into the image's last layer and the venv's activation
+        args[f"env.{name}"] = value
     return args
 
 

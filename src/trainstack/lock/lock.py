@@ -37,6 +37,7 @@ from trainstack.lock.manifest import (
 )
 from trainstack.lock.plan import FlavourPlan, plan_flavour, require_one_release, stack_inputs_hash
 from trainstack.lock.resolve import compile_request, uv_version
+from trainstack.lock.tags import stack_image_refs
 from trainstack.redact import strip_userinfo
 from trainstack.stackfile.compat import require_rules
 from trainstack import grammar
@@ -88,6 +89,7 @@ def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str]) -> Mani
         flavours=dict(sorted({**kept, **locked}.items())),
     )
     manifest = _keep_timestamp(manifest, previous)
+    stack_image_refs(stack, manifest.flavours, Path(stack_path))  # every flavour's tag made, none shared, before a byte is written
     tree.update({relative: text.encode("utf-8") for relative, text in files.items()})
     tree[MANIFEST_NAME] = dump_json(manifest.model_dump(mode="json")).encode("utf-8")
     replace_tree(directory, tree)

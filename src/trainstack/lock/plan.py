@@ -129,6 +129,8 @@ def _variant_index(stack: Stack, flavour: Flavour) -> str | None:
         has_torch = any(c.key == "torch" for c in components_for(stack, flavour))
         return rules.index_for(stack.rules_in_effect, "", flavour.cuda_tag, "nightly") if has_torch else None
     version = torch_version(stack, flavour)
+    if version is not None and rules.vendor_local(version) is not None:
+        return None  # a vendor's build ('+vendor1'): the stack's own indexes serve it, not PyTorch's
     return None if version is None else rules.index_for(stack.rules_in_effect, version, flavour.cuda_tag, flavour.channel, flavour.arch)
 
 

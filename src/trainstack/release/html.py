@@ -15,7 +15,9 @@ from trainstack.release.markdown import (
     fmt_number,
     fmt_throughput,
     safe_target,
+    EXCLUDED_SHOWN,
     reasons_heading,
+    shown_excluded,
     shown_reasons,
     source_label,
 )
@@ -84,6 +86,8 @@ def render_html(notes: ReleaseNotes, charts: list[Chart]) -> str:
         throughput=fmt_throughput,
         shown_reasons=shown_reasons,
         reasons_heading=reasons_heading,
+        shown_excluded=shown_excluded,
+        excluded_shown=EXCLUDED_SHOWN,
         source_label=source_label,
         verdict_class=_verdict_class,
         safe_href=safe_target,

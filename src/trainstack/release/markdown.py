@@ -224,7 +224,24 @@ def verification_lines(notes: ReleaseNotes) -> list[str]:
     for v in notes.verification:
         if v.reasons:
             lines += ["", reasons_heading(v.slug, v.verdict) + ":", "", *(f"- {text(r, line_start=True)}" for r in shown_reasons(v.reasons))]
+    for v in notes.verification:
+        if v.excluded:
+            lines += ["", excluded_heading(v.slug) + ":", "",
+                      *(f"- {code(item.test)}: {text(item.reason)}" for item in shown_excluded(v.excluded))]
+            if len(v.excluded) > EXCLUDED_SHOWN:
+                lines.append(f"- … and {len(v.excluded) - EXCLUDED_SHOWN} more in verify.json")
     return lines
+
+
+EXCLUDED_SHOWN = 50  # excluded tests listed per flavour; the rest are counted
+
+
+def excluded_heading(slug: str) -> str:
+    return f"Tests excluded from {text(slug)}'s gate (not run)"
+
+
+def shown_excluded(items: list) -> list:
+    return items[:EXCLUDED_SHOWN]
 
 
 def source_label(source: str | None) -> str:

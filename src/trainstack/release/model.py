@@ -106,6 +106,11 @@ class KnownIssue(Frozen):
     link: str | None = None
 
 
+class ExcludedTest(Frozen):
+    test: str  # a test the suite's exclude list kept from running
+    reason: str
+
+
 class Verification(Frozen):
     slug: str
     measured: bool  # False: no verify result was found for this flavour
@@ -116,6 +121,7 @@ class Verification(Frozen):
     tests_failed: int | None = None
     tests_allowed: int | None = None  # failures the known-issues file accepts
     known_issues: list[KnownIssue] = []
+    excluded: list[ExcludedTest] = []  # tests not run: the stack's suites exclude them, each for its reason
     source: str | None = None  # the file it was read from, relative to the results directory
 
 

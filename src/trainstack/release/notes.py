@@ -47,14 +47,16 @@ def check_same_stack(previous: Manifest, current: Manifest, previous_name: str) 
 
 
 def image_tag(manifest: Manifest, slug: str) -> str:
-    """registry/image:<release>-<flavour slug>: one tag per flavour, never shared between flavours."""
+    """registry/image:<release>-<flavour slug>: the tag of a stack without [stack] tag."""
     return f"{manifest.image}:{manifest.release}-{slug}"
 
 
-def flavour_images(manifest: Manifest) -> list[FlavourImage]:
+def flavour_images(manifest: Manifest, images: dict[str, str] | None = None) -> list[FlavourImage]:
+    """``images``: slug -> the image its build is tagged with ([stack] tag); the default tag for others."""
+    images = images or {}
     return [
         FlavourImage(slug=slug, cuda=f.cuda, os=f.os, python=f.python, channel=f.channel,
-                     image=image_tag(manifest, slug), cache_key=f.cache_key)
+                     image=images.get(slug) or image_tag(manifest, slug), cache_key=f.cache_key)
         for slug, f in sorted(manifest.flavours.items())
     ]
 
@@ -118,11 +120,12 @@ class Inputs:
     previous_bench: Mapping[BenchKey, BenchResult]
     fragments: list[Fragment]
     rules: Rules = field(default_factory=shipped_rules)  # the stack's rules in effect
+    images: dict[str, str] = field(default_factory=dict)  # slug -> image:tag from [stack] tag
 
 
 def make_notes(inputs: Inputs, drivers: DriverLookup) -> ReleaseNotes:
     current = inputs.current
-    images = flavour_images(current)
+    images = flavour_images(current, inputs.images)
     return ReleaseNotes(
         stack=current.stack,
         release=current.release,

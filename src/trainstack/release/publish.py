@@ -16,6 +16,7 @@ from trainstack.errors import SpecError, UsageError
 from trainstack.fsutil import dump_json, replace_tree
 from trainstack.lock import check_lock_current
 from trainstack.lock.manifest import Manifest, load_manifest
+from trainstack.lock.tags import stack_image_refs
 from trainstack.release.drivers import rules_lookup
 from trainstack.release.fragments import consume_fragments, release_fragments
 from trainstack.release.html import render_html
@@ -122,6 +123,7 @@ def gather(
         previous_bench=_previous_bench(previous_results),
         fragments=fragments,
         rules=stack.rules_in_effect,
+        images=stack_image_refs(stack, current.flavours, stack_path),
     )
 
 

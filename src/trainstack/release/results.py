@@ -15,7 +15,9 @@ and what is missing is reported as not measured):
 - ``skipped``: the parts left out (report, ops, linkcheck, smoke, suites); a "pass" with the
   suites skipped is reported "not run"
 - ``gate.suites[]``: ``tests`` (tests run), ``failed`` (ids still failing, not known),
-  ``known[]`` = {``test``, ``reason``, ``link``} (failures accepted by the known-issues file)
+  ``known[]`` = {``test``, ``reason``, ``link``} (failures accepted by the known-issues file),
+  ``excluded[]`` = {``test``, ``reason``} (tests the suite's exclude list kept from running;
+  at most MAX_EXCLUDED_SHOWN of them are read)
 - ``gate.total_failed``: failed tests over all suites (else the count of ``failed`` ids)
 - ``not_built``: components the build left out (build --skip-sources); a "pass" with any is
   reported "not built"
@@ -49,7 +51,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
-from trainstack.release.model import FIGURE_MAX, SCHEMA_VERSION, KnownIssue, ReleaseNotes, Verification
+from trainstack.release.model import FIGURE_MAX, SCHEMA_VERSION, ExcludedTest, KnownIssue, ReleaseNotes, Verification
 from trainstack import grammar
 
 VERIFY_NAME = "verify.json"
@@ -65,6 +67,7 @@ Line = Annotated[str, Field(max_length=2000), AfterValidator(grammar.no_controls
 Link = Annotated[str, Field(max_length=2000), AfterValidator(grammar.web_link)]
 Part = Literal["report", "ops", "linkcheck", "smoke", "suites"]
 NOT_RUN = "not run"  # the verdict of a verification whose test gate was skipped: never "pass"
+MAX_EXCLUDED = 100_000  # excluded tests one suite of a verify.json may list
 NOT_BUILT = "not built"  # the verdict of a passing verification with components the build left out: never "pass"
 
 
@@ -78,10 +81,16 @@ class _KnownHit(_Tolerant):
     link: Link | None = None
 
 
+class _Excluded(_Tolerant):
+    test: Line
+    reason: Line
+
+
 class _Suite(_Tolerant):
     tests: Count | None = None
     failed: list[Line] = []
     known: list[_KnownHit] = []
+    excluded: Annotated[list[_Excluded], Field(max_length=MAX_EXCLUDED)] = []
 
 
 class _Gate(_Tolerant):
@@ -208,6 +217,7 @@ def parse_verify(text: str, slug: str, where: Path, source: str, expected: Verif
         "tests_allowed": len(known),
         "known_issues": [KnownIssue(title=f"{hit.test}: {hit.reason}" if hit.reason else hit.test, link=hit.link)
                          for hit in known],
+        "excluded": [ExcludedTest(test=item.test, reason=item.reason) for suite in gate.suites for item in suite.excluded],
     })
 
 

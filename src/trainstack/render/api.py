@@ -41,7 +41,7 @@ def stack_files(inputs: Inputs) -> dict[str, str]:
         slug = quote.matching(layers.flavour.slug, SLUG, "matrix", "a flavour name of letters, digits, '.' and '-'")
         for name, text in flavour_files(inputs, layers).items():
             files[f"{slug}/{name}"] = text
-    files["docker-bake.hcl"] = render_bake(inputs.stack, inputs.layers)
+    files["docker-bake.hcl"] = render_bake(inputs.stack, inputs.layers, inputs.images)
     files["workflow.yml"] = render_workflow(inputs.stack, inputs.layers)
     default = next((lay for lay in inputs.layers if lay.flavour.channel == "release"), inputs.layers[0])
     files["environment.yml"] = render_environment(inputs.stack, inputs.manifest, default)

@@ -318,4 +318,10 @@ def _final(stack: Stack, layers: FlavourLayers) -> str:
         f"{quote.dockerfile_string(k)}={quote.dockerfile_string(v)}" for k, v in labels(stack, layers).items()
     )
     lines.append(f"LABEL {label}")
+    if stack.env:  # the stack's [env], in the last layer: changing it rebuilds nothing below
+        settings = " \\\n    ".join(
+            f"{quote.matching(name, grammar.ENV_NAME, 'env', 'an environment variable name')}="
+            f"{quote.dockerfile_string(quote.matching(value, grammar.ENV_VALUE, f'env.{name}', 'printable ASCII'))}"
+            for name, value in stack.env.items())
+        lines.append(f"ENV {settings}")
     return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ from trainstack.errors import LockError
 from trainstack.lock import Manifest, check_lock_current, lock_dir, manifest_path
 from trainstack.lock.lock import declared_indexes
 from trainstack.lock.plan import plan_flavour
+from trainstack.lock.tags import stack_image_refs
 from trainstack.render.layers import FlavourLayers, split_layers
 from trainstack.stackfile import Stack, load_stack, select_flavour
 
@@ -20,6 +21,12 @@ class Inputs:
     manifest: Manifest
     lock_dir: Path
     layers: list[FlavourLayers]
+
+    @property
+    def images(self) -> dict[str, str]:
+        """slug -> registry/image:tag of each selected flavour, the tag from [stack] tag and the
+        locked versions (load_inputs checked those of every flavour)."""
+        return stack_image_refs(self.stack, {layers.flavour.slug: layers.locked for layers in self.layers}, self.stack_path)
 
 
 def load_inputs(stack_path: Path, flavour: str | None = None) -> Inputs:
@@ -37,4 +44,5 @@ def load_inputs(stack_path: Path, flavour: str | None = None) -> Inputs:
                 hint=f"run 'trainstack lock {stack_path}'",
             )
         layers.append(split_layers(stack, f, locked, directory, declared_indexes(plan_flavour(stack, f))))
+    stack_image_refs(stack, manifest.flavours, stack_path)  # every flavour's tag made, none shared, before any work
     return Inputs(stack_path, stack, manifest, directory, layers)

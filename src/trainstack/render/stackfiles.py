@@ -15,10 +15,6 @@ def cache_ref(stack: Stack, cache_key: str) -> str:
     return f"{stack.stack.image_ref}/buildcache:{cache_key.replace('/', '-')}"
 
 
-def image_tag(stack: Stack, slug: str) -> str:
-    return f"{stack.stack.image_ref}:{stack.stack.release}-{slug}"
-
-
 def _q(value: str) -> str:
     return quote.hcl_string(value)
 
@@ -26,7 +22,8 @@ def _q(value: str) -> str:
 _y = quote.yaml_string
 
 
-def render_bake(stack: Stack, all_layers: list[FlavourLayers]) -> str:
+def render_bake(stack: Stack, all_layers: list[FlavourLayers], images: dict[str, str]) -> str:
+    """``images``: slug -> the image reference its build is tagged with (trainstack.lock.tags)."""
     slugs = [layers.flavour.slug for layers in all_layers]
     out = [
         f"# docker buildx bake -f docker-bake.hcl [TARGET]: builds every flavour of "
@@ -52,7 +49,7 @@ def render_bake(stack: Stack, all_layers: list[FlavourLayers]) -> str:
             f"  context    = {_q(slug)}",
             '  dockerfile = "Dockerfile"',
             '  target     = "final"',
-            f"  tags       = [{_q(image_tag(stack, slug))}]",
+            f"  tags       = [{_q(images[slug])}]",
             f"  cache-from = [{_q('type=registry,ref=' + ref)}]",
             f"  cache-to   = [{_q('type=registry,mode=max,ref=' + ref)}]",
             '  secret     = ["id=ca,src=${CA_BUNDLE}", "id=netrc,src=${NETRC}"]',

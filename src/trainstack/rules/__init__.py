@@ -15,6 +15,7 @@ from trainstack.rules.data import (
     shipped_rules,
     torch_minor,
     torch_pythons,
+    vendor_local,
 )
 from trainstack.rules.models import Rules
 
@@ -34,4 +35,5 @@ __all__ = [
     "shipped_rules",
     "torch_minor",
     "torch_pythons",
+    "vendor_local",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from functools import cache
 from importlib import resources
@@ -77,6 +78,23 @@ def pypi_default_variant(rules: Rules, torch_version: str) -> str:
 
 def torch_pythons(rules: Rules, torch_version: str) -> list[str]:
     return list(_release(rules, torch_version).pythons)
+
+
+# the local labels of PyTorch's own wheel variants ('2.5.1+cu124'); any other marks a vendor's build
+TORCH_VARIANT_LOCAL = re.compile(r"^(cpu|cu[0-9]+|rocm[0-9]+(\.[0-9]+)*|xpu)\Z")
+
+
+def vendor_local(version: str) -> str | None:
+    """What marks a vendor's build of torch, which PyTorch's indexes do not serve: its local label
+    ('vendor1' of '2.5.1+vendor1') or a fourth release number ('2.5.1.6'); None for PyTorch's own
+    releases and variants ('2.5.1', '2.5.1+cu124') and a version that does not parse."""
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return None
+    if parsed.local is not None and not TORCH_VARIANT_LOCAL.fullmatch(parsed.local):
+        return parsed.local
+    return ".".join(str(part) for part in parsed.release) if len(parsed.release) > 3 else None
 
 
 def index_for(rules: Rules, torch_version: str, cuda_tag: str, channel: str, arch: str = "x86_64") -> str | None:

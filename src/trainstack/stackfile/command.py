@@ -41,8 +41,8 @@ def command(
     findings = check_stack(spec)
     broken = errors(findings)
     flavours = len(expand_flavours(spec))
-    runs = what_it_runs(spec.verify.suite, spec.components)
-    for entry in runs["build_env"]:
+    runs = what_it_runs(spec.verify.suite, spec.components, spec.env)
+    for entry in runs["build_env"] + runs["image_env"]:
         entry["value"] = redact(entry["value"])
     if json_out or output is not None:
         import dataclasses
@@ -66,6 +66,9 @@ def command(
         for entry in runs["build_env"]:
             out.print(escape(f"runs: components.{entry['component']}.build_env: "
                              f"{one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}"), highlight=False, soft_wrap=True)
+        for entry in runs["image_env"]:
+            out.print(escape(f"sets: env {one_line(entry['variable'], 80)}={one_line(entry['value'], 300)} "
+                             "(the image's ENV and the venv's activation)"), highlight=False, soft_wrap=True)
     if broken:
         raise RuleViolation(f"{stack}: {len(broken)} rule(s) broken across {flavours} flavour(s)")
     if not json_out:

@@ -123,6 +123,8 @@ def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> 
         allowed = fill(rules.variants.message, minor=minor, variants=", ".join(release.variants))
         text = f"torch {minor} publishes no {flavour.cuda_tag} wheels ({allowed})"
         found.append(_finding(flavour, "torch.variant", "error", text, release.source))
+    elif data.vendor_local(version) is not None:
+        found.append(_vendor_build(stack, flavour, version))
     else:
         index = data.index_for(stack.rules_in_effect, version, flavour.cuda_tag, flavour.channel, flavour.arch)
         text = f"torch {minor} {flavour.cuda_tag} wheels come from {index or 'PyPI (its default variant)'}"
@@ -132,6 +134,19 @@ def _torch(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> 
         text = f"torch {minor} has no wheels for Python {flavour.python} ({allowed})"
         found.append(_finding(flavour, "torch.python", "error", text, release.source))
     return found
+
+
+def _vendor_build(stack: Stack, flavour: Flavour, version: str) -> Finding:
+    """torch pinned to a vendor's local version: only the stack's own indexes can serve it."""
+    source = stack.rules_in_effect.torch.index.source
+    own = [*([stack.index.url] if stack.index.url else []), *stack.index.extra, *stack.index.find_links]
+    if not own:
+        text = (f"torch {version} is a vendor's build, which PyTorch's indexes do not serve; name the index "
+                "that does in [index] url, extra or find_links")
+        return _finding(flavour, "torch.vendor", "error", text, source)
+    text = (f"torch {version} is a vendor's build: it comes from the stack's own index "
+            f"({grammar.redacted_url(own[0])}), not PyTorch's {flavour.cuda_tag} index")
+    return _finding(flavour, "torch.vendor", "info", text, source)
 
 
 def _compile_needs(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ValidationError
 
 from trainstack.errors import SpecError
@@ -16,8 +17,9 @@ from trainstack.rules.models import Rules
 from trainstack.rules.stack import stack_rules
 from trainstack import grammar
 from trainstack.stackfile.matrix import expand_flavours
-from trainstack.stackfile.models import Stack
+from trainstack.stackfile.models import TAG_AXES, Stack
 from trainstack.stackfile.paths import stack_path
+from trainstack.stackfile.tags import axes_of, flavour_tags, pinned_versions, tag_template
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,6 +61,7 @@ def parse_stack(text: str, path: Path) -> Stack:
     _require_bases(stack, text, path)
     _confine_paths(stack, text, path)
     _trusted_env(stack, text, path)
+    _tag_fields_known(stack, text, path)
     stack._rules_in_effect = rules
     _require_known_os(stack, text, path)
     return stack
@@ -144,9 +147,32 @@ def _confine_paths(stack: Stack, text: str, path: Path) -> None:
             raise _located(text, path, loc, str(exc)) from None
 
 
+def _tag_fields_known(stack: Stack, text: str, path: Path) -> None:
+    """Each field of [stack] tag is a flavour field or one of the stack's components."""
+    if stack.stack.tag is None:
+        return
+    keys = {c.key for c in stack.components.values()}
+    for field in grammar.tag_template_fields(stack.stack.tag):
+        if field not in TAG_AXES and canonicalize_name(field) not in keys:
+            example = sorted(keys)[0].replace("-", "_")
+            raise _located(
+                text, path, ("stack", "tag"),
+                f"'{{{field}}}' is neither a flavour field nor a component (accepted: {', '.join(TAG_AXES)}, or a "
+                f"component's name with '_' for '-', such as {{{example}}}, for its locked version)",
+            )  # fmt: skip
+    pinned = pinned_versions(stack)
+    if pinned is None:
+        return  # the lock fills the versions, and checks the tags
+    try:
+        flavour_tags(tag_template(stack), {f.slug: (axes_of(stack, f), pinned) for f in expand_flavours(stack)})
+    except ValueError as exc:
+        raise _located(text, path, ("stack", "tag"), str(exc)) from None
+
+
 def _trusted_env(stack: Stack, text: str, path: Path) -> None:
-    """A component's build_env sets a loader variable (LD_PRELOAD, PYTHONPATH, BASH_ENV, ...) only
-    when [build] allow_env names it: else it would load or run code in every build process."""
+    """A component's build_env, or the image's [env], sets a loader variable (LD_PRELOAD, PYTHONPATH,
+    BASH_ENV, ...) only when [build] allow_env names it: else it would load or run code in every
+    build process (or every program of the image)."""
     allowed = set(stack.build.allow_env)
     for key, component in stack.components.items():
         for name in component.build_env:
@@ -156,6 +182,13 @@ def _trusted_env(stack: Stack, text: str, path: Path) -> None:
                     f"'{grammar.shown(name)}' makes the build's processes load or run other code; set it only by "
                     f'naming it in [build] allow_env (allow_env = ["{grammar.shown(name)}"]), or leave it out',
                 )  # fmt: skip
+    for name in stack.env:
+        if grammar.loader_variable(name) and name not in allowed:
+            raise _located(
+                text, path, ("env", name),
+                f"'{grammar.shown(name)}' makes every program of the image or venv load or run other code; set it "
+                f'only by naming it in [build] allow_env (allow_env = ["{grammar.shown(name)}"]), or leave it out',
+            )  # fmt: skip
 
 
 def _describe(exc: ValidationError, text: str, path: Path) -> str:

@@ -14,6 +14,8 @@ from trainstack.nn.presets import SHAPES
 from trainstack.errors import UsageError
 from trainstack.rules.data import shipped_rules
 from trainstack.rules.models import Rules
+from trainstack.redact import credential_variable, strip_userinfo
+from trainstack.trust import is_pytest_command
 
 from trainstack import grammar
 
@@ -101,6 +103,10 @@ def _os(value: str) -> str:
     return value
 
 
+# the fields of [stack] tag that are not a component's version
+TAG_AXES = ("name", "release", "slug", "cuda", "os", "python", "channel", "arch")
+
+
 class StackInfo(Strict):
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=100)]
     release: Annotated[str, Field(min_length=1)]
@@ -108,8 +114,19 @@ class StackInfo(Strict):
     registry: str = ""
     description: str = ""
 
+    # the image tag of each flavour, from its fields (TAG_AXES, or a component's locked version);
+    # default '{release}-{slug}'
+    tag: str | None = None
+
     _release = field_validator("release")(lambda v: grammar.oci_tag(v))
     _image = field_validator("image")(lambda v: grammar.oci_repository(v))
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, v: str | None) -> str | None:
+        if v is not None:
+            grammar.tag_template_fields(v)
+        return v
     _registry = field_validator("registry")(lambda v: grammar.oci_registry(v))
 
     @property
@@ -414,6 +431,19 @@ class Toolchain(Strict):
         return _each(grammar.requirement, v)
 
 
+MAX_EXCLUSIONS = 1000  # per suite: more than any known-failures list holds
+
+
+class Exclusion(Strict):
+    """A test the suite does not run (a known failure kept out of the gate), and why."""
+
+    test: str  # a pytest id or an fnmatch pattern of ids, matched against each collected test's id
+    reason: str
+
+    _test = field_validator("test")(lambda v: grammar.test_pattern(v))
+    _reason = field_validator("reason")(lambda v: grammar.one_line_text(v))
+
+
 class Suite(Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     command: Annotated[str, Field(min_length=1)]
@@ -421,6 +451,19 @@ class Suite(Strict):
     timeout: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)] = 1800.0
     rerun_failed: bool = True
     allow_no_tests: bool = False  # a run that executed no test passes only when this says so
+    exclude: Annotated[list[Exclusion], Field(max_length=MAX_EXCLUSIONS)] = []
+
+    @model_validator(mode="after")
+    def _exclusions_need_pytest(self) -> Suite:
+        if self.exclude and not is_pytest_command(self.command):
+            raise ValueError("exclude needs a pytest command ('python -m pytest ...'): only pytest's collection "
+                             "can leave a test out")
+        patterns = [item.test for item in self.exclude]
+        twice = next((p for n, p in enumerate(patterns) if p in patterns[:n]), None)
+        if twice is not None:
+            raise ValueError(f"exclude: test '{grammar.shown(twice)}' is given twice (accepted: each pattern once, "
+                             "with one reason)")
+        return self
 
 
 class Links(Strict):
@@ -497,12 +540,35 @@ class Bench(Strict):
         return self
 
 
+MAX_IMAGE_ENV = 200  # variables baked into an image: more than any image sets
+
+
+def image_env(value: dict[str, str]) -> dict[str, str]:
+    """[env]: variables set in the image (ENV) and the venv's activation, checked by their grammar.
+    A credential never belongs there: it would sit in an image layer or a file for anyone to read."""
+    if len(value) > MAX_IMAGE_ENV:
+        raise ValueError(f"{len(value)} variables, more than the {MAX_IMAGE_ENV} accepted")
+    for name, setting in value.items():
+        grammar.env_name(name)
+        if credential_variable(name):
+            raise ValueError(f"{name}: a credential's name (password, token, secret or key); an image or a venv never "
+                             "holds one: pass it to the job's environment when it runs")
+        if not isinstance(setting, str):
+            raise ValueError(f"{name}: accepted: a string value, such as \"eth0\"")
+        grammar.env_value(setting)
+        if strip_userinfo(setting) != setting:
+            raise ValueError(f"{name}: a URL with 'user:password@' in it; an image or a venv never holds credentials")
+    return value
+
+
 class Stack(Strict):
     stack: StackInfo
     index: Indexes = Indexes()
     components: dict[str, Component]
     matrix: Matrix
     build: Build = Build()
+    # environment variables baked into the image (ENV) and the venv's activation: NCCL_*, CUDA_MODULE_LOADING
+    env: dict[str, str] = {}
     toolchain: Toolchain = Toolchain()
     verify: Verify = Verify()
     bench: Bench = Bench()
@@ -530,6 +596,8 @@ class Stack(Strict):
                     del item["version"]
             expanded[name] = item
         return expanded
+
+    _env = field_validator("env")(lambda v: image_env(v))
 
     @model_validator(mode="after")
     def _unique_component_keys(self) -> Stack:

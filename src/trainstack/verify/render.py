@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from trainstack.verify.envvars import EnvSetting
 from trainstack.verify.linkcheck.render import render_links
 from trainstack.verify.ops import OpTable, render_value
 from trainstack.verify.report_render import render_report
@@ -22,6 +23,8 @@ SUITE = {"passed": "[green]passed[/]", "failed": "[bold red]FAILED[/]", "crashed
 def render_verify(result: VerifyResult, console: Console) -> None:
     if result.report is not None:
         render_report(result.report, console)
+    if result.environment:
+        render_environment(result.environment, console)
     if result.ops is not None:
         render_ops(result.ops, console)
     if result.links is not None:
@@ -31,6 +34,17 @@ def render_verify(result: VerifyResult, console: Console) -> None:
     if result.gate is not None:
         render_gate(result.gate, console)
     render_verdict(result, console)
+
+
+def render_environment(settings: list[EnvSetting], console: Console) -> None:
+    out = Table(title=escape("environment ([env] of the stack)"))
+    for column in ("variable", "stack", "activation sets", "status"):
+        out.add_column(column, overflow="fold")
+    for item in settings:
+        found = "-" if not item.checked else (item.found if item.found is not None else "(not set)")
+        status = "not checked (no bin/activate)" if not item.checked else ("ok" if item.ok else "[red]DIFFERS[/]")
+        out.add_row(escape(item.name), escape(item.declared), escape(found), status)
+    console.print(out)
 
 
 def render_ops(table: OpTable, console: Console) -> None:
@@ -64,12 +78,13 @@ def render_gate(gate: GateResult, console: Console) -> None:
     if gate.isolation:
         console.print(f"suites isolation: {escape(gate.isolation)}", highlight=False, soft_wrap=True)
     out = Table(title="test suites")
-    for column in ("suite", "status", "ran", "failing", "collection errors", "flaky", "known", "counts vs pytest's summary", "seconds"):
+    for column in ("suite", "status", "ran", "failing", "collection errors", "flaky", "known", "excluded",
+                   "counts vs pytest's summary", "seconds"):
         out.add_column(column, overflow="fold")
     for suite in gate.suites:
         out.add_row(suite.name, SUITE[suite.status], str(suite.ran), f"{suite.remaining} (max {suite.max_failed})",
                     str(len(suite.collection_errors)), str(len(suite.flaky)), str(len(suite.known)),
-                    escape(suite.cross_check or "-"), f"{suite.seconds:.1f}")
+                    str(len(suite.excluded)), escape(suite.cross_check or "-"), f"{suite.seconds:.1f}")
     console.print(out)
     for suite in gate.suites:
         for test in suite.failed[:20]:
@@ -80,8 +95,13 @@ def render_gate(gate: GateResult, console: Console) -> None:
             console.print(f"  [yellow]flaky[/]   {suite.name}: {escape(test)} (failed, then passed on rerun)", highlight=False)
         for hit in suite.known:
             console.print(f"  [dim]known[/]   {suite.name}: {escape(hit.test)}: {escape(hit.reason)} ({hit.link})", highlight=False)
+        for item in suite.excluded:
+            console.print(f"  [dim]excluded[/] {suite.name}: {escape(item.test)}: {escape(item.reason)} (not run)",
+                          highlight=False)
         if suite.status in ("crashed", "timeout", "error"):
             console.print(f"  [bold red]{suite.name}: {escape(suite.reason)}[/]", highlight=False)
+    for warning in gate.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
 
 
 def render_verdict(result: VerifyResult, console: Console) -> None:

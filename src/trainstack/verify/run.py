@@ -22,6 +22,7 @@ from trainstack.verify.report_model import EnvReport
 from trainstack.verify.smoke import KNOWN, SmokeResult, run_smoke
 from trainstack.verify.suites.gate import refuse_untrusted, run_gate
 from trainstack.verify.suites.known_issues import KnownIssues, load_known_issues
+from trainstack.verify.envvars import EnvSetting, check_env
 from trainstack.verify.suites.models import GateResult
 from trainstack.verify.target import Target
 
@@ -45,6 +46,8 @@ class VerifyResult(BaseModel):
     stack_name: str | None = None
     lock_inputs_hash: str | None = None
     report: EnvReport | None
+    # the stack's [env], each with the value the environment's activation sets (with the report part)
+    environment: list[EnvSetting] = []
     ops: OpTable | None
     links: LinkReport | None
     smoke: list[SmokeResult]
@@ -84,7 +87,11 @@ def run_verify(target: Target, plan: Plan, *, trust: bool = False) -> VerifyResu
     links = _links(target, plan) if "linkcheck" in wanted else None
     smoke = run_smoke(target, _smoke_checks(plan), _imports(plan, report)) if "smoke" in wanted else []
     gate = _gate(target, plan, trust) if "suites" in wanted else None
+    environment = check_env(target, plan.stack.env) if plan.stack is not None and "report" in wanted else []
     reasons = judge(report, ops, links, smoke, gate)
+    reasons += [f"env: {e.name} is '{e.declared}' in the stack's [env], the environment's activation sets "
+                f"{repr(e.found) if e.found is not None else 'nothing'} (build the flavour again)"
+                for e in environment if not e.ok]
     return VerifyResult(
         target=str(target.python),
         stack=str(plan.stack_path) if plan.stack_path else None,
@@ -96,6 +103,7 @@ def run_verify(target: Target, plan: Plan, *, trust: bool = False) -> VerifyResu
         stack_name=plan.stack.stack.name if plan.stack else None,
         lock_inputs_hash=plan.lock_inputs_hash,
         report=report,
+        environment=environment,
         ops=ops,
         links=links,
         smoke=smoke,

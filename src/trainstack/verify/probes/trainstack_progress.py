@@ -5,12 +5,18 @@ the file survives a test that kills the interpreter (os._exit, a segfault): the 
 "start" without its "done" names the test that crashed. Absolute ids allow reruns. Every
 report that pytest's summary line counts is written, so the counts can be compared with it.
 The number of tests collected ("collected") lets trainstack show the run's progress live.
+
+$TRAINSTACK_EXCLUDE, when set, is a JSON list of fnmatch patterns (the suite's exclusions):
+each collected test whose id (relative or absolute) matches one is deselected before the run,
+and an "excluded" event names it with the index of the first pattern it matched.
 """
 
 import json
 import os
+from fnmatch import fnmatchcase
 
 _PATH = os.environ.get("TRAINSTACK_PROGRESS")
+_EXCLUDE = os.environ.get("TRAINSTACK_EXCLUDE")
 
 
 def _write(record):
@@ -30,6 +36,26 @@ def pytest_runtest_logstart(nodeid, location):
 
 def pytest_itemcollected(item):
     _write({"event": "item", "nodeid": item.nodeid, "rerun": _rerun_id(item)})
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if not _EXCLUDE:
+        return
+    with open(_EXCLUDE, encoding="utf-8") as fh:
+        patterns = [p for p in json.load(fh) if isinstance(p, str)]
+    kept, dropped = [], []
+    for item in items:
+        ids = (item.nodeid, _rerun_id(item))
+        hit = next((n for n, p in enumerate(patterns) if any(fnmatchcase(i, p) for i in ids)), None)
+        if hit is None:
+            kept.append(item)
+        else:
+            dropped.append(item)
+            _write({"event": "excluded", "nodeid": item.nodeid, "pattern": hit})
+    _write({"event": "exclusions", "patterns": len(patterns)})
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def pytest_collection_finish(session):

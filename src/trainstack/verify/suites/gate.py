@@ -68,5 +68,7 @@ def judge(results: list[SuiteResult], max_failed_tests: int, isolation: str = ""
     total = sum(r.remaining for r in results)
     if total > max_failed_tests:
         reasons.append(f"{total} failing test(s) in all suites, more than max_failed_tests = {max_failed_tests}")
+    warnings = [f"suite {r.name}: exclude test '{item.test}' matched no test (its reason: {item.reason})"
+                for r in results for item in r.unmatched_exclusions]
     return GateResult(suites=results, max_failed_tests=max_failed_tests, total_failed=total,
-                      passed=not reasons, reasons=reasons, isolation=isolation)
+                      passed=not reasons, reasons=reasons, isolation=isolation, warnings=warnings)

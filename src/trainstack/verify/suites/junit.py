@@ -115,6 +115,8 @@ class Progress:
     running: str | None = None  # started but never finished: where a crash happened
     counts: dict[str, int] = field(default_factory=dict)  # as pytest's summary line counts them
     recorded: bool = False  # the plugin wrote events (else only the XML can tell)
+    excluded: dict[str, int] = field(default_factory=dict)  # nodeid -> index of the exclusion that left it out
+    exclusions_applied: bool = False  # the plugin read the suite's exclusions (so unmatched ones are known)
 
     @property
     def ran(self) -> int:
@@ -155,6 +157,10 @@ def read_progress(path: Path) -> Progress:
             open_tests.append(nodeid)
         elif kind == "done" and nodeid in open_tests:
             open_tests.remove(nodeid)
+        elif kind == "excluded" and isinstance(event.get("pattern"), int):
+            progress.excluded[nodeid] = event["pattern"]
+        elif kind == "exclusions":
+            progress.exclusions_applied = True
         elif kind == "collect" and event.get("outcome") == "failed" and nodeid not in progress.collect_errors:
             progress.collect_errors.append(nodeid)
         if kind == "report" and event.get("outcome") == "failed" and nodeid not in progress.failed:

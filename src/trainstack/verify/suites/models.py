@@ -15,6 +15,11 @@ class KnownHit(BaseModel):
     link: str
 
 
+class ExcludedTest(BaseModel):
+    test: str  # the test's id (in unmatched_exclusions: the stack's pattern that matched none)
+    reason: str
+
+
 class SuiteResult(BaseModel):
     name: str
     command: str
@@ -35,6 +40,8 @@ class SuiteResult(BaseModel):
     collection_errors: list[str] = []  # modules that failed to import (counted in failed unless known exactly)
     counts: dict[str, int] = {}  # passed/failed/error/skipped/xfailed/xpassed, as pytest's summary line counts
     ran: int = 0  # tests that ran (passed, failed, xfailed, xpassed)
+    excluded: list[ExcludedTest] = []  # left out by the suite's exclude list, not run, each with its reason
+    unmatched_exclusions: list[ExcludedTest] = []  # exclude entries that matched no collected test
 
     @property
     def remaining(self) -> int:
@@ -48,3 +55,4 @@ class GateResult(BaseModel):
     passed: bool
     reasons: list[str]  # why the gate failed, one line each
     isolation: str = ""  # how the suites were isolated from the machine (the sandbox, or none and why)
+    warnings: list[str] = []  # worth a look, not failures: exclusions that matched no test

@@ -18,12 +18,13 @@ from rich.text import Text
 
 from trainstack.console import err
 from trainstack.errors import SpecError
+from trainstack.fsutil import atomic_write_json
 from trainstack.stackfile.models import Suite
 from trainstack.trust import is_pytest_command
 from trainstack.verify.suites.junit import JunitUnreadable, Progress, Summary, read_junit, read_progress, read_summary
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.live import SuiteProgress
-from trainstack.verify.suites.models import KnownHit, SuiteResult
+from trainstack.verify.suites.models import ExcludedTest, KnownHit, SuiteResult
 from trainstack.verify.target import Target, probe_path
 
 PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
@@ -100,6 +101,11 @@ class SuiteRun:
         env["TRAINSTACK_PROGRESS"] = str(progress)
         env["HOME"] = str(self.workdir / "home")
         env["TMPDIR"] = str(self.workdir / "tmp")
+        env.pop("TRAINSTACK_EXCLUDE", None)
+        if self.suite.exclude:
+            patterns = self.workdir / f"{self.suite.name}.exclude.json"
+            atomic_write_json(patterns, [item.test for item in self.suite.exclude])
+            env["TRAINSTACK_EXCLUDE"] = str(patterns)
         if self.isolation.sandboxed:
             env["PYTHONDONTWRITEBYTECODE"] = "1"  # the sources are read-only there
         return env
@@ -135,8 +141,9 @@ def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: 
     words = run.argv()
     err.print(Text(f"suite {suite.name}", style="bold"), highlight=False)
     result, xml, events, seconds = run.execute(words, "run")
-    base = {"name": suite.name, "command": suite.command, "seconds": round(seconds, 2), "max_failed": suite.max_failed}
     progress = read_progress(events)
+    base = {"name": suite.name, "command": suite.command, "seconds": round(seconds, 2), "max_failed": suite.max_failed,
+            **exclusions(suite, progress)}
     if result is None:
         failed = progress.collect_errors + progress.failed
         failed += [progress.running] if progress.running and progress.running not in failed else []
@@ -156,6 +163,17 @@ def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: 
     if not xml.is_file():
         return _crashed(result, progress, base)
     return _judged(run, words, result, xml, progress, known, target_name, base)
+
+
+def exclusions(suite: Suite, progress: Progress) -> dict[str, list[ExcludedTest]]:
+    """The tests the suite's exclude list left out, each with its entry's reason, and the
+    entries that matched no collected test (known only where the plugin read the list)."""
+    excluded = [ExcludedTest(test=test, reason=suite.exclude[index].reason)
+                for test, index in progress.excluded.items() if 0 <= index < len(suite.exclude)]
+    used = set(progress.excluded.values())
+    unmatched = [ExcludedTest(test=item.test, reason=item.reason) for number, item in enumerate(suite.exclude)
+                 if number not in used] if progress.exclusions_applied else []
+    return {"excluded": excluded, "unmatched_exclusions": unmatched}
 
 
 def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, progress: Progress,
@@ -180,7 +198,8 @@ def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, pro
     ran = progress.ran
     status = "passed" if len(failed) <= suite.max_failed else "failed"
     reason = (f"{len(failed)} failing (max {suite.max_failed}), {len(progress.collect_errors)} collection error(s), "
-              f"{len(flaky)} flaky, {len(hits) + len(collect_hits)} known; {ran} test(s) ran")
+              f"{len(flaky)} flaky, {len(hits) + len(collect_hits)} known, {len(progress.excluded)} excluded; "
+              f"{ran} test(s) ran")
     if interrupted:
         status, reason = "error", f"pytest exit {result.returncode}: {PYTEST_EXIT[result.returncode]}; {reason}"
     elif ran == 0 and not suite.allow_no_tests:
