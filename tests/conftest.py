@@ -12,6 +12,12 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "stacks"
 
+# pytest-xdist's workers get COLUMNS=80 and LINES=24 from execnet: trainstack honours an explicit
+# COLUMNS, so the suite would see wrapped tables under -n that it never sees run serially or in CI logs
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked gpu run GPU code: without a CUDA GPU they are skipped, and say so."""
