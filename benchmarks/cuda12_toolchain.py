@@ -70,10 +70,16 @@ AXPY_CU = """\
 #include <torch/extension.h>
 #include <cuda_fp16.h>
 
+// torch builds extensions with __CUDA_NO_HALF_CONVERSIONS__: half <-> float spelled out
+__device__ inline float to_float(float v) { return v; }
+__device__ inline float to_float(__half v) { return __half2float(v); }
+__device__ inline void store(float* p, float v) { *p = v; }
+__device__ inline void store(__half* p, float v) { *p = __float2half(v); }
+
 template <typename T>
 __global__ void axpy_kernel(const T* x, T* y, float a, int64_t n) {
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (i < n) y[i] = (T)((float)y[i] + a * (float)x[i]);
+  if (i < n) store(y + i, to_float(y[i]) + a * to_float(x[i]));
 }
 
 void axpy_cuda(torch::Tensor x, torch::Tensor y, double a) {
