@@ -25,7 +25,7 @@ from trainstack.errors import BuildError
 from trainstack.hostnvcc import find_host_nvcc
 from trainstack.lock.plan import plan_flavour
 from trainstack.rules import shipped_rules
-from trainstack.rules.nvcc import HostNvcc, oci_route, venv_route
+from trainstack.rules.nvcc import HostNvcc, devel_cuda, oci_route, venv_route
 from trainstack.stackfile import expand_flavours, load_stack
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,6 +104,7 @@ def test_a_flavour_with_no_route_is_refused_in_one_line_naming_what_would_do(tmp
         assert f"the host has no nvcc at CUDA_HOME/bin/nvcc (CUDA_HOME={empty})" in errors[0]
         assert f"CUDA_HOME set to a CUDA {cuda} toolkit (venv builds)" in errors[0]
         assert f"[toolchain] nvcc = false on a CUDA {cuda} devel base image" in errors[0]
+        assert "the base image docker.io/library/debian:trixie is no CUDA" in errors[0]
         if cuda == "12.4":  # the one Debian release that packages it is named
             assert "os debian13 (Debian's nvidia-cuda-toolkit 12.4.131~12.4.1-2, OCI builds)" in errors[0]
         assert done.stderr.strip().splitlines()[-1].startswith("error: ")
@@ -199,8 +200,9 @@ def test_the_containerfile_installs_debians_toolkit_pinned_in_the_toolchain_stag
     assert already.read_text() == "Components: main non-free non-free-firmware\n"
 
 
-def test_the_ubuntu_seed_flavours_render_without_a_cuda_home_of_the_wheels(tmp_path: Path) -> None:
-    """A flavour with no OCI route (CUDA 12.1 on Ubuntu) gets no links into ptxas-only wheels."""
+def test_a_cuda_devel_base_image_of_the_release_is_the_oci_route_with_its_own_nvcc(tmp_path: Path) -> None:
+    """CoreWeave's seed builds on nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04: its compile stages
+    use that image's /usr/local/cuda (probe first), not links into ptxas-only wheels."""
     from trainstack.cli import main
 
     seed = REPO / "examples" / "seeds" / "coreweave-torch-extras-2024.5.0.toml"
@@ -208,6 +210,17 @@ def test_the_ubuntu_seed_flavours_render_without_a_cuda_home_of_the_wheels(tmp_p
     (dockerfile,) = (tmp_path / "render").rglob("Dockerfile")
     text = dockerfile.read_text()
     assert "/opt/cuda" not in text and "nvidia-cuda-toolkit" not in text and "AS toolchain" not in text
+    assert text.count("/usr/local/cuda/bin/nvcc -arch=sm_") == 3  # deepspeed, flash-attn, apex
+    assert text.count("CUDA_HOME=/usr/local/cuda ") == 3
+    rules = shipped_rules()
+    assert devel_cuda(rules, "docker.io/nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04") == "12.1"
+    assert devel_cuda(rules, "nvcr.io/nvidia/cuda:12.6.3-devel-ubuntu24.04@sha256:" + "0" * 64) == "12.6"
+    assert devel_cuda(rules, "docker.io/nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04") is None  # no nvcc
+    assert devel_cuda(rules, "docker.io/someone/cuda:12.1.1-devel-ubuntu22.04") is None
+    assert devel_cuda(rules, "docker.io/library/ubuntu:22.04") is None
+    # the devel image of another release is no route
+    assert oci_route(rules, "12.4", "ubuntu22.04", "docker.io/nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04") is None
+    assert oci_route(rules, "12.1", "ubuntu22.04", "docker.io/nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04").kind == "devel"
 
 
 @pytest.mark.skipif(shutil.which("apt-get") is None, reason="no apt-get")

@@ -23,7 +23,7 @@ from trainstack.render.buildenv import arch_env, nvcc_arch_flags, probe_arch
 from trainstack.render.buildenv import budget_for
 from trainstack.errors import SpecError
 from trainstack.rules import nvcc_package, os_pythons
-from trainstack.rules.nvcc import Route, debian_route, wheel_route
+from trainstack.rules.nvcc import Route, debian_route, devel_route, wheel_route
 from trainstack.render import quote
 from trainstack.render.layers import FlavourLayers, SourceBuild
 from trainstack import grammar
@@ -306,10 +306,19 @@ def _nvcc(layers: FlavourLayers, stack: Stack) -> bool:
 
 
 def _home(layers: FlavourLayers, stack: Stack) -> str | None:
-    """The CUDA home of the compile stages: the wheels' links, Debian's /usr, else none (the base's own)."""
+    """The CUDA home of the compile stages: the wheels' links, Debian's /usr, a CUDA devel base
+    image's own (/usr/local/cuda), else none."""
     if _nvcc(layers, stack):
         return CUDA_HOME
-    return DEBIAN_CUDA_HOME if _debian(layers, stack) is not None else None
+    if _debian(layers, stack) is not None:
+        return DEBIAN_CUDA_HOME
+    flavour = layers.flavour
+    if flavour.cuda == "cpu" or not stack.toolchain.nvcc or not layers.sources or wheel_route(stack.rules_in_effect, flavour.cuda):
+        return None
+    route = devel_route(stack.rules_in_effect, flavour.cuda, stack.build.base.get(flavour.os))
+    if route is None or route.home is None:
+        return None
+    return quote.matching(route.home, grammar.ABSOLUTE_DIR, "rules cuda.devel_image.cuda_home", "an absolute folder")
 
 
 def _cuda_home(layers: FlavourLayers, stack: Stack) -> str:

@@ -143,12 +143,22 @@ class DebianToolkit(Cited):
     )
 
 
+class DevelImage(Cited):
+    """NVIDIA's CUDA devel images: the repositories that publish them and where their toolkit lives."""
+
+    repositories: list[Annotated[str, _matching(grammar.OCI_REGISTRY, "an image repository such as docker.io/nvidia/cuda")]]
+    cuda_home: Annotated[str, _matching(grammar.ABSOLUTE_DIR, "an absolute folder such as /usr/local/cuda")]
+
+    _message = field_validator("message")(lambda v: template(v, ("image", "cuda", "home")))
+
+
 class CudaRules(Data):
     driver: Cited
     archs: Cited
     nvcc: Nvcc
     versions: dict[str, CudaVersion]
     debian: DebianToolkit | None = None  # nvcc from the Debian archive of a Debian base
+    devel_image: DevelImage | None = None  # nvcc of a CUDA devel base image
 
 
 class OsPlatform(Data):

@@ -236,18 +236,22 @@ def _nvcc_route(stack: Stack, flavour: Flavour, components: dict[str, Component]
     if not stack.toolchain.nvcc:
         text = "[toolchain] nvcc = false: the base image's nvcc (oci builds) or the host's (venv builds) compiles, unchecked"
         return [_finding(flavour, "toolchain.route", "info", text, cuda_rules.nvcc.source)]
-    oci = nvcc.oci_route(rules, flavour.cuda, flavour.os)
+    base = stack.build.base.get(flavour.os)
+    oci = nvcc.oci_route(rules, flavour.cuda, flavour.os, base)
     if oci is not None and oci.debian is not None:
         source = oci.debian.source
+    elif oci is not None and oci.kind == "devel" and cuda_rules.devel_image is not None:
+        source = cuda_rules.devel_image.source
     else:
         source = cuda_rules.debian.source if cuda_rules.debian is not None else cuda_rules.nvcc.source
-    found = [_finding(flavour, "toolchain.route", "info", nvcc.routes_text(rules, flavour.cuda, flavour.os, host), source)]
+    text = nvcc.routes_text(rules, flavour.cuda, flavour.os, host, base)
+    found = [_finding(flavour, "toolchain.route", "info", text, source)]
     if oci is not None or nvcc.venv_route(rules, flavour.cuda, host) is not None:
         return found
     if host is None:  # lock: the host is not looked at, the wheels' refusal says what to do
         refusal = data.nvcc_refusal(rules, flavour.cuda) or nvcc.debian_offers(rules)
         return found + [_finding(flavour, "toolchain.nvcc", "info", refusal, cuda_rules.nvcc.source)]
-    text = nvcc.no_route(rules, flavour.cuda, flavour.os, host)
+    text = nvcc.no_route(rules, flavour.cuda, flavour.os, host, base)
     return found + [_finding(flavour, "toolchain.nvcc", "error", text, source)]
 
 
