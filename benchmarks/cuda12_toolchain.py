@@ -14,7 +14,10 @@ cu124 build) and this checkout of trainstack, and there it:
   2. compiles the probe kernel for sm_90 (trainstack.builder.extensions.probe_compile);
   3. builds a CUDA extension of two .cu units and one .cpp unit for sm_90 through
      trainstack.builder.extensions.build_wheel (uv build, torch's cpp_extension, ninja);
-  4. reads the .so's fatbin with trainstack.verify.fatbin and imports the module.
+  4. reads the .so's fatbin with trainstack.verify.fatbin and imports the module;
+  5. unless --skip-build, runs `trainstack build examples/stacks/deepspeed-cuda12-debian.toml
+     --backend venv` there (a cu124 flavour on debian13: DeepSpeed's fused Adam, one .cu and
+     one .cpp unit, for sm_90) and reads the fatbin of the op's .so in the built venv.
 
 Versions, units, compile seconds, wall time and fatbin archs go to
 benchmarks/results/cuda12_toolchain/ (result.json, README.md). Needs root (debootstrap,
@@ -45,6 +48,8 @@ MIRROR = "http://deb.debian.org/debian"
 CHECKOUT = "/root/trainstack"
 VENV = "/opt/venv"
 WORK = "/root/cuda12-work"
+BUILD_DIR = "/root/cuda12-build"
+EXAMPLE = "examples/stacks/deepspeed-cuda12-debian.toml"
 OUT = RESULTS / "cuda12_toolchain"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PASSED_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
@@ -208,9 +213,15 @@ def outer(args: argparse.Namespace) -> int:
         shutil.copyfile(CA_BUNDLE, root / CA_BUNDLE.relative_to("/"))
         steps["venv"], _ = in_root(
             root, f"[ -x {VENV}/bin/python ] || uv venv -q --python /usr/bin/python3 {VENV}; "
-                  f"uv pip install -q --python {VENV}/bin/python torch=={TORCH} setuptools ninja wheel packaging {CHECKOUT}")
+                  f"uv pip install -q --python {VENV}/bin/python --reinstall-package trainstack "
+                  f"torch=={TORCH} setuptools ninja wheel packaging {CHECKOUT}")
         _, output = in_root(root, f"python {CHECKOUT}/benchmarks/cuda12_toolchain.py --inner", timeout=7200)
-    result = json.loads(output.strip().splitlines()[-1])
+        result = json.loads(output.strip().splitlines()[-1])
+        if not args.skip_build:
+            seconds, _ = in_root(root, f"rm -rf {BUILD_DIR} && cd {CHECKOUT} && trainstack build {EXAMPLE} "
+                                       f"--backend venv --build-dir {BUILD_DIR}", timeout=7200)
+            _, output = in_root(root, f"python {CHECKOUT}/benchmarks/cuda12_toolchain.py --read-build")
+            result["trainstack_build"] = {"seconds": seconds, **json.loads(output.strip().splitlines()[-1])}
     result["host_steps_seconds"] = steps
     result["wall_seconds"] = round(time.perf_counter() - wall, 1)
     result["debian_package"] = package
@@ -218,7 +229,8 @@ def outer(args: argparse.Namespace) -> int:
     write(record, result)
     if not args.keep and not args.root:
         shutil.rmtree(root, ignore_errors=True)
-    return 0 if result["fatbin"]["sm"] == [ARCH] else 1
+    built = result.get("trainstack_build", {"fatbin": {"sm": [ARCH]}})
+    return 0 if result["fatbin"]["sm"] == [ARCH] and built["fatbin"]["sm"] == [ARCH] else 1
 
 
 def inner() -> int:
@@ -301,6 +313,26 @@ def inner() -> int:
     return 0
 
 
+def read_build() -> int:
+    """Inside the root, after `trainstack build`: its record and the fatbin of DeepSpeed's fused Adam op."""
+    from trainstack.verify.fatbin import fatbin_archs
+
+    (flavour,) = [p for p in Path(BUILD_DIR).iterdir() if p.is_dir() and not p.name.startswith(".")]
+    record = json.loads((flavour / "build.json").read_text())
+    (library,) = sorted((flavour / "venv").glob("lib/python*/site-packages/deepspeed/ops/adam/fused_adam_op*.so"))
+    archs = fatbin_archs(library)
+    steps = {s["name"]: s["seconds"] for s in record.get("steps", [])}
+    print(json.dumps({
+        "flavour": flavour.name,
+        "command": f"trainstack build {EXAMPLE} --backend venv --build-dir {BUILD_DIR}",
+        "steps_seconds": {k: v for k, v in steps.items() if k.startswith(("nvcc-probe", "compile-", "install"))},
+        "extensions": record.get("extensions", {}),
+        "shared_object": library.name,
+        "fatbin": {"sm": list(archs.sm) if archs else [], "ptx": list(archs.ptx) if archs else []},
+    }))
+    return 0
+
+
 def write(record: Run, result: dict) -> None:
     from trainstack.fsutil import atomic_write_json, atomic_write_text
 
@@ -326,10 +358,19 @@ def write(record: Run, result: dict) -> None:
         f"(trainstack.verify.fatbin): sm {', '.join(result['fatbin']['sm']) or 'none'}; "
         f"ptx {', '.join(result['fatbin']['ptx']) or 'none'}",
         f"- the module imports on this GPU-less machine with functions: {', '.join(result['imports'])}",
-        "",
-        record.load_text(),
-        "",
     ]
+    build = result.get("trainstack_build")
+    if build:
+        ext = build["extensions"].get("deepspeed", {})
+        lines += [
+            "",
+            f"`{build['command']}` (flavour {build['flavour']}): {build['seconds']} s in all; steps (s): "
+            + ", ".join(f"{k} {v}" for k, v in build["steps_seconds"].items()),
+            f"- deepspeed's fused Adam: {ext.get('units')} ninja units, compile {ext.get('compile_seconds')} s, "
+            f"`{build['shared_object']}` fatbin: sm {', '.join(build['fatbin']['sm']) or 'none'}; "
+            f"ptx {', '.join(build['fatbin']['ptx']) or 'none'}",
+        ]
+    lines += ["", record.load_text(), ""]
     atomic_write_text(OUT / "README.md", "\n".join(lines))
     print(f"wrote {OUT.relative_to(ROOT)}/result.json and README.md")
 
@@ -338,8 +379,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", help="a Debian 13 root to use (made with debootstrap when empty)")
     parser.add_argument("--keep", action="store_true", help="keep the root made in a temporary folder")
+    parser.add_argument("--skip-build", action="store_true", help="leave out the `trainstack build` of the example")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--read-build", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.read_build:
+        return read_build()
     return inner() if args.inner else outer(args)
 
 
