@@ -37,7 +37,7 @@ def command(
     from trainstack.fsutil import check_output
     from trainstack.hostnvcc import find_host_nvcc
     from trainstack.redact import redact
-    from trainstack.stackfile.compat import check_stack, errors
+    from trainstack.stackfile.compat import check_stack, errors, needs_host_nvcc
     from trainstack.stackfile import expand_flavours, load_stack
     from trainstack.grammar import shown as one_line
     from trainstack.trust import what_it_runs
@@ -47,7 +47,7 @@ def command(
     verbose = verbosity() > 0
 
     spec = load_stack(stack)
-    findings = check_stack(spec, find_host_nvcc())
+    findings = check_stack(spec, find_host_nvcc() if needs_host_nvcc(spec) else None)
     broken = errors(findings)
     flavours = len(expand_flavours(spec))
     runs = what_it_runs(spec.verify.suite, spec.components)

@@ -35,6 +35,21 @@ def check_stack(stack: Stack, host: HostNvcc | None = None) -> list[Finding]:
     return [finding for flavour in expand_flavours(stack) for finding in check_flavour(stack, flavour, host)]
 
 
+def needs_host_nvcc(stack: Stack) -> bool:
+    """Whether some flavour compiles extensions with no nvcc wheel of its CUDA: only then does
+    check look at the host's nvcc (its venv route)."""
+    if not stack.toolchain.nvcc:
+        return False
+    for flavour in expand_flavours(stack):
+        if flavour.cuda == "cpu" or flavour.cuda not in stack.rules_in_effect.cuda.versions:
+            continue
+        if nvcc.wheel_route(stack.rules_in_effect, flavour.cuda) is None and any(
+            c.is_source_build for c in components_for(stack, flavour)
+        ):
+            return True
+    return False
+
+
 def errors(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.level == "error"]
 
