@@ -226,6 +226,9 @@ def outer(args: argparse.Namespace) -> int:
     result["wall_seconds"] = round(time.perf_counter() - wall, 1)
     result["debian_package"] = package
     result["suite"] = route.debian.suite
+    result["root"] = "made by this run (debootstrap)" if "debootstrap" in steps else "reused (--root): made earlier by the same steps"
+    if args.root:  # the results name no folder of this machine
+        record.meta["command"] = record.meta["command"].replace(args.root, "ROOT")
     write(record, result)
     if not args.keep and not args.root:
         shutil.rmtree(root, ignore_errors=True)
@@ -345,7 +348,7 @@ def write(record: Run, result: dict) -> None:
         "",
         f"{record.header()}",
         "",
-        f"- root: Debian {v['debian']} ({result['suite']}) made with debootstrap, the `non-free` component enabled,",
+        f"- root: Debian {v['debian']} ({result['suite']}), {result['root']}: debootstrap minbase, the `non-free` component enabled,",
         f"  `{result['debian_package']}` installed as trainstack's rules pin it, with g++ and python3-dev",
         f"- nvcc: {v['nvcc']} (`{result['route']['text']}`, CUDA_HOME={result['route']['cuda_home']}); host C++: {v['host_cxx']}",
         f"- torch {v['torch']} from PyPI (CUDA {v['torch_cuda']}), Python {v['python']}",
