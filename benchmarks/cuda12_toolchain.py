@@ -369,7 +369,8 @@ def write(record: Run, result: dict) -> None:
             "",
             f"`{build['command']}` (flavour {build['flavour']}): {build['seconds']} s in all; steps (s): "
             + ", ".join(f"{k} {v}" for k, v in build["steps_seconds"].items()),
-            f"- deepspeed's fused Adam: {ext.get('units')} ninja units, compile {ext.get('compile_seconds')} s, "
+            f"- deepspeed's fused Adam (multi_tensor_adam.cu, fused_adam_frontend.cpp): "
+            f"{ext.get('units') or 'no'} ninja units counted (built from the sdist archive), compile {ext.get('compile_seconds')} s, "
             f"`{build['shared_object']}` fatbin: sm {', '.join(build['fatbin']['sm']) or 'none'}; "
             f"ptx {', '.join(build['fatbin']['ptx']) or 'none'}",
         ]
