@@ -85,8 +85,9 @@ def test_the_toolchain_layer_asks_for_every_component_of_one_release() -> None:
     stack, _ = findings()
     layer = plan_flavour(stack, CU130).layers["toolchain"].requirements
     assert "cuda-toolkit[cccl,crt,cudart,nvcc,nvvm]==13.0.*" in layer and "nvidia-cuda-nvcc==13.0.*" in layer
+    # CUDA 12's nvcc wheels hold only ptxas: its nvcc comes from Debian's archive or the host
     cu128 = plan_flavour(stack, Flavour("12.8", "ubuntu24.04", "3.12", "release")).layers["toolchain"].requirements
-    assert "cuda-toolkit[cccl,cudart,nvcc]==12.8.*" in cu128
+    assert cu128 == ("ninja",)
 
 
 def test_a_lock_that_mixes_releases_is_refused() -> None:

@@ -26,7 +26,8 @@ def test_plans_pick_the_variant_index_from_the_rules() -> None:
     assert nightly.variant_index == "https://download.pytorch.org/whl/nightly/cu128"
     assert nightly.full.prerelease and "torch" in nightly.full.requirements
     assert not any(r.startswith("triton") for r in nightly.full.requirements)
-    assert "nvidia-cuda-nvcc-cu12==12.8.*" in cu128.layers["toolchain"].requirements
+    # CUDA 12's nvcc wheels hold only ptxas: the cu128 toolchain layer locks no CUDA wheel at all
+    assert not [r for r in cu128.layers["toolchain"].requirements if r.startswith(("nvidia-", "cuda-toolkit"))]
     assert "nvidia-cuda-nvcc==13.0.*" in cu130.layers["toolchain"].requirements
     assert [m.name for m in cu130.full.metadata] == ["deepspeed", "flash-attn"]
     assert "apex" in cu130.sources and "packaging>20.6" in cu130.full.requirements

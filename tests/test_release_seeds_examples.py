@@ -33,11 +33,30 @@ def test_there_is_a_stack_per_seed_release() -> None:
                       "coreweave-torch-extras-2024.5.0.toml", "deepspeed-prebuilt-ops.toml", "eessi-pytorch-2.1.2.toml"]
 
 
+# The seeds' CUDA releases with extensions built from source, on Ubuntu: no nvcc wheel holds nvcc
+# for CUDA 12 and Debian's archive is not an Ubuntu base's; their bases are NVIDIA's CUDA devel
+# images of their release, whose nvcc their OCI builds take. A venv build needs a host nvcc of
+# that release, which a host without nvcc lacks.
+NEEDS_NVCC = {"acs-training-24.11.toml": "12.4", "acs-training-25.07.toml": "12.6",
+              "coreweave-torch-extras-2024.4.0.toml": "12.1", "coreweave-torch-extras-2024.5.0.toml": "12.1",
+              "deepspeed-prebuilt-ops.toml": "12.1"}
+
+
 @pytest.mark.parametrize("name", STACKS)
 def test_each_seed_stack_checks_and_renders_from_its_committed_lock(
-    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert main(["check", str(SEEDS / name)]) == 0
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))  # a host without nvcc, whatever this one has
+    assert main(["check", str(SEEDS / name), "-v"]) == 0
+    cuda = NEEDS_NVCC.get(name)
+    routes = [line for line in capsys.readouterr().out.splitlines() if " toolchain.route: " in line]
+    if cuda:
+        (line,) = routes
+        assert f"oci builds: the base image docker.io/nvidia/cuda:{cuda}." in line
+        assert f"is NVIDIA's CUDA {cuda} devel image: nvcc {cuda} at /usr/local/cuda/bin/nvcc" in line
+        assert f"venv builds: none (needs nvcc {cuda}; the host has no nvcc at CUDA_HOME/bin/nvcc" in line
+    else:
+        assert routes == []  # nothing built from source
     assert main(["render", str(SEEDS / name), "--out", str(tmp_path / "render")]) == 0
     capsys.readouterr()
     assert any((tmp_path / "render").rglob("Dockerfile*"))

@@ -50,6 +50,9 @@ OCI_REFERENCE = re.compile(
     rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?\Z", re.ASCII
 )
 DEBOOTSTRAP_SUITE = re.compile(r"^[a-z][a-z0-9.-]*\Z")
+DEBIAN_COMPONENT = re.compile(r"^[a-z][a-z-]*\Z")
+CUDA_RELEASE = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}\Z")
+ABSOLUTE_DIR = re.compile(r"^(?:/(?!\.{1,2}(?:/|\Z))[A-Za-z0-9._-]+)+\Z")  # no '.' or '..' part
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 HEX_COMMIT = re.compile(r"^[0-9a-f]{7,40}\Z")
 # what a URL may hold: no whitespace, quotes, backslashes, shell or PEP 508 separators ('$;&|()`#')

@@ -28,9 +28,12 @@ from trainstack.console import err
 from trainstack.errors import BuildError
 from trainstack.fsutil import atomic_write_json
 from trainstack.render.lockfile import parse_lock
+from trainstack.hostnvcc import find_host_nvcc
+from trainstack.rules.nvcc import no_route, venv_route, wheel_route
 from trainstack.rules.toolchain import toolchain_rules
 
 if TYPE_CHECKING:
+    from trainstack.rules.models import Rules
     from trainstack.builder.backend import BuildJob
     from trainstack.render.layers import SourceBuild
     from trainstack.stackfile.models import Component
@@ -76,6 +79,16 @@ def cuda_home(venv: Path, dest: Path) -> Path | None:
         if not plain.exists():
             plain.symlink_to(versioned.name)
     return dest
+
+
+def host_cuda_home(rules: Rules, slug: str, cuda: str, os_name: str) -> Path:
+    """The host's CUDA home when its nvcc is of release ``cuda`` (a venv build of a flavour whose
+    CUDA has no nvcc wheel); BuildError in one line naming the flavour, the CUDA it needs, what
+    was found and how to provide it otherwise."""
+    host = find_host_nvcc()
+    if venv_route(rules, cuda, host) is None or host.home is None:
+        raise BuildError(f"flavour {slug}: {no_route(rules, cuda, os_name, host)}")
+    return Path(host.home)
 
 
 def _link_entries(source: Path, target: Path) -> None:
@@ -297,14 +310,19 @@ class ExtensionBuilder:
         return list(self.job.inputs.stack.toolchain.archs)
 
     def prepare(self) -> None:
-        """CUDA flavours: the CUDA home from the toolchain wheels, and the probe compile."""
+        """CUDA flavours: the CUDA home (the toolchain wheels', else the host's of the flavour's
+        CUDA release: trainstack.rules.nvcc), and the probe compile."""
         flavour = self.job.layers.flavour
         if flavour.cuda == "cpu" or not self.job.inputs.stack.toolchain.nvcc:
             return
-        self.home = cuda_home(self.venv, self.work / "cuda-home")
-        if self.home is None:
-            raise BuildError(f"flavour {flavour.slug}: the toolchain layer installed no nvcc", hint="re-lock the stack")
-        probe_compile(self.steps, self.home, probe_arch(self.job.inputs.stack.rules_in_effect, self.archs, flavour.cuda), self.work / "nvcc-probe")
+        rules = self.job.inputs.stack.rules_in_effect
+        if wheel_route(rules, flavour.cuda) is not None:
+            self.home = cuda_home(self.venv, self.work / "cuda-home")
+            if self.home is None:
+                raise BuildError(f"flavour {flavour.slug}: the toolchain layer installed no nvcc", hint="re-lock the stack")
+        else:
+            self.home = host_cuda_home(rules, flavour.slug, flavour.cuda, flavour.os)
+        probe_compile(self.steps, self.home, probe_arch(rules, self.archs, flavour.cuda), self.work / "nvcc-probe")
 
     def compile_env(self, key: str, build_env: dict[str, str], python: Path, jobs: int | None = None) -> dict[str, str]:
         """MAX_JOBS (``jobs``, else the CPU budget's), the toolchain first on PATH, CUDA_HOME,

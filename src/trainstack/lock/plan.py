@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from trainstack import rules
 from trainstack.errors import LockError
 from trainstack.stackfile.compat import torch_version
+from trainstack.rules.nvcc import wheel_route
 from trainstack.rules.toolchain import release_message, release_mismatches, toolkit_requirement
 from trainstack.stackfile.matrix import Flavour, components_for
 from trainstack.stackfile.models import Component, Stack
@@ -94,11 +95,13 @@ def plan_flavour(stack: Stack, flavour: Flavour) -> FlavourPlan:
 
 
 def toolchain_requirements(stack: Stack, flavour: Flavour) -> list[str]:
-    """The stack's build tools, and for a CUDA flavour nvcc with every component it compiles
-    with (crt, nvvm, cudart, cccl) from the flavour's CUDA release, through NVIDIA's metapackage
-    that pins one release exactly. Resolved against the full lock, the release is torch's own."""
+    """The stack's build tools, and for a CUDA flavour whose release has an nvcc wheel, nvcc with
+    every component it compiles with (crt, nvvm, cudart, cccl) from the flavour's CUDA release,
+    through NVIDIA's metapackage that pins one release exactly. Resolved against the full lock,
+    the release is torch's own. Other releases take nvcc from Debian's archive or the host
+    (trainstack.rules.nvcc), not from wheels."""
     wanted = list(stack.toolchain.packages)
-    if stack.toolchain.nvcc and flavour.cuda != "cpu":
+    if stack.toolchain.nvcc and flavour.cuda != "cpu" and wheel_route(stack.rules_in_effect, flavour.cuda) is not None:
         wanted.append(rules.nvcc_package(stack.rules_in_effect, flavour.cuda))
         toolkit = toolkit_requirement(flavour.cuda)
         if toolkit is not None:

@@ -23,6 +23,7 @@ from trainstack.render.buildenv import arch_env, nvcc_arch_flags, probe_arch
 from trainstack.render.buildenv import budget_for
 from trainstack.errors import SpecError
 from trainstack.rules import nvcc_package, os_pythons
+from trainstack.rules.nvcc import Route, debian_route, devel_route, wheel_route
 from trainstack.render import quote
 from trainstack.render.layers import FlavourLayers, SourceBuild
 from trainstack import grammar
@@ -44,6 +45,7 @@ UV = f"{UV_HOME}/bin/uv"
 # uv installs into the image's venv (pip only downloads sdists in the fetch stages)
 UV_INSTALL = f"{UV} pip install --no-deps --require-hashes --no-cache --python {VENV}/bin/python"
 CUDA_HOME = "/opt/cuda"  # links into the toolchain's nvidia wheels, in the compile stages only
+DEBIAN_CUDA_HOME = "/usr"  # Debian's nvidia-cuda-toolkit: /usr/bin/nvcc, /usr/include/cuda_runtime.h
 PROBE = "__global__ void trainstack_probe(float* x) { x[threadIdx.x] *= 2.0f; }"
 
 
@@ -105,8 +107,11 @@ def labels(stack: Stack, layers: FlavourLayers) -> dict[str, str]:
 def render_dockerfile(stack: Stack, layers: FlavourLayers, uv_version: str) -> str:
     base = base_for(stack, layers.flavour.os)
     parts = [_header(base), _system(stack, layers, uv_version), _torch(), _extras()]
+    toolchain = _debian_toolchain(layers, stack)
+    if toolchain:
+        parts.append(toolchain)
     for src in layers.sources:
-        parts += [_fetch(src), _compile(src, layers, stack)]
+        parts += [_fetch(src), _compile(src, layers, stack, "toolchain" if toolchain else "extras")]
     parts.append(_final(stack, layers))
     return "\n".join(parts)
 
@@ -126,6 +131,8 @@ def _system(stack: Stack, layers: FlavourLayers, uv_version: str) -> str:
     ccache = ["ccache"] if stack.build.compiler_cache.kind == "ccache" and layers.sources else []
     from_archive = py in os_pythons(stack.rules_in_effect, layers.flavour.os)
     pythons = [f"python{py}", f"python{py}-venv"] if from_archive else ["python3", "python3-venv"]
+    if from_archive and layers.sources:  # Python.h for the extensions compiled against the archive's Python
+        pythons.append(f"python{py}-dev")
     packages = [
         quote.shell(quote.matching(p, re.compile(r"[a-z0-9][a-z0-9+.-]+(=[0-9][A-Za-z0-9.+~:-]*)?"),
                                    "build.system_packages", "a Debian package"), "build.system_packages")
@@ -227,7 +234,44 @@ def _build_env(component: str, build_env: dict[str, str]) -> str:
     )
 
 
-def _compile(src: SourceBuild, layers: FlavourLayers, stack: Stack) -> str:
+def _debian(layers: FlavourLayers, stack: Stack) -> Route | None:
+    """The Debian archive's nvcc for a CUDA flavour with extensions whose release has no nvcc wheel."""
+    flavour = layers.flavour
+    if flavour.cuda == "cpu" or not stack.toolchain.nvcc or not layers.sources:
+        return None
+    if wheel_route(stack.rules_in_effect, flavour.cuda) is not None:
+        return None
+    return debian_route(stack.rules_in_effect, flavour.cuda, flavour.os)
+
+
+def _debian_toolchain(layers: FlavourLayers, stack: Stack) -> str:
+    """The toolchain stage of a flavour on a Debian base whose archive packages nvcc of the
+    flavour's CUDA: the archive component that holds it enabled (deb822 .sources files and the
+    one-line sources.list alike), the toolkit installed pinned to its exact Debian version."""
+    route = _debian(layers, stack)
+    debian = stack.rules_in_effect.cuda.debian
+    if route is None or route.debian is None or debian is None:
+        return ""
+    what = "rules cuda.debian"
+    package = quote.matching(f"{debian.package}={route.debian.version}", re.compile(r"[a-z0-9][a-z0-9+.-]+=[0-9][A-Za-z0-9.+~:-]*"),
+                             what, "a Debian package pinned to its version")
+    component = quote.matching(debian.component, grammar.DEBIAN_COMPONENT, what, "a Debian archive component")
+    enable = f"/{component}( |$)/! s/^(Components: .*main.*|deb .* main.*)$/\\1 {component}/"
+    return (
+        "FROM extras AS toolchain\n"
+        f"# nvcc of CUDA {quote.comment(route.debian.cuda)}: {quote.comment(route.text)}\n"
+        f"RUN {SECRET} \\\n"
+        f"    {WITH_CA}; \\\n"
+        "    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.sources; do \\\n"
+        f"      if [ -f \"$f\" ]; then sed -i -E {quote.shell(enable, what)} \"$f\"; fi; \\\n"
+        "    done \\\n"
+        "    && apt-get update \\\n"
+        f"    && apt-get install -y --no-install-recommends {quote.shell(package, what)} \\\n"
+        "    && rm -rf /var/lib/apt/lists/*\n"
+    )
+
+
+def _compile(src: SourceBuild, layers: FlavourLayers, stack: Stack, parent: str = "extras") -> str:
     name = stage_name(src.component.key)
     budget = budget_for(src.component)
     cache = stack.build.compiler_cache
@@ -243,7 +287,7 @@ def _compile(src: SourceBuild, layers: FlavourLayers, stack: Stack) -> str:
     )
     target = f"/src/{name}" if src.component.git is not None else f"/src/{name}/*"
     return (
-        f"FROM extras AS compile-{name}\n"
+        f"FROM {parent} AS compile-{name}\n"
         f"# MAX_JOBS: the build passes the cgroup-aware CPU count / {budget.divisor}, capped at {budget.cap}\n"
         f"ARG {arg}=1\n"
         f"{tool}"
@@ -255,18 +299,45 @@ def _compile(src: SourceBuild, layers: FlavourLayers, stack: Stack) -> str:
 
 
 def _nvcc(layers: FlavourLayers, stack: Stack) -> bool:
-    return layers.flavour.cuda != "cpu" and stack.toolchain.nvcc and layers.toolchain.get(nvcc_package(stack.rules_in_effect, layers.flavour.cuda).split("==")[0]) is not None
+    """The compile stages use the toolchain wheels' nvcc (the flavour's release has an nvcc wheel, locked)."""
+    if layers.flavour.cuda == "cpu" or not stack.toolchain.nvcc or wheel_route(stack.rules_in_effect, layers.flavour.cuda) is None:
+        return False
+    return layers.toolchain.get(nvcc_package(stack.rules_in_effect, layers.flavour.cuda).split("==")[0]) is not None
+
+
+def _home(layers: FlavourLayers, stack: Stack) -> str | None:
+    """The CUDA home of the compile stages: the wheels' links, Debian's /usr, a CUDA devel base
+    image's own (/usr/local/cuda), else none."""
+    if _nvcc(layers, stack):
+        return CUDA_HOME
+    if _debian(layers, stack) is not None:
+        return DEBIAN_CUDA_HOME
+    flavour = layers.flavour
+    if flavour.cuda == "cpu" or not stack.toolchain.nvcc or not layers.sources or wheel_route(stack.rules_in_effect, flavour.cuda):
+        return None
+    route = devel_route(stack.rules_in_effect, flavour.cuda, stack.build.base.get(flavour.os))
+    if route is None or route.home is None:
+        return None
+    return quote.matching(route.home, grammar.ABSOLUTE_DIR, "rules cuda.devel_image.cuda_home", "an absolute folder")
 
 
 def _cuda_home(layers: FlavourLayers, stack: Stack) -> str:
     """CUDA flavours: a CUDA home of links into the toolchain's nvidia wheels (merged, with the
     unversioned libcudart.so the linker asks for), then a one-line kernel compiled for the first
     GPU target, so a broken toolchain fails here with nvcc's own error."""
-    if not _nvcc(layers, stack):
+    home = _home(layers, stack)
+    if home is None:
         return ""
     arch = quote.matching(probe_arch(stack.rules_in_effect, list(stack.toolchain.archs), layers.flavour.cuda), re.compile(r"[0-9]{2,3}[af]?"),
                           "toolchain.archs", "an sm number such as 90")
     flags = " ".join(nvcc_arch_flags(arch))
+    probe = (
+        f"printf '%s\\n' '{PROBE}' > /tmp/probe.cu \\\n"
+        f"    && {home}/bin/nvcc {flags} -c /tmp/probe.cu -o /tmp/probe.o \\\n"
+        f"    && "
+    )
+    if home != CUDA_HOME:
+        return probe
     return (
         f"mkdir -p {CUDA_HOME}/lib64 \\\n"
         f"    && for d in {VENV}/lib/python*/site-packages/nvidia/*/; do \\\n"
@@ -274,22 +345,21 @@ def _cuda_home(layers: FlavourLayers, stack: Stack) -> str:
         f"         if [ -d \"${{d}}lib\" ]; then cp -rsn \"${{d}}lib/.\" {CUDA_HOME}/lib64/; fi; \\\n"
         f"       done \\\n"
         f"    && for f in {CUDA_HOME}/lib64/lib*.so.*; do ln -sfn \"$(basename \"$f\")\" \"${{f%%.so.*}}.so\"; done \\\n"
-        f"    && printf '%s\\n' '{PROBE}' > /tmp/probe.cu \\\n"
-        f"    && {CUDA_HOME}/bin/nvcc {flags} -c /tmp/probe.cu -o /tmp/probe.o \\\n"
-        f"    && "
+        f"    && {probe}"
     )
 
 
 def _cuda_env(layers: FlavourLayers, stack: Stack, cache: CompilerCache) -> dict[str, str]:
     """CUDA_HOME, the stack's GPU targets as each package's variable, DeepSpeed's CUDA ops on a
     builder without a GPU, nvcc through ccache (torch.utils.cpp_extension reads PYTORCH_NVCC)."""
-    if not _nvcc(layers, stack):
+    home = _home(layers, stack)
+    if home is None:
         return {}
-    env = {"CUDA_HOME": CUDA_HOME, **arch_env(list(stack.toolchain.archs))}
+    env = {"CUDA_HOME": home, **arch_env(list(stack.toolchain.archs))}
     if stack.toolchain.archs:  # GPU targets named on a builder without a GPU: else DeepSpeed picks its CPU accelerator
         env["DS_ACCELERATOR"] = "cuda"
     if cache.kind == "ccache":
-        env["PYTORCH_NVCC"] = f"ccache {CUDA_HOME}/bin/nvcc"
+        env["PYTORCH_NVCC"] = f"ccache {home}/bin/nvcc"
     return env
 
 

@@ -173,17 +173,21 @@ def python_platform(rules: Rules, os_name: str, arch: str = "x86_64") -> str:
     return f"{arch}-{platform.removeprefix('x86_64-')}"
 
 
-def nvcc_refusal(rules: Rules, cuda: str) -> str | None:
-    """Why the nvcc wheels cannot compile extensions for CUDA ``cuda``; None when they can."""
+def nvcc_unusable(rules: Rules, cuda: str) -> str | None:
+    """Why the nvcc wheels hold no compiler for CUDA ``cuda``; None when they do."""
     nvcc = rules.cuda.nvcc
     major = cuda.split(".")[0]
     if major not in nvcc.packages:
-        why = f"no nvcc wheel is known for CUDA {major}; known: CUDA {', '.join(nvcc.packages)}"
-    elif nvcc.compiles is not None and major not in nvcc.compiles:
-        why = f"{nvcc.packages[major]} holds only ptxas, not nvcc"
-    else:
-        return None
-    return fill(nvcc.refusal, cuda=cuda, why=why)
+        return f"no nvcc wheel is known for CUDA {major}; known: CUDA {', '.join(nvcc.packages)}"
+    if nvcc.compiles is not None and major not in nvcc.compiles:
+        return f"{nvcc.packages[major]} holds only ptxas, not nvcc"
+    return None
+
+
+def nvcc_refusal(rules: Rules, cuda: str) -> str | None:
+    """Why the nvcc wheels cannot compile extensions for CUDA ``cuda``, with what to do; None when they can."""
+    why = nvcc_unusable(rules, cuda)
+    return None if why is None else fill(rules.cuda.nvcc.refusal, cuda=cuda, why=why)
 
 
 def os_pythons(rules: Rules, os_name: str) -> list[str]:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 
+from trainstack import grammar
 from trainstack.grammar import web_link
 
 
@@ -108,11 +109,56 @@ class Nvcc(Cited):
     _refusal = field_validator("refusal")(lambda v: template(v, ("cuda", "why")))
 
 
+def _matching(pattern, what: str):
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise ValueError(f"{value[:80]!r} is not {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+CUDA_RELEASE = Annotated[str, _matching(grammar.CUDA_RELEASE, "a CUDA release such as 12.4")]
+
+
+class DebianToolkitRelease(Data):
+    """The toolkit one Debian release packages: its suite, the CUDA release and the exact version."""
+
+    suite: Annotated[str, _matching(grammar.DEBOOTSTRAP_SUITE, "a Debian suite such as trixie")]
+    cuda: CUDA_RELEASE
+    version: Annotated[str, _matching(grammar.DEBIAN_VERSION, "a Debian version such as 12.4.131~12.4.1-2")]
+    source: Source
+
+
+class DebianToolkit(Cited):
+    """nvcc from Debian's archive: the package, the archive component that holds it, and per OS
+    of the matrix (debian12, debian13) the release of it that OS ships."""
+
+    package: Annotated[str, _matching(grammar.DEBIAN_NAME, "a Debian package name")]
+    component: Annotated[str, _matching(grammar.DEBIAN_COMPONENT, "a Debian archive component such as non-free")]
+    os: dict[str, DebianToolkitRelease]
+
+    _message = field_validator("message")(
+        lambda v: template(v, ("os", "suite", "cuda", "package", "version", "component"))
+    )
+
+
+class DevelImage(Cited):
+    """NVIDIA's CUDA devel images: the repositories that publish them and where their toolkit lives."""
+
+    repositories: list[Annotated[str, _matching(grammar.OCI_REGISTRY, "an image repository such as docker.io/nvidia/cuda")]]
+    cuda_home: Annotated[str, _matching(grammar.ABSOLUTE_DIR, "an absolute folder such as /usr/local/cuda")]
+
+    _message = field_validator("message")(lambda v: template(v, ("image", "cuda", "home")))
+
+
 class CudaRules(Data):
     driver: Cited
     archs: Cited
     nvcc: Nvcc
     versions: dict[str, CudaVersion]
+    debian: DebianToolkit | None = None  # nvcc from the Debian archive of a Debian base
+    devel_image: DevelImage | None = None  # nvcc of a CUDA devel base image
 
 
 class OsPlatform(Data):

@@ -13,7 +13,15 @@ def command(
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write every finding as JSON to this file."),
 ) -> None:
     """Check each flavour against the rules data (torch CUDA variants and Pythons, driver,
-    GPU architectures, flash-attn, DeepSpeed ops); exit 3 when a rule is broken.
+    GPU architectures, flash-attn, DeepSpeed ops, the nvcc of its extensions); exit 3 when
+    a rule is broken.
+
+    A CUDA flavour with extensions built from source needs an nvcc of its CUDA release.
+
+    Its route: the PyPI wheel where it holds nvcc (CUDA 13); for OCI builds on a Debian
+    base, Debian's non-free nvidia-cuda-toolkit (11.8 on debian12, 12.4 on debian13).
+
+    For venv builds, the host's nvcc (CUDA_HOME, else PATH). A flavour with no route is refused.
 
     Also shows what the stack will run: its test-suite commands (those that are not pytest
     run only with verify --trust) and its build environment variables.
@@ -27,8 +35,9 @@ def command(
     from trainstack.console import out, verbosity
     from trainstack.errors import RuleViolation
     from trainstack.fsutil import check_output
+    from trainstack.hostnvcc import find_host_nvcc
     from trainstack.redact import redact
-    from trainstack.stackfile.compat import check_stack, errors
+    from trainstack.stackfile.compat import check_stack, errors, needs_host_nvcc
     from trainstack.stackfile import expand_flavours, load_stack
     from trainstack.grammar import shown as one_line
     from trainstack.trust import what_it_runs
@@ -38,7 +47,7 @@ def command(
     verbose = verbosity() > 0
 
     spec = load_stack(stack)
-    findings = check_stack(spec)
+    findings = check_stack(spec, find_host_nvcc() if needs_host_nvcc(spec) else None)
     broken = errors(findings)
     flavours = len(expand_flavours(spec))
     runs = what_it_runs(spec.verify.suite, spec.components, spec.env)

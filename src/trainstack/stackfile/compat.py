@@ -10,7 +10,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from trainstack.errors import RuleViolation
-from trainstack.rules import data, toolchain
+from trainstack.rules import data, nvcc, toolchain
+from trainstack.rules.nvcc import HostNvcc
 from trainstack.rules.models import fill
 from trainstack import grammar
 from trainstack.stackfile.matrix import Flavour, components_for, expand_flavours
@@ -28,20 +29,38 @@ class Finding:
     source: str
 
 
-def check_stack(stack: Stack) -> list[Finding]:
-    return [finding for flavour in expand_flavours(stack) for finding in check_flavour(stack, flavour)]
+def check_stack(stack: Stack, host: HostNvcc | None = None) -> list[Finding]:
+    """Every flavour's findings. ``host``: the host's nvcc as found (trainstack.hostnvcc), which
+    venv builds of a flavour with no nvcc wheel compile with; None when not looked at (lock)."""
+    return [finding for flavour in expand_flavours(stack) for finding in check_flavour(stack, flavour, host)]
+
+
+def needs_host_nvcc(stack: Stack) -> bool:
+    """Whether some flavour compiles extensions with no nvcc wheel of its CUDA: only then does
+    check look at the host's nvcc (its venv route)."""
+    if not stack.toolchain.nvcc:
+        return False
+    for flavour in expand_flavours(stack):
+        if flavour.cuda == "cpu" or flavour.cuda not in stack.rules_in_effect.cuda.versions:
+            continue
+        if nvcc.wheel_route(stack.rules_in_effect, flavour.cuda) is None and any(
+            c.is_source_build for c in components_for(stack, flavour)
+        ):
+            return True
+    return False
 
 
 def errors(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.level == "error"]
 
 
-def check_flavour(stack: Stack, flavour: Flavour) -> list[Finding]:
+def check_flavour(stack: Stack, flavour: Flavour, host: HostNvcc | None = None) -> list[Finding]:
     components = {c.key: c for c in components_for(stack, flavour)}
     checks = (_os, _cuda, _torch, _compile_needs, _flash_attn, _arch_lists, _deepspeed, _toolchain, _allowed_env)
     found: list[Finding] = []
     for check in checks:
         found.extend(check(stack, flavour, components))
+    found.extend(_nvcc_route(stack, flavour, components, host))
     return found
 
 
@@ -222,11 +241,6 @@ def _toolchain(stack: Stack, flavour: Flavour, components: dict[str, Component])
         return []
     rules = toolchain.toolchain_rules()
     found = []
-    refusal = data.nvcc_refusal(stack.rules_in_effect, flavour.cuda) if stack.toolchain.nvcc else None
-    if refusal is not None and any(c.is_source_build for c in components.values()):
-        # no nvcc wheel at all for the release: lock could not even resolve the toolchain layer
-        level: Level = "error" if flavour.cuda.split(".")[0] not in cuda_rules.nvcc.packages else "info"
-        found.append(_finding(flavour, "toolchain.nvcc", level, refusal, cuda_rules.nvcc.source))
     lines = list(stack.toolchain.packages) + [c.requirement() for c in components.values() if c.git is None and c.path is None]
     mixed = toolchain.requirement_mismatches(flavour.cuda, lines)
     if mixed:
@@ -238,6 +252,37 @@ def _toolchain(stack: Stack, flavour: Flavour, components: dict[str, Component])
         text = fill(rules.archs.message, cuda=flavour.cuda, bad=", sm_".join(bad), archs=", sm_".join(targets))
         found.append(_finding(flavour, "toolchain.archs", "error", text, rules.archs.source))
     return found
+
+
+def _nvcc_route(stack: Stack, flavour: Flavour, components: dict[str, Component], host: HostNvcc | None) -> list[Finding]:
+    """Where the nvcc of a flavour that builds extensions comes from, per backend (toolchain.route);
+    none for either backend is an error once the host was looked at (toolchain.nvcc)."""
+    rules = stack.rules_in_effect
+    cuda_rules = rules.cuda
+    if flavour.cuda == "cpu" or flavour.cuda not in cuda_rules.versions:
+        return []
+    if not any(c.is_source_build for c in components.values()):
+        return []
+    if not stack.toolchain.nvcc:
+        text = "[toolchain] nvcc = false: the base image's nvcc (oci builds) or the host's (venv builds) compiles, unchecked"
+        return [_finding(flavour, "toolchain.route", "info", text, cuda_rules.nvcc.source)]
+    base = stack.build.base.get(flavour.os)
+    oci = nvcc.oci_route(rules, flavour.cuda, flavour.os, base)
+    if oci is not None and oci.debian is not None:
+        source = oci.debian.source
+    elif oci is not None and oci.kind == "devel" and cuda_rules.devel_image is not None:
+        source = cuda_rules.devel_image.source
+    else:
+        source = cuda_rules.debian.source if cuda_rules.debian is not None else cuda_rules.nvcc.source
+    text = nvcc.routes_text(rules, flavour.cuda, flavour.os, host, base)
+    found = [_finding(flavour, "toolchain.route", "info", text, source)]
+    if oci is not None or nvcc.venv_route(rules, flavour.cuda, host) is not None:
+        return found
+    if host is None:  # lock: the host is not looked at, the wheels' refusal says what to do
+        refusal = data.nvcc_refusal(rules, flavour.cuda) or nvcc.debian_offers(rules)
+        return found + [_finding(flavour, "toolchain.nvcc", "info", refusal, cuda_rules.nvcc.source)]
+    text = nvcc.no_route(rules, flavour.cuda, flavour.os, host, base)
+    return found + [_finding(flavour, "toolchain.nvcc", "error", text, source)]
 
 
 _ARCH_TOKEN = re.compile(r"^(?:sm_|compute_)?(\d+)\.?(\d*)([af]?)(?:\+PTX)?$", re.IGNORECASE)
