@@ -20,11 +20,19 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked gpu run GPU code: without a CUDA GPU they are skipped, and say so."""
+    """Tests marked gpu run GPU code: without a CUDA GPU they are skipped, and say so. Under
+    pytest-xdist the hang guards (timeout marks) stretch by the number of workers sharing the
+    machine's cores, so a test slowed by its neighbours is not taken for a hung one."""
     gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
     if gpu and not _cuda_available():
         for item in gpu:
             item.add_marker(pytest.mark.skip(reason="skip: no GPU"))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if workers > 1:
+        for item in items:
+            mark = item.get_closest_marker("timeout")
+            if mark is not None and mark.args and isinstance(mark.args[0], (int, float)):
+                item.add_marker(pytest.mark.timeout(mark.args[0] * workers), append=False)
 
 
 def _cuda_available() -> bool:

@@ -165,7 +165,7 @@ def test_a_build_killed_half_way_compiles_only_what_was_left(tmp_path: Path) -> 
     assert not list(cache.glob("resumeext-*/*.whl"))  # no wheel from the killed build
 
     second = subprocess.run(
-        driver("second"), env={**os.environ, "COUNT_LOG": str(second_log)}, capture_output=True, text=True, timeout=150
+        driver("second"), env={**os.environ, "COUNT_LOG": str(second_log)}, capture_output=True, text=True, timeout=450
     )
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"resuming: {len(done_before)} of {len(objects)} units compiled by an earlier run" in second.stderr
