@@ -27,6 +27,8 @@ def test_deepspeed_cpu_adam_built_ahead_of_time(tmp_path: Path) -> None:
         {
             r"\nflash-attn = [^\n]*": "",  # needs a GPU toolchain run of hours
             r"\napex = [^\n]*": "",  # its repository is not reachable from CI
+            # the guard at what this venv and its DeepSpeed compile take (about 10 GB), not a whole image's 40
+            r"min_free_disk_gb = 40": "min_free_disk_gb = 15",
             # --no-build-isolation: the build backend comes from the pinned toolchain too
             r'packages = \["ninja", "cmake"\]': 'packages = ["ninja", "cmake", "setuptools", "wheel"]',
         },

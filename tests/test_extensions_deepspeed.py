@@ -30,6 +30,8 @@ def deepspeed_stack(tmp_path: Path) -> Path:
         {
             r"\nflash-attn = [^\n]*": "",  # hours of nvcc on two cores: benchmarks/extension_build.py
             r"\napex = [^\n]*": "",  # its repository is not reachable from CI
+            # the guard at what this venv and its DeepSpeed compile take (about 10 GB), not a whole image's 40
+            r"min_free_disk_gb = 40": "min_free_disk_gb = 15",
             r'build_env = \{ DS_BUILD_OPS = "0"[^}]*\}': f"build_env = {{ {ops} }}",
             r'packages = \["ninja", "cmake"\]': 'packages = ["ninja", "cmake", "setuptools", "wheel"]\narchs = ["90"]',
         },
