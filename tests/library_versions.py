@@ -12,8 +12,9 @@ the tests of a session, and a second run, share it; a venv is complete once its
 - ``torch_python("2.5.1", "4.46.2")``: torch and transformers of their own, with trainstack's
   dependencies (trainstack itself comes from ``SRC`` through PYTHONPATH). PyPI's Linux x86_64
   torch is the CUDA build, which does not import without its nvidia-* packages, so a venv
-  takes them too: about 2.6 GB (torch 2.5.1) and 3.3 GB (torch 2.7.1) downloaded once into
-  uv's cache, then linked from it (a new venv from a filled cache: about 5 s).
+  takes them too: 3.1 GB downloaded for torch 2.5.1 and for 2.7.1 (4.9 and 4.7 GiB installed),
+  once into uv's cache (36 to 142 s each on the 2-core machine, by its load), then linked from
+  it (a new venv from a filled cache: about 5 s).
 - ``torch_alone_python("2.4.1")``: that torch's wheel alone over this Python's packages, for
   the refusal of a torch outside the range, which reads its version before importing it.
 """
