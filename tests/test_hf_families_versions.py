@@ -3,7 +3,10 @@ GPT-2), each from a small config.json of its own kind, through ``memplan --hf-co
 ``bench --hf-config`` (the planned mode, on the CPU) and ``run --memplan`` (a job that builds
 each model from its config and trains it), under the oldest versions trainstack supports
 (transformers 4.46 with torch 2.5, as ACS 24.11 ships them: a venv of tests/library_versions.py)
-and the newest installed here.
+and the newest installed here. Configs of each family broken in the ways a repository's config
+is (a padding id outside the vocabulary, an architecture or a model type transformers does not
+have, an activation the model's constructor does not know) are refused in one line naming the
+field, with exit 2, under every transformers version of the matrix (4.46, 4.53, 4.57, newest).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.library_versions import env, torch_python  # noqa: E402
+from tests.library_versions import env, torch_python, transformers_python  # noqa: E402
 
 pytestmark = [pytest.mark.versions, pytest.mark.timeout(1500)]
 DATA = Path(__file__).parent / "test_run_data"
@@ -62,7 +65,7 @@ def test_memplan_and_bench_plan_each_family(python: str, tmp_path: Path) -> None
     if python != sys.executable:
         assert _version_of(python) == OLDEST
     folders = configs(tmp_path)
-    done = subprocess.run([python, str(DATA / "hf_family_verbs.py"), *map(str, folders.values())], capture_output=True, text=True, env=env(), timeout=900)
+    done = subprocess.run([python, str(DATA / "hf_family_verbs.py"), "plan", *map(str, folders.values())], capture_output=True, text=True, env=env(), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout)
     for family, folder in folders.items():
@@ -91,3 +94,44 @@ def test_run_memplan_plans_each_familys_job_model(python: str, tmp_path: Path) -
         assert done.stdout.count(f"{folder} step ") == 2, (family, done.stdout[-2000:])
         at = said.index(f"model {folder}")
         assert said[at + 1].startswith("trainstack run: memplan for 1GiB: 2 keep") and "predicted peak" in said[at + 1], (family, said)
+
+
+# every transformers of the matrix: (torch of its own or None for this Python's, transformers)
+EVERY = {"4.46.2": ("2.5.1", "4.46.2"), "4.53.3": ("2.7.1", "4.53.3"), "4.57.1": (None, "4.57.1"), "newest": None}
+# the activation field each family's constructor reads (Gemma: hidden_activation in 4.x, hidden_act in 5)
+ACTIVATION = {"gpt2": ("activation_function",), "gemma": ("hidden_act", "hidden_activation")}
+
+
+def broken(folder: Path) -> dict[Path, tuple[str, ...]]:
+    """Config folders of each family broken one way each, with the fields their errors may name."""
+    made = {}
+    for family, (architecture, sizes) in FAMILIES.items():
+        base = {"model_type": family, "architectures": [architecture], **sizes}
+        activation = ACTIVATION.get(family, ("hidden_act",))
+        cases = {
+            "pad-outside-vocab": ({**base, "pad_token_id": 256}, ("pad_token_id",)),
+            "unknown-architecture": ({**base, "architectures": ["NoSuchModelForCausalLM"]}, ("architectures",)),
+            "unknown-model-type": ({**base, "model_type": f"{family}_nonesuch"}, ("model_type",)),
+            "unknown-activation": ({**base, **dict.fromkeys(activation, "nonesuch_activation")}, activation),
+        }
+        for case, (fields, named) in cases.items():
+            (folder / f"{family}-{case}").mkdir(parents=True)
+            (folder / f"{family}-{case}" / "config.json").write_text(json.dumps(fields))
+            made[folder / f"{family}-{case}"] = named
+    return made
+
+
+@pytest.mark.parametrize("version", EVERY)
+def test_broken_configs_of_each_family_are_refused_in_one_line_naming_the_field(version: str, tmp_path: Path) -> None:
+    spec = EVERY[version]
+    python = sys.executable if spec is None else transformers_python(spec[1]) if spec[0] is None else torch_python(*spec)
+    cases = broken(tmp_path)
+    done = subprocess.run([python, str(DATA / "hf_family_verbs.py"), "refuse", *map(str, cases)], capture_output=True, text=True, env=env(), timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout)
+    for folder, named in cases.items():
+        for verb in ("memplan", "bench"):
+            result = results[f"{folder} {verb}"]
+            assert result["code"] == 2, (folder.name, verb, result)
+            (line,) = result["errors"]
+            assert line.startswith(f"error: {folder}") and any(f"field '{field}'" in line for field in named), (folder.name, verb, line)
