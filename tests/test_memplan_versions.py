@@ -100,3 +100,26 @@ def test_a_torch_outside_the_range_is_refused_in_one_line_before_it_is_imported(
     verb = "bench --hf-config" if argv[0] == "bench" else "memplan"
     assert done.returncode == 6, done.stderr[-2000:]
     assert done.stderr.strip() == f"error: {verb} supports torch 2.5 or newer; found torch 2.4.1 (pip install 'torch>=2.5')", done.stderr[-2000:]
+
+
+MIXTRAL = {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "num_local_experts": 4, "num_experts_per_tok": 2}
+
+
+@pytest.mark.parametrize("version", ["4.57.1", "installed"])
+def test_mixtral_plans_where_its_experts_are_grouped_products_and_says_why_not_where_they_gather(version: str, tmp_path: Path) -> None:
+    """transformers 4.x computes each expert on the tokens routed to it (aten.nonzero, a shape
+    fake tensors cannot know): one line saying so; 5.x's grouped products plan."""
+    python = sys.executable if version == "installed" else transformers_python(version)
+    (tmp_path / "config.json").write_text(json.dumps(MIXTRAL))
+    done = subprocess.run([python, "-m", "trainstack.cli", "memplan", "--hf-config", str(tmp_path), "--batch", "1", "--seq", "16", "--budget", "1GiB", "--json"],
+                          capture_output=True, text=True, env=env(), timeout=300)
+    assert "Traceback" not in done.stderr
+    if version == "installed":
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout)["blocks"] == "model.layers"
+        return
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert len(lines) == 1 and "MixtralForCausalLM: op aten.nonzero.default has a data-dependent output: its mixture-of-experts layers" in lines[0], done.stderr[-2000:]
+    assert "grouped matrix products" in lines[0]

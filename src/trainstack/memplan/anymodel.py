@@ -732,17 +732,28 @@ def fake_as_real() -> Any:
 FAKE_ERRORS_HINT = "memplan calibrates on fake tensors, which need a fake (meta) kernel for every op and no data-dependent shapes"
 
 
-def _fake_failure(exc: BaseException) -> str | None:
+def _fake_failure(exc: BaseException, model: Any = None) -> str | None:
     """One line for a failure of fake-tensor execution, or None for another failure."""
     from torch._subclasses import fake_tensor as ft
 
     if isinstance(exc, ft.UnsupportedOperatorException):
         return f"op {exc.func} has no fake-tensor kernel ({FAKE_ERRORS_HINT})"
+    if isinstance(exc, (ft.DynamicOutputShapeException, ft.DataDependentOutputException)) and _has_experts(model):
+        return (
+            f"op {exc.func} has a data-dependent output: its mixture-of-experts layers gather each expert's tokens by the router's "
+            "choice, a number of tokens fake tensors cannot know (experts computed as grouped matrix products, as transformers 5 "
+            "computes them, are planned)"
+        )
     if isinstance(exc, (ft.DynamicOutputShapeException, ft.DataDependentOutputException)):
         return f"op {exc.func} has a data-dependent output ({FAKE_ERRORS_HINT})"
     if isinstance(exc, ft.UnsupportedFakeTensorException):
         return f"a tensor cannot be faked ({_first_line(exc)}; {FAKE_ERRORS_HINT})"
     return None
+
+
+def _has_experts(model: Any) -> bool:
+    """Whether ``model`` holds a mixture of experts (a module named ``experts``)."""
+    return model is not None and any(name.rsplit(".", 1)[-1] == "experts" for name, _ in model.named_modules())
 
 
 def _first_line(exc: BaseException) -> str:
@@ -798,7 +809,7 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
     except UnplannableModel:
         raise
     except Exception as exc:  # noqa: BLE001 - a model that fake tensors cannot run gets its one-line reason
-        reason = _fake_failure(exc)
+        reason = _fake_failure(exc, model)
         if reason is None:
             raise UnplannableModel(f"{type(model).__name__} failed under calibration at {where} or around it ({type(exc).__name__}: {_first_line(exc)})") from None
         raise UnplannableModel(f"{type(model).__name__}: {reason}") from None
