@@ -74,7 +74,7 @@ def known_architectures(config: Path, architectures: object) -> None:
 
     for name in architectures if isinstance(architectures, list) else []:
         try:
-            found = isinstance(name, str) and getattr(transformers, name, None) is not None
+            found = isinstance(name, str) and not name.startswith("_") and isinstance(getattr(transformers, name, None), type)
         except Exception:  # noqa: BLE001 - a class whose module does not import is not there
             found = False
         if not found:
