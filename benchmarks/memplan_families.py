@@ -19,8 +19,9 @@ weights, 5 classes, cross-entropy on their logits), each planned on the run of b
 finds (the stage holding the most parameters) and ResNet-50 also on its first stage, named;
 written to OUT/memplan_torchvision.txt and .json.
 
-``--matrix PY,PY,...``: the families under each Python (a venv per transformers version, the
-same torch), each run as above into OUT/memplan_families_matrix/<transformers version>/, then
+``--matrix PY,PY,...``: the families under each Python (a venv per transformers version, and
+per torch version: a torch other than this Python's names its column and folder, as in
+``4.46.2-torch2.5.1``), each run as above into OUT/memplan_families_matrix/<column>/, then
 one table with a column per version (saved-bytes error / largest whole-step peak error, or why
 the family did not plan) written to OUT/memplan_families_matrix.txt and .json.
 
@@ -199,6 +200,19 @@ def summary(rows: list[dict]) -> list[str]:
     ]
 
 
+def label(run: dict) -> str:
+    """A column's head: its transformers version, and its torch where that is not the matrix's own."""
+    release = run["torch"].split("+")[0]
+    return f"transformers {run['transformers']}" + ("" if release == torch.__version__.split("+")[0] else f", torch {release}")
+
+
+def others(runs: list[dict]) -> str:
+    """The torch builds of the columns that name their own torch, as a clause ('' where none)."""
+    mine = torch.__version__.split("+")[0]
+    builds = list(dict.fromkeys(run["torch"] for run in runs if run["torch"].split("+")[0] != mine))
+    return f" (the columns naming a torch: {', '.join(builds)}, PyPI's builds, run on the CPU)" if builds else ""
+
+
 def matrix_cell(row: dict | None) -> str:
     """saved-bytes error / largest whole-step peak error; why a family did not plan; '-' where
     the version has no such family."""
@@ -211,13 +225,22 @@ def matrix_cell(row: dict | None) -> str:
     return f"{error(row, 'saved_predicted', 'saved_autograd'):+.2%} / {peaks:.2%}"
 
 
+def column(python: str) -> str:
+    """The column a Python's run fills: its transformers version, and its torch's where that is
+    not this Python's (``4.46.2-torch2.5.1``); also the name of the run's folder."""
+    probe = "import torch, transformers; print(transformers.__version__, torch.__version__)"
+    version, its_torch = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    release = its_torch.split("+")[0]
+    return version if release == torch.__version__.split("+")[0] else f"{version}-torch{release}"
+
+
 def matrix(pythons: list[str], out: Path, only: str, reuse: bool = False) -> int:
     """The families under each of ``pythons``, one column per transformers version (with
     ``reuse``, a version whose results an earlier run left in OUT is not run again)."""
     runs, shown, jobs = [], [], []
     logs = Path(tempfile.mkdtemp(prefix="memplan-families-"))  # each run's console, kept where a run fails
     for python in pythons:  # one process per version, side by side: each is mostly one core's work
-        version = subprocess.run([python, "-c", "import transformers; print(transformers.__version__)"], capture_output=True, text=True, check=True).stdout.strip()
+        version = column(python)
         folder = out / "memplan_families_matrix" / version
         folder.mkdir(parents=True, exist_ok=True)
         command = [python, __file__, "--out", str(folder), *(["--only", only] if only else [])]
@@ -229,23 +252,23 @@ def matrix(pythons: list[str], out: Path, only: str, reuse: bool = False) -> int
             jobs.append((folder, version, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)))
     for folder, version, job in jobs:
         if job is not None and job.wait() != 0:
-            print(f"error: the families under transformers {version} failed; see {logs / (version + '.log')}", file=sys.stderr)
+            print(f"error: the families under transformers {version.replace('-torch', ' and torch ')} failed; see {logs / (version + '.log')}", file=sys.stderr)
             return 1
         runs.append(json.loads((folder / "memplan_families.json").read_text()))
-        shown.append(f"<python with transformers {version}>")
+        shown.append("<python with " + label(runs[-1]).replace(", ", " and ") + ">")
     shutil.rmtree(logs, ignore_errors=True)
     families = list(dict.fromkeys(r["family"] for run in runs for r in run["rows"]))
     by = [{r["family"]: r for r in run["rows"]} for run in runs]
-    width = max(28, *(len(matrix_cell(b.get(f))) for b in by for f in families))
-    head = f"{'family':<14} " + " ".join(f"{'transformers ' + run['transformers']:<{width}}" for run in runs)
+    width = max(28, *(len(label(run)) + 1 for run in runs), *(len(matrix_cell(b.get(f))) for b in by for f in families))
+    head = f"{'family':<14} " + " ".join(f"{label(run):<{width}}" for run in runs)
     lines = [head, "-" * len(head)]
     lines += [f"{f:<14} " + " ".join(f"{matrix_cell(b.get(f)):<{width}}" for b in by) for f in families]
     header = [
         "$ python3 benchmarks/memplan_families.py --out " + str(out) + (f" --only {only}" if only else "") + (" --reuse" if reuse else "") + " --matrix " + ",".join(shown),
-        f"CPU, torch {', '.join(dict.fromkeys(run['torch'] for run in runs))}: batch {BATCH}, seq {SEQ}; cell = saved bytes predicted / autograd's - 1, "
+        f"CPU, torch {torch.__version__}{others(runs)}: batch {BATCH}, seq {SEQ}; cell = saved bytes predicted / autograd's - 1, "
         "then the largest |predicted / fake step - 1| of the whole-step peaks (keep, full, mixed); absent: the version has no such family",
     ]
-    footer = [f"transformers {run['transformers']}: {run['summary'][0]}" for run in runs]
+    footer = [f"{label(run)}: {run['summary'][0]}" for run in runs]
     text = "\n".join([*header, "", *lines, "", *footer])
     print("\n" + text)
     atomic_write_text(out / "memplan_families_matrix.txt", text + "\n")

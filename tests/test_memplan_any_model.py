@@ -253,6 +253,40 @@ def test_a_tensor_held_as_a_plain_attribute_is_faked_with_the_copy() -> None:
     assert profile.n_blocks == 3 and profile.options[K].saved > 0
 
 
+class LayerDrop(nn.Module):
+    """The loop of BART's and Whisper's decoders under transformers 4.x: in training, each
+    layer is skipped where a uniform draw falls below ``layerdrop`` (0 by default)."""
+
+    def __init__(self, layerdrop: float) -> None:
+        super().__init__()
+        self.layerdrop = layerdrop
+        self.layers = nn.ModuleList(Residual(16) for _ in range(3))
+        self.out = nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            if self.training:
+                dropout_probability = torch.rand([])
+                if dropout_probability < self.layerdrop:
+                    continue
+            x = layer(x)
+        return self.out(x)
+
+
+@pytest.mark.parametrize("layerdrop", [0.0, 0.1])
+def test_a_layerdrop_loop_runs_its_blocks_as_most_steps_do(layerdrop: float) -> None:
+    """A uniform draw compared with the drop probability is answered as most real steps draw
+    it: the layers run (they were all skipped: a fake boolean read as true)."""
+    model = LayerDrop(layerdrop).train()
+    x = torch.randn(4, 16)
+    loss_fn = lambda out, _: out.square().mean()  # noqa: E731
+    profile = memplan.calibrate_any(model, x, loss_fn=loss_fn, device="cpu", precision="fp32", measure=False)
+    assert profile.n_blocks == 3 and profile.options[K].saved > 0
+    # the whole step on fake tensors runs the layers too; a layer always dropped (1.0) does not run
+    runs, dropped = (reference.fake_step_peak(LayerDrop(p).train(), x, (K, K, K), loss_fn=loss_fn) for p in (layerdrop, 1.0))
+    assert runs > dropped
+
+
 def test_blocks_configured_differently_get_their_reason() -> None:
     """Gemma-2 alternates sliding-window and full attention over identical parameters."""
     model = transformers.AutoModelForCausalLM.from_config(transformers.Gemma2Config(**SMALL, head_dim=16))

@@ -64,6 +64,7 @@ def command(
             modes, ablation = ",".join(table["modes"]), ablation or len(table["modes"]) > 1
     from trainstack.nn.presets import shape
     from trainstack.extras import require, require_cuda
+    from trainstack.nn.versions import check_torch
 
     if hf_config is None:
         shape(model)  # an unknown preset is rejected before torch is imported
@@ -73,6 +74,8 @@ def command(
 
         ceilings = read_health(health)  # a bad health result is refused before torch is imported
     require("torch", "trainstack bench")
+    if hf_config is not None:  # from its metadata: a torch outside the range is refused before it is imported
+        check_torch("bench --hf-config")
     if device == "cuda":
         require_cuda("trainstack bench --device cuda")
     from trainstack.bench import api

@@ -692,6 +692,10 @@ def fake_as_real() -> Any:
     - the truth value of a fake boolean tensor (``mask.all()`` in an ``if``) is True: a mask
       without padding, sequences not packed, the common case of a training batch. Other
       values read from fake data stay an error.
+    - but a uniform draw compared with a number (LayerDrop: ``torch.rand([]) < layerdrop``
+      skips a layer) answers as the draw most often would: true where the comparison holds
+      with a probability over one half, so a block dropped with probability 0 (BART's
+      and Whisper's default under transformers 4.x) or 0.1 runs, as it does in most steps.
     - a grouped matrix product (mixture-of-experts layers) of float32 operands, which the
       real kernels multiply (a model trained in float32 weights under autocast) and torch's
       fake kernel refuses, takes its shape from the fake kernel asked in bf16 and keeps the
@@ -700,18 +704,27 @@ def fake_as_real() -> Any:
 
     from trainstack.memplan.calibrate import _dispatch_mode_base
 
-    local_scalar = torch.ops.aten._local_scalar_dense.default
-    grouped = getattr(getattr(torch.ops.aten, "_grouped_mm", None), "default", None)
+    aten = torch.ops.aten
+    local_scalar = aten._local_scalar_dense.default
+    grouped = getattr(getattr(aten, "_grouped_mm", None), "default", None)
+    uniform = {aten.rand.default, aten.uniform.default, aten.uniform_.default}
+    # P(draw OP number) for a draw uniform in [0, 1)
+    below = {aten.lt.Scalar: lambda p: p, aten.le.Scalar: lambda p: p, aten.gt.Scalar: lambda p: 1 - p, aten.ge.Scalar: lambda p: 1 - p}
 
     class FakeAsReal(_dispatch_mode_base()):  # type: ignore[misc]
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             kwargs = kwargs or {}
             if func is local_scalar and args[0].dtype == torch.bool:
-                return True
+                return getattr(args[0], "_trainstack_likely", True)
             if func is grouped and kwargs.get("out_dtype") is None and args[0].dtype == args[1].dtype != torch.bfloat16:
                 a, b, *rest = args
                 return func(a.to(torch.bfloat16), b.to(torch.bfloat16), *rest, **kwargs).to(a.dtype)
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if func in uniform and isinstance(out, torch.Tensor) and (tuple(args[1:3]) or (kwargs.get("from", 0), kwargs.get("to", 1))) in ((0, 1), (0.0, 1.0)):
+                out._trainstack_uniform = True  # a draw in [0, 1), as torch.rand makes
+            elif func in below and getattr(args[0], "_trainstack_uniform", False) and isinstance(args[1], (int, float)):
+                out._trainstack_likely = below[func](float(args[1])) > 0.5
+            return out
 
     return FakeAsReal()
 
@@ -719,17 +732,28 @@ def fake_as_real() -> Any:
 FAKE_ERRORS_HINT = "memplan calibrates on fake tensors, which need a fake (meta) kernel for every op and no data-dependent shapes"
 
 
-def _fake_failure(exc: BaseException) -> str | None:
+def _fake_failure(exc: BaseException, model: Any = None) -> str | None:
     """One line for a failure of fake-tensor execution, or None for another failure."""
     from torch._subclasses import fake_tensor as ft
 
     if isinstance(exc, ft.UnsupportedOperatorException):
         return f"op {exc.func} has no fake-tensor kernel ({FAKE_ERRORS_HINT})"
+    if isinstance(exc, (ft.DynamicOutputShapeException, ft.DataDependentOutputException)) and _has_experts(model):
+        return (
+            f"op {exc.func} has a data-dependent output: its mixture-of-experts layers gather each expert's tokens by the router's "
+            "choice, a number of tokens fake tensors cannot know (experts computed as grouped matrix products, as transformers 5 "
+            "computes them, are planned)"
+        )
     if isinstance(exc, (ft.DynamicOutputShapeException, ft.DataDependentOutputException)):
         return f"op {exc.func} has a data-dependent output ({FAKE_ERRORS_HINT})"
     if isinstance(exc, ft.UnsupportedFakeTensorException):
         return f"a tensor cannot be faked ({_first_line(exc)}; {FAKE_ERRORS_HINT})"
     return None
+
+
+def _has_experts(model: Any) -> bool:
+    """Whether ``model`` holds a mixture of experts (a module named ``experts``)."""
+    return model is not None and any(name.rsplit(".", 1)[-1] == "experts" for name, _ in model.named_modules())
 
 
 def _first_line(exc: BaseException) -> str:
@@ -785,7 +809,7 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
     except UnplannableModel:
         raise
     except Exception as exc:  # noqa: BLE001 - a model that fake tensors cannot run gets its one-line reason
-        reason = _fake_failure(exc)
+        reason = _fake_failure(exc, model)
         if reason is None:
             raise UnplannableModel(f"{type(model).__name__} failed under calibration at {where} or around it ({type(exc).__name__}: {_first_line(exc)})") from None
         raise UnplannableModel(f"{type(model).__name__}: {reason}") from None

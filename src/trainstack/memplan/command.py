@@ -40,6 +40,7 @@ def command(
     from trainstack.errors import UsageError
     from trainstack.extras import require
     from trainstack.memplan.budget import device_memory_bytes, gpu_memory_bytes, parse_budget
+    from trainstack.nn.versions import check_torch
 
     if stray:
         hint = f"; to write a file: --output {stray[0]}" if json_out else ""
@@ -73,6 +74,7 @@ def command(
 
         err.print(f"note: no GPU here: --budget {budget} is of this host's memory ({budget_bytes / 2**30:.1f} GiB)", highlight=False, soft_wrap=True)
     require("torch", "trainstack memplan")
+    check_torch("memplan")  # from its metadata: a torch outside the range is refused before it is imported
     if any_model:
         _plan_any_model(hf_config, model_factory, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size,
                         optimizer=optimizer, precision=precision, blocks=blocks, json_out=json_out, output=output)

@@ -44,12 +44,44 @@ def load_hf_config(path: str | Path, verb: str = "bench --hf-config"):
     config = p / "config.json" if p.is_dir() else p
     if config.exists() and not config.is_file():  # a FIFO would block the reader
         raise SpecError(f"{config}: not a regular file (accepted: a config.json or the folder holding one)")
-    if config.is_file():
-        check_config_file(config)
+    data = check_config_file(config) if config.is_file() else {}
+    known_model_type(config, data)
     try:
-        return AutoConfig.from_pretrained(str(p), local_files_only=True)
+        hf = AutoConfig.from_pretrained(str(p), local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - whatever the library raises on a config is the config's: one line
         raise SpecError(f"{p}: not a Hugging Face config: {first_line(exc)}") from None
+    known_architectures(config, getattr(hf, "architectures", None))
+    return hf
+
+
+def known_model_type(config: Path, data: dict) -> None:
+    """SpecError naming 'model_type' where the installed transformers has no such family."""
+    from transformers import __version__
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    model_type = data.get("model_type")
+    if isinstance(model_type, str) and model_type not in CONFIG_MAPPING:
+        raise SpecError(
+            f"{config}: field 'model_type' is {model_type!r}, a family transformers {__version__} does not know; "
+            "accepted: a model type of this transformers, such as 'llama', 'qwen2' or 'gpt2' (a newer family may need a newer transformers)"
+        )
+
+
+def known_architectures(config: Path, architectures: object) -> None:
+    """SpecError naming 'architectures' where it names a class the installed transformers does
+    not have (a config names the class its model is, and the head memplan builds follows it)."""
+    import transformers
+
+    for name in architectures if isinstance(architectures, list) else []:
+        try:
+            found = isinstance(name, str) and not name.startswith("_") and isinstance(getattr(transformers, name, None), type)
+        except Exception:  # noqa: BLE001 - a class whose module does not import is not there
+            found = False
+        if not found:
+            raise SpecError(
+                f"{config}: field 'architectures' names {name!r}, a class transformers {transformers.__version__} does not have; "
+                "accepted: class names of this transformers, such as [\"LlamaForCausalLM\"], or no architectures"
+            )
 
 
 def first_line(exc: BaseException) -> str:
@@ -148,11 +180,12 @@ class HfShape:
 
 
 def resolve(path: str | Path) -> ModelConfig | HfShape:
-    """The bench decoder's config for a Llama-family config, else the shape of the HF model."""
+    """The bench decoder's config for a Llama-family config (SiLU, as the decoder computes), else
+    the shape of the HF model."""
     hf = load_hf_config(path)
-    if getattr(hf, "model_type", None) in _LLAMA_FAMILY:
+    if getattr(hf, "model_type", None) in _LLAMA_FAMILY and getattr(hf, "hidden_act", "silu") in ("silu", "swish"):
         return model_config_from_hf(path)
-    return hf_shape(path, hf)
+    return hf_shape(path, hf)  # another activation than the decoder's SiLU: the model as transformers builds it
 
 
 def hf_shape(path: str | Path, hf) -> HfShape:
