@@ -21,6 +21,7 @@ the tests of a session, and a second run, share it; a venv is complete once its
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -48,11 +49,15 @@ def _made(venv: Path, venv_args: list[str], packages: list[str]) -> str:
     """``venv``'s Python, the venv made with ``packages`` where it is not complete."""
     uv = _uv()
     done = venv / "trainstack-ready"
-    if not done.exists():
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([uv, "venv", "-q", str(venv), "--python", sys.executable, *venv_args], check=True, timeout=120)
-        subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *packages], check=True, timeout=INSTALL_SECONDS)
-        done.touch()
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # one maker at a time: pytest-xdist's workers run test files that share a venv side by side
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([uv, "venv", "-q", str(venv), "--python", sys.executable, *venv_args], check=True, timeout=120)
+            subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *packages], check=True, timeout=INSTALL_SECONDS)
+            done.touch()
     return str(venv / "bin" / "python")
 
 
