@@ -5,17 +5,15 @@ index, shown by verify, and diffed by release between two releases."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
-from tests.loopback import serve
+from tests.loopback import WheelIndex, serve
 from tests.test_build_stale_index import _wheel
 from trainstack.cli import main
 from trainstack.lock.manifest import manifest_path
@@ -64,30 +62,11 @@ QUOTING = "it's \"$HOME\" \\ $(id) `id`"
 SLUG = "cpu-debian12-py311-release"
 
 
-class Index(BaseHTTPRequestHandler):
+class Index(WheelIndex):
     """A PEP 503 simple index of WHEELS on loopback."""
 
-    def do_HEAD(self) -> None:  # noqa: N802 (http.server's name); uv asks for ranges, then GETs
-        self._reply(405, b"", "text/plain")
-
-    def do_GET(self) -> None:  # noqa: N802
-        if self.path.rstrip("/") == "/simple/demo-pkg":
-            links = "".join(f'<a href="/files/{n}#sha256={hashlib.sha256(d).hexdigest()}">{n}</a>\n' for n, d in WHEELS.items())
-            self._reply(200, f"<html><body>\n{links}</body></html>\n".encode(), "text/html")
-        elif self.path.startswith("/files/") and self.path[len("/files/"):] in WHEELS:
-            self._reply(200, WHEELS[self.path[len("/files/"):]], "application/octet-stream")
-        else:
-            self._reply(404, b"", "text/plain")
-
-    def _reply(self, status: int, body: bytes, kind: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+    project = "demo-pkg"
+    wheels = WHEELS
 
 
 @pytest.fixture()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.loopback import serve
+from tests.loopback import WheelIndex, serve
 from tests.test_build_stale_index import _wheel
 from trainstack.builder.download import Fetcher, download_sdist, index_auth
 from trainstack.builder.oci import BuildahBackend
@@ -77,38 +77,16 @@ def authorized(handler: BaseHTTPRequestHandler) -> bool:
     type(handler).authorized += 1
     return True
 
-class AuthIndex(BaseHTTPRequestHandler):
+class AuthIndex(WheelIndex):
     """A PEP 503 index that answers 401 to any request without the right basic credentials."""
 
+    project = "demo-pkg"
+    wheels = WHEELS
     authorized = 0
     refused = 0
 
-    def do_HEAD(self) -> None:  # noqa: N802 (http.server's name); uv asks for ranges, then GETs
-        self._reply(405, b"", "text/plain")
-
-    def do_GET(self) -> None:  # noqa: N802
-        if not authorized(self):
-            return
-        if self.path.rstrip("/") == "/simple/demo-pkg":
-            links = "".join(
-                f'<a href="/files/{name}#sha256={hashlib.sha256(data).hexdigest()}">{name}</a>\n'
-                for name, data in WHEELS.items()
-            )
-            self._reply(200, f"<html><body>\n{links}</body></html>\n".encode(), "text/html")
-        elif self.path.startswith("/files/") and self.path[len("/files/") :] in WHEELS:
-            self._reply(200, WHEELS[self.path[len("/files/") :]], "application/octet-stream")
-        else:
-            self._reply(404, b"", "text/plain")
-
-    def _reply(self, status: int, body: bytes, kind: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+    def admit(self) -> bool:
+        return authorized(self)
 
 
 @pytest.fixture()

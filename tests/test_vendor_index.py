@@ -14,12 +14,11 @@ import json
 import shutil
 import zipfile
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
-from tests.loopback import serve
+from tests.loopback import WheelIndex, serve
 from tests.test_private_index import authorized, credentials_env, leaks
 from trainstack.cli import main
 
@@ -53,38 +52,18 @@ def vendor_torch_wheel() -> tuple[str, bytes]:
 WHEELS = dict([vendor_torch_wheel()])
 
 
-class VendorIndex(BaseHTTPRequestHandler):
+class VendorIndex(WheelIndex):
     """A PEP 503 index of the vendor's torch that answers 401 without the right basic credentials."""
 
+    project = "torch"
+    wheels = WHEELS
     authorized = 0
     refused = 0
     paths: list[str] = []
 
-    def do_HEAD(self) -> None:  # noqa: N802 (http.server's name); uv asks for ranges, then GETs
-        self._reply(405, b"", "text/plain")
-
-    def do_GET(self) -> None:  # noqa: N802
+    def admit(self) -> bool:
         type(self).paths.append(self.path)
-        if not authorized(self):
-            return
-        if self.path.rstrip("/") == "/simple/torch":
-            links = "".join(f'<a href="/files/{name}#sha256={hashlib.sha256(data).hexdigest()}">{name}</a>\n'
-                            for name, data in WHEELS.items())
-            self._reply(200, f"<html><body>\n{links}</body></html>\n".encode(), "text/html")
-        elif self.path.startswith("/files/") and self.path[len("/files/"):] in WHEELS:
-            self._reply(200, WHEELS[self.path[len("/files/"):]], "application/octet-stream")
-        else:
-            self._reply(404, b"", "text/plain")
-
-    def _reply(self, status: int, body: bytes, kind: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        return authorized(self)
 
 
 STACK = """\
