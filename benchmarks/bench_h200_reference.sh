@@ -36,32 +36,7 @@ deadline=${BENCH_DEADLINE_S:-}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 
-"$py" - <<'PY' || exit $?
-import importlib.util, sys
-import torch
-if not torch.cuda.is_available():
-    print("skip: no GPU (this script measures one H200)")
-    sys.exit(3)
-tao = "not installed"
-if importlib.util.find_spec("torchao"):
-    import torchao
-    tao = torchao.__version__
-print("device:", torch.cuda.get_device_name(), "| torch", torch.__version__, "| CUDA", torch.version.cuda,
-      "| cuDNN", torch.backends.cudnn.version(), "| torchao", tao)
-PY
-
-# run "$@" unless fewer than EST seconds are left before the deadline
-section() {
-  local name=$1 est=$2
-  shift 2
-  if [[ -n "$deadline" ]] && (( SECONDS + est > deadline )); then
-    echo "$name: not run (${SECONDS} s elapsed, about ${est} s needed, deadline ${deadline} s)"
-    return 0
-  fi
-  echo "== $name (at ${SECONDS} s)"
-  # a mode that fails is a row of its own: measure the rest all the same
-  "$@" || echo "$name exited $?"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 
 count() { tr ',' '\n' <<<"$1" | grep -c . || true; }
 
