@@ -121,11 +121,13 @@ def plan_memory(
 
     def profiles_at(rows: int, measured: bool) -> dict[float, Profile]:
         model, tokens = decoder_on_meta(cfg, batch=rows, seq=seq)
-        real = one_block(cfg, batch=rows, seq=seq, device="cuda" if on_gpu else "cpu") if measured else None
+        real = _one_block_or_none(cfg, batch=rows, seq=seq) if measured else None
         found = calibrate_any_compiled(
             model, tokens, compiled=compiled, optimizer=BENCH_OPTIMIZER, precision=BENCH_AUTOCAST, blocks=BLOCKS,
-            device=_device(device), measure=measured, measure_on=real,
+            device=_device(device), measure=real is not None, measure_on=real,
         )
+        del real
+        _release_cached_memory()
         return {b: stored_as(p, spec, cfg, compiled=compiled) for b, p in found.items()}
 
     return choose_plan(
@@ -179,11 +181,33 @@ def measure_compiled_blocks(
     blocks do not fit: ``{1.0: profile}``."""
     from trainstack.memplan.anymodel import find_blocks
 
-    model, x = one_block(cfg, batch=batch, seq=seq, device="cuda" if cuda_available() else "cpu")
+    real = _one_block_or_none(cfg, batch=batch, seq=seq)
+    if real is None:
+        return {1.0: profile}
     try:
-        return measured_profiles(profile, model, x, run=find_blocks(model, BLOCKS), precision=BENCH_AUTOCAST, compiled=compiled, timed=timed, budgets=budgets)
+        return measured_profiles(profile, *real, run=find_blocks(real[0], BLOCKS), precision=BENCH_AUTOCAST, compiled=compiled, timed=timed, budgets=budgets)
     finally:
-        del model, x
+        del real
+        _release_cached_memory()
+
+
+def _one_block_or_none(cfg: ModelConfig, *, batch: int, seq: int) -> tuple[nn.Module, Any] | None:
+    """``one_block`` on the GPU (the CPU without one); None where it does not fit."""
+    import torch
+
+    try:
+        return one_block(cfg, batch=batch, seq=seq, device="cuda" if cuda_available() else "cpu")
+    except torch.OutOfMemoryError:
+        return None
+
+
+def _release_cached_memory() -> None:
+    """Give the measured block's segments back, so that the training step planned here finds
+    them (the planned peak leaves no room for them)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def measure_blocks(
