@@ -79,10 +79,11 @@ from trainstack.nn.decoder import Block, Transformer, rope_tables
 from trainstack.nn.presets import PRESETS
 from trainstack.memplan.wrappers import apply_choices, compile_block, unwrap, wrap
 from trainstack.memplan import measure_compiled_blocks, measure_real_block
-from trainstack.memplan.calibrate import Roofline, block_op_counts, calibrate
+from trainstack.memplan.decoder import block_op_counts, calibrate
+from trainstack.memplan.tracking import Roofline
 from trainstack.memplan.memory import breakdown
 from trainstack.memplan.overheads import default_overheads
-from trainstack.memplan.plan import Choice, Overheads
+from trainstack.memplan.costs import Choice, Overheads
 from trainstack.memplan.planner import choose, choose_over_budgets
 from trainstack.errors import BudgetError
 from trainstack.fsutil import atomic_write_text

@@ -24,7 +24,7 @@ from trainstack import memplan
 from trainstack.fsutil import atomic_write_text
 from trainstack.memplan.memory import breakdown
 from trainstack.memplan.overheads import default_overheads
-from trainstack.memplan.plan import Choice
+from trainstack.memplan.costs import Choice
 from trainstack.memplan.wrappers import apply_choices
 
 K, F = Choice.KEEP, Choice.FULL

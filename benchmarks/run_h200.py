@@ -2,7 +2,7 @@
 """trainstack run on one GPU: profiling by signal, idle-hook overhead, an OOM snapshot with its
 diagnosis, and the memory plan applied to an unchanged job.
 
-Jobs (tests/test_run_data/, no trainstack in them):
+Jobs (tests/data/run/, no trainstack in them):
   plain    llama_loop.py: a Llama-shaped model from a config in a plain loop (bf16 autocast,
            fused AdamW); prints tokens/s over its timed steps and the allocator's peaks
   trainer  trainer_job.py: a Hugging Face Trainer job (Llama from a config, synthetic data)
@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "tests" / "test_run_data"
+DATA = ROOT / "tests" / "data" / "run"
 RUN = [sys.executable, "-m", "trainstack.cli", "run"]
 PLAIN = [sys.executable, str(DATA / "llama_loop.py"), "--layers", "8", "--hidden", "2048", "--batch", "16", "--seq", "1024"]
 TRAINER = [sys.executable, str(DATA / "trainer_job.py"), "--layers", "8", "--hidden", "1024", "--batch", "8", "--seq", "1024"]

@@ -1,5 +1,5 @@
 """The suite gate's counts next to pytest's own summary line, on real suites: numpy's full
-suite (pytest --pyargs numpy), scipy.linalg, and the planted-failure suite (tests/planted_suite:
+suite (pytest --pyargs numpy), scipy.linalg, and the planted-failure suite (tests/data/planted_suite:
 failures, a flaky parametrised test, a teardown error, a collection error; a crash; a hang
 with a child process).
 
@@ -34,11 +34,11 @@ SUITES = [
     Suite(name="numpy-continue", command="python -m pytest -p no:cacheprovider --pyargs numpy "
           "--continue-on-collection-errors", timeout=3000),
     Suite(name="scipy-linalg", command="python -m pytest -p no:cacheprovider --pyargs scipy.linalg", timeout=1800),
-    Suite(name="planted", command=f"python -m pytest {PLANTED} --continue-on-collection-errors tests/planted_suite/main",
+    Suite(name="planted", command=f"python -m pytest {PLANTED} --continue-on-collection-errors tests/data/planted_suite/main",
           timeout=300),
-    Suite(name="planted-interrupted", command=f"python -m pytest {PLANTED} tests/planted_suite/main", timeout=300),
-    Suite(name="planted-crash", command=f"python -m pytest {PLANTED} tests/planted_suite/crash", timeout=300),
-    Suite(name="planted-hang", command=f"python -m pytest {PLANTED} tests/planted_suite/hang", timeout=20),
+    Suite(name="planted-interrupted", command=f"python -m pytest {PLANTED} tests/data/planted_suite/main", timeout=300),
+    Suite(name="planted-crash", command=f"python -m pytest {PLANTED} tests/data/planted_suite/crash", timeout=300),
+    Suite(name="planted-hang", command=f"python -m pytest {PLANTED} tests/data/planted_suite/hang", timeout=20),
 ]
 
 

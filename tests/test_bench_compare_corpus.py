@@ -1,4 +1,4 @@
-"""bench --compare over hostile result files (tests/corpus/bench-compare, what each attacks in a
+"""bench --compare over hostile result files (tests/data/corpus/bench-compare, what each attacks in a
 ``<file>.attacks`` beside it; ``*.fifo`` planted as a FIFO): a refused file ends in one line naming
 it and why, exit 2; a shown one prints its names as plain text, not as console markup."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from trainstack.cli import main
 
-CORPUS = Path(__file__).resolve().parent / "corpus" / "bench-compare"
+CORPUS = Path(__file__).resolve().parent / "data" / "corpus" / "bench-compare"
 CASES = sorted(p for p in CORPUS.iterdir() if p.suffix != ".attacks")
 GOOD = {"model": "tiny", "mode": "eager", "status": "ok", "batch": 2, "seq": 64, "world_size": 1,
         "tokens_per_s_per_gpu": 900.0, "mfu": 0.1, "mem_allocated_gib": 1.5}

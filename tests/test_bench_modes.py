@@ -11,7 +11,7 @@ from trainstack.bench.modes import apply_checkpointing, apply_compile  # noqa: E
 from trainstack.nn.modes import Mode, parse_mode, parse_modes  # noqa: E402
 from trainstack.nn.presets import PRESETS  # noqa: E402
 from trainstack.errors import UsageError  # noqa: E402
-from trainstack.memplan.plan import Choice  # noqa: E402
+from trainstack.memplan.costs import Choice  # noqa: E402
 from trainstack.memplan.wrappers import choice_of  # noqa: E402
 
 

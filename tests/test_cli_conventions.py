@@ -326,7 +326,7 @@ def test_a_fraction_budget_without_a_gpu_plans_in_run_as_in_memplan(tmp_path: Pa
 
     if gpu_memory_bytes() is not None:
         pytest.skip("this machine has a GPU")
-    job = [sys.executable, str(REPO / "tests" / "test_run_data" / "plain_loop.py"), "--steps", "2", "--batch", "256"]
+    job = [sys.executable, str(REPO / "tests" / "data" / "run" / "plain_loop.py"), "--steps", "2", "--batch", "256"]
     planned = subprocess.run([sys.executable, "-m", "trainstack.cli", "run", "--out", "o", "--memplan", "0.8", "--", *job],
                              capture_output=True, text=True, env=clean_env(**this_checkout()), cwd=tmp_path, timeout=120)
     assert planned.returncode == 0, planned.stderr[-2000:]

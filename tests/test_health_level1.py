@@ -1,6 +1,6 @@
 """Level 1 on recorded NVML answers: a real H200 recording, and that recording with one fact changed.
 
-The recording (test_health_data/nvml_h200.json) was made on one H200 by
+The recording (data/health/nvml_h200.json) was made on one H200 by
 benchmarks/health_h200.sh. The multi-GPU NVLink answers are not recorded: those
 cases are built from nvml.h (nvmlDeviceGetNvLinkState answers NVML_FEATURE_ENABLED
 = 1 or DISABLED = 0 per link).
@@ -20,7 +20,7 @@ from trainstack.health.model import Status, worst
 from trainstack.health.nvml import RecordedSource, decode_reasons, parse_node
 from trainstack.health.thresholds import load_thresholds
 
-RECORDING = Path(__file__).parent / "test_health_data" / "nvml_h200.json"
+RECORDING = Path(__file__).parent / "data" / "health" / "nvml_h200.json"
 
 
 @pytest.fixture

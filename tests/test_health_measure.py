@@ -15,7 +15,7 @@ from trainstack.health.thresholds import load_thresholds
 
 torch = pytest.importorskip("torch")
 CPU = torch.device("cpu")
-RECORDING = Path(__file__).parent / "test_health_data" / "nvml_h200.json"
+RECORDING = Path(__file__).parent / "data" / "health" / "nvml_h200.json"
 
 
 def test_time_repeats_counts_each_repeat_after_warmup():

@@ -10,7 +10,7 @@ import pytest
 from trainstack.health.model import Check, HealthReport, Status, worst
 
 RESULTS = Path(__file__).parent.parent / "benchmarks" / "results"
-SCHEMA = Path(__file__).parent / "test_health_data" / "report.schema.json"
+SCHEMA = Path(__file__).parent / "data" / "health" / "report.schema.json"
 
 
 def _check(status: Status) -> Check:

@@ -10,7 +10,7 @@ from trainstack.health.model import Status
 from trainstack.health.nvml import RecordedSource
 from trainstack.health.run import HealthOptions, Torch, run_health
 
-RECORDING = Path(__file__).parent / "test_health_data" / "nvml_h200.json"
+RECORDING = Path(__file__).parent / "data" / "health" / "nvml_h200.json"
 
 
 def _report(tmp_path, torch: Torch, raw=None, **opts):

@@ -24,7 +24,7 @@ pytest.importorskip("transformers")
 from tests.library_versions import env, torch_python, transformers_python  # noqa: E402
 
 pytestmark = [pytest.mark.versions, pytest.mark.timeout(1500)]
-DATA = Path(__file__).parent / "test_run_data"
+DATA = Path(__file__).parent / "data" / "run"
 OLDEST = ("2.5.1", "4.46.2")  # torch, transformers
 
 SMALL = {"vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64}

@@ -1,5 +1,5 @@
-"""Stack files as a hostile contributor writes them: tests/corpus/bad (values outside their grammar)
-and tests/corpus/hostile (values that try to become instructions, options, paths or leaks).
+"""Stack files as a hostile contributor writes them: tests/data/corpus/bad (values outside their grammar)
+and tests/data/corpus/hostile (values that try to become instructions, options, paths or leaks).
 
 Every file goes through check and lock (in process, and a few through the real CLI): each is refused
 with one line naming the file, its line and the field, in bounded time, with no traceback and no
@@ -41,7 +41,7 @@ from trainstack.stackfile import expand_flavours, load_stack
 from trainstack.stackfile.matrix import components_for
 from trainstack.stackfile.models import Component, Stack
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+CORPUS = Path(__file__).resolve().parent / "data" / "corpus"
 BAD = sorted((CORPUS / "bad").glob("*.toml"))
 HOSTILE = sorted((CORPUS / "hostile").glob("*.toml"))
 MARK = "INJECTED"  # every hostile payload starts with it

@@ -1,6 +1,6 @@
-"""The hostile corpus of the surfaces beyond the stack file: crafted ELF files (tests/corpus/elf),
-JUnit XML (tests/corpus/junit), test suites (tests/corpus/suites) and the run hook's variables
-(tests/corpus/hook_env). Each case goes through the real verb or the real hook under a hard
+"""The hostile corpus of the surfaces beyond the stack file: crafted ELF files (tests/data/corpus/elf),
+JUnit XML (tests/data/corpus/junit), test suites (tests/data/corpus/suites) and the run hook's variables
+(tests/data/corpus/hook_env). Each case goes through the real verb or the real hook under a hard
 timeout: no traceback, no hang, no process left running, no write outside its folder.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from trainstack.verify.linkcheck.check import check_paths
 from trainstack.verify.linkcheck.elf import read_elf
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+CORPUS = Path(__file__).resolve().parent / "data" / "corpus"
 ELF = sorted((CORPUS / "elf").glob("*.so"))
 FIFO = Path("/tmp/trainstack-corpus-fifo")  # what needed-fifo.so names
 SECONDS = 10.0
@@ -237,7 +237,7 @@ def test_the_hook_never_ends_a_job_started_through_its_boot(case: str, tmp_path:
 # --- JUnit XML -----------------------------------------------------------------------------
 
 JUNIT = sorted((CORPUS / "junit").glob("*.xml"))
-PLANTED = Path(__file__).resolve().parent / "planted_suite"
+PLANTED = Path(__file__).resolve().parent / "data" / "planted_suite"
 
 
 def _gate(command: str, writable: tuple[Path, ...] = (), trust: bool = False, **suite: object):
@@ -250,7 +250,7 @@ def _gate(command: str, writable: tuple[Path, ...] = (), trust: bool = False, **
         command = f"python -m pytest -p no:cacheprovider -o python_files=planted_*.py {command}"
     spec = Suite(name="planted", command=command.removeprefix("!"), **suite)
     result = run_gate(open_target(Path(sys.executable)), [spec], max_failed_tests=100, known=KnownIssues(),
-                      target_name="local", cwd=PLANTED.parent.parent, writable=writable, trust=trust)
+                      target_name="local", cwd=PLANTED.parents[2], writable=writable, trust=trust)
     return result
 
 
@@ -258,7 +258,7 @@ def _gate(command: str, writable: tuple[Path, ...] = (), trust: bool = False, **
 def test_a_hostile_junit_report_never_passes_nor_expands(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLANTED_JUNIT", str(path))
     start = time.monotonic()
-    result = _gate("tests/planted_suite/junit", timeout=60)
+    result = _gate("tests/data/planted_suite/junit", timeout=60)
     assert time.monotonic() - start < 60
     suite = result.suites[0]
     assert suite.status in ("crashed", "failed"), (suite.status, suite.reason)
@@ -286,7 +286,7 @@ def test_the_junit_reader_refuses_entities_before_expanding_them() -> None:
 
 SUITES = sorted((CORPUS / "suites").glob("planted_*.py"))
 COMMANDS = sorted((CORPUS / "suites").glob("*.cmd"))
-REPO = PLANTED.parent.parent
+REPO = PLANTED.parents[2]
 
 
 def _alive_marked(mark: str) -> list[int]:

@@ -1,4 +1,4 @@
-"""Hand-edited lock folders as a hostile contributor commits them: tests/corpus/lockdirs.
+"""Hand-edited lock folders as a hostile contributor commits them: tests/data/corpus/lockdirs.
 
 Each recipe there edits one real lock of cpu-minimal (made once by uv) the way an attacker would,
 giving the manifest the edited file's new hash: an index option the stack does not declare, a
@@ -24,7 +24,7 @@ import pytest
 from tests.test_build_fixtures import copy_example, make_lock
 from trainstack.cli import main
 
-CORPUS = Path(__file__).resolve().parent / "corpus" / "lockdirs"
+CORPUS = Path(__file__).resolve().parent / "data" / "corpus" / "lockdirs"
 RECIPES = sorted(CORPUS.glob("*.toml"))
 SLUG = "cpu-debian12-py311-release"
 TOKEN = "SECRET-CORPUS-TOKEN"

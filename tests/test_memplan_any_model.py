@@ -24,7 +24,7 @@ from trainstack.memplan import reference  # noqa: E402
 from trainstack.memplan.anymodel import UnplannableModel, find_blocks, no_kv_cache  # noqa: E402
 from trainstack.memplan.memory import breakdown  # noqa: E402
 from trainstack.memplan.optim import OPTIMIZERS, optimizer_spec  # noqa: E402
-from trainstack.memplan.plan import Choice, Overheads  # noqa: E402
+from trainstack.memplan.costs import Choice, Overheads  # noqa: E402
 
 K, S, F = Choice.KEEP, Choice.SELECTIVE, Choice.FULL
 VOCAB, BATCH, SEQ = 256, 2, 48
@@ -379,13 +379,13 @@ def test_encoders_encoder_decoders_and_image_models(family) -> None:
 def test_grouped_products_are_counted_and_kept_by_selective_recompute() -> None:
     """A mixture of experts: its grouped matrix products cost 2*M*K*N (forward, and the
     weight gradient grouped along K), and selective recompute keeps their outputs."""
-    from trainstack.memplan.calibrate import _grouped_mm_flops
+    from trainstack.memplan.tracking import grouped_mm_flops
     from trainstack.memplan.wrappers import save_ops
 
     tokens, k, n, experts = 12, 16, 8, 3
     a, b = torch.randn(tokens, k), torch.randn(experts, k, n)
-    assert _grouped_mm_flops(a, b, torch.empty(tokens, n)) == 2 * tokens * k * n
-    assert _grouped_mm_flops(torch.randn(k, tokens), torch.randn(tokens, n), torch.empty(experts, k, n)) == 2 * k * tokens * n
+    assert grouped_mm_flops(a, b, torch.empty(tokens, n)) == 2 * tokens * k * n
+    assert grouped_mm_flops(torch.randn(k, tokens), torch.randn(tokens, n), torch.empty(experts, k, n)) == 2 * k * tokens * n
     assert torch.ops.aten._grouped_mm.default in save_ops()
 
 

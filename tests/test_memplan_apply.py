@@ -12,7 +12,7 @@ from trainstack.nn.decoder import Transformer  # noqa: E402
 from trainstack.nn.presets import PRESETS  # noqa: E402
 from trainstack.memplan import apply, plan_memory  # noqa: E402
 from trainstack.memplan.wrappers import apply_choices, choice_of, unwrap  # noqa: E402
-from trainstack.memplan.plan import Choice, Overheads  # noqa: E402
+from trainstack.memplan.costs import Choice, Overheads  # noqa: E402
 
 TINY = PRESETS["tiny"]
 K, S, F = Choice.KEEP, Choice.SELECTIVE, Choice.FULL
@@ -80,7 +80,7 @@ def test_recompute_replays_the_dropout_masks_of_the_forward(choice) -> None:
 
 def test_apply_a_real_plan_and_undo_it(model, tokens) -> None:
     from trainstack.memplan.planner import choices_for
-    from trainstack.memplan.calibrate import calibrate
+    from trainstack.memplan.decoder import calibrate
     from trainstack.memplan.memory import peak_bytes
 
     profile = calibrate(TINY, batch=2, seq=96, device="cpu")

@@ -117,7 +117,7 @@ def test_switching_between_compiled_variants_compiles_nothing_new() -> None:
     from torch import nn
     from torch._dynamo.utils import counters
 
-    from trainstack.memplan.plan import Choice
+    from trainstack.memplan.costs import Choice
     from trainstack.memplan.wrappers import apply_choices, compile_block
 
     class Block(nn.Module):

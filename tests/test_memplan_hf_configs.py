@@ -1,4 +1,4 @@
-"""Inconsistent and hostile Hugging Face configs (tests/corpus/hf_configs) of each family the
+"""Inconsistent and hostile Hugging Face configs (tests/data/corpus/hf_configs) of each family the
 seeds' users train: Llama, Qwen2, Mistral, Gemma, Phi-3, GPT-NeoX, GPT-2.
 
 Each file holds what it attacks (``_attacks``) and the field its error must name (``_field``;
@@ -27,7 +27,7 @@ from trainstack.cli import main  # noqa: E402
 
 from tests.test_run_hook import clean_env  # noqa: E402
 
-CORPUS = Path(__file__).resolve().parent / "corpus" / "hf_configs"
+CORPUS = Path(__file__).resolve().parent / "data" / "corpus" / "hf_configs"
 CONFIGS = sorted(CORPUS.glob("*.json"))
 FAMILIES = ("llama", "qwen2", "mistral", "gemma", "phi3", "gpt_neox", "gpt2")
 SECONDS = 30.0  # a refused config never reaches a model of its sizes
@@ -92,7 +92,7 @@ def test_run_memplan_names_a_job_models_inconsistent_config_and_the_job_runs_as_
     plan a model whose config breaks the rules a config file is held to: one line, and the
     job runs as it built the model, with its own exit code."""
     path = CORPUS / "llama-architectures-int.json"
-    job = [sys.executable, str(Path(__file__).parent / "test_run_data" / "hf_config_job.py"), str(path)]
+    job = [sys.executable, str(Path(__file__).parent / "data" / "run" / "hf_config_job.py"), str(path)]
     done = subprocess.run([sys.executable, "-m", "trainstack.cli", "run", "--out", "o", "--memplan", "1GiB", "--", *job],
                           capture_output=True, text=True, env=clean_env(PYTHONPATH=SRC), cwd=tmp_path, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -10,9 +10,9 @@ torch = pytest.importorskip("torch")
 
 from trainstack.nn.decoder import LOSS_CHUNK_ROWS, Block, rope_tables  # noqa: E402
 from trainstack.nn.presets import PRESETS  # noqa: E402
-from trainstack.memplan.calibrate import calibrate, fake_step_peak  # noqa: E402
+from trainstack.memplan.decoder import calibrate, fake_step_peak  # noqa: E402
 from trainstack.memplan.memory import breakdown  # noqa: E402
-from trainstack.memplan.plan import Choice  # noqa: E402
+from trainstack.memplan.costs import Choice  # noqa: E402
 from trainstack.memplan.planner import choices_for  # noqa: E402
 
 TINY = PRESETS["tiny"]
@@ -84,9 +84,9 @@ def test_breakdown_adds_up(profile) -> None:
 
 
 def test_a_real_block_is_timed_per_choice() -> None:
-    from trainstack.memplan.calibrate import time_block
+    from trainstack.memplan.decoder import measure_blocks
 
-    seconds = time_block(TINY, batch=1, seq=32, device="cpu", steps=2)
+    _, seconds = measure_blocks(TINY, batch=1, seq=32, device="cpu", steps=2)
     assert set(seconds) == set(Choice) and all(s > 0 for s in seconds.values())
 
 
@@ -105,12 +105,12 @@ def test_measured_block_bytes_replace_the_fake_ones(profile) -> None:
 
 @pytest.mark.gpu
 def test_a_real_block_on_a_gpu_saves_what_fake_tensors_say_within_5_percent() -> None:
-    from trainstack.memplan.calibrate import block_memory
+    from trainstack.memplan.decoder import measure_blocks
 
     cfg, batch, seq = PRESETS["125m"], 1, 1024  # tensors of megabytes: the allocator's rounding is noise
     fake = calibrate(cfg, batch=batch, seq=seq, device="cuda")
-    real = block_memory(cfg, batch=batch, seq=seq)
-    compiled = block_memory(cfg, batch=batch, seq=seq, compiled=True)
+    real, _ = measure_blocks(cfg, batch=batch, seq=seq, timed=False)
+    compiled, _ = measure_blocks(cfg, batch=batch, seq=seq, compiled=True, timed=False)
     assert real[Choice.FULL].saved == pytest.approx(fake.options[Choice.FULL].saved, rel=0.01)  # the input alone
     # cuDNN attention keeps a little more than its fake kernel declares (3.8% of a 125m block on an H200)
     assert real[Choice.KEEP].saved == pytest.approx(fake.options[Choice.KEEP].saved, rel=0.05)
@@ -120,9 +120,9 @@ def test_a_real_block_on_a_gpu_saves_what_fake_tensors_say_within_5_percent() ->
 
 @pytest.mark.slow
 def test_compiled_blocks_are_timed_per_choice() -> None:
-    from trainstack.memplan.calibrate import time_block
+    from trainstack.memplan.decoder import measure_blocks
 
-    seconds = time_block(TINY, batch=1, seq=32, device="cpu", steps=1, compiled=True)
+    _, seconds = measure_blocks(TINY, batch=1, seq=32, device="cpu", steps=1, compiled=True)
     assert set(seconds) == set(Choice) and all(s > 0 for s in seconds.values())
 
 
@@ -130,7 +130,7 @@ def test_flops_of_the_fp32_output_matrix_products() -> None:
     """The loss's GPU path uses mm/addmm with an out_dtype; their FLOPs are the plain products'."""
     from torch.utils.flop_counter import flop_registry
 
-    from trainstack.memplan.calibrate import _flops
+    from trainstack.memplan.tracking import op_flops
 
     a, b = torch.empty(8, 16, device="meta", dtype=torch.bfloat16), torch.empty(16, 4, device="meta", dtype=torch.bfloat16)
     acc = torch.empty(8, 4, device="meta")
@@ -139,7 +139,7 @@ def test_flops_of_the_fp32_output_matrix_products() -> None:
         pytest.skip("skip: this torch has no mm with an out_dtype")
     out = torch.empty(8, 4, device="meta")  # addmm.dtype has no meta kernel on some CUDA builds
     for func, args in ((aten.mm.dtype, (a, b, torch.float32)), (aten.addmm.dtype, (acc, a, b, torch.float32))):
-        assert _flops(func, args, {}, out, flop_registry) == 2 * 8 * 16 * 4
+        assert op_flops(func, args, {}, out, flop_registry) == 2 * 8 * 16 * 4
 
 
 def test_measure_real_block_times_each_choice_once_built(profile) -> None:
@@ -183,9 +183,9 @@ def test_compiled_kept_blocks_save_less_under_a_smaller_compiler_budget() -> Non
 def test_fake_addmm_into_out_returns_out_without_running_the_failing_fake_kernel() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from trainstack.memplan.calibrate import _run_op
+    from trainstack.memplan.tracking import run_op
 
     with FakeTensorMode():
         acc, a, b = torch.empty(8, 4), torch.empty(8, 16, dtype=torch.bfloat16), torch.empty(16, 4, dtype=torch.bfloat16)
-        assert _run_op(torch.ops.aten.addmm.dtype_out, (acc, a, b, torch.float32), {"out": acc}) is acc
-        assert _run_op(torch.ops.aten.mm.default, (a.float(), b.float()), {}).shape == (8, 4)
+        assert run_op(torch.ops.aten.addmm.dtype_out, (acc, a, b, torch.float32), {"out": acc}) is acc
+        assert run_op(torch.ops.aten.mm.default, (a.float(), b.float()), {}).shape == (8, 4)

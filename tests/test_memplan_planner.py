@@ -10,7 +10,7 @@ import pytest
 
 from trainstack.errors import BudgetError
 from trainstack.memplan.memory import breakdown, peak_bytes, step_seconds
-from trainstack.memplan.plan import BlockCost, Choice, HeadCost, Overheads, Profile
+from trainstack.memplan.costs import BlockCost, Choice, HeadCost, Overheads, Profile
 from trainstack.memplan.planner import all_counts, choices_for, choose
 
 MiB = 1 << 20

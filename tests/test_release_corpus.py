@@ -1,7 +1,7 @@
-"""Release inputs as a hostile pull request brings them: tests/corpus/fragments (changelog
-fragments), tests/corpus/results (verify.json and bench lines, current and previous), tests/corpus/rules
-(a stack's rules file), tests/corpus/manifests (the previous and the current lock manifest: edits
-of the real ones, links and FIFOs in their place) and tests/corpus/known-issues (known-issue files).
+"""Release inputs as a hostile pull request brings them: tests/data/corpus/fragments (changelog
+fragments), tests/data/corpus/results (verify.json and bench lines, current and previous), tests/data/corpus/rules
+(a stack's rules file), tests/data/corpus/manifests (the previous and the current lock manifest: edits
+of the real ones, links and FIFOs in their place) and tests/data/corpus/known-issues (known-issue files).
 
 Each case says what it attacks and what is expected (``# expect: refused`` or ``shown``), in its
 first lines or, where the format has no comments (Markdown, JSON), in a ``<file>.attacks`` beside
@@ -31,7 +31,7 @@ from trainstack.errors import SpecError
 from trainstack.lock.manifest import manifest_path
 from trainstack.verify.suites.known_issues import load_known_issues
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+CORPUS = Path(__file__).resolve().parent / "data" / "corpus"
 TOKEN = "SECRET-CORPUS-TOKEN"  # planted in the environment and in files outside the project
 MARK = "INJECTED"  # what every payload tries to turn into a line, heading or link of its own
 SURFACES = ("fragments", "results", "rules", "manifests")

@@ -1,4 +1,4 @@
-"""A real release replayed (tests/release_seed: torch-extras 2024.4.0 -> 2024.5.0): both stacks
+"""A real release replayed (tests/data/release_seed: torch-extras 2024.4.0 -> 2024.5.0): both stacks
 pass `check` with the torch 2.2/2.3 rules, and `release` lists the seven changes of that
 release, the apex commit included. Also: downgrades and path sources in the diff, and a
 stack's own rules (a [rules] table, a rules file beside it) validated like the shipped ones."""
@@ -19,7 +19,7 @@ from trainstack.release.diff import diff_manifests
 from trainstack.stackfile import load_stack
 from trainstack.stackfile.matrix import expand_flavours
 
-SEED = Path(__file__).resolve().parent / "release_seed"
+SEED = Path(__file__).resolve().parent / "data" / "release_seed"
 SEVEN = [
     "apex: 2386a91 → a7de60e",
     "deepspeed: 0.12.6 → 0.14.2",

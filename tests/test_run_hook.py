@@ -12,7 +12,7 @@ import pytest
 
 from trainstack.run.install import PTH_NAME, install_into_venv
 
-DATA = Path(__file__).parent / "test_run_data"
+DATA = Path(__file__).parent / "data" / "run"
 PLAIN = DATA / "plain_loop.py"
 TRAINSTACK = [sys.executable, "-m", "trainstack.cli"]
 PROBE = "import sys; print('boot' if '_trainstack_run_boot' in sys.modules else '-', 'torch' if 'torch' in sys.modules else '-')"

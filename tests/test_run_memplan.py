@@ -14,7 +14,7 @@ import torch
 
 from tests.test_run_hook import clean_env
 
-DATA = Path(__file__).parent / "test_run_data"
+DATA = Path(__file__).parent / "data" / "run"
 PLAIN = DATA / "plain_loop.py"
 TRAINSTACK = [sys.executable, "-m", "trainstack.cli", "run"]
 
@@ -24,7 +24,7 @@ def losses(stdout: str) -> list[str]:
 
 
 def _plain_loop():
-    """tests/test_run_data/plain_loop.py, the job's own module, imported from its folder."""
+    """tests/data/run/plain_loop.py, the job's own module, imported from its folder."""
     sys.path.insert(0, str(DATA))
     try:
         import plain_loop

@@ -1,5 +1,5 @@
 """The OOM view and diagnosis from a snapshot recorded on an H200 (a planted OOM of
-tests/test_run_data/llama_loop.py under `trainstack run --oom-snapshot`, benchmarks/run_h200.py),
+tests/data/run/llama_loop.py under `trainstack run --oom-snapshot`, benchmarks/run_h200.py),
 and the HTML page in a real headless Chromium."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tests.test_release_browser import browser  # noqa: F401  (a fixture)
 from trainstack.run import diagnosis, memview
 from trainstack.run.oom import diagnose_with
 
-SNAPSHOT = Path(__file__).parent / "test_run_data" / "oom-h200.pickle.gz"
+SNAPSHOT = Path(__file__).parent / "data" / "run" / "oom-h200.pickle.gz"
 GiB = 2**30
 
 
@@ -35,7 +35,7 @@ def test_the_summary_of_a_real_oom(snapshot):
     # where in the job: the model's code and the job's own file, not torch's internals
     frames = [frame for s in summary.stacks for frame in s.frames]
     assert any("transformers/models/llama/modeling_llama.py" in f for f in frames)
-    assert any(f.startswith("tests/test_run_data/llama_loop.py:") for f in frames)
+    assert any(f.startswith("tests/test_run_data/llama_loop.py:") for f in frames)  # where the job was when the snapshot was recorded
     assert not any("site-packages/torch/" in f for f in frames)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).parent / "test_run_data"
+DATA = Path(__file__).parent / "data" / "run"
 PLAIN = DATA / "plain_loop.py"
 TRAINER = DATA / "trainer_job.py"
 TRAINSTACK = [sys.executable, "-m", "trainstack.cli"]

@@ -1,6 +1,6 @@
 """One path rule for every path a stack names (trainstack.stackfile.paths), used by check, build and
 verify alike; loader variables in build_env only where [build] allow_env names them; rule messages
-filled without ever raising. Hostile stack files for each are in tests/corpus/hostile."""
+filled without ever raising. Hostile stack files for each are in tests/data/corpus/hostile."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_verify_opens_the_known_issues_file_check_accepted(folder: Path, capsys:
 
 
 def test_allow_env_lets_a_named_loader_variable_through(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = (Path(__file__).parent / "corpus" / "hostile" / "build-env-ld-library-path.toml").read_text()
+    text = (Path(__file__).parent / "data" / "corpus" / "hostile" / "build-env-ld-library-path.toml").read_text()
     path = tmp_path / "stack.toml"
     path.write_text(text.replace("min_free_disk_gb = 1\n", 'min_free_disk_gb = 1\nallow_env = ["LD_LIBRARY_PATH"]\n'))
     stack = load_stack(path)

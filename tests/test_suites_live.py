@@ -1,6 +1,6 @@
 """A suite's live progress in verify: when stderr is not a terminal, whole plain lines come
 within 2 s of the suite's start and while it runs (not all at the end), each failure as it
-happens; in a terminal, one status line. Run on a real suite (tests/planted_suite/slow:
+happens; in a terminal, one status line. Run on a real suite (tests/data/planted_suite/slow:
 twenty tests of 0.2 s, one failing) through the real CLI."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trainstack.verify.suites.live import EventTail, Tally
 
-SLOW = Path(__file__).resolve().parent / "planted_suite" / "slow"
+SLOW = Path(__file__).resolve().parent / "data" / "planted_suite" / "slow"
 FAILING = "planted_slow.py::test_takes_a_while[7]"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 PROGRESS = re.compile(r"^  slow: (\d+)/20 tests \(\d+%\), (\d+) failed, [\d.]+s")

@@ -19,7 +19,7 @@ class ModeUnavailable(Exception):
 def apply_checkpointing(model: nn.Module, mode: Mode) -> None:
     """Wrap ``model.layers`` in place according to ``mode.ac`` (none, full, every, selective),
     as memplan wraps the blocks of a plan."""
-    from trainstack.memplan.plan import Choice
+    from trainstack.memplan.costs import Choice
     from trainstack.memplan.wrappers import wrap
 
     for i, block in enumerate(model.layers):

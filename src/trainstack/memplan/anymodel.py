@@ -10,8 +10,7 @@ On a copy of the model whose parameters are fake tensors of the target device:
 1. the model runs until its first block is called, which records that call (the hidden
    input, and whatever else the model passes: masks, position embeddings) and its output;
 2. that block, wrapped for keep, selective and full recompute, runs forward and backward
-   on a fresh hidden input with the recorded rest (``measure_block``, which also
-   measures the bench decoder's blocks for ``calibrate``);
+   on a fresh hidden input with the recorded rest (``measure_block``);
 3. the blocks are replaced by pass-throughs that hand their input on and keep what the
    model passed them alive, as real blocks do (each keeps its block's attributes and
    buffers, which the model's own loop may read), and one step of the rest of the model
@@ -34,9 +33,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trainstack.errors import SpecError
-from trainstack.memplan.calibrate import Roofline, _OpCost, _tracker
 from trainstack.memplan.optim import OptimizerSpec, PrecisionSpec
-from trainstack.memplan.plan import BlockCost, Choice, HeadCost, Profile
+from trainstack.memplan.costs import BlockCost, Choice, HeadCost, Profile
+from trainstack.memplan.tracking import OpCost, Roofline, dispatch_mode_base, tracker
 from trainstack.memplan.wrappers import cache_configs, library_checkpointing_off, wrap
 
 LossFn = Callable[[Any, Any], Any]
@@ -208,7 +207,7 @@ def batch_shape(batch: Any) -> tuple[int, int]:
     return int(first.shape[0]), int(first.shape[1]) if first.dim() in (2, 3) else 0
 
 
-def _fake_like(batch: Any, device: Any) -> Any:
+def fake_like(batch: Any, device: Any) -> Any:
     """Under an active FakeTensorMode: fake tensors with the batch's shapes and dtypes on ``device``."""
     import torch
     from torch.utils._pytree import tree_map
@@ -232,7 +231,7 @@ def no_kv_cache(model: Any) -> Iterator[None]:
             config.use_cache = True
 
 
-def _autocast(device: Any, precision: PrecisionSpec) -> Any:
+def autocast_for(device: Any, precision: PrecisionSpec) -> Any:
     import torch
     from contextlib import nullcontext
 
@@ -269,7 +268,7 @@ def _unique(tensors: Any) -> list[Any]:
     return list(seen.values())
 
 
-def _fake_copy(model: Any, device: Any, precision: PrecisionSpec) -> Any:
+def fake_copy(model: Any, device: Any, precision: PrecisionSpec) -> Any:
     """Under an active FakeTensorMode: the model with fake parameters and buffers on
     ``device`` (tied parameters stay tied), in training mode; the model itself is untouched."""
     import torch
@@ -433,7 +432,7 @@ def record_call(model: Any, block: Any, batch: Any, *, label: str, context: Any)
 # -- fake-tensor measurement -----------------------------------------------------------------
 
 
-def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, precision: PrecisionSpec, roofline: Roofline) -> tuple[BlockCost, _OpCost, _OpCost]:
+def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, precision: PrecisionSpec, roofline: Roofline) -> tuple[BlockCost, OpCost, OpCost]:
     """Forward and backward of one block wrapped for ``choice``, called as ``call`` records
     with a fresh hidden input, on fake tensors under the live-bytes tracker: its saved,
     held and peak bytes (``BlockCost``), and the op costs of its forward and backward."""
@@ -443,7 +442,7 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
     wrapped = wrap(block, choice)
     for p in block.parameters():
         p.grad = None
-    mode = _tracker(roofline)
+    mode = tracker(roofline)
     x0 = call.x
     call = call.with_grad_inputs()
     with mode:
@@ -459,7 +458,7 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
         args, kwargs = call.with_x(x)
         x_ref = StorageWeakRef(x.untyped_storage())  # alive after the forward where the block saves it
         del x
-        with _autocast(device, precision):
+        with autocast_for(device, precision):
             out = wrapped(*args, **kwargs)
             y = hidden_of(out)
             y_bytes = y.untyped_storage().nbytes()
@@ -474,7 +473,7 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
         # the backward as a step runs it: the gradient reaching the block is made by autograd
         # and freed once its first op has used it, and the output lives on only where the
         # block saved it (a last ReLU saves its result; a residual add saves nothing)
-        y = _backward_from(y)
+        y = backward_from(y)
         mode.reset_peak()
         mode.reset_cost()
         y.backward()
@@ -487,7 +486,7 @@ def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, prec
     return BlockCost(saved=saved, held=held, fwd_peak=fwd_peak, bwd_peak=bwd_peak, saved_input=saved_input), fwd_cost, bwd_cost
 
 
-def _backward_from(y: Any) -> Any:
+def backward_from(y: Any) -> Any:
     """A scalar whose backward hands ``y`` a gradient of its shape that autograd makes and
     frees, as a step's backward does, with no reference to ``y`` or to the gradient kept
     here (the caller's ``y`` is the one reference, and it is handed over)."""
@@ -520,7 +519,7 @@ def saved_inputs(block: Any, call: BlockCall, device: Any, precision: PrecisionS
         saved.update(positions.get(StorageWeakRef(t.untyped_storage()).cdata, ()))
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _autocast(device, precision):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast_for(device, precision):
         block(*args, **kwargs)
     return frozenset(saved)
 
@@ -573,14 +572,14 @@ def _joined(hidden: Any, others: list[Any]) -> Any:
 
 def _measure_head(
     model: Any, run: BlockRun, call: BlockCall, batch: Any, loss_fn: LossFn, device: Any, precision: PrecisionSpec, roofline: Roofline, kept_inputs: frozenset[int]
-) -> tuple[HeadCost, _OpCost]:
+) -> tuple[HeadCost, OpCost]:
     """One step of the model with its blocks passed through: embedding, final norm, head,
     loss. The stand-ins keep what kept blocks save of their other inputs (``kept_inputs``)."""
     import torch
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._pytree import tree_flatten
 
-    mode = _tracker(roofline)
+    mode = tracker(roofline)
     marks: dict[str, int] = {}
     kept: list[Any] = []
     calls: list[int] = [0]  # the stand-ins called so far
@@ -612,12 +611,11 @@ def _measure_head(
         others = [t for t in flat if isinstance(t, torch.Tensor) and t is not hidden]
         # what kept blocks save of the others stays alive through the backward, as in the model
         kept.extend(t for i, t in enumerate(flat) if i in kept_inputs and t is not hidden)
-        mode._prune()
         hidden_id = StorageWeakRef(hidden.untyped_storage()).cdata
         storages = {StorageWeakRef(t.untyped_storage()).cdata for t in others} - {hidden_id}
         held = {StorageWeakRef(t.untyped_storage()).cdata for t in kept}
-        marks["shared"] = sum(n for k, (_, n) in mode.state.live.items() if k in storages)
-        mode.state.watched.update((k, v) for k, v in mode.state.live.items() if k in storages - held)
+        marks["shared"] = mode.bytes_of(storages)
+        mode.watch(storages - held)
         marks["shared_grad"] = sum(t.numel() * t.element_size() for t in others if t.requires_grad)
         out = _joined(hidden, [t for t in others if t.requires_grad])
         if out.requires_grad:
@@ -631,8 +629,8 @@ def _measure_head(
         container[i] = _pass_through(container[i], call, on_input)
     try:
         with mode:
-            fake_batch = _fake_like(batch, device)
-            with _autocast(device, precision):
+            fake_batch = fake_like(batch, device)
+            with autocast_for(device, precision):
                 loss = loss_fn(call_model(model, fake_batch), fake_batch)
             fwd_peak = mode.state.peak
             marks["unkept_loss"] = mode.state.watched_gone_at_peak
@@ -702,8 +700,6 @@ def fake_as_real() -> Any:
       operands' dtype."""
     import torch
 
-    from trainstack.memplan.calibrate import _dispatch_mode_base
-
     aten = torch.ops.aten
     local_scalar = aten._local_scalar_dense.default
     grouped = getattr(getattr(aten, "_grouped_mm", None), "default", None)
@@ -711,7 +707,7 @@ def fake_as_real() -> Any:
     # P(draw OP number) for a draw uniform in [0, 1)
     below = {aten.lt.Scalar: lambda p: p, aten.le.Scalar: lambda p: p, aten.gt.Scalar: lambda p: 1 - p, aten.ge.Scalar: lambda p: 1 - p}
 
-    class FakeAsReal(_dispatch_mode_base()):  # type: ignore[misc]
+    class FakeAsReal(dispatch_mode_base()):  # type: ignore[misc]
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             kwargs = kwargs or {}
             if func is local_scalar and args[0].dtype == torch.bool:
@@ -792,15 +788,15 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
     where = f"{run.path}[{run.first}]"
     try:
         with FakeTensorMode(), fake_as_real(), as_eager(eager):
-            fake = _fake_copy(model, device, precision)
+            fake = fake_copy(model, device, precision)
             container = fake.get_submodule(run.path)
             for i in range(run.first, run.first + run.count):
                 # measured as they compute without it: the plan, once applied, decides what they recompute
                 library_checkpointing_off(container[i])
             block = container[run.first]
-            call = record_call(fake, block, _fake_like(batch, device), label=where, context=_autocast(device, precision))
+            call = record_call(fake, block, fake_like(batch, device), label=where, context=autocast_for(device, precision))
             options: dict[Choice, BlockCost] = {}
-            costs: dict[Choice, tuple[_OpCost, _OpCost]] = {}
+            costs: dict[Choice, tuple[OpCost, OpCost]] = {}
             for choice in (Choice.KEEP, Choice.SELECTIVE, Choice.FULL):
                 options[choice], *pair = measure_block(block, choice, call, device, precision, roofline)
                 costs[choice] = (pair[0], pair[1])

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from itertools import accumulate
 
-from trainstack.memplan.plan import BlockCost, Breakdown, Choice, Overheads, Profile
+from trainstack.memplan.costs import BlockCost, Breakdown, Choice, Overheads, Profile
 
 # FSDP keeps this many blocks' parameters unsharded at once (the one computing, the one prefetched).
 FSDP_UNSHARDED_BLOCKS = 2
@@ -99,7 +99,7 @@ def peak_bytes(profile: Profile, choices: Sequence[Choice], *, world_size: int =
 
 def with_measured_memory(profile: Profile, blocks: dict[Choice, BlockCost]) -> Profile:
     """The profile with each choice's bytes (saved, held, forward and backward peaks) from
-    a real block (calibrate.block_memory); recompute costs unchanged."""
+    a real block (realblock.measure_real); recompute costs unchanged."""
     options = {
         c: replace(o, saved=blocks[c].saved, held=blocks[c].held, fwd_peak=blocks[c].fwd_peak, bwd_peak=blocks[c].bwd_peak, saved_input=blocks[c].saved_input)
         for c, o in profile.options.items()

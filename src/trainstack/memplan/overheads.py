@@ -18,7 +18,7 @@ GiB for 1b and 3b).
 
 from __future__ import annotations
 
-from trainstack.memplan.plan import Overheads
+from trainstack.memplan.costs import Overheads
 
 MiB = 1 << 20
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from trainstack.errors import BudgetError
 from trainstack.memplan.memory import breakdown, peak_bytes, recompute_fractions, step_seconds
-from trainstack.memplan.plan import CHOICE_ORDER, Choice, Overheads, Plan, Profile
+from trainstack.memplan.costs import CHOICE_ORDER, Choice, Overheads, Plan, Profile
 
 GiB = 1 << 30
 ProfileAt = Callable[[int], Profile]

@@ -1,6 +1,7 @@
-"""Real blocks on a CUDA GPU: one copy of any model's first block per choice, its bytes
-from the allocator and its time, where fake tensors cannot see the device's kernels (which
-attention kernel runs, what it saves)."""
+"""Real blocks: one copy of any model's first block per choice, its bytes from the CUDA
+allocator and its time, where fake tensors cannot see the device's kernels (which attention
+kernel runs, what it saves, how fast). The one real-block measurer: the bench decoder's
+blocks are measured here too, on a one-block copy of the decoder (``decoder``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import time
 import warnings
 from typing import Any
 
-from trainstack.memplan.anymodel import BlockRun, _autocast, _backward_from, hidden_of, no_kv_cache, record_call
+from trainstack.memplan.anymodel import BlockRun, autocast_for, backward_from, hidden_of, no_kv_cache, record_call
 from trainstack.memplan.optim import PrecisionSpec
-from trainstack.memplan.plan import BlockCost, Choice
+from trainstack.memplan.costs import BlockCost, Choice
 from trainstack.memplan.wrappers import compile_block, library_checkpointing_off, wrap
 
 
@@ -27,9 +28,9 @@ def measure_real(
     reps: int = 3,
     compiled: bool = False,
     keep_budgets: tuple[float, ...] = (),
-) -> tuple[dict[Any, BlockCost], dict[Any, float] | None]:
-    """One real copy of the first block per choice, on the model's CUDA device: its bytes
-    from the allocator (as ``calibrate.block_memory``) and, when ``timed``, the time of its
+) -> tuple[dict[Any, BlockCost] | None, dict[Any, float] | None]:
+    """One real copy of the first block per choice, on the model's device: on a CUDA
+    device its bytes from the allocator (else no bytes: None) and, when ``timed``, the time of its
     forward and backward: the median over ``steps`` rounds of a round robin, each sample
     ``reps`` forward-and-backward passes back to back with one synchronisation (as a
     training step issues them: the host runs ahead of the device, and one pass timed
@@ -37,7 +38,7 @@ def measure_real(
     ``compiled``: each copy under torch.compile, as a compiled run uses it, and a kept copy
     compiled under each of ``keep_budgets`` (the compiler's activation memory budget), keyed
     by the budget. A budget the compiler fails to partition under is left out, with a
-    warning saying why."""
+    warning saying why. Returns (bytes per choice or None, seconds per choice or None)."""
     import torch
     from torch.multiprocessing.reductions import StorageWeakRef
 
@@ -45,7 +46,7 @@ def measure_real(
     original = container[run.first]
     device = next(original.parameters()).device
     with no_kv_cache(model):  # with gradients: the call says which inputs need one
-        call = record_call(model, original, batch, label=f"{run.path}[{run.first}]", context=_autocast(device, precision))
+        call = record_call(model, original, batch, label=f"{run.path}[{run.first}]", context=autocast_for(device, precision))
     call = call.with_grad_inputs()
 
     def plain_copy() -> Any:
@@ -58,7 +59,12 @@ def measure_real(
         blocks = {c: compile_block(b) for c, b in blocks.items()}
         blocks |= {budget: compile_block(plain_copy(), budget) for budget in keep_budgets}
     x0 = call.x
+    on_cuda = device.type == "cuda"
     allocated, peak = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
+
+    def sync() -> None:
+        if on_cuda:
+            torch.cuda.synchronize(device)
 
     def once(block: Any) -> BlockCost:
         # the input is a copy of a leaf, as the last block's output is (anymodel.measure_block
@@ -71,7 +77,7 @@ def measure_real(
         args, kwargs = call.with_x(x)
         x_ref, x_bytes = StorageWeakRef(x.untyped_storage()), x.untyped_storage().nbytes()
         del x
-        with _autocast(device, precision):
+        with autocast_for(device, precision):
             out = block(*args, **kwargs)
             y = hidden_of(out)
             del out, args, kwargs
@@ -81,7 +87,7 @@ def measure_real(
         saved = allocated(device) - base - y_bytes
         saved_input = 0 if x_ref.expired() else x_bytes  # the block saves its input
         fwd_peak = peak(device) - base
-        y = _backward_from(y)  # as anymodel.measure_block: the gradient made and freed by autograd
+        y = backward_from(y)  # as anymodel.measure_block: the gradient made and freed by autograd
         torch.cuda.reset_peak_memory_stats(device)
         y.backward()
         bwd_peak = peak(device) - base - y_bytes  # the gradient reaching the block: the head's
@@ -90,25 +96,26 @@ def measure_real(
 
     def seconds(block: Any) -> float:
         leaf = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
-        torch.cuda.synchronize(device)
+        sync()
         start = time.perf_counter()
         for _ in range(reps):
             args, kwargs = call.with_x(leaf.clone())
-            with _autocast(device, precision):
+            with autocast_for(device, precision):
                 y = hidden_of(block(*args, **kwargs))
             y.backward(torch.ones_like(y))
             del y, args, kwargs
             # each pass writes fresh gradients, as a step's first backward does
             block.zero_grad(set_to_none=True)
             leaf.grad = None
-        torch.cuda.synchronize(device)
+        sync()
         return (time.perf_counter() - start) / reps
 
     try:
         memory: dict[Any, BlockCost] = {}
         for choice, block in list(blocks.items()):
             try:
-                once(block)  # the first pass compiles a compiled copy
+                # the first pass compiles a compiled copy; without the CUDA allocator it is the warm-up
+                once(block) if on_cuda else seconds(block)
             except torch.OutOfMemoryError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a budget the compiler cannot partition under is left out, not the plan
@@ -118,7 +125,8 @@ def measure_real(
                 reason = (str(exc).strip().splitlines() or [""])[-1]
                 warnings.warn(f"memplan: compiler activation memory budget {choice:g} left out of the plan (the compile failed: {type(exc).__name__}: {reason})", stacklevel=2)
                 continue
-            memory[choice] = once(block)
+            if on_cuda:
+                memory[choice] = once(block)
         times = None
         if timed:
             for block in tuple(blocks.values()) * 2:
@@ -130,5 +138,6 @@ def measure_real(
             times = {c: statistics.median(s) for c, s in samples.items()}
     finally:
         blocks.clear()
-        torch.cuda.empty_cache()
-    return memory, times
+        if on_cuda:
+            torch.cuda.empty_cache()
+    return (memory if on_cuda else None), times

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainstack.memplan.anymodel import _fake_copy, _fake_like, as_eager, call_model, default_loss, fake_as_real, find_blocks, hidden_of, no_kv_cache, record_call
-from trainstack.memplan.calibrate import Roofline, _tracker
+from trainstack.memplan.anymodel import as_eager, call_model, default_loss, fake_as_real, fake_copy, fake_like, find_blocks, hidden_of, no_kv_cache, record_call
 from trainstack.memplan.optim import precision_spec
-from trainstack.memplan.plan import Choice
+from trainstack.memplan.costs import Choice
+from trainstack.memplan.tracking import Roofline, tracker
 from trainstack.memplan.wrappers import apply_choices
 
 
@@ -49,24 +49,24 @@ def autograd_saved_bytes(model: Any, batch: Any, *, autocast: bool = True, block
     return sum(storages.values())
 
 
-def fake_step_peak(model: Any, batch: Any, choices: tuple[Choice, ...], *, loss_fn: Any = default_loss, steps: int = 2, blocks: str | None = None) -> int:
+def fake_step_peak(model: Any, batch: Any, choices: tuple[Choice, ...], *, loss_fn: Any = default_loss, steps: int = 2, blocks: str | None = None, device: str = "cpu") -> int:
     """The most bytes live over the last of ``steps`` training steps (fused AdamW, bf16
     autocast) of ``model`` with its blocks wrapped per ``choices``, built and trained on fake tensors
-    (CPU) under the live-bytes tracker: the whole step, nothing composed."""
+    (of ``device``) under the live-bytes tracker: the whole step, nothing composed."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    mode = _tracker(Roofline())
+    mode = tracker(Roofline())
     with FakeTensorMode(), fake_as_real(), as_eager(), mode:
-        fake = _fake_copy(model, "cpu", precision_spec("autocast-bf16"))  # tied parameters stay tied; no key/value cache
+        fake = fake_copy(model, device, precision_spec("autocast-bf16"))  # tied parameters stay tied; no key/value cache
         run = find_blocks(fake, blocks)
         apply_choices(fake, choices, run.path, run.first)
         opt = torch.optim.AdamW(fake.parameters(), fused=True)  # as memplan's "adamw" (fused: no temporaries)
         for step in range(steps):
             if step == steps - 1:
                 mode.reset_peak()
-            fake_batch = _fake_like(batch, "cpu")
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            fake_batch = fake_like(batch, device)
+            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
                 loss = loss_fn(call_model(fake, fake_batch), fake_batch)
             loss.backward()
             opt.step()

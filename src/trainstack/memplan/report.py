@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from trainstack.memplan.plan import CHOICE_ORDER, Choice, Plan
+from trainstack.memplan.costs import CHOICE_ORDER, Choice, Plan
 from trainstack.memplan.planner import human
 
 GiB = 1 << 30

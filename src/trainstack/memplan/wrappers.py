@@ -13,7 +13,7 @@ from collections.abc import Callable
 from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
-from trainstack.memplan.plan import Choice, Plan
+from trainstack.memplan.costs import Choice, Plan
 
 if TYPE_CHECKING:
     from torch import nn
@@ -189,3 +189,12 @@ def budget_backend(budget: float) -> Callable[..., Any]:
 
     backend.__name__ = f"inductor_memory_budget_{budget:g}"
     return backend
+
+
+def reset_compiler(compiled: bool) -> None:
+    """Drop the code torch.compile made for measured blocks (when ``compiled``), so that the
+    blocks planned afterwards compile afresh."""
+    if compiled:
+        import torch._dynamo
+
+        torch._dynamo.reset()

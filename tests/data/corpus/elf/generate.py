@@ -1,5 +1,5 @@
 """Writes the crafted ELF files of this folder, each with a sidecar NAME.attacks (ELF has no
-comments): python3 tests/corpus/elf/generate.py. A small valid 64-bit shared object (a PT_LOAD
+comments): python3 tests/data/corpus/elf/generate.py. A small valid 64-bit shared object (a PT_LOAD
 over the whole file, a PT_DYNAMIC with NEEDED and DT_STRTAB, a section table with .rodata)
 with one field or region made hostile per case."""
 

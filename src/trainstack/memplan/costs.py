@@ -1,4 +1,4 @@
-"""Plan types: what calibration measures, what the planner chooses. Pure data, no torch."""
+"""Plan types: what calibration measures (costs, profiles), what the planner chooses. Pure data, no torch."""
 
 from __future__ import annotations
 

@@ -1,0 +1,57 @@
+"""The import graph in docs/structure.md is the source's own, and memplan's modules keep to
+their public faces."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tools" / "import_graph.py"
+DOC = ROOT / "docs" / "structure.md"
+MEMPLAN = ROOT / "src" / "trainstack" / "memplan"
+
+
+def check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), "--check", str(path)], capture_output=True, text=True, timeout=60)
+
+
+def test_the_committed_import_graph_is_the_sources() -> None:
+    done = check(DOC)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+def test_a_stale_graph_is_refused_in_one_line_naming_the_line(tmp_path) -> None:
+    stale = tmp_path / "structure.md"
+    stale.write_text(DOC.read_text(encoding="utf-8").replace("| `memory` | `costs` |", "| `memory` | `costs`, `planner` |"), encoding="utf-8")
+    done = check(stale)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"error: {stale}: the import graph of trainstack.memplan is stale at its line ")
+    assert "run python3 tools/import_graph.py --write" in done.stderr
+
+
+def test_write_puts_the_graph_between_the_markers(tmp_path) -> None:
+    target = tmp_path / "structure.md"
+    empty = "\n".join(f"<!-- import graph of {p}: begin -->\n<!-- import graph of {p}: end -->" for p in ("trainstack", "trainstack.memplan"))
+    target.write_text(f"# intro\n\n{empty}\n\ntail\n", encoding="utf-8")
+    assert check(target).returncode == 1
+    subprocess.run([sys.executable, str(SCRIPT), "--write", str(target)], check=True, timeout=60)
+    assert check(target).returncode == 0
+    text = target.read_text(encoding="utf-8")
+    assert text.startswith("# intro\n") and text.endswith("\n\ntail\n") and "| `decoder` | `anymodel`, `api`," in text
+
+
+def test_no_memplan_module_imports_another_ones_private_name_or_is_imported_back() -> None:
+    imports: dict[str, set[str]] = {}
+    private = []
+    for path in sorted(MEMPLAN.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("trainstack.memplan."):
+                imports.setdefault(path.stem, set()).add(node.module.rsplit(".", 1)[1])
+                private += [f"{path.stem}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert private == []
+    assert [(a, b) for a in imports for b in imports[a] if a in imports.get(b, set())] == []
+    assert imports["anymodel"] >= {"tracking"} and "decoder" not in imports["api"]

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""The import graph of trainstack's packages, from the source itself (no import is run).
+
+A unit is a package of src/trainstack (bench, memplan, ...) or a module at its top
+(cli, proc, fsutil, ...; not __init__ and __main__). Every ``import`` and ``from ... import``
+of ``trainstack.X`` counts, those inside functions and under TYPE_CHECKING too, and a module
+named whole in a string (the verbs cli imports by name): each is a dependency a reader must
+follow. Printed as Markdown: one row per package, what it imports,
+and the pairs of packages that import each other.
+
+``--check FILE``: exit 1, naming the first differing line, unless FILE holds the text
+between each pair of its markers as this script prints it now (tests/test_structure.py runs it on
+docs/structure.md, so the committed graph cannot go stale). ``--write FILE``: put it there.
+
+Usage: python3 tools/import_graph.py [--check FILE | --write FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "src"
+# the graphs drawn: a dotted package name, each unit of it a subpackage or module
+GRAPHS = ("trainstack", "trainstack.memplan")
+DUNDER = ("__init__", "__main__")
+MODULE_NAME = re.compile(r"trainstack(\.[a-z_][a-z0-9_]*)+")
+
+
+def markers(package: str) -> tuple[str, str]:
+    return f"<!-- import graph of {package}: begin -->", f"<!-- import graph of {package}: end -->"
+
+
+def imported(tree: ast.AST, here: str) -> list[str]:
+    """The dotted names a module imports (``here``: its own package, for relative imports)."""
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = here.split(".")[: len(here.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            names.append(base)
+            # ``from trainstack import memplan`` imports the package memplan
+            names.extend(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_NAME.fullmatch(node.value):
+            names.append(node.value)
+    return names
+
+
+def graph(package: str) -> dict[str, set[str]]:
+    """Unit -> the units of ``package`` it imports (itself left out)."""
+    folder = SOURCE.joinpath(*package.split("."))
+    packages = {p.name for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    modules = {p.stem for p in folder.glob("*.py") if p.stem not in DUNDER}
+    units = packages | modules
+    edges: dict[str, set[str]] = {name: set() for name in sorted(packages) + sorted(modules)}
+    depth = len(package.split("."))
+    for path in sorted(folder.rglob("*.py")):
+        parts = path.relative_to(folder).parts
+        unit = parts[0] if len(parts) > 1 else path.stem
+        if unit in DUNDER:
+            continue
+        here = ".".join([package, *parts[:-1]])
+        for name in imported(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), here):
+            dotted = name.split(".")
+            if dotted[:depth] == package.split(".") and len(dotted) > depth and dotted[depth] in units and dotted[depth] != unit:
+                edges[unit].add(dotted[depth])
+    return edges
+
+
+def markdown(edges: dict[str, set[str]]) -> str:
+    lines = ["| unit | imports |", "|---|---|"]
+    for name, targets in edges.items():
+        shown = ", ".join(f"`{t}`" for t in sorted(targets)) or "none of these"
+        lines.append(f"| `{name}` | {shown} |")
+    pairs = sorted((a, b) for a in edges for b in edges[a] if a < b and a in edges.get(b, set()))
+    lines.append("")
+    if pairs:
+        lines.append("Units that import each other: " + ", ".join(f"`{a}` and `{b}`" for a, b in pairs) + ".")
+    else:
+        lines.append("No two units import each other.")
+    return "\n".join(lines) + "\n"
+
+
+def between(text: str, package: str) -> str | None:
+    begin, end = markers(package)
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        return None
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--check", type=Path, metavar="FILE")
+    group.add_argument("--write", type=Path, metavar="FILE")
+    args = parser.parse_args(argv)
+    drawn = {package: markdown(graph(package)) for package in GRAPHS}
+    if args.check is None and args.write is None:
+        print("\n".join(f"{package}:\n\n{text}" for package, text in drawn.items()), end="")
+        return 0
+    target = args.check or args.write
+    try:
+        current = target.read_text(encoding="utf-8")
+    except OSError as exc:
+        print(f"error: {target}: cannot be read ({exc.strerror}); accepted: a Markdown file holding the markers of {Path(__file__).name}", file=sys.stderr)
+        return 2
+    updated = current
+    for package, text in drawn.items():
+        committed = between(current, package)
+        if committed is None:
+            begin, end = markers(package)
+            print(f"error: {target}: no import graph markers of {package}; accepted: a file holding the lines {begin!r} and {end!r}, once each, in that order", file=sys.stderr)
+            return 2
+        if args.check is not None and committed != text:
+            old_lines, new_lines = committed.splitlines(), text.splitlines()
+            i = next((i for i, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b), min(len(old_lines), len(new_lines)))
+            old = old_lines[i] if i < len(old_lines) else "(nothing)"
+            new = new_lines[i] if i < len(new_lines) else "(nothing)"
+            print(f"error: {target}: the import graph of {package} is stale at its line {i + 1}: {old!r}, the source gives {new!r}; "
+                  f"run python3 tools/import_graph.py --write {target}", file=sys.stderr)
+            return 1
+        begin, end = markers(package)
+        updated = updated.split(begin, 1)[0] + f"{begin}\n{text}{end}" + updated.split(end, 1)[1]
+    if args.write is not None and updated != current:
+        sys.path.insert(0, str(SOURCE))
+        from trainstack.fsutil import atomic_write_text
+
+        atomic_write_text(target, updated)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
