@@ -106,7 +106,10 @@ def in_root(root: Path, command: str, env: dict[str, str], log: Path, timeout: f
         except subprocess.TimeoutExpired:
             code = 124
     seconds = round(time.perf_counter() - start, 1)
-    tail = log.read_text(errors="replace").splitlines()[-15:]
+    lines = log.read_text(errors="replace").splitlines()
+    # the last lines, and every test pytest lists as failed or in error (a whole suite's may be many)
+    failed = [line for line in lines[:-15] if line.startswith(("FAILED ", "ERROR "))][:200]
+    tail = failed + lines[-15:]
     print(f"  exit {code} after {seconds} s", flush=True)
     return {"command": command, "seconds": seconds, "exit": code, "passed": code == 0, "tail": tail}
 
