@@ -29,6 +29,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="skip: no GPU"))
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
     if workers > 1:
+        # files with slow tests first, so that the longest files start at once and the workers end together
+        slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+        items.sort(key=lambda item: item.path not in slow_files)
         for item in items:
             mark = item.get_closest_marker("timeout")
             if mark is not None and mark.args and isinstance(mark.args[0], (int, float)):

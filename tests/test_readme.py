@@ -39,6 +39,8 @@ SKIPPED = {
         "verify runs numpy's test suite (tests/test_release_verify.py runs verify on this stack), and "
         "benchmarks/fresh_debian.py runs the whole command on a fresh Debian 12",
     "bash .ci/run": "the whole CI: installs system packages and runs every test",
+    "trainstack bench --preset llama3.1-8b --batch 1 --modes compile+bf16+planned --health health.json":
+        "GPU only: trains Llama-3.1 8B at sequence 8192 on one H200 (tests/test_reference_preset.py plans it on CPU)",
     "trainstack build examples/stacks/cpu-minimal.toml --backend oci":
         "an OCI image from a debootstrap base takes minutes (tests/test_build_oci.py builds one)",
     "trainstack linkcheck build/cu130-ubuntu2404-py312-release/venv --stack examples/stacks/torch-cuda.toml":

@@ -33,8 +33,8 @@ except ImportError:  # Python 3.10
     import tomli as tomllib
 
 FORMULA = (
-    "FLOPs/token = 6*N + 12*L*d*T  (N = parameters without the input embedding, output projection included; "
-    "attention counts the full TxT scores, not the causal half, as Megatron-LM and NeMo count it)"
+    "FLOPs/token = 6*N + 12*L*d*T  (N: parameters but the input embedding; attention: "
+    "the full TxT scores, not the causal half, as Megatron-LM and NeMo count it)"
 )
 FORMULA_CAUSAL = "causal half: 6*N + 6*L*d*T (the scores a causal attention kernel computes)"
 

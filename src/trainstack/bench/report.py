@@ -98,9 +98,9 @@ def _breakdown_basis(rows: list[dict]) -> list[str]:
     if row is None:
         return []
     b = row["breakdown"]
-    work = "; ".join(f"{name}: {w.get('counted', '?')}" for name, w in b.get("work", {}).items())
     lines = [f"time per class: {b.get('steps')} more steps profiled after the timed ones ({b.get('source')}; overlapping kernels "
-             f"counted once, idle = no kernel running); rates over each class's kernel time, work counted as {work}"]
+             "counted once, idle = no kernel running); rates over each class's kernel time, its work counted as:"]
+    lines += [f"  {name}: {w.get('counted', '?')}" for name, w in b.get("work", {}).items()]
     limits = b.get("ceilings") or {}
     if limits.get("gemm_tflops") or limits.get("copy_gbps"):
         lines.append(f"ceilings: products {fmt(limits.get('gemm_tflops'), ',.0f')} TFLOP/s ({limits.get('gemm_source')}), "
