@@ -20,13 +20,18 @@ import json
 import os
 import re
 import shutil
-import tarfile
+import sys
 import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+if sys.version_info >= (3, 12):
+    import tarfile
+else:  # the data filter below, which Python 3.11 gained only in 3.11.4 (Debian 12 has 3.11.2)
+    from backports import tarfile
 
 from trainstack.errors import BuildError
 from trainstack.fsutil import atomic_write_json, exclusive, loads_strict, read_regular
