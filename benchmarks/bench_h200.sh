@@ -17,14 +17,14 @@
 # third of the steps is printed too).
 # Exit 0 only if all are met, 1 if one is missed, 3 (skip) without a GPU.
 #
-# usage: benchmarks/bench_h200.sh [OUT_DIR]     (default: benchmarks/results/bench_h200)
+# usage: benchmarks/bench_h200.sh [OUT_DIR]     (default: benchmarks/results/bench_h200/all-modes)
 # env:   BENCH_MODES_1B, BENCH_MODES_3B, BENCH_MODES_8B (comma lists; empty: skip the model),
 #        BENCH_BATCHES_8B (space list), BENCH_PARITY (A,B; empty: skip), BENCH_PARITY_STEPS,
 #        BENCH_STEPS, BENCH_WARMUP, BENCH_DEADLINE_S (seconds from the start), PYTHON
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-out=${1:-benchmarks/results/bench_h200}
+out=${1:-benchmarks/results/bench_h200/all-modes}
 py=${PYTHON:-python3}
 steps=${BENCH_STEPS:-10}
 warmup=${BENCH_WARMUP:-3}
