@@ -65,6 +65,7 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 import argparse
 import gc
 import json
+import re
 import statistics
 import sys
 import time
@@ -1116,6 +1117,8 @@ def main() -> int:
     ap.add_argument("--tiny", action="store_true", help="with --hf, six-block configs of the same families")
     ap.add_argument("--steps", type=int, default=HF_STEPS, help=f"with --hf, timed steps a run of the compared variants (default {HF_STEPS})")
     args = ap.parse_args()
+    if args.name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", args.name):
+        ap.error(f"--name {args.name!r}: a file name of letters, digits, '.', '_' or '-' (e.g. hf_compiled_gpt2)")
     if args.hf:
         DEVICE, TINY, HF_STEPS = args.device, args.tiny, args.steps
         if DEVICE == "cuda" and not torch.cuda.is_available():
