@@ -13,7 +13,7 @@ INDEX = RESULTS / "README.md"
 # a results path as the prose writes it (`a.{txt,json}` one path): up to the closing backtick,
 # a space, a bracket or a sentence's last punctuation
 NAMED = re.compile(r"benchmarks/results/(?:\{[^{}\s]*\}|[^\s`'\"()<>,;{])*")
-ROW = re.compile(r"^\| `([^`]+)/` \|", re.M)
+ROW = re.compile(r"^\| `([^`]+)/` \|", re.MULTILINE)
 BRACES = re.compile(r"\{([^{}]*)\}")
 
 
