@@ -8,7 +8,7 @@ Prints each figure in seconds and the ratios. Cold = empty download/wheel cache;
 the cold run filled. The OCI figures use their own containers store (created and removed here).
 The quickstart figures time the README's first command (lock, build and verify of cpu-minimal)
 in a copy of the examples, with the uv cache the user already has. The printed text and the
-figures go to benchmarks/results/build_speed.txt and build_speed.json.
+figures go to benchmarks/results/build_speed/build_speed.txt and build_speed.json.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Python CLI pays), pytest's --help (a Python CLI of the same kind), and importing
 a verb would pay if it imported torch before checking its arguments).
 
 Usage: python benchmarks/cli_speed.py [--runs 9]
-Writes benchmarks/results/cli_speed.{txt,json}.
+Writes benchmarks/results/cli_speed/cli_speed.{txt,json}.
 """
 
 from __future__ import annotations

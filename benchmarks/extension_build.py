@@ -24,7 +24,7 @@
         cores. Uses the environment's torch and CUDA_HOME (the H200 image: nvcc 13.0). The whole
         build, resumed across runs of a few minutes each: benchmarks/flash_attn_build.py.
 
-Results are appended to benchmarks/results/extension_build.json (one entry per run).
+Results are appended to benchmarks/results/extension_build/extension_build.json (one entry per run).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "extension_build.json"
+RESULTS = ROOT / "benchmarks" / "results" / "extension_build" / "extension_build.json"
 STACK_EDITS = {
     r"\nflash-attn = [^\n]*": "",
     r"\napex = [^\n]*": "",

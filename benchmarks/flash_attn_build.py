@@ -251,7 +251,7 @@ def main() -> None:
     parser.add_argument("--sdist", type=Path, help=f"the pre-downloaded {SDIST} (no network needed)")
     parser.add_argument("--cache", type=Path, default=ROOT / "build" / "flash-attn", help="kept between runs: wheel cache, objects, logs")
     parser.add_argument("--deadline-s", type=float, default=540.0, help="this run ends before this many seconds")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "flash_attn_build.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "flash_attn_build" / "flash_attn_build.json")
     parser.add_argument("--jobs", type=int, help="MAX_JOBS instead of trainstack's bound")
     parser.add_argument("--dry-run", action="store_true", help="everything up to the compile")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)

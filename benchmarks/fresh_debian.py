@@ -129,7 +129,7 @@ def main() -> int:
     for tool in ("debootstrap", "chroot", "git"):
         if shutil.which(tool) is None:
             sys.exit(f"needs {tool}")
-    record = Run("fresh_debian/result")
+    record = Run("result", folder="fresh_debian")
     prerequisite, first, second = readme_commands((ROOT / "README.md").read_text(encoding="utf-8"))
     work = Path(tempfile.mkdtemp(prefix="fresh-debian-"))
     root = work / "root"

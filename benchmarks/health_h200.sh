@@ -6,12 +6,12 @@
 # plain copy loop, and the wall time of a whole level-2 run. Exits 1 when a ratio
 # leaves 0.95..1.05 or level 2 takes 60 s or more.
 #
-# Usage: benchmarks/health_h200.sh [OUTDIR]   (default benchmarks/results)
+# Usage: benchmarks/health_h200.sh [OUTDIR]   (default benchmarks/results/health_h200)
 # Writes: health_h200_nvml.json (raw NVML answers), health_h200_level{1,2,3}.json,
 #         health_h200_summary.txt
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-benchmarks/results}
+out=${1:-benchmarks/results/health_h200}
 mkdir -p "$out"
 py=${PYTHON:-python3}
 export PYTHONPATH="${PYTHONPATH:-}:$PWD/src"

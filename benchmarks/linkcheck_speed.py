@@ -4,7 +4,7 @@ pass alone, and with its findings confirmed inside the venv's interpreter (what 
 Usage: python benchmarks/linkcheck_speed.py [VENV] [--repeats N] [--out FILE] [--name NAME]
 Without VENV, a venv with the CUDA torch of examples/stacks/torch-cuda.toml is made with uv
 in a temporary directory (the uv cache makes later runs fast). The printed table and the
-figures go to benchmarks/results/NAME.txt and NAME.json (NAME: linkcheck_speed); FILE gets
+figures go to benchmarks/results/linkcheck_speed/NAME.txt and NAME.json (NAME: linkcheck_speed); FILE gets
 the printed table too.
 """
 
@@ -84,9 +84,9 @@ def main() -> None:
     parser.add_argument("venv", nargs="?", type=Path)
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--name", default="linkcheck_speed", help="result file name under benchmarks/results/")
+    parser.add_argument("--name", default="linkcheck_speed", help="result file name under benchmarks/results/linkcheck_speed/")
     args = parser.parse_args()
-    run = Run(args.name)
+    run = Run(args.name, folder="linkcheck_speed")
     with tempfile.TemporaryDirectory() as tmp:
         venv = args.venv or make_venv(Path(tmp))
         where = str(venv) if args.venv else f"a temporary uv venv with torch {torch_version()}"

@@ -8,7 +8,7 @@ the flavour's components with the sdist-only ones replaced by their Requires-Dis
 
 Usage: python benchmarks/lock_speed.py [--repeat N] [--pip-repeat N]
 
-Writes benchmarks/results/lock_speed.txt (the printed table) and lock_speed.json.
+Writes benchmarks/results/lock_speed/lock_speed.txt (the printed table) and lock_speed.json.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ per torch version: a torch other than this Python's names its column and folder,
 one table with a column per version (saved-bytes error / largest whole-step peak error, or why
 the family did not plan) written to OUT/memplan_families_matrix.txt and .json.
 
-Usage: python benchmarks/memplan_families.py [--out benchmarks/results] [--only llama,t5] [--torchvision] [--matrix PY,PY]
+Usage: python benchmarks/memplan_families.py [--out benchmarks/results/memplan_families] [--only llama,t5] [--torchvision] [--matrix PY,PY]
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ def matrix(pythons: list[str], out: Path, only: str, reuse: bool = False) -> int
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/memplan_families"))
     ap.add_argument("--only", default="", help="comma-separated families (default: all)")
     ap.add_argument("--torchvision", action="store_true", help="torchvision's image classifiers instead of Hugging Face families")
     ap.add_argument("--matrix", default="", help="comma-separated Python interpreters, one per transformers version: a column each")

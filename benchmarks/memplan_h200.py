@@ -47,12 +47,12 @@ or spread, recomputed first, recomputed last), and the cases --hf-compile names 
 planned+compile (memplan's plan for compiled blocks, then the blocks and the loss compiled)
 against compile@r (no recompute, blocks compiled under activation_memory_budget r, the largest
 r whose measured peak is within planned+compile's), each graph compiled once, then ten runs of
-each interleaved ABBA (hf_compiled says how). Results: OUT/memplan_h200_hf_COMMIT.txt and
-.json, written after each case.
+each interleaved ABBA (hf_compiled says how). Results: OUT/NAME.txt and .json
+(NAME: --name, else hf_COMMIT), written after each case; the grid without --hf: OUT/grid.txt and .json.
 
-Usage: python benchmarks/memplan_h200.py [--out benchmarks/results] [--time-budget 300] [--skip-compile]
+Usage: python benchmarks/memplan_h200.py [--out benchmarks/results/memplan_h200] [--time-budget 300] [--skip-compile]
        python benchmarks/memplan_h200.py --hf [--hf-shapes llama:4:2048,gpt2:8:1024] [--hf-compile gpt2:4:2048:0.45]
-                                         [--time-budget 240] [--compile-time 120] [--commit abc1234]
+                                         [--time-budget 240] [--compile-time 120] [--name hf_grid]
        python benchmarks/memplan_h200.py --hf --device cpu --tiny --hf-shapes gpt2:2:64 --out /tmp/smoke  (smoke run)
 """
 
@@ -65,6 +65,7 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 import argparse
 import gc
 import json
+import re
 import statistics
 import sys
 import time
@@ -520,7 +521,7 @@ def write(out: Path, header: list[str], rows: list[Row], summaries: list[dict], 
         text += "\nnot run (time budget spent): " + ", ".join(f"{p} b{b} s{s} {g}GiB" for p, b, s, g in skipped)
     text += f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {seconds:.0f} s"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "memplan_h200.txt").write_text(text + "\n", encoding="utf-8")
+    (out / "grid.txt").write_text(text + "\n", encoding="utf-8")
     data = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -528,7 +529,7 @@ def write(out: Path, header: list[str], rows: list[Row], summaries: list[dict], 
         "overheads": {"workspace": overheads.workspace, "fragmentation": overheads.fragmentation, "largest_room": overheads.largest_room},
         "rows": [{**r.__dict__, "error": r.error} for r in rows],
     }
-    (out / "memplan_h200.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    (out / "grid.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return text
 
 
@@ -995,7 +996,7 @@ def hf_main(args) -> int:
     import transformers
 
     device_name = torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE
-    name = f"memplan_h200_hf_{args.commit or commit_name()}"
+    name = args.name or f"hf_{args.commit or commit_name()}"
     header = [
         "$ python3 " + " ".join(["benchmarks/memplan_h200.py", *sys.argv[1:]]),
         f"{device_name} torch {torch.__version__} transformers {transformers.__version__}: memplan.plan on Hugging Face models (from_config)",
@@ -1100,7 +1101,7 @@ def hf_write(out: Path, name: str, header: list[str], rows: list[Row], summaries
 def main() -> int:
     global DEVICE, TINY, HF_STEPS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/memplan_h200"))
     ap.add_argument("--time-budget", type=float, default=300.0, help="seconds; later cases are skipped once spent")
     ap.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile memory-budget comparison")
     ap.add_argument("--cases", default="", help="run only these cases, e.g. '125m:8:2048:8,1b:4:4096:45' (preset:batch:seq:GiB)")
@@ -1110,11 +1111,14 @@ def main() -> int:
     ap.add_argument("--hf-fractions", default="", help=f"with --hf, the budgets as fractions of the way from full recompute's peak to none's (default {','.join(map(str, HF_FRACTIONS))})")
     ap.add_argument("--compile-time", type=float, default=120.0, help="with --hf, seconds past --time-budget within which the compiled comparison may still start a run")
     ap.add_argument("--skip-layouts", action="store_true", help="with --hf, leave out the placement comparison (the first shape's last plan placed three ways)")
-    ap.add_argument("--commit", default="", help="with --hf, the commit in the result files' names (memplan_h200_hf_COMMIT.txt/.json); default: git's")
+    ap.add_argument("--commit", default="", help="with --hf, the commit in the result files' default name (hf_COMMIT.txt/.json); default: git's")
+    ap.add_argument("--name", default="", help="with --hf, the result files' name in --out (NAME.txt/.json), e.g. hf_compiled_gpt2; default hf_COMMIT")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="with --hf: cpu runs the script itself (a smoke check, with --tiny)")
     ap.add_argument("--tiny", action="store_true", help="with --hf, six-block configs of the same families")
     ap.add_argument("--steps", type=int, default=HF_STEPS, help=f"with --hf, timed steps a run of the compared variants (default {HF_STEPS})")
     args = ap.parse_args()
+    if args.name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", args.name):
+        ap.error(f"--name {args.name!r}: a file name of letters, digits, '.', '_' or '-' (e.g. hf_compiled_gpt2)")
     if args.hf:
         DEVICE, TINY, HF_STEPS = args.device, args.tiny, args.steps
         if DEVICE == "cuda" and not torch.cuda.is_available():

@@ -81,7 +81,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet50:layer1,resnet50,convnext_tiny,vit_b_16")
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/memplan_vision_gpu"))
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("error: no CUDA GPU: this benchmark measures a GPU's allocator", file=sys.stderr)

@@ -1,6 +1,7 @@
 """A benchmark's result as its script writes it: the printed text (NAME.txt) and a JSON
-document (NAME.json) under benchmarks/results/, each with the date, the commit, the
-machine, the command and the load the machine carried while it ran."""
+document (NAME.json) in the benchmark's own folder, benchmarks/results/FOLDER/ (FOLDER: NAME
+unless the script names another), each with the date, the commit, the machine, the command
+and the load the machine carried while it ran."""
 
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ def _memory_gib() -> float | None:
 class Run:
     """Started when the benchmark starts: notes the context then, and the load again at the end."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, folder: str | None = None) -> None:
         self.name = name
+        self.folder = RESULTS / (folder or name)
         self.started = dt.datetime.now(dt.timezone.utc)
         self.load_start = os.getloadavg()
         commit = _git("rev-parse", "--short", "HEAD")
@@ -76,6 +78,6 @@ class Run:
         load = self.load_text()
         finished = dt.datetime.now(dt.timezone.utc)
         meta = {**self.meta, "seconds": round((finished - self.started).total_seconds(), 1), "load": load}
-        atomic_write_text(RESULTS / f"{self.name}.txt", f"{self.header()}\n{text.rstrip()}\n{load}\n")
-        atomic_write_json(RESULTS / f"{self.name}.json", {**meta, "figures": figures})
-        print(f"wrote {RESULTS.relative_to(ROOT)}/{self.name}.txt and .json")
+        atomic_write_text(self.folder / f"{self.name}.txt", f"{self.header()}\n{text.rstrip()}\n{load}\n")
+        atomic_write_json(self.folder / f"{self.name}.json", {**meta, "figures": figures})
+        print(f"wrote {self.folder.relative_to(ROOT)}/{self.name}.txt and .json")

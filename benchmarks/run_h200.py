@@ -23,7 +23,7 @@ Stages, in order (a job is skipped once --time-budget is spent):
 Results go to --out (run_h200.txt, run_h200.json), rewritten after each stage, so a run cut
 short keeps the stages it finished.
 
-Usage: PYTHONPATH=src python benchmarks/run_h200.py [--out benchmarks/results] [--artifacts DIR] [--time-budget 170]
+Usage: PYTHONPATH=src python benchmarks/run_h200.py [--out benchmarks/results/run_h200] [--artifacts DIR] [--time-budget 170]
          [--stages plain,oom,trainer,compile]
 """
 
@@ -241,7 +241,7 @@ def _oom_lines(oom: dict, mp: dict) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "run_h200")
     parser.add_argument("--artifacts", type=Path, default=None, help="folder for traces, tables, the OOM snapshot and view, the jobs' log")
     parser.add_argument("--time-budget", type=float, default=130)
     parser.add_argument("--stages", default="plain,oom,trainer,compile", help="which stages run, comma-separated (of plain, oom, trainer, compile)")

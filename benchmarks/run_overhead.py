@@ -6,7 +6,7 @@ The hook's only work per step while idle is StepProfiler.after_step (a step coun
 stat of the control file); this times a small model's steps both ways, in rounds of
 alone/hooked/hooked/alone so drift cancels, and the hook call by itself.
 
-Usage: python benchmarks/run_overhead.py [--out benchmarks/results] [--rounds 6] [--steps 50]
+Usage: python benchmarks/run_overhead.py [--out benchmarks/results/run_overhead] [--rounds 6] [--steps 50]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def steps_per_s(step, n: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "run_overhead")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=50)
     args = parser.parse_args()

@@ -6,7 +6,7 @@ with a child process).
 Usage: python benchmarks/suite_gate.py [--only NAME ...] [--out DIR]
 A uv venv with numpy, scipy, pytest and hypothesis is made in a temporary directory (the uv
 cache makes later runs fast). Writes DIR/suite_gate.txt and DIR/suite_gate.json
-(default DIR: benchmarks/results).
+(default DIR: benchmarks/results/suite_gate).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def row(suite: SuiteResult) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", nargs="*", help="suite names to run (default: all)")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "suite_gate")
     args = parser.parse_args()
     chosen = [s for s in SUITES if not args.only or s.name in args.only]
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,6 +1,6 @@
 """Where a bench step's time goes, per class (bench.kernels, bench.profile, bench.ceilings):
 measured for real on the CPU with torch (the classes and idle sum to the step), and on the
-kernel tables of real H200 profiles (benchmarks/results/fp8_h200-12eb22e) for the GPU's
+kernel tables of real H200 profiles (benchmarks/results/fp8_shapes/breakdown) for the GPU's
 classes, rates and ceilings (the H200's recorded health result)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from trainstack.nn.presets import preset
 from tests.test_bench_kernels import recorded_kernels
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
-HEALTH = RESULTS / "health_h200_level2.json"
+HEALTH = RESULTS / "health_h200" / "health_h200_level2.json"
 
 
 @pytest.fixture(scope="module")

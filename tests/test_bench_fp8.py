@@ -1,7 +1,7 @@
 """bench's fp8 modes: the mode parts, which linear layers convert, MFU of float8 rows, the
 one-line refusals where float8 training cannot run. Float8 arithmetic itself needs an sm89+
 GPU: here torchao's emulation runs the converted model on the CPU; the real path ran on
-the H200 (benchmarks/results/bench_h200-fp8)."""
+the H200 (benchmarks/results/bench_h200/fp8)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from trainstack.bench.runner import Measured, RunSpec, summarise  # noqa: E402
 from trainstack.cli import main  # noqa: E402
 from trainstack.errors import UsageError  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bench_h200-fp8"
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bench_h200" / "fp8"
 # ffn_dim 8200: the down projection's input (8200) is not a multiple of 16, the fused gate/up (16400) is
 ODD_FFN = ModelConfig(dim=2048, n_layers=2, n_heads=16, n_kv_heads=8, ffn_dim=8200, vocab_size=512, max_seq=64)
 # one block small enough to train on a CPU with some layers converted in either recipe:

@@ -1,9 +1,8 @@
 """benchmarks/bench_h200.sh's target verdicts, run on the outputs it wrote on the H200
-(benchmarks/results/bench_h200-fp8 and fp8_h200-12eb22e)."""
+(benchmarks/results/bench_h200/fp8 and fp8_shapes/breakdown)."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,13 +14,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory) -> Path:
-    """The script's verdict program (the Python it feeds on standard input at its end)."""
-    text = (ROOT / "benchmarks" / "bench_h200.sh").read_text()
-    program = re.search(r'^"\$py" - "\$out" <<\'PY\'\n(.*?)^PY$', text, re.S | re.M).group(1)
-    path = tmp_path_factory.mktemp("verdicts") / "verdicts.py"
-    path.write_text(program)
-    return path
+def verdicts() -> Path:
+    """The verdict program bench_h200.sh runs at its end, and the script calling it so."""
+    assert '"$py" benchmarks/bench_verdicts.py "$out"' in (ROOT / "benchmarks" / "bench_h200.sh").read_text()
+    return ROOT / "benchmarks" / "bench_verdicts.py"
 
 
 def run(verdicts: Path, folder: str) -> tuple[int, list[str]]:
@@ -30,7 +26,7 @@ def run(verdicts: Path, folder: str) -> tuple[int, list[str]]:
 
 
 def test_recorded_fp8_run_verdicts(verdicts):
-    rc, lines = run(verdicts, "bench_h200-fp8")
+    rc, lines = run(verdicts, "bench_h200/fp8")
     assert rc == 1  # 1b and 3b missed their speed-ups
     assert "bench-1b-b4-s4096.jsonl: compile+bf16+fp8 / compile+bf16 tokens/s = 1.108 (target 1.15): MISSED" in lines
     assert "8b batch 2: compile+planned+bf16+fp8 / compile+planned+bf16 tokens/s = 1.286 (target 1.2): met" in lines
@@ -38,7 +34,7 @@ def test_recorded_fp8_run_verdicts(verdicts):
 
 
 def test_a_recipe_that_missed_its_parity_does_not_count_for_speed(verdicts):
-    rc, lines = run(verdicts, "fp8_h200-12eb22e")
+    rc, lines = run(verdicts, "fp8_shapes/breakdown")
     assert rc == 1
     assert "bench-3b-b2-s4096.jsonl: compile+bf16+fp8-fastacc 29,583 tokens/s not counted: its parity run missed 1%" in lines
     # the fastest recipe that counts is torchao's tensorwise, 1.183x: not the 1.206x of fp8-fastacc

@@ -1,5 +1,5 @@
 """Device time per kind of kernel (bench.kernels), on the kernel tables two real H200
-profiles recorded (1b, compile+bf16 and compile+bf16+fp8: benchmarks/results/fp8_h200-12eb22e),
+profiles recorded (1b, compile+bf16 and compile+bf16+fp8: benchmarks/results/fp8_shapes/breakdown),
 and the idle time between kernels on intervals built to overlap."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from trainstack.bench.kernels import OTHER, Breakdown, Kernel, breakdown, kind_of, text
 
-PROFILES = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "fp8_h200-12eb22e" / "profiles"
+PROFILES = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "fp8_shapes" / "breakdown" / "profiles"
 UNIT_US = {"us": 1.0, "ms": 1e3, "s": 1e6}
 
 

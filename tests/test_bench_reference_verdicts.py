@@ -1,6 +1,6 @@
-"""benchmarks/reference_h200.py's verdicts on real H200 outputs (benchmarks/results/bench_h200-fp8:
+"""benchmarks/reference_h200.py's verdicts on real H200 outputs (benchmarks/results/bench_h200/fp8:
 the 8B at 4096, 1b and 3b, 125m's parity), and the three largest costs it names from a
-breakdown of a real recorded profile (fp8_h200-12eb22e)."""
+breakdown of a real recorded profile (fp8_shapes/breakdown)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def verdicts(folder: Path) -> tuple[int, list[str]]:
 
 
 def test_recorded_run_before_the_reference_misses_what_it_did_not_measure():
-    rc, lines = verdicts(RESULTS / "bench_h200-fp8")
+    rc, lines = verdicts(RESULTS / "bench_h200" / "fp8")
     assert rc == 1
     assert "llama3.1-8b seq 8192: not measured: MISSED" in lines
     assert "1b seq 4096: compile+bf16 MFU 59.0% (target 62%): MISSED" in lines
@@ -41,8 +41,8 @@ def test_the_8b_targets_and_its_largest_costs(tmp_path):
 
     split = breakdown(recorded_kernels("profile-1b-compile_bf16-b4-s4096.kernels.txt"), steps=2).to_json()
     rated = with_rates(split, class_work(preset("1b"), batch=4, seq=4096, params=preset("1b").total_params()),
-                       ceilings(peak_for("NVIDIA H200"), read_health(RESULTS / "health_h200_level2.json")))
-    rows = [json.loads(line) for line in (RESULTS / "bench_h200-fp8" / "bench-8b-b2-s4096.jsonl").read_text().splitlines()]
+                       ceilings(peak_for("NVIDIA H200"), read_health(RESULTS / "health_h200" / "health_h200_level2.json")))
+    rows = [json.loads(line) for line in (RESULTS / "bench_h200" / "fp8" / "bench-8b-b2-s4096.jsonl").read_text().splitlines()]
     (tmp_path / "bench-llama3.1-8b-b2-s8192.jsonl").write_text("".join(json.dumps(r | {"breakdown": rated}) + "\n" for r in rows))
     rc, lines = verdicts(tmp_path)
     assert rc == 1  # 1b, 3b and the parity runs are absent

@@ -1,7 +1,7 @@
 """GPU code paths on a real CUDA GPU (marker gpu: skipped with 'skip: no GPU' elsewhere).
 
 Run on a GPU machine with `pytest -m gpu --junitxml=...`; its JUnit report is kept in
-benchmarks/results/. Each test drives the CLI as a user would, on jobs of its own.
+benchmarks/results/gpu_tests/. Each test drives the CLI as a user would, on jobs of its own.
 """
 
 from __future__ import annotations

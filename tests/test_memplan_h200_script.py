@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -59,8 +60,8 @@ def test_the_script_runs_on_a_cpu(tmp_path, monkeypatch) -> None:
         assert module.main() == 0
     finally:
         sys.modules.pop("memplan_h200_run", None)
-    text = (tmp_path / "memplan_h200_hf_test.txt").read_text()
-    data = json.loads((tmp_path / "memplan_h200_hf_test.json").read_text())
+    text = (tmp_path / "hf_test.txt").read_text()
+    data = json.loads((tmp_path / "hf_test.json").read_text())
     assert "cases 3 over 1 architectures (gpt2); planned runs ok 3, over budget 0, out of memory 0" in text
     assert data["summary"][0].startswith("cases 3 ")
     assert [c["case"] for c in data["cases"]][-1] == "gpt2 b2 s16 layouts"
@@ -95,13 +96,13 @@ def test_paired_interval_brackets_the_mean_and_is_seeded(bench) -> None:
 def test_the_compiled_comparison_runs_on_a_cpu(tmp_path, monkeypatch) -> None:
     """planned+compile against compile@r end to end (inductor on the CPU): every variant's
     graphs compiled once, then ten runs of each interleaved, and the ratio's interval written."""
-    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--hf", "--device", "cpu", "--tiny", "--hf-shapes", "gpt2:2:16", "--hf-fractions", "0.3", "--hf-compile", "gpt2:2:16:0.3", "--skip-layouts", "--steps", "1", "--out", str(tmp_path), "--commit", "test"])
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--hf", "--device", "cpu", "--tiny", "--hf-shapes", "gpt2:2:16", "--hf-fractions", "0.3", "--hf-compile", "gpt2:2:16:0.3", "--skip-layouts", "--steps", "1", "--out", str(tmp_path), "--name", "hf_compiled_gpt2"])
     module = _load("memplan_h200_compiled")
     try:
         assert module.main() == 0
     finally:
         sys.modules.pop("memplan_h200_compiled", None)
-    data = json.loads((tmp_path / "memplan_h200_hf_test.json").read_text())
+    data = json.loads((tmp_path / "hf_compiled_gpt2.json").read_text())
     compiled = data["cases"][0]["compiled"]
     assert compiled["planned+compile"]["repeats"] == compiled["compile"]["repeats"] == 10
     assert len(compiled["pairs"]) == 10 and len(compiled["interval"]) == 3
@@ -160,3 +161,11 @@ def test_switching_between_compiled_variants_compiles_nothing_new() -> None:
     assert compiled >= 3  # the kept block, the recomputed one, the kept one under the budget
     assert counters["stats"]["unique_graphs"] == compiled
     torch._dynamo.reset()
+
+
+def test_a_name_that_is_not_a_file_name_is_refused_before_any_work(tmp_path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--hf", "--device", "cpu", "--tiny", "--name", "../hf_grid", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].startswith("memplan_h200.py: error: --name '../hf_grid': a file name of letters")
+    assert list(tmp_path.iterdir()) == [] and not (tmp_path.parent / "hf_grid.txt").exists()

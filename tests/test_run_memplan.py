@@ -64,7 +64,7 @@ def test_a_model_memplan_cannot_plan_gets_its_reason_and_runs_as_built(tmp_path)
     assert len(reason) == 1 and reason[0].endswith("; the model runs as the job built it")
 
 
-RECORDED_H200_OOM = (  # the job's own error in benchmarks/results/run_h200.json (torch 2.11, H200)
+RECORDED_H200_OOM = (  # the job's own error in benchmarks/results/run_h200/run_h200.json (torch 2.11, H200)
     "CUDA out of memory. Tried to allocate 1.95 GiB. GPU 0 has a total capacity of 139.80 GiB of which 115.76 GiB is free. "
     "Including non-PyTorch memory, this process has 24.03 GiB memory in use. 23.99 GiB allowed; Of the allocated memory "
     "21.25 GiB is allocated by PyTorch, and 2.04 GiB is reserved by PyTorch but unallocated."

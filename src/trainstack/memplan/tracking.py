@@ -24,8 +24,8 @@ class Roofline:
     Host: ``host_op_s`` per op issued in eager mode; ``full_op_s`` and ``selective_op_s``
     added per op of a block's forward when the block is fully or selectively recomputed
     (selective runs every op through a Python dispatch mode, twice). Defaults: as
-    benchmarks/memplan_h200.py measured them on an H200, torch 2.11
-    (benchmarks/results/memplan_h200_b74b7db.txt). Where a GPU is at hand, ``realblock.measure_real``
+    benchmarks/memplan_h200.py measured them on an H200, torch 2.11 (commit b74b7db's run;
+    git history of benchmarks/results/). Where a GPU is at hand, ``realblock.measure_real``
     replaces these estimates by measured block times.
     """
 

@@ -1,7 +1,7 @@
 """The library versions memplan and ``bench --hf-config`` are proven with, and the one-line
 refusal of any other: transformers 4.46 to 5.x (the CPU matrix in
-benchmarks/results/memplan_families_matrix runs 4.46, 4.53, 4.57 and the newest 5.x) and
-torch 2.5 and newer (the matrix runs 2.5.1, 2.7.1 and the newest). The versions are read from
+benchmarks/results/memplan_families/memplan_families_matrix runs 4.46, 4.53, 4.57 and the
+newest 5.x) and torch 2.5 and newer (the matrix runs 2.5.1, 2.7.1 and the newest). The versions are read from
 the installed packages' metadata, so a torch outside the range is refused before it is
 imported (a CUDA build without its libraries would fail there with a traceback)."""
 
