@@ -30,6 +30,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -145,6 +146,9 @@ def main() -> int:
         steps["debootstrap"] = {"seconds": round(time.perf_counter() - start, 1), "exit": 0, "passed": True}
         shutil.copyfile(CA_BUNDLE, root / CA_BUNDLE.relative_to("/"))
         shutil.copyfile("/etc/resolv.conf", root / "etc" / "resolv.conf")
+        # as Debian's installer writes it: the machine's own name resolves (torchrun and gloo look it up)
+        with (root / "etc" / "hosts").open("a") as hosts:
+            hosts.write(f"127.0.1.1\t{socket.gethostname()}\n")
         checkout = root / CHECKOUT.lstrip("/")
         checkout.mkdir(parents=True)
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True).stdout

@@ -8,7 +8,7 @@ the tests of a session, and a second run, share it; a venv is complete once its
 ``trainstack-ready`` file exists.
 
 - ``transformers_python("4.46.2")``: that transformers over this Python's torch
-  (``--system-site-packages``): small, a few seconds from uv's cache.
+  (a venv over this one's packages: tests/venvs.py): small, a few seconds from uv's cache.
 - ``torch_python("2.5.1", "4.46.2")``: torch and transformers of their own, with trainstack's
   dependencies (trainstack itself comes from ``SRC`` through PYTHONPATH). PyPI's Linux x86_64
   torch is the CUDA build, which does not import without its nvidia-* packages, so a venv
@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 import trainstack
+from tests.venvs import venv_over_this_python
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = str(Path(trainstack.__file__).resolve().parent.parent)
@@ -45,8 +46,9 @@ def _uv() -> str:
     return uv
 
 
-def _made(venv: Path, venv_args: list[str], packages: list[str]) -> str:
-    """``venv``'s Python, the venv made with ``packages`` where it is not complete."""
+def _made(venv: Path, over_this_python: bool, packages: list[str]) -> str:
+    """``venv``'s Python, the venv made with ``packages`` (over this Python's, where
+    ``over_this_python``) where it is not complete."""
     uv = _uv()
     done = venv / "trainstack-ready"
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -55,7 +57,10 @@ def _made(venv: Path, venv_args: list[str], packages: list[str]) -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
             shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([uv, "venv", "-q", str(venv), "--python", sys.executable, *venv_args], check=True, timeout=120)
+            if over_this_python:
+                venv_over_this_python(venv, uv=uv)
+            else:
+                subprocess.run([uv, "venv", "-q", str(venv), "--python", sys.executable], check=True, timeout=120)
             subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *packages], check=True, timeout=INSTALL_SECONDS)
             done.touch()
     return str(venv / "bin" / "python")
@@ -63,18 +68,18 @@ def _made(venv: Path, venv_args: list[str], packages: list[str]) -> str:
 
 def transformers_python(version: str) -> str:
     """A venv's Python with transformers ``version`` and this Python's torch."""
-    return _made(VENVS / version, ["--system-site-packages"], [f"transformers=={version}"])
+    return _made(VENVS / version, True, [f"transformers=={version}"])
 
 
 def torch_python(torch: str, transformers: str) -> str:
     """A venv's Python with torch ``torch`` and transformers ``transformers`` of its own."""
-    return _made(VENVS / f"torch{torch}-transformers{transformers}", [], [f"torch=={torch}", f"transformers=={transformers}", "-r", str(ROOT / "pyproject.toml")])
+    return _made(VENVS / f"torch{torch}-transformers{transformers}", False, [f"torch=={torch}", f"transformers=={transformers}", "-r", str(ROOT / "pyproject.toml")])
 
 
 def torch_alone_python(torch: str) -> str:
     """A venv's Python with torch ``torch``'s own wheel over this Python's packages, without the
     CUDA libraries it needs to import: for a refusal that reads the version before importing it."""
-    return _made(VENVS / f"torch{torch}-alone", ["--system-site-packages"], ["--no-deps", f"torch=={torch}"])
+    return _made(VENVS / f"torch{torch}-alone", True, ["--no-deps", f"torch=={torch}"])
 
 
 def env() -> dict[str, str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.venvs import venv_over_this_python
 from trainstack.run.install import PTH_NAME, install_into_venv
 
 DATA = Path(__file__).parent / "data" / "run"
@@ -24,7 +25,7 @@ HOOKED = "import sys, torch; print('hooked' if 'trainstack.run.hook' in sys.modu
 def venv(tmp_path_factory) -> Path:
     """A real uv venv that sees this Python's packages (torch, trainstack), with the hook."""
     root = tmp_path_factory.mktemp("hooked") / "venv"
-    subprocess.run(["uv", "venv", "--quiet", "--system-site-packages", "--python", sys.executable, str(root)], check=True)
+    venv_over_this_python(root)
     installed = install_into_venv(root)
     assert [p.name for p in installed] == [PTH_NAME]
     return root

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.venvs import venv_over_this_python
 from trainstack.stackfile import load_stack
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,12 +26,14 @@ def _uv(*args: str | Path) -> None:
 
 
 def make_venv(factory: pytest.TempPathFactory, key: str, packages: list[str], *, system_site: bool = False) -> Path:
-    """A uv venv with ``packages``; returns its python."""
+    """A uv venv with ``packages`` (over this Python's packages where ``system_site``); returns its python."""
     if key not in _MADE:
         root = factory.mktemp(key)
-        flags = ["--system-site-packages"] if system_site else []
-        _uv("venv", "-q", "--python", sys.executable, *flags, root / "venv")
-        python = root / "venv" / "bin" / "python"
+        if system_site:
+            python = venv_over_this_python(root / "venv")
+        else:
+            _uv("venv", "-q", "--python", sys.executable, root / "venv")
+            python = root / "venv" / "bin" / "python"
         if packages:
             _uv("pip", "install", "-q", "--python", python, *packages)
         _MADE[key] = python
@@ -88,8 +91,7 @@ def deepspeed_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     key = "deepspeed-venv"
     if key not in _MADE:
         root = tmp_path_factory.mktemp(key)
-        _uv("venv", "-q", "--python", sys.executable, "--system-site-packages", root / "venv")
-        python = root / "venv" / "bin" / "python"
+        python = venv_over_this_python(root / "venv")
         subprocess.run(
             ["uv", "pip", "install", "-q", "--python", str(python), "--no-build-isolation", "--no-deps",
              "deepspeed==0.18.9", "hjson", "py-cpuinfo", "msgpack", "einops", "psutil", "ninja", "tqdm"],
