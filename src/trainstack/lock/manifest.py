@@ -17,7 +17,6 @@ from typing import Annotated, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
@@ -36,21 +35,6 @@ LAYER = re.compile(r"^[a-z][a-z0-9-]*\Z")
 GIT_PIN = re.compile(r"^git\+(?P<url>.+)@(?P<sha>[0-9a-f]{40})\Z")
 HASH_LINE = re.compile(r"^--hash=sha256:[0-9a-f]{64}\Z")
 OPTIONS = ("--index-url", "--extra-index-url", "--find-links")  # what uv writes into a lock
-
-
-def _matching(value: str, pattern: re.Pattern[str], accepted: str) -> str:
-    if not pattern.fullmatch(value):
-        raise ValueError(f"'{grammar.shown(value)}' is not {accepted}")
-    return value
-
-
-def _version(value: str) -> str:
-    grammar.no_controls(value)
-    try:
-        Version(value)
-    except InvalidVersion:
-        raise ValueError(f"'{grammar.shown(value)}' is not a version (PEP 440, such as '2.9.1')") from None
-    return value
 
 
 def _pinned_source(value: str) -> str:
@@ -114,7 +98,7 @@ class LockedFlavour(BaseModel):
     @classmethod
     def _settings(cls, value: dict[str, str]) -> dict[str, str]:
         for name, setting in value.items():
-            _matching(name, SETTING, "a build setting name ('compiler_cache', 'deepspeed.DS_BUILD_OPS')")
+            grammar.matching(name, SETTING, "a build setting name ('compiler_cache', 'deepspeed.DS_BUILD_OPS')")
             grammar.no_controls(setting)
         return value
 
@@ -124,7 +108,7 @@ class LockedFlavour(BaseModel):
         if info.field_name == "inputs_hash" and not value:  # locks before inputs were hashed
             return value
         pattern, accepted = FLAVOUR_PATTERNS[info.field_name]
-        return _matching(value, pattern, accepted)
+        return grammar.matching(value, pattern, accepted)
 
     @field_validator("index")
     @classmethod
@@ -134,7 +118,7 @@ class LockedFlavour(BaseModel):
     @field_validator("packages", "sources")
     @classmethod
     def _pins(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
-        check = _version if info.field_name == "packages" else _pinned_source
+        check = grammar.version if info.field_name == "packages" else _pinned_source
         for name, pinned in value.items():
             grammar.pep508_name(name)
             check(pinned)
@@ -144,8 +128,8 @@ class LockedFlavour(BaseModel):
     @classmethod
     def _layers(cls, value: dict[str, str]) -> dict[str, str]:
         for name, relative in value.items():
-            _matching(name, LAYER, "a layer name ('torch', 'toolchain')")
-            _matching(relative, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.<layer>.txt')")
+            grammar.matching(name, LAYER, "a layer name ('torch', 'toolchain')")
+            grammar.matching(relative, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.<layer>.txt')")
         return value
 
 
@@ -181,13 +165,13 @@ class Manifest(BaseModel):
     @field_validator("inputs_hash")
     @classmethod
     def _inputs(cls, value: str) -> str:
-        return _matching(value, SHA256, _SHA_ACCEPTED)
+        return grammar.matching(value, SHA256, _SHA_ACCEPTED)
 
     @field_validator("flavours")
     @classmethod
     def _slugs(cls, value: dict[str, LockedFlavour]) -> dict[str, LockedFlavour]:
         for slug in value:
-            _matching(slug, SLUG, "a flavour slug ('cu128-ubuntu2404-py312-release')")
+            grammar.matching(slug, SLUG, "a flavour slug ('cu128-ubuntu2404-py312-release')")
         return value
 
 
@@ -282,7 +266,7 @@ def read_lock_text(
     not lead out), every line checked by ``check_lock_text``."""
     path = lock_dir / relative
     try:
-        _matching(relative, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.txt')")
+        grammar.matching(relative, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.txt')")
     except ValueError as exc:
         raise SpecError(f"{lock_dir / MANIFEST_NAME}: {exc}") from None
     try:
@@ -356,4 +340,4 @@ def _requirement(line: str, direct: set[str]) -> None:
     pins = list(parsed.specifier)
     if len(pins) != 1 or pins[0].operator != "==" or parsed.extras:
         raise ValueError(f"'{grammar.shown(line)}' is not a pinned requirement ('name==version')")
-    _version(pins[0].version)
+    grammar.version(pins[0].version)

@@ -83,8 +83,7 @@ def rules_of(info: ValidationInfo) -> Rules:
 
 
 def _python(value: str, rules: Rules) -> str:
-    if not PYTHON_RE.fullmatch(value):
-        raise ValueError(f"'{grammar.shown(value)}' is not a Python version (try '3.12')")
+    grammar.matching(value, PYTHON_RE, "a Python version (try '3.12')")
     known = known_pythons(rules)
     if value not in known:
         raise ValueError(f"Python {value} is not in the rules data (known: {', '.join(known)})")
@@ -92,15 +91,11 @@ def _python(value: str, rules: Rules) -> str:
 
 
 def _cuda(value: str) -> str:
-    if not CUDA_RE.fullmatch(value):
-        raise ValueError(f"'{grammar.shown(value)}' is not a CUDA version (try '12.8' or 'cpu')")
-    return value
+    return grammar.matching(value, CUDA_RE, "a CUDA version (try '12.8' or 'cpu')")
 
 
 def _os(value: str) -> str:
-    if not OS_RE.fullmatch(value):
-        raise ValueError(f"'{grammar.shown(value)}' is not an OS name (try 'ubuntu24.04' or 'debian12')")
-    return value
+    return grammar.matching(value, OS_RE, "an OS name (try 'ubuntu24.04' or 'debian12')")
 
 
 # the fields of [stack] tag that are not a component's version
