@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from trainstack.errors import LockError, SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
@@ -35,6 +35,7 @@ LAYER = re.compile(r"^[a-z][a-z0-9-]*\Z")
 GIT_PIN = re.compile(r"^git\+(?P<url>.+)@(?P<sha>[0-9a-f]{40})\Z")
 HASH_LINE = re.compile(r"^--hash=sha256:[0-9a-f]{64}\Z")
 OPTIONS = ("--index-url", "--extra-index-url", "--find-links")  # what uv writes into a lock
+OneLine = Annotated[str, AfterValidator(grammar.no_controls)]  # a value the manifest records as it was given
 
 
 def _pinned_source(value: str) -> str:
@@ -75,7 +76,7 @@ class LockedFlavour(BaseModel):
     arch: Literal["x86_64", "aarch64"] = "x86_64"
     lock_file: str  # relative to the lock directory: "locks/<slug>.txt"
     lock_sha256: str  # of the lock file's bytes
-    index: str | None  # the CUDA-variant index the flavour resolved against (None: default index)
+    index: Annotated[str, AfterValidator(grammar.index_url)] | None  # the CUDA-variant index the flavour resolved against (None: default index)
     cache_key: str  # "<image>-<slug>-<12 hex>"
     packages: dict[str, str]  # canonical name -> resolved version
     sources: dict[str, str] = {}  # canonical name -> "git+URL@SHA" or "file://..." for non-index sources
@@ -85,14 +86,9 @@ class LockedFlavour(BaseModel):
     layers: dict[str, str] = {}
     inputs_hash: str = ""  # sha256 of this flavour's resolution inputs (uv requests, sources)
     # what the release notes diff besides versions; "" and {} in manifests written before they were recorded
-    base_image: Annotated[str, Field(max_length=500)] = ""  # the image (or debootstrap suite) it builds on
+    base_image: Annotated[str, Field(max_length=500), AfterValidator(grammar.no_controls)] = ""  # the image (or debootstrap suite) it builds on
     # system packages, each component's build_env (DS_BUILD_* flags among them) and job budget, the compiler cache
     build_settings: Annotated[dict[str, Annotated[str, Field(max_length=2000)]], Field(max_length=1000)] = {}
-
-    @field_validator("base_image")
-    @classmethod
-    def _base(cls, value: str) -> str:
-        return grammar.no_controls(value)
 
     @field_validator("build_settings")
     @classmethod
@@ -109,11 +105,6 @@ class LockedFlavour(BaseModel):
             return value
         pattern, accepted = FLAVOUR_PATTERNS[info.field_name]
         return grammar.matching(value, pattern, accepted)
-
-    @field_validator("index")
-    @classmethod
-    def _index(cls, value: str | None) -> str | None:
-        return None if value is None else grammar.index_url(value)
 
     @field_validator("packages", "sources")
     @classmethod
@@ -137,12 +128,12 @@ class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_version: int = SCHEMA_VERSION
-    stack: str
-    release: str
-    image: str  # registry/image, as in StackInfo.image_ref
+    stack: OneLine
+    release: Annotated[str, AfterValidator(grammar.oci_tag)]
+    image: OneLine  # registry/image, as in StackInfo.image_ref
     inputs_hash: str  # sha256 of the stack file's resolved inputs (what makes the lock)
-    uv_version: str
-    generated_at: str  # ISO time; excluded from inputs_hash, kept when inputs are unchanged
+    uv_version: OneLine
+    generated_at: OneLine  # ISO time; excluded from inputs_hash, kept when inputs are unchanged
     flavours: dict[str, LockedFlavour]  # slug -> locked flavour
 
     @field_validator("schema_version")
@@ -151,16 +142,6 @@ class Manifest(BaseModel):
         if value != SCHEMA_VERSION:
             raise ValueError(f"{value} is not a schema this trainstack reads; accepted: {SCHEMA_VERSION}")
         return value
-
-    @field_validator("stack", "image", "uv_version", "generated_at")
-    @classmethod
-    def _one_line(cls, value: str) -> str:
-        return grammar.no_controls(value)
-
-    @field_validator("release")
-    @classmethod
-    def _release(cls, value: str) -> str:
-        return grammar.oci_tag(value)
 
     @field_validator("inputs_hash")
     @classmethod
