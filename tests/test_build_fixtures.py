@@ -6,6 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from tests.stacks import CPU_FLAVOUR
 from trainstack.lock import Manifest, lock_stack
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "stacks"
@@ -80,13 +81,7 @@ numpy = ">=2.2,<2.5"
 pytest = ">=8"
 tsdemo = {{ git = "{url}", commit = "{sha}", build_env = {{ TS_BUILD_FLAG = "on" }}, jobs = {{ divisor = 1, cap = 3 }} }}
 
-[matrix]
-cuda = ["cpu"]
-os = ["debian12"]
-python = ["3.11"]
-
-[build]
-base = {{ debian12 = "debootstrap:bookworm" }}
+""" + CPU_FLAVOUR + """\
 min_free_disk_gb = {min_free}
 compiler_cache = {{ kind = "ccache", dir = "ccache-dir", max_size = "1G" }}
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.stacks import CPU_FLAVOUR
 from tests.test_build_fixtures import copy_example, git, git_package, make_lock
 from trainstack.builder.oci import BuildahBackend
 from trainstack.cli import main
@@ -119,13 +120,7 @@ image = "trainstack/cpu-src"
 numpy = ">=2.2,<2.5"
 tsdemo = {{ git = "{url}", commit = "{sha}", build_env = {{ TS_BUILD_FLAG = "on" }}, jobs = {{ divisor = 1, cap = 3 }} }}
 
-[matrix]
-cuda = ["cpu"]
-os = ["debian12"]
-python = ["3.11"]
-
-[build]
-base = {{ debian12 = "debootstrap:bookworm" }}
+""" + CPU_FLAVOUR + """\
 system_packages = ["ca-certificates", "git"]
 min_free_disk_gb = 1
 

@@ -7,12 +7,9 @@ release, so the build asks uv to revalidate the page and tries again.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 import subprocess
 import sys
-import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -24,33 +21,12 @@ from trainstack.builder.venv import refresh_missing_pins
 from trainstack.errors import NetworkError
 
 from tests.loopback import serve
+from tests.wheels import demo_wheel
 
 PAGE = "/simple/demo-pkg/"
 
 
-def _wheel(version: str) -> tuple[str, bytes]:
-    """A minimal real wheel of demo-pkg: one module that knows its version."""
-    name = f"demo_pkg-{version}-py3-none-any.whl"
-    info = f"demo_pkg-{version}.dist-info"
-    files = {
-        "demo_pkg.py": f"VERSION = {version!r}\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: demo-pkg\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: trainstack-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    record.append(f"{info}/RECORD,,")
-    files[f"{info}/RECORD"] = "\n".join(record) + "\n"
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as zf:
-        for path, text in files.items():
-            zf.writestr(path, text)
-    return name, buffer.getvalue()
-
-
-WHEELS = dict(_wheel(v) for v in ("0.9", "1.0"))
+WHEELS = dict(demo_wheel(v) for v in ("0.9", "1.0"))
 NEW = "demo_pkg-1.0-py3-none-any.whl"
 
 

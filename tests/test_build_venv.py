@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.mounts import tmpfs
 from tests.test_build_fixtures import copy_example, drop_commit, make_lock, source_stack
 from trainstack.builder.cpu import effective_cpus
 from trainstack.cli import main
@@ -174,17 +175,11 @@ def test_below_min_free_disk_is_refused_with_numbers(tmp_path: Path, capsys: pyt
 
 
 def test_full_disk_fails_cleanly(cpu_stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    small = tmp_path / "small"
-    small.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], capture_output=True).returncode:
-        pytest.skip("cannot mount a small tmpfs here (needs root with mount rights)")
-    try:
+    with tmpfs(tmp_path / "small", "size=4m") as small:
         code = main(["build", str(cpu_stack), "--build-dir", str(small / "build")])
         lines = error_lines(capsys.readouterr().err)
         assert code == 7 and len(lines) == 1 and "no space left on the device" in lines[0]
         assert_no_build_but_failure_logs(small / "build")
-    finally:
-        subprocess.run(["umount", str(small)], check=True)
 
 
 def test_git_commit_that_does_not_exist(src_stack: tuple[Path, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.mounts import tmpfs
 from trainstack.cli import VERBS, main
 from trainstack.errors import EXIT_TABLE, bad_input_code, exit_codes_line, readme_rows
 
@@ -57,15 +58,8 @@ OUTPUTS: dict[str, tuple[list[str], str, bool]] = {
 @contextlib.contextmanager
 def read_only_folder(tmp_path: Path) -> Iterator[Path]:
     """A real read-only place (root ignores mode bits, not a read-only mount)."""
-    place = tmp_path / "ro"
-    place.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(place)], capture_output=True, text=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", "ro,size=64k") as place:
         yield place
-    finally:
-        subprocess.run(["umount", str(place)], check=True)
 
 
 def bad_places(tmp_path: Path, folder: bool) -> dict[str, tuple[Path, str]]:
@@ -123,19 +117,12 @@ def test_bench_refuses_an_existing_file_as_its_folder_before_importing_torch(tmp
 def full_disk(tmp_path: Path) -> Iterator[Path]:
     """A real filesystem with no byte left (a small tmpfs, filled): a file can be created there
     (so the check before the work passes), but nothing written into it."""
-    full = tmp_path / "full"
-    full.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], capture_output=True, text=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "full", "size=64k") as full:
         with contextlib.suppress(OSError), open(full / "filler", "wb") as handle:  # noqa: PTH123
             while True:
                 handle.write(b"\0" * 4096)
                 handle.flush()
         yield full
-    finally:
-        subprocess.run(["umount", str(full)], check=True)
 
 
 def test_a_finished_benchmark_is_kept_when_its_output_cannot_be_written(tmp_path: Path) -> None:

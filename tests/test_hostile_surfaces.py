@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.mounts import tmpfs
 from trainstack.verify.linkcheck.check import check_paths
 from trainstack.verify.linkcheck.elf import read_elf
 
@@ -417,18 +418,9 @@ def test_check_shows_what_the_stack_will_run(tmp_path: Path) -> None:
 @pytest.fixture()
 def mounts(tmp_path: Path):
     """A full 64 KiB tmpfs and a read-only one (root with mount rights, else skipped)."""
-    full, readonly = tmp_path / "full", tmp_path / "readonly"
-    full.mkdir()
-    readonly.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (needs root with mount rights)")
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(readonly)], check=True)
+    with tmpfs(tmp_path / "full", "size=64k") as full, tmpfs(tmp_path / "readonly", "size=64k,ro") as readonly:
         subprocess.run(["dd", "if=/dev/zero", f"of={full / 'fill'}", "bs=4k"], capture_output=True)
         yield full, readonly
-    finally:
-        for folder in (full, readonly):
-            subprocess.run(["umount", str(folder)], capture_output=True)
 
 
 def test_verify_output_on_a_full_disk_is_one_line_and_nothing_half_written(mounts, tmp_path: Path) -> None:

@@ -14,44 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.loopback import WheelIndex, serve
-from tests.test_build_stale_index import _wheel
+from tests.stacks import demo_stack
+from tests.wheels import demo_wheel
 from trainstack.cli import main
 from trainstack.lock.manifest import manifest_path
 
-WHEELS = dict([_wheel("1.0")])
-
-STACK = """\
-[stack]
-name = "envs"
-release = "{release}"
-image = "trainstack/envs"
-
-[index]
-url = "{url}"
-
-[components]
-demo-pkg = "==1.0"
-
-[matrix]
-cuda = ["cpu"]
-os = ["debian12"]
-python = ["3.11"]
-
-[build]
-base = {{ debian12 = "debootstrap:bookworm" }}
-min_free_disk_gb = 0
-retries = 1
-{build_extra}
-
-[toolchain]
-packages = []
-nvcc = false
-
-[verify]
-smoke = []
-
-{env}
-"""
+WHEELS = dict([demo_wheel("1.0")])
 
 ENV = """[env]
 NCCL_SOCKET_IFNAME = "{ifname}"
@@ -80,7 +48,7 @@ def index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
 
 def stack_text(url: str = "http://127.0.0.1:1/simple", *, release: str = "1.0", env: str = ENV.format(ifname="eth0"),
                build_extra: str = "") -> str:
-    return STACK.format(url=url, release=release, env=env, build_extra=build_extra)
+    return demo_stack("envs", url, release=release, build_extra=build_extra, tail=f"\n[verify]\nsmoke = []\n\n{env}")
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.loopback import WheelIndex, serve
-from tests.test_build_stale_index import _wheel
+from tests.stacks import demo_stack
+from tests.wheels import demo_wheel
 from trainstack.builder.download import Fetcher, download_sdist, index_auth
 from trainstack.builder.oci import BuildahBackend
 from trainstack.errors import BuildError
@@ -29,39 +30,9 @@ from trainstack.indexauth import name_indexes
 
 USER = "trainstack-ci"
 PASSWORD = f"pw-{uuid.uuid4().hex}"
-WHEELS = dict(_wheel("1.0") for _ in range(1))  # demo-pkg 1.0: one module, one real wheel
-
-STACK = """\
-# a stack resolved from a private index only
-[stack]
-name = "private"
-release = "2026.12.0"
-image = "trainstack/private"
-
-[index]
-url = "{url}"
-
-[components]
-demo-pkg = "==1.0"
-
-[matrix]
-cuda = ["cpu"]
-os = ["debian12"]
-python = ["3.11"]
-
-[build]
-base = {{ debian12 = "debootstrap:bookworm" }}
-min_free_disk_gb = 0
-retries = 1
-
-[toolchain]
-packages = []
-nvcc = false
-"""
-
+WHEELS = dict([demo_wheel("1.0")])  # demo-pkg 1.0: one module, one real wheel
 
 pytestmark = pytest.mark.timeout(900)  # the OCI build takes minutes when it builds its own base; the others seconds
-
 
 
 def authorized(handler: BaseHTTPRequestHandler) -> bool:
@@ -113,7 +84,7 @@ def leaks(root: Path, *texts: str) -> list[str]:
 
 def test_without_credentials_the_lock_fails_in_one_line(index: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stack = tmp_path / "private.toml"
-    stack.write_text(STACK.format(url=index), encoding="utf-8")
+    stack.write_text(demo_stack("private", index), encoding="utf-8")
     assert main(["lock", str(stack)]) != 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and AuthIndex.refused >= 1 and AuthIndex.authorized == 0
@@ -128,7 +99,7 @@ def test_credentials_from_the_environment_lock_render_and_build(
     for key, value in credentials_env(index).items():
         monkeypatch.setenv(key, value)
     stack = tmp_path / "private.toml"
-    stack.write_text(STACK.format(url=index), encoding="utf-8")
+    stack.write_text(demo_stack("private", index), encoding="utf-8")
     assert main(["lock", str(stack)]) == 0
     assert main(["render", str(stack), "--out", str(tmp_path / "render")]) == 0
     locked = AuthIndex.authorized
@@ -156,7 +127,7 @@ def test_credentials_in_uv_index_url_are_used_but_never_written(
     with_creds = index.replace("http://", f"http://{USER}:{PASSWORD}@")
     monkeypatch.setenv("UV_INDEX_URL", with_creds)
     stack = tmp_path / "private.toml"
-    stack.write_text(STACK.format(url=index).replace(f'url = "{index}"', ""), encoding="utf-8")
+    stack.write_text(demo_stack("private", index).replace(f'url = "{index}"', ""), encoding="utf-8")
     assert main(["lock", str(stack)]) == 0
     lock = (tmp_path / "private.lock" / "locks" / "cpu-debian12-py311-release.txt").read_text()
     assert f"--index-url {index}" in lock
@@ -191,7 +162,7 @@ def test_oci_image_gets_the_credentials_as_a_build_secret_only(
     for key, value in credentials_env(index).items():
         monkeypatch.setenv(key, value)
     stack = tmp_path / "private.toml"
-    text = STACK.format(url=index).replace('demo-pkg = "==1.0"', 'demo-pkg = { version = "==1.0", group = "torch" }')
+    text = demo_stack("private", index).replace('demo-pkg = "==1.0"', 'demo-pkg = { version = "==1.0", group = "torch" }')
     text = text.replace("min_free_disk_gb = 0", 'system_packages = ["ca-certificates"]\nmin_free_disk_gb = 0')
     stack.write_text(text.replace("min_free_disk_gb = 0", 'min_free_disk_gb = 0\nca_bundle = "/etc/ssl/certs/ca-certificates.crt"'))
     assert main(["lock", str(stack)]) == 0

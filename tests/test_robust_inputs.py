@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.mounts import tmpfs
 from tests.test_kill_writes import PY311, PY312, cli_ok, index, leftovers, old_lock, tree  # noqa: F401 (fixtures)
 
 HANG = 60  # seconds: a command still running by then is a hang
@@ -188,15 +189,8 @@ def test_render_keeps_other_flavours_and_rewrites_nothing_unchanged(project: Pat
 @pytest.fixture
 def small_disk(tmp_path: Path):
     """A real 2 MiB tmpfs (needs root and a kernel that lets this process mount)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip() or 'mount failed'}): the full-disk case needs root")
-    try:
+    with tmpfs(tmp_path / "disk", "size=2m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def fill(disk: Path) -> Path:

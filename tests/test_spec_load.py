@@ -83,6 +83,23 @@ def test_bad_specifier_says_what_is_accepted(tmp_path: Path) -> None:
     assert ":7: components.numpy.version:" in message and "==2.9.1" in message
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ('numpy = ">=2"', 'numpy = { version = ">=2", extras = ["ok", "-bad"] }',
+         ":7: components.numpy.extras: '-bad' is not an extra (PEP 508 name such as 'cuda12' or 'dev')"),
+        ('numpy = ">=2"', 'numpy = { version = ">=2", when = { os = ["debian12", "Debian 12"] } }',
+         ":7: components.numpy.when.os: 'Debian 12' is not an OS name (try 'ubuntu24.04' or 'debian12')"),
+        ('cuda = ["cpu"]', 'cuda = ["cpu", "12"]', ":10: matrix.cuda: '12' is not a CUDA version (try '12.8' or 'cpu')"),
+        ('numpy = ">=2"', 'numpy = { git = "https://github.com/numpy/numpy", commit = "HEAD" }',
+         ":7: components.numpy.commit: 'HEAD' is not a git commit (7 to 40 lowercase hex digits)"),
+    ],
+)
+def test_a_bad_value_is_named_by_its_field_and_line(tmp_path: Path, old: str, new: str, expected: str) -> None:
+    """A list's bad item is named by the list (as the stack file writes it), not by its index."""
+    assert _error(MINIMAL.replace(old, new), tmp_path).endswith(expected)
+
+
 def test_requires_needs_exact_version(tmp_path: Path) -> None:
     text = MINIMAL.replace('numpy = ">=2"', 'numpy = { version = ">=2", source = "sdist", requires = ["einops"] }')
     assert "exact version" in _error(text, tmp_path)

@@ -7,12 +7,8 @@ what trainstack's probes ask (its version, no CUDA)."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
 import json
 import shutil
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +16,7 @@ import pytest
 
 from tests.loopback import WheelIndex, serve
 from tests.test_private_index import authorized, credentials_env, leaks
+from tests.wheels import wheel
 from trainstack.cli import main
 
 VERSION = "2.5.1+vendor1"
@@ -28,25 +25,12 @@ SLUG = "cpu-debian12-py311-release"
 
 def vendor_torch_wheel() -> tuple[str, bytes]:
     """torch 2.5.1+vendor1 for any Python 3: a real wheel (RECORD with hashes) of a small torch."""
-    info = f"torch-{VERSION}.dist-info"
-    files = {
+    return wheel("torch", VERSION, {
         "torch/__init__.py": f"__version__ = {VERSION!r}\nfrom . import _C, cuda, version  # noqa: F401\n",
         "torch/version.py": f"__version__ = {VERSION!r}\ncuda = None\nhip = None\ndebug = False\n",
         "torch/cuda.py": "def is_available():\n    return False\n\n\ndef device_count():\n    return 0\n",
         "torch/_C.py": "",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {VERSION}\nSummary: a vendor's torch build\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: trainstack-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as zf:
-        for path, text in files.items():
-            zf.writestr(path, text)
-    return f"torch-{VERSION}-py3-none-any.whl", buffer.getvalue()
+    }, summary="a vendor's torch build")
 
 
 WHEELS = dict([vendor_torch_wheel()])

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainstack.errors import OutputError, UsageError
+from trainstack.errors import OutputError, SpecError, UsageError
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -135,6 +135,29 @@ def read_regular(
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"is larger than {limit >> 20} MiB; expected a {what}")
     return data
+
+
+def read_text(
+    path: Path,
+    what: str,
+    *,
+    inside: Path | None = None,
+    folder_name: str = "folder",
+    missing: str | None = None,
+    hint: str | None = None,
+) -> str:
+    """The UTF-8 text of a file a repository brings, read as read_regular reads it; SpecError
+    naming the file when it cannot be read (``missing``: the words for a file that is not
+    there, else the system's) or is not UTF-8 text (``hint``: what it should be, by default
+    'expected <what>')."""
+    try:
+        return read_regular(path, what, inside=inside, folder_name=folder_name).decode("utf-8")
+    except FileNotFoundError as exc:
+        raise SpecError(f"{path}: {missing or 'cannot read: ' + describe_os_error(exc)}") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); {hint or 'expected ' + what}") from None
 
 
 _MAX_LINKS = 40  # as the kernel's own limit on links followed in one path

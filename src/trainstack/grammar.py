@@ -12,10 +12,12 @@ import json
 import posixpath
 import re
 import string
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 # What makes text read differently from what it is: characters that show nothing (the soft
 # hyphen, zero-width spaces and joiners, word joiner and invisible operators, the byte order
@@ -82,28 +84,38 @@ def no_controls(value: str, *, lines: bool = False) -> str:
     return value
 
 
-def pep508_name(value: str) -> str:
-    if not PEP508_NAME.fullmatch(value):
-        raise ValueError(
-            f"'{shown(value)}' is not a package name (PEP 508: letters, digits, '.', '_', '-', "
-            "starting and ending with a letter or digit, such as 'flash-attn')"
-        )
+def matching(value: str, pattern: re.Pattern[str], accepted: str) -> str:
+    """``value`` when ``pattern`` matches all of it; else ValueError: it is not ``accepted``."""
+    if not pattern.fullmatch(value):
+        raise ValueError(f"'{shown(value)}' is not {accepted}")
     return value
 
 
+def pep508_name(value: str) -> str:
+    return matching(value, PEP508_NAME, "a package name (PEP 508: letters, digits, '.', '_', '-', "
+                    "starting and ending with a letter or digit, such as 'flash-attn')")
+
+
 def pep508_extra(value: str) -> str:
-    if not PEP508_NAME.fullmatch(value):
-        raise ValueError(f"'{shown(value)}' is not an extra (PEP 508 name such as 'cuda12' or 'dev')")
+    return matching(value, PEP508_NAME, "an extra (PEP 508 name such as 'cuda12' or 'dev')")
+
+
+def _parsing(value: str, parse: Callable[[str], object], invalid: type[Exception], accepted: str) -> str:
+    """``value`` when it is one line that ``parse`` takes; else ValueError: it is not ``accepted``."""
+    no_controls(value)
+    try:
+        parse(value)
+    except invalid:
+        raise ValueError(f"'{shown(value)}' is not {accepted}") from None
     return value
 
 
 def specifier(value: str) -> str:
-    no_controls(value)
-    try:
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        raise ValueError(f"'{shown(value)}' is not a version specifier (try '==2.9.1' or '>=2.8,<2.10')") from None
-    return value
+    return _parsing(value, SpecifierSet, InvalidSpecifier, "a version specifier (try '==2.9.1' or '>=2.8,<2.10')")
+
+
+def version(value: str) -> str:
+    return _parsing(value, Version, InvalidVersion, "a version (PEP 440, such as '2.9.1')")
 
 
 def requirement(value: str) -> str:
@@ -135,12 +147,8 @@ def debian_package(value: str) -> str:
 
 
 def oci_repository(value: str) -> str:
-    if not OCI_REPOSITORY.fullmatch(value):
-        raise ValueError(
-            f"'{shown(value)}' is not an image repository (OCI reference grammar: lower case path components "
-            "separated by '/', such as 'ml/trainstack-torch')"
-        )
-    return value
+    return matching(value, OCI_REPOSITORY, "an image repository (OCI reference grammar: lower case path components "
+                    "separated by '/', such as 'ml/trainstack-torch')")
 
 
 def oci_registry(value: str) -> str:
@@ -167,18 +175,12 @@ def base_image(value: str) -> str:
         if not DEBOOTSTRAP_SUITE.fullmatch(value.removeprefix("debootstrap:")):
             raise ValueError(f"'{shown(value)}' names no debootstrap suite (such as 'debootstrap:bookworm')")
         return value
-    if not OCI_REFERENCE.fullmatch(value):
-        raise ValueError(
-            f"'{shown(value)}' is not an image reference (OCI reference grammar, such as "
-            "'docker.io/library/ubuntu:24.04', or 'debootstrap:bookworm')"
-        )
-    return value
+    return matching(value, OCI_REFERENCE, "an image reference (OCI reference grammar, such as "
+                    "'docker.io/library/ubuntu:24.04', or 'debootstrap:bookworm')")
 
 
 def env_name(value: str) -> str:
-    if not ENV_NAME.fullmatch(value):
-        raise ValueError(f"'{shown(value)}' is not an environment variable name (letters, digits, '_'; not a digit first)")
-    return value
+    return matching(value, ENV_NAME, "an environment variable name (letters, digits, '_'; not a digit first)")
 
 
 _TEST_WILDCARDS = frozenset("*?[]!")
@@ -281,9 +283,7 @@ def loader_variable(name: str) -> bool:
 
 
 def commit(value: str) -> str:
-    if not HEX_COMMIT.fullmatch(value):
-        raise ValueError(f"'{shown(value)}' is not a git commit (7 to 40 lowercase hex digits)")
-    return value
+    return matching(value, HEX_COMMIT, "a git commit (7 to 40 lowercase hex digits)")
 
 
 def git_url(value: str) -> str:

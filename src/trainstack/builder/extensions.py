@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -200,6 +200,20 @@ class WheelCache:
         return folder / wheel.name
 
 
+@dataclass(frozen=True)
+class _WheelBuild:
+    """What one extension's wheel is built from and where: step ``compile-<name>`` builds
+    ``target`` (a source tree or archive) with ``python`` and ``env`` into the folder ``out``,
+    with ``free_disk_gb`` free before it starts."""
+
+    name: str
+    target: Path | str
+    python: Path
+    env: dict[str, str]
+    out: Path
+    free_disk_gb: float | None = None
+
+
 def build_wheel(
     steps: Steps,
     cache: WheelCache | None,
@@ -218,47 +232,36 @@ def build_wheel(
     A cached source tree is built in the cache's kept folder (trainstack.builder.resume), so a
     build stopped at any point goes on from the units ninja finished; the folder goes once the
     wheel is stored."""
+    build = _WheelBuild(name, target, python, env, out, free_disk_gb)
     found = cache.lookup(key) if cache is not None else None
     if found is not None and cache is not None:
         wheel, meta = found
         shutil.rmtree(cache.kept_folder(key), ignore_errors=True)  # left by a build killed right after storing
-        steps.timed(f"compile-{name}", lambda: None, detail=f"cache hit {cache.folder(key).name}")
+        steps.timed(f"compile-{build.name}", lambda: None, detail=f"cache hit {cache.folder(key).name}")
         record = ExtensionRecord(
             key=key.digest(), cache="hit", compile_seconds=0.0, ccache_hit_rate=None,
             wheel=wheel.name, wheel_bytes=wheel.stat().st_size,
         )  # fmt: skip
         return wheel, record
-    if cache is None or not (Path(target).is_dir() or str(target).endswith((".tar.gz", ".zip"))):
-        return _compile(steps, cache, key, name=name, target=target, python=python, env=env, out=out, free_disk_gb=free_disk_gb)
-    kept = KeptBuild(cache.kept_folder(key), key, toolchain_identity({**os.environ, **env}))
+    if cache is None or not (Path(build.target).is_dir() or str(build.target).endswith((".tar.gz", ".zip"))):
+        return _compile(steps, cache, key, build)
+    kept = KeptBuild(cache.kept_folder(key), key, toolchain_identity({**os.environ, **build.env}))
     with kept.held():
-        earlier = kept.open(Path(target))
+        earlier = kept.open(Path(build.target))
         if earlier is not None:
             err.print(
-                f"{name}: resuming: {earlier.done} of {earlier.total} units compiled by an earlier run ({kept.folder.name})",
+                f"{build.name}: resuming: {earlier.done} of {earlier.total} units compiled by an earlier run ({kept.folder.name})",
                 highlight=False, markup=False,
             )
-        wheel, record = _compile(
-            steps, cache, key, name=name, target=kept.source, python=python, env=env, out=out, free_disk_gb=free_disk_gb,
-            earlier=earlier,
-        )  # fmt: skip
+        wheel, record = _compile(steps, cache, key, replace(build, target=kept.source), earlier=earlier)
         kept.discard()
     return wheel, record
 
 
 def _compile(
-    steps: Steps,
-    cache: WheelCache | None,
-    key: ExtensionKey,
-    *,
-    name: str,
-    target: Path | str,
-    python: Path,
-    env: dict[str, str],
-    out: Path,
-    free_disk_gb: float | None,
-    earlier: Units | None = None,
+    steps: Steps, cache: WheelCache | None, key: ExtensionKey, build: _WheelBuild, earlier: Units | None = None
 ) -> tuple[Path, ExtensionRecord]:
+    name, target, env, out = build.name, build.target, build.env, build.out
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.whl"):  # an interrupted run's
         stale.unlink()
@@ -266,9 +269,9 @@ def _compile(
     start = time.perf_counter()
     steps.run(
         f"compile-{name}",
-        ["uv", "build", "--wheel", "--no-build-isolation", "--python", python, "--out-dir", out, target],
+        ["uv", "build", "--wheel", "--no-build-isolation", "--python", build.python, "--out-dir", out, target],
         env=env,
-        free_disk_gb=free_disk_gb,
+        free_disk_gb=build.free_disk_gb,
     )
     seconds = round(time.perf_counter() - start, 3)
     rate = hit_rate(before, ccache_counts(env))

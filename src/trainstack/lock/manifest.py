@@ -17,9 +17,8 @@ from typing import Annotated, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from trainstack.errors import LockError, SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
@@ -36,21 +35,7 @@ LAYER = re.compile(r"^[a-z][a-z0-9-]*\Z")
 GIT_PIN = re.compile(r"^git\+(?P<url>.+)@(?P<sha>[0-9a-f]{40})\Z")
 HASH_LINE = re.compile(r"^--hash=sha256:[0-9a-f]{64}\Z")
 OPTIONS = ("--index-url", "--extra-index-url", "--find-links")  # what uv writes into a lock
-
-
-def _matching(value: str, pattern: re.Pattern[str], accepted: str) -> str:
-    if not pattern.fullmatch(value):
-        raise ValueError(f"'{grammar.shown(value)}' is not {accepted}")
-    return value
-
-
-def _version(value: str) -> str:
-    grammar.no_controls(value)
-    try:
-        Version(value)
-    except InvalidVersion:
-        raise ValueError(f"'{grammar.shown(value)}' is not a version (PEP 440, such as '2.9.1')") from None
-    return value
+OneLine = Annotated[str, AfterValidator(grammar.no_controls)]  # a value the manifest records as it was given
 
 
 def _pinned_source(value: str) -> str:
@@ -91,7 +76,7 @@ class LockedFlavour(BaseModel):
     arch: Literal["x86_64", "aarch64"] = "x86_64"
     lock_file: str  # relative to the lock directory: "locks/<slug>.txt"
     lock_sha256: str  # of the lock file's bytes
-    index: str | None  # the CUDA-variant index the flavour resolved against (None: default index)
+    index: Annotated[str, AfterValidator(grammar.index_url)] | None  # the CUDA-variant index the flavour resolved against (None: default index)
     cache_key: str  # "<image>-<slug>-<12 hex>"
     packages: dict[str, str]  # canonical name -> resolved version
     sources: dict[str, str] = {}  # canonical name -> "git+URL@SHA" or "file://..." for non-index sources
@@ -101,20 +86,15 @@ class LockedFlavour(BaseModel):
     layers: dict[str, str] = {}
     inputs_hash: str = ""  # sha256 of this flavour's resolution inputs (uv requests, sources)
     # what the release notes diff besides versions; "" and {} in manifests written before they were recorded
-    base_image: Annotated[str, Field(max_length=500)] = ""  # the image (or debootstrap suite) it builds on
+    base_image: Annotated[str, Field(max_length=500), AfterValidator(grammar.no_controls)] = ""  # the image (or debootstrap suite) it builds on
     # system packages, each component's build_env (DS_BUILD_* flags among them) and job budget, the compiler cache
     build_settings: Annotated[dict[str, Annotated[str, Field(max_length=2000)]], Field(max_length=1000)] = {}
-
-    @field_validator("base_image")
-    @classmethod
-    def _base(cls, value: str) -> str:
-        return grammar.no_controls(value)
 
     @field_validator("build_settings")
     @classmethod
     def _settings(cls, value: dict[str, str]) -> dict[str, str]:
         for name, setting in value.items():
-            _matching(name, SETTING, "a build setting name ('compiler_cache', 'deepspeed.DS_BUILD_OPS')")
+            grammar.matching(name, SETTING, "a build setting name ('compiler_cache', 'deepspeed.DS_BUILD_OPS')")
             grammar.no_controls(setting)
         return value
 
@@ -124,17 +104,12 @@ class LockedFlavour(BaseModel):
         if info.field_name == "inputs_hash" and not value:  # locks before inputs were hashed
             return value
         pattern, accepted = FLAVOUR_PATTERNS[info.field_name]
-        return _matching(value, pattern, accepted)
-
-    @field_validator("index")
-    @classmethod
-    def _index(cls, value: str | None) -> str | None:
-        return None if value is None else grammar.index_url(value)
+        return grammar.matching(value, pattern, accepted)
 
     @field_validator("packages", "sources")
     @classmethod
     def _pins(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
-        check = _version if info.field_name == "packages" else _pinned_source
+        check = grammar.version if info.field_name == "packages" else _pinned_source
         for name, pinned in value.items():
             grammar.pep508_name(name)
             check(pinned)
@@ -144,8 +119,8 @@ class LockedFlavour(BaseModel):
     @classmethod
     def _layers(cls, value: dict[str, str]) -> dict[str, str]:
         for name, relative in value.items():
-            _matching(name, LAYER, "a layer name ('torch', 'toolchain')")
-            _matching(relative, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.<layer>.txt')")
+            grammar.matching(name, LAYER, "a layer name ('torch', 'toolchain')")
+            grammar.matching(relative, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.<layer>.txt')")
         return value
 
 
@@ -153,12 +128,12 @@ class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_version: int = SCHEMA_VERSION
-    stack: str
-    release: str
-    image: str  # registry/image, as in StackInfo.image_ref
+    stack: OneLine
+    release: Annotated[str, AfterValidator(grammar.oci_tag)]
+    image: OneLine  # registry/image, as in StackInfo.image_ref
     inputs_hash: str  # sha256 of the stack file's resolved inputs (what makes the lock)
-    uv_version: str
-    generated_at: str  # ISO time; excluded from inputs_hash, kept when inputs are unchanged
+    uv_version: OneLine
+    generated_at: OneLine  # ISO time; excluded from inputs_hash, kept when inputs are unchanged
     flavours: dict[str, LockedFlavour]  # slug -> locked flavour
 
     @field_validator("schema_version")
@@ -168,26 +143,16 @@ class Manifest(BaseModel):
             raise ValueError(f"{value} is not a schema this trainstack reads; accepted: {SCHEMA_VERSION}")
         return value
 
-    @field_validator("stack", "image", "uv_version", "generated_at")
-    @classmethod
-    def _one_line(cls, value: str) -> str:
-        return grammar.no_controls(value)
-
-    @field_validator("release")
-    @classmethod
-    def _release(cls, value: str) -> str:
-        return grammar.oci_tag(value)
-
     @field_validator("inputs_hash")
     @classmethod
     def _inputs(cls, value: str) -> str:
-        return _matching(value, SHA256, _SHA_ACCEPTED)
+        return grammar.matching(value, SHA256, _SHA_ACCEPTED)
 
     @field_validator("flavours")
     @classmethod
     def _slugs(cls, value: dict[str, LockedFlavour]) -> dict[str, LockedFlavour]:
         for slug in value:
-            _matching(slug, SLUG, "a flavour slug ('cu128-ubuntu2404-py312-release')")
+            grammar.matching(slug, SLUG, "a flavour slug ('cu128-ubuntu2404-py312-release')")
         return value
 
 
@@ -282,7 +247,7 @@ def read_lock_text(
     not lead out), every line checked by ``check_lock_text``."""
     path = lock_dir / relative
     try:
-        _matching(relative, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.txt')")
+        grammar.matching(relative, LOCK_FILE, "a lock file of the folder ('locks/<flavour>.txt')")
     except ValueError as exc:
         raise SpecError(f"{lock_dir / MANIFEST_NAME}: {exc}") from None
     try:
@@ -356,4 +321,4 @@ def _requirement(line: str, direct: set[str]) -> None:
     pins = list(parsed.specifier)
     if len(pins) != 1 or pins[0].operator != "==" or parsed.extras:
         raise ValueError(f"'{grammar.shown(line)}' is not a pinned requirement ('name==version')")
-    _version(pins[0].version)
+    grammar.version(pins[0].version)

@@ -50,7 +50,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.errors import SpecError
-from trainstack.fsutil import describe_os_error, loads_strict, read_regular
+from trainstack.fsutil import loads_strict, read_text
 from trainstack.release.model import FIGURE_MAX, SCHEMA_VERSION, ExcludedTest, KnownIssue, ReleaseNotes, Verification
 from trainstack import grammar
 
@@ -151,17 +151,6 @@ def _first_error(exc: ValidationError) -> str:
     return f"{field}: {message[:300]}"
 
 
-def read_text(path: Path, what: str, inside: Path, folder_name: str = "results folder") -> str:
-    """A results file's text; SpecError naming it when it is not a readable UTF-8 regular file
-    inside ``inside`` (a symbolic link may not lead out of it)."""
-    try:
-        return read_regular(path, what, inside=inside, folder_name=folder_name).decode("utf-8")
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); expected {what}") from None
-
-
 def _json(text: str, where: str, one_line: bool = False) -> Any:
     """Strict JSON: NaN, Infinity and nesting too deep for Python are refused with the place."""
     try:
@@ -245,7 +234,7 @@ def read_verification(results: Path | None, slugs: Collection[str], expected: Ve
         if path is None:
             found.append(Verification(slug=slug, measured=False))
             continue
-        found.append(parse_verify(read_text(path, path.name, results), slug, path, f"{slug}/{path.name}", expected))
+        found.append(parse_verify(read_text(path, path.name, inside=results, folder_name="results folder"), slug, path, f"{slug}/{path.name}", expected))
     return found
 
 
@@ -292,14 +281,14 @@ def read_bench(results: Path | None) -> dict[BenchKey, BenchResult]:
     for path in sorted(results.rglob("*.jsonl")):
         relative = path.relative_to(results)
         slug = relative.parts[0] if len(relative.parts) > 1 else ""
-        for row in parse_bench_lines(read_text(path, "bench results file", results), path, slug):
+        for row in parse_bench_lines(read_text(path, "bench results file", inside=results, folder_name="results folder"), path, slug):
             latest[row.key] = row
     return latest
 
 
 def bench_of_release(path: Path) -> dict[BenchKey, BenchResult]:
     """The bench figures a previous release.json published, keyed like read_bench's."""
-    data = _json(read_text(path, "release.json", path.parent, "folder"), str(path))
+    data = _json(read_text(path, "release.json", inside=path.parent), str(path))
     try:
         notes = ReleaseNotes.model_validate(data)
     except ValidationError as exc:

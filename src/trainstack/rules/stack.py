@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainstack.errors import SpecError
-from trainstack.fsutil import describe_os_error, read_regular
+from trainstack.fsutil import read_text
 from trainstack.rules.data import merged_rules
 from trainstack.rules.models import Rules
 
@@ -32,12 +32,8 @@ def stack_rules(table: dict[str, Any], text: str, stack_path: Path) -> Rules | N
     from_file: dict[str, Any] = {}
     file_text = ""
     if beside.exists() or beside.is_symlink():
-        try:
-            file_text = read_regular(beside, "rules file", inside=stack_path.parent, folder_name="stack's folder").decode("utf-8")
-        except OSError as exc:
-            raise SpecError(f"{beside}: cannot read: {describe_os_error(exc)}") from None
-        except UnicodeDecodeError as exc:
-            raise SpecError(f"{beside}: not UTF-8 text (byte {exc.start}); expected a rules file in TOML") from None
+        file_text = read_text(beside, "rules file", inside=stack_path.parent, folder_name="stack's folder",
+                              hint="expected a rules file in TOML")
         try:
             from_file = tomllib.loads(file_text)
         except tomllib.TOMLDecodeError as exc:

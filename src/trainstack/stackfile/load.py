@@ -11,7 +11,7 @@ from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ValidationError
 
 from trainstack.errors import SpecError
-from trainstack.fsutil import describe_os_error, read_regular
+from trainstack.fsutil import read_text
 from trainstack.rules.data import shipped_rules
 from trainstack.rules.models import Rules
 from trainstack.rules.stack import stack_rules
@@ -30,14 +30,8 @@ else:  # pragma: no cover
 def load_stack(path: str | Path) -> Stack:
     """Read, parse and validate a stack file. Raises SpecError with a one-line message."""
     path = Path(path)
-    try:
-        text = read_regular(path, "stack file").decode("utf-8")  # a FIFO or a directory is refused unopened
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such stack file") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); a stack file is TOML") from None
+    # a FIFO or a directory is refused unopened
+    text = read_text(path, "stack file", missing="no such stack file", hint="a stack file is TOML")
     try:
         return parse_stack(text, path)
     except RecursionError:

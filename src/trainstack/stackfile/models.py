@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from trainstack.nn.modes import parse_mode
 from trainstack.nn.presets import SHAPES
@@ -57,14 +57,21 @@ def _walk_strings(value: object) -> None:
             _walk_strings(item)
 
 
-def _specifier(value: str) -> str:
-    return grammar.specifier(value)
+# the grammar a field's value keeps, declared with its type
+Specifier = Annotated[str, AfterValidator(grammar.specifier)]
+RelativePath = Annotated[str, AfterValidator(grammar.relative_path)]
 
 
 def _each(check, values):
     for value in values or ():
         check(value)
     return values
+
+
+def _every(check, *fields: str):
+    """A validator holding each item of the list ``fields`` (or each key of the table) to
+    ``check``; its error names the field, as written in the stack file."""
+    return field_validator(*fields)(lambda values: _each(check, values))
 
 
 def known_pythons(rules: Rules) -> list[str]:
@@ -83,8 +90,7 @@ def rules_of(info: ValidationInfo) -> Rules:
 
 
 def _python(value: str, rules: Rules) -> str:
-    if not PYTHON_RE.fullmatch(value):
-        raise ValueError(f"'{grammar.shown(value)}' is not a Python version (try '3.12')")
+    grammar.matching(value, PYTHON_RE, "a Python version (try '3.12')")
     known = known_pythons(rules)
     if value not in known:
         raise ValueError(f"Python {value} is not in the rules data (known: {', '.join(known)})")
@@ -92,15 +98,11 @@ def _python(value: str, rules: Rules) -> str:
 
 
 def _cuda(value: str) -> str:
-    if not CUDA_RE.fullmatch(value):
-        raise ValueError(f"'{grammar.shown(value)}' is not a CUDA version (try '12.8' or 'cpu')")
-    return value
+    return grammar.matching(value, CUDA_RE, "a CUDA version (try '12.8' or 'cpu')")
 
 
 def _os(value: str) -> str:
-    if not OS_RE.fullmatch(value):
-        raise ValueError(f"'{grammar.shown(value)}' is not an OS name (try 'ubuntu24.04' or 'debian12')")
-    return value
+    return grammar.matching(value, OS_RE, "an OS name (try 'ubuntu24.04' or 'debian12')")
 
 
 # the fields of [stack] tag that are not a component's version
@@ -135,19 +137,11 @@ class StackInfo(Strict):
 
 
 class Indexes(Strict):
-    url: str | None = None
+    url: Annotated[str, AfterValidator(grammar.index_url)] | None = None
     extra: list[str] = []
     find_links: list[str] = []
 
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        return None if v is None else grammar.index_url(v)
-
-    @field_validator("extra", "find_links")
-    @classmethod
-    def _urls(cls, v: list[str]) -> list[str]:
-        return _each(grammar.index_url, v)
+    _urls = _every(grammar.index_url, "extra", "find_links")
 
 
 class JobBudget(Strict):
@@ -167,27 +161,19 @@ class JobBudget(Strict):
 class FlavourFilter(Strict):
     """Restricts a component to some flavours: each given field must match."""
 
-    cuda: str | None = None
+    cuda: Specifier | None = None
     os: list[str] | None = None
-    python: str | None = None
+    python: Specifier | None = None
     channel: Channel | None = None
 
-    @field_validator("cuda", "python")
-    @classmethod
-    def _specifiers(cls, v: str | None) -> str | None:
-        return None if v is None else _specifier(v)
-
-    @field_validator("os")
-    @classmethod
-    def _os_names(cls, v: list[str] | None) -> list[str] | None:
-        return _each(_os, v)
+    _os_names = _every(_os, "os")
 
 
 class Component(Strict):
-    name: str = ""
-    version: str | None = None
-    git: str | None = None
-    commit: str | None = None
+    name: Annotated[str, AfterValidator(grammar.pep508_name)] = ""
+    version: Specifier | None = None
+    git: Annotated[str, AfterValidator(grammar.git_url)] | None = None
+    commit: Annotated[str, AfterValidator(grammar.commit)] | None = None
     path: str | None = None
     source: Literal["wheel", "sdist"] = "wheel"
     extras: list[str] = []
@@ -199,46 +185,16 @@ class Component(Strict):
     # sdist whose metadata needs torch to generate, or a git/path source not fetched)
     requires: list[str] | None = None
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return grammar.pep508_name(v)
-
-    @field_validator("extras")
-    @classmethod
-    def _extras(cls, v: list[str]) -> list[str]:
-        return _each(grammar.pep508_extra, v)
-
-    @field_validator("version")
-    @classmethod
-    def _version(cls, v: str | None) -> str | None:
-        return None if v is None else _specifier(v)
-
-    @field_validator("git")
-    @classmethod
-    def _git(cls, v: str | None) -> str | None:
-        return None if v is None else grammar.git_url(v)
+    _extras = _every(grammar.pep508_extra, "extras")
 
     @field_validator("path")
     @classmethod
     def _path(cls, v: str | None) -> str | None:
         return None if v is None else grammar.relative_path(v.removeprefix("file://"))
 
-    @field_validator("commit")
-    @classmethod
-    def _commit(cls, v: str | None) -> str | None:
-        return None if v is None else grammar.commit(v)
+    _requires = _every(grammar.requirement, "requires")
 
-    @field_validator("requires")
-    @classmethod
-    def _requires(cls, v: list[str] | None) -> list[str] | None:
-        return _each(grammar.requirement, v)
-
-    @field_validator("build_env")
-    @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        _each(grammar.env_name, v)
-        return v
+    _env = _every(grammar.env_name, "build_env")
 
     @model_validator(mode="after")
     def _one_source(self) -> Component:
@@ -344,10 +300,7 @@ class Matrix(Strict):
                     )
         return self
 
-    @field_validator("cuda")
-    @classmethod
-    def _cuda(cls, v: list[str]) -> list[str]:
-        return _each(_cuda, v)
+    _cudas = _every(_cuda, "cuda")
 
     @field_validator("python")
     @classmethod
@@ -355,18 +308,13 @@ class Matrix(Strict):
         rules = rules_of(info)
         return _each(lambda value: _python(value, rules), v)
 
-    @field_validator("os")
-    @classmethod
-    def _os(cls, v: list[str]) -> list[str]:
-        return _each(_os, v)
+    _os_names = _every(_os, "os")
 
 
 class CompilerCache(Strict):
     kind: Literal["ccache", "sccache", "none"] = "ccache"
-    dir: str = ".cache/compiler"
+    dir: RelativePath = ".cache/compiler"
     max_size: Annotated[str, Field(pattern=r"^\d+(\.\d+)?[KMGT]$")] = "10G"
-
-    _dir = field_validator("dir")(lambda v: grammar.relative_path(v))
 
 
 class Build(Strict):
@@ -400,10 +348,7 @@ class Build(Strict):
             grammar.base_image(ref)
         return v
 
-    @field_validator("system_packages")
-    @classmethod
-    def _packages(cls, v: list[str]) -> list[str]:
-        return _each(grammar.debian_package, v)
+    _packages = _every(grammar.debian_package, "system_packages")
 
     @field_validator("ca_bundle")
     @classmethod
@@ -425,10 +370,7 @@ class Toolchain(Strict):
     # GPU targets of ahead-of-time extension builds: '90', '90a', '100' (sm_XX); [] leaves each package's default
     archs: list[Annotated[str, Field(pattern=r"^\d{2,3}[af]?$")]] = []
 
-    @field_validator("packages")
-    @classmethod
-    def _packages(cls, v: list[str]) -> list[str]:
-        return _each(grammar.requirement, v)
+    _packages = _every(grammar.requirement, "packages")
 
 
 MAX_EXCLUSIONS = 1000  # per suite: more than any known-failures list holds
@@ -485,7 +427,7 @@ class Links(Strict):
 class Verify(Strict):
     smoke: list[str] = list(SMOKE_CHECKS)
     suite: list[Suite] = []
-    known_issues: str | None = None
+    known_issues: RelativePath | None = None
     max_failed_tests: Annotated[int, Field(ge=0)] = 0
     links: Links = Links()
 
@@ -496,11 +438,6 @@ class Verify(Strict):
             if name not in SMOKE_CHECKS:
                 raise ValueError(f"'{grammar.shown(name)}' is not a smoke check (one of: {', '.join(SMOKE_CHECKS)})")
         return v
-
-    @field_validator("known_issues")
-    @classmethod
-    def _known(cls, v: str | None) -> str | None:
-        return None if v is None else grammar.relative_path(v)
 
 
 class Bench(Strict):

@@ -1,28 +1,12 @@
-"""A sweep job: after its imports, it trains the Hugging Face causal LM of each config folder
-named on its command line for two steps on CPU, each in a child process of its own (forked, as
-a sweep over models does), printing the config and each step's loss; exits 1 where a child
-failed."""
+"""A sweep job: after its imports (torch and transformers among them), it trains the Hugging
+Face causal LM of each config folder named on its command line for two steps on CPU, each in a
+child process of its own (forked, as a sweep over models does), printing the config and each
+step's loss; exits 1 where a child failed."""
 
 import os
 import sys
 
-import torch
-import transformers
-
-
-def train(folder: str) -> None:
-    config = transformers.AutoConfig.from_pretrained(folder)
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ids = torch.randint(0, 200, (2, 16))
-    for step in range(2):
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        print(f"{folder} step {step} loss {loss.item():.4f}", flush=True)
-
+from hf_config_job import train  # beside this file, on sys.path as the script's folder
 
 failed = 0
 for folder in sys.argv[1:]:
@@ -33,7 +17,7 @@ for folder in sys.argv[1:]:
     if pid == 0:
         code = 0
         try:
-            train(folder)
+            train(folder, f"{folder} ")
         except BaseException as exc:  # noqa: BLE001 - the child's failure is its exit status
             print(f"{folder} failed: {exc!r}", file=sys.stderr)
             code = 1

@@ -21,7 +21,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.errors import SpecError
-from trainstack.fsutil import describe_os_error, read_regular
+from trainstack.fsutil import read_text
 from trainstack import grammar
 
 if sys.version_info >= (3, 11):
@@ -66,14 +66,8 @@ def load_known_issues(path: Path, folder: Path | None = None) -> KnownIssues:
     read inside ``folder`` (the stack's, where it lies in it; else its own): a symbolic link
     may not lead out of it."""
     inside = folder if folder is not None and _within(path, folder) else path.parent
-    try:
-        text = read_regular(path, "known-issues file", inside=inside, folder_name="folder").decode("utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such known-issues file") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); expected a known-issues file in TOML") from None
+    text = read_text(path, "known-issues file", inside=inside, missing="no such known-issues file",
+                     hint="expected a known-issues file in TOML")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
