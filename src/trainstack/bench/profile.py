@@ -110,9 +110,16 @@ def device_breakdown(prof: profile, n: int) -> Breakdown:
     each kernel's phase from the CPU op that launched it."""
     events = prof.events()
     ops = {e.id: e for e in events if e.device_type == DeviceType.CPU and not getattr(e, "linked_correlation_id", 0)}
-    found = (e for e in events if e.device_type == DeviceType.CUDA)
+    found = (e for e in events if is_kernel(e))
     return breakdown((Kernel(e.name, e.time_range.start, e.time_range.elapsed_us(), _phase(ops.get(getattr(e, "linked_correlation_id", 0))))
                       for e in found), n)
+
+
+def is_kernel(event) -> bool:
+    """Whether a profiler event is work the device did: a kernel, copy or fill, not the copy of
+    a marked range (record_function: the step's phases, a compiled region) that the profiler
+    lays on the device's timeline, which spans the kernels it holds."""
+    return event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False)
 
 
 def _phase(op) -> str:
