@@ -9,7 +9,10 @@
 #   1b, 3b  at sequence 4096 (batch 4 and 2), modes BENCH_MODES_1B / BENCH_MODES_3B: plain
 #           compile (autocast over fp32 weights) beside the best modes, in one run
 #   parity  BENCH_PARITY (default compile+bf16 vs compile+bf16+fp8) on 125m (batch 4 x 1024,
-#           BENCH_PARITY_STEPS steps) and on 1b (batch 4 x 1024, BENCH_PARITY_1B_STEPS steps)
+#           BENCH_PARITY_STEPS steps) and on 1b (batch 4 x 1024, BENCH_PARITY_1B_STEPS steps: at
+#           1b the task has a plateau each run leaves at its own step, 100 steps end inside it),
+#           then the first mode against itself on each (in OUT/self): the gap two runs of one mode
+#           show in one process, the noise floor the float8 gap is read against
 # Every bench row carries its time breakdown; the targets' verdicts and the three largest
 # costs of the fastest 8B row come last. Exit 0 only if all are met, 1 if one is missed,
 # 3 (skip) without a GPU.
@@ -31,7 +34,7 @@ modes_1b=${BENCH_MODES_1B-compile,compile+bf16,compile+bf16+fp8,compile+bf16+fp8
 modes_3b=${BENCH_MODES_3B-compile,compile+bf16,compile+bf16+fp8,compile+bf16+fp8-fastacc}
 parity=${BENCH_PARITY-compile+bf16,compile+bf16+fp8}
 parity_steps=${BENCH_PARITY_STEPS:-300}
-parity_1b_steps=${BENCH_PARITY_1B_STEPS:-150}
+parity_1b_steps=${BENCH_PARITY_1B_STEPS:-600}
 deadline=${BENCH_DEADLINE_S:-}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
@@ -56,7 +59,12 @@ done
   bench --preset 3b --batch 2 --seq 4096 --ablation --modes "$modes_3b"
 [[ -n "$parity" ]] && section "parity 125m" 110 \
   "$py" -m trainstack.cli bench --preset 125m --batch 4 --seq 1024 --parity "$parity" --steps "$parity_steps" --warmup 2 --out "$out"
-[[ -n "$parity" ]] && section "parity 1b" 240 \
+[[ -n "$parity" ]] && section "parity 1b" 150 \
   "$py" -m trainstack.cli bench --preset 1b --batch 4 --seq 1024 --parity "$parity" --steps "$parity_1b_steps" --warmup 2 --out "$out"
+self="${parity%%,*},${parity%%,*}"
+[[ -n "$parity" ]] && section "parity 125m, $self" 90 \
+  "$py" -m trainstack.cli bench --preset 125m --batch 4 --seq 1024 --parity "$self" --steps "$parity_steps" --warmup 2 --out "$out/self"
+[[ -n "$parity" ]] && section "parity 1b, $self" 150 \
+  "$py" -m trainstack.cli bench --preset 1b --batch 4 --seq 1024 --parity "$self" --steps "$parity_1b_steps" --warmup 2 --out "$out/self"
 
 "$py" benchmarks/reference_h200.py "$out"

@@ -10,7 +10,8 @@ MISSED), one line each, "met" or "MISSED":
 - 1b and 3b at sequence 4096: compile+bf16 reaches 62% MFU, and the best mode is at least
   1.1x the plain compile mode (autocast over fp32 weights) of the same run;
 - every measured row carries its time breakdown;
-- the float8 parity runs (parity-125m-*.json, parity-1b-*.json) end under 0.25% relative gap.
+- the float8 parity runs (parity-125m-*.json, parity-1b-*.json) end under 0.25% relative gap;
+  beside each, the gap of the first mode against itself (self/parity-*.json), where measured.
 Then names the three largest costs of the fastest 8B row's step, from its breakdown, with
 what would remove each. Exit 0 when every target is met, else 1.
 """
@@ -140,6 +141,12 @@ def check_parity(out: Path) -> None:
                 continue
             gap = result["final_rel_gap"]
             verdict(f"fp8 parity {model} {a} vs {b}: relative loss gap after {result['steps']} steps {gap:.3%} (target {PARITY:.2%})", gap < PARITY)
+        for path in sorted((out / "self").glob(f"parity-{model}-b*-s*.json")):
+            result = json.loads(path.read_text())
+            if result.get("status") == "ok":
+                a, b = result["modes"]
+                print(f"  noise floor {model}: {a} against itself, relative loss gap after {result['steps']} steps "
+                      f"{result['final_rel_gap']:.3%} (largest over the last third {result['max_rel_gap']:.3%})")
 
 
 def largest_costs(row: dict | None) -> None:

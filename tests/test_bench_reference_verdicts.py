@@ -56,6 +56,26 @@ def test_the_8b_targets_and_its_largest_costs(tmp_path):
     assert "of its ceiling" in top[0] and "to remove: float8 for more of the products" in top[0]
 
 
+def test_the_h100_run_and_the_noise_floor_beside_the_parity_gap(tmp_path):
+    """The reference script's recorded H100 run (bench_h200_reference): 1b and 3b measured, no 8B;
+    the 600-step 1b parity beside compile+bf16 against itself, read from OUT/self."""
+    import shutil
+
+    recorded = RESULTS / "bench_h200_reference"
+    for name in ("bench-1b-b4-s4096.jsonl", "bench-3b-b2-s4096.jsonl", "parity-125m-b4-s1024.json"):
+        shutil.copy(recorded / name, tmp_path / name)
+    shutil.copy(recorded / "parity-1b-600" / "fp8.json", tmp_path / "parity-1b-b4-s1024.json")
+    (tmp_path / "self").mkdir()
+    shutil.copy(recorded / "parity-1b-600" / "bf16-self.json", tmp_path / "self" / "parity-1b-b4-s1024.json")
+    rc, lines = verdicts(tmp_path)
+    assert rc == 1
+    assert "1b seq 4096: best mode compile+bf16+fp8-fastacc / compile tokens/s = 1.206 (target 1.1): met" in lines
+    assert "3b seq 4096: compile+bf16 MFU 58.0% (target 62%): MISSED" in lines
+    assert "fp8 parity 1b compile+bf16 vs compile+bf16+fp8: relative loss gap after 602 steps 0.577% (target 0.25%): MISSED" in lines
+    at = lines.index("fp8 parity 1b compile+bf16 vs compile+bf16+fp8: relative loss gap after 602 steps 0.577% (target 0.25%): MISSED")
+    assert lines[at + 1].startswith("  noise floor 1b: compile+bf16 against itself, relative loss gap after 602 steps 0.06")
+
+
 def test_the_script_skips_without_a_gpu(tmp_path):
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "bench_h200_reference.sh"), str(tmp_path / "out")],
                           check=False, capture_output=True, text=True, timeout=120)
