@@ -8,19 +8,9 @@ import json
 import sys
 from pathlib import Path
 
+from verdicts import missed, rows_of, verdict
+
 out = Path(sys.argv[1])
-failed = False
-
-
-def verdict(text: str, hit: bool) -> None:
-    global failed
-    print(f"{text}: {'met' if hit else 'MISSED'}")
-    failed |= not hit
-
-
-def rows_of(name: str) -> list[dict]:
-    path = out / name
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
 def fp8_part(mode: str) -> str:
@@ -61,7 +51,7 @@ def fp8_speedup(name: str, ok: dict, target: float) -> None:
 
 PARITY = parity_verdicts()
 for name, target in (("bench-1b-b4-s4096.jsonl", 1.15), ("bench-3b-b2-s4096.jsonl", 1.2)):
-    rows = rows_of(name)
+    rows = rows_of(out / name)
     if not rows:
         print(f"{name}: not measured")
         continue
@@ -81,7 +71,7 @@ for name, target in (("bench-1b-b4-s4096.jsonl", 1.15), ("bench-3b-b2-s4096.json
     if any("fp8" in m for m in modes):
         fp8_speedup(name, ok, target)
 
-rows_8b = [r for path in sorted(out.glob("bench-8b-b*-s4096.jsonl")) for r in rows_of(path.name)]
+rows_8b = [r for path in sorted(out.glob("bench-8b-b*-s4096.jsonl")) for r in rows_of(path)]
 if rows_8b:
     for batch in sorted({r["batch"] for r in rows_8b}):
         fp8_speedup(f"8b batch {batch}", {r["mode"]: r for r in rows_8b if r["batch"] == batch and r["status"] == "ok"}, 1.2)
@@ -106,4 +96,4 @@ for path in parity:
             f"largest over the last third {result['max_rel_gap']:.2%})",
             gap <= 0.01,
         )
-sys.exit(1 if failed else 0)
+sys.exit(1 if missed() else 0)

@@ -23,6 +23,8 @@ import math
 import sys
 from pathlib import Path
 
+from verdicts import missed, rows_of, verdict
+
 MFU_8B_BF16 = 0.63
 TFLOPS_8B_FP8 = 780.0
 MFU_SMALL_BF16 = 0.62
@@ -41,19 +43,6 @@ REMEDIES = {
     "other": "a look at the kernels by name in the profile (bench --profile)",
     "idle": "CUDA graphs for the step, no host synchronisation inside it",
 }
-
-failed = False
-
-
-def verdict(text: str, hit: bool) -> None:
-    global failed
-    print(f"{text}: {'met' if hit else 'MISSED'}")
-    failed |= not hit
-
-
-def rows_of(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
 
 def parts(mode: str) -> set[str]:
     return set(mode.split("+"))
@@ -174,7 +163,7 @@ def main(argv: list[str]) -> int:
     check_breakdowns(out)
     check_parity(out)
     largest_costs(best)
-    return 1 if failed else 0
+    return 1 if missed() else 0
 
 
 if __name__ == "__main__":
