@@ -185,6 +185,16 @@ def test_color_follows_the_option_then_no_color_and_force_color() -> None:
     assert ANSI.sub("", plain) == f"error: {missing}: no such stack file\n"
 
 
+def test_color_asked_for_outright_colours_a_dumb_terminal_and_auto_does_not() -> None:
+    """TERM=dumb (a minimal root's console, an Emacs shell): FORCE_COLOR and --color always still
+    colour, as they promise; left to itself, trainstack does not."""
+    escape = re.compile(r"\x1b\[[0-9;]*m")
+    missing = str(REPO / "no-such-stack.toml")
+    assert escape.search(run("check", missing, env={"TERM": "dumb", "FORCE_COLOR": "1"}).stderr)
+    assert escape.search(run("check", missing, "--color", "always", env={"TERM": "dumb"}).stderr)
+    assert not escape.search(run("check", missing, env={"TERM": "dumb", "TTY_COMPATIBLE": "1"}).stderr)
+
+
 def test_v_shows_every_command_and_q_only_the_result() -> None:
     """report runs probes in the target quietly: -v shows their command lines, -q shows none."""
     verbose = run("report", "--python", sys.executable, "--json", "-v")

@@ -52,7 +52,12 @@ def color_wanted(stream: TextIO) -> bool:
         return True
     if os.environ.get("NO_COLOR"):
         return False
-    return _is_terminal(stream)
+    return _is_terminal(stream) and not _dumb_terminal()
+
+
+def _dumb_terminal() -> bool:
+    """A terminal that says it takes no escape codes (TERM=dumb, as in Emacs shells and minimal roots)."""
+    return os.environ.get("TERM", "") in ("dumb", "unknown")
 
 
 def make_console(stream: TextIO | None = None, *, stderr: bool = False, quiet: bool = False) -> Console:
@@ -63,7 +68,8 @@ def make_console(stream: TextIO | None = None, *, stderr: bool = False, quiet: b
     if not color_wanted(target):
         styling: dict = {"no_color": True, "color_system": None}
     else:  # colour named outright where no terminal is: colours, but no spinners in a log
-        styling = {"no_color": False, "color_system": "auto" if terminal else "standard"}
+        # asked for outright (FORCE_COLOR, --color always): colours even where TERM=dumb, which rich's own detection would drop
+        styling = {"no_color": False, "color_system": "auto" if terminal and not _dumb_terminal() else "standard"}
     if terminal:
         return Console(file=stream, stderr=stderr, quiet=quiet, **styling)
     return Console(file=stream, stderr=stderr, width=_columns() or UNWRAPPED_WIDTH, soft_wrap=True, quiet=quiet, **styling)
