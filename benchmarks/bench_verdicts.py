@@ -8,13 +8,9 @@ import json
 import sys
 from pathlib import Path
 
-from verdicts import missed, rows_of, verdict
+from verdicts import fp8_part, missed, rows_of, verdict
 
 out = Path(sys.argv[1])
-
-
-def fp8_part(mode: str) -> str:
-    return next((p for p in mode.split("+") if p.startswith("fp8")), "")
 
 
 def parity_verdicts() -> dict[str, bool]:

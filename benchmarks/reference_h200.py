@@ -23,7 +23,7 @@ import math
 import sys
 from pathlib import Path
 
-from verdicts import missed, rows_of, verdict
+from verdicts import fp8_part, missed, rows_of, verdict
 
 MFU_8B_BF16 = 0.63
 TFLOPS_8B_FP8 = 780.0
@@ -44,12 +44,8 @@ REMEDIES = {
     "idle": "CUDA graphs for the step, no host synchronisation inside it",
 }
 
-def parts(mode: str) -> set[str]:
-    return set(mode.split("+"))
-
-
 def fp8(row: dict) -> bool:
-    return any(p.startswith("fp8") for p in parts(row["mode"]))
+    return bool(fp8_part(row["mode"]))
 
 
 def falling(row: dict) -> bool:

@@ -20,3 +20,8 @@ def missed() -> bool:
 def rows_of(path: Path) -> list[dict]:
     """The rows of a bench results file (JSON lines); none where it is absent."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def fp8_part(mode: str) -> str:
+    """A mode's float8 part (fp8, fp8-rowwise, fp8-fastacc); "" in a mode without one."""
+    return next((p for p in mode.split("+") if p.startswith("fp8")), "")
