@@ -73,6 +73,15 @@ def test_a_size_without_a_unit_is_an_error_naming_the_unit() -> None:
         parse_budget("60", lambda: 100)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("9" * 400 + "GiB", "is more than 1 EiB"), ("2000000TiB", "is more than 1 EiB"), ("0." + "0" * 400 + "1", "must be more than 0 bytes")],
+)
+def test_a_budget_of_many_digits_is_refused_in_one_line_not_overflowed(text: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_budget(text, lambda: 100)
+
+
 def test_fraction_without_a_gpu_asks_for_bytes() -> None:
     with pytest.raises(UsageError, match="no GPU was found"):
         parse_budget("0.8", lambda: None)

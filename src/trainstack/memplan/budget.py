@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from decimal import Decimal
 
 from trainstack.errors import UsageError
 
@@ -20,6 +21,7 @@ _UNITS = {
     "tib": 2**40,
 }
 _BUDGET = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+MOST = 2**60  # 1 EiB: no memory a budget could be of is larger
 ACCEPTED = "bytes with a unit such as '60GiB' or '80GB', or a fraction of the GPU's memory such as '0.8'"
 
 
@@ -28,7 +30,7 @@ def parse_budget(text: str, gpu_bytes: Callable[[], int | None]) -> int:
     m = _BUDGET.match(text)
     if not m or m.group(2).lower() not in _UNITS:
         raise UsageError(f"--budget: '{text}' is not a budget; accepted: {ACCEPTED}")
-    value, unit = float(m.group(1)), m.group(2).lower()
+    value, unit = Decimal(m.group(1)), m.group(2).lower()  # exact: a thousand digits stay a number
     if unit == "" and value > 1:
         raise UsageError(f"--budget: '{text}' has no unit; write bytes with a unit such as '{m.group(1)}GiB' or '{m.group(1)}GB', or a fraction of the GPU's memory such as '0.8'")
     if unit == "" and value <= 1:
@@ -37,10 +39,13 @@ def parse_budget(text: str, gpu_bytes: Callable[[], int | None]) -> int:
         total = gpu_bytes()
         if total is None:
             raise UsageError(f"--budget: '{text}' is a fraction of the GPU's memory, but no GPU was found; give bytes such as '60GiB'")
-        return int(total * value)
-    nbytes = int(value * _UNITS[unit])
+        nbytes = int(total * value)
+    else:
+        nbytes = int(value * _UNITS[unit])
     if nbytes <= 0:
         raise UsageError(f"--budget: '{text}' must be more than 0 bytes")
+    if nbytes > MOST:
+        raise UsageError(f"--budget: '{text}' is more than 1 EiB; write the memory to fit in, such as '60GiB'")
     return nbytes
 
 
