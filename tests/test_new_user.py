@@ -81,6 +81,22 @@ def test_without_torch_one_line_names_the_extra(bare_python: Path, args: tuple[s
                                         f"which is not installed (install it with: {TORCH_EXTRA})"]
 
 
+@pytest.mark.parametrize("args", [("bench", "--preset", "tiny", "--device", "cpu"), ("memplan", "--preset", "tiny", "--seq", "64"), ("health", "--level", "2")],
+                         ids=["bench", "memplan", "health-2"])
+def test_a_torch_that_is_installed_but_fails_to_import_is_one_line(bare_python: Path, args: tuple[str, ...], tmp_path: Path) -> None:
+    """As a CUDA wheel on a machine without its libraries fails: found, then ImportError at import."""
+    broken = tmp_path / "site" / "torch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text('raise ImportError("libcudnn.so.9: cannot open shared object file")\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")} | {"PYTHONPATH": str(tmp_path / "site")}
+    proc = subprocess.run([str(bare_python), "-m", "trainstack.cli", *args], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 6, proc.stderr
+    assert_clean(proc)
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")][0]
+    assert "needs torch, which is installed but cannot be imported: libcudnn.so.9: cannot open shared object file" in error
+    assert "pip install --force-reinstall torch" in error
+
+
 def test_without_torch_every_help_and_the_cheap_verbs_work(bare_python: Path, tmp_path: Path) -> None:
     for verb in ["--help", *VERBS]:
         proc = _run(bare_python, verb, "--help")

@@ -7,6 +7,7 @@ module into the same one-line error.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 
 from trainstack.errors import ToolMissingError
@@ -36,9 +37,19 @@ def missing(module: str, needed_by: str) -> ExtraMissingError:
 
 
 def require(module: str, needed_by: str) -> None:
-    """Raise the one-line error naming the install command when ``module`` cannot be imported."""
+    """Raise the one-line error naming the install command when ``module`` cannot be imported:
+    not installed, or installed and failing at import (a CUDA build without its libraries, a
+    wheel for another Python), which the verb would otherwise meet as a traceback."""
     if not installed(module):
         raise missing(module, needed_by)
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - whatever a broken install raises becomes the message
+        reason = " ".join((str(exc) or type(exc).__name__).split())[:100]
+        raise ExtraMissingError(
+            f"{needed_by} needs {module}, which is installed but cannot be imported: {reason}",
+            hint=f"reinstall it: pip install --force-reinstall {module}",
+        ) from None
 
 
 def require_cuda(needed_by: str) -> None:
