@@ -46,6 +46,8 @@ MIRROR = "http://deb.debian.org/debian"
 # what a fresh Debian 12 server holds of Python: the interpreter, not its venv module nor pip
 BASE_PACKAGES = ("python3", "ca-certificates")
 CHECKOUT = "/root/trainstack"
+HOSTS = ("127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+         "ff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n")
 PASSED_VARIABLES = re.compile(r"^(https?_proxy|no_proxy|all_proxy|HTTPS?_PROXY|NO_PROXY|ALL_PROXY)$")
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 OUT = RESULTS / "fresh_debian"
@@ -146,9 +148,10 @@ def main() -> int:
         steps["debootstrap"] = {"seconds": round(time.perf_counter() - start, 1), "exit": 0, "passed": True}
         shutil.copyfile(CA_BUNDLE, root / CA_BUNDLE.relative_to("/"))
         shutil.copyfile("/etc/resolv.conf", root / "etc" / "resolv.conf")
-        # as Debian's installer writes it: the machine's own name resolves (torchrun and gloo look it up)
-        with (root / "etc" / "hosts").open("a") as hosts:
-            hosts.write(f"127.0.1.1\t{socket.gethostname()}\n")
+        # debootstrap writes no hosts file; Debian's installer writes this one: localhost resolves
+        # (selenium reaches chromedriver there, torchrun --standalone meets there) and so does the
+        # machine's own name (gloo looks it up)
+        (root / "etc" / "hosts").write_text(HOSTS.format(name=socket.gethostname()))
         checkout = root / CHECKOUT.lstrip("/")
         checkout.mkdir(parents=True)
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True).stdout
