@@ -37,11 +37,17 @@ def missing(module: str, needed_by: str) -> ExtraMissingError:
 
 
 def require(module: str, needed_by: str) -> None:
-    """Raise the one-line error naming the install command when ``module`` cannot be imported:
-    not installed, or installed and failing at import (a CUDA build without its libraries, a
-    wheel for another Python), which the verb would otherwise meet as a traceback."""
+    """Raise the one-line error naming the install command when ``module`` is not installed
+    (found without importing it: a version range read from metadata can be checked next)."""
     if not installed(module):
         raise missing(module, needed_by)
+
+
+def require_importable(module: str, needed_by: str) -> None:
+    """Import ``module`` now, where a failure is one line: installed but failing at import (a
+    CUDA build without its libraries, a wheel for another Python) would otherwise reach the
+    verb as a traceback."""
+    require(module, needed_by)
     try:
         importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - whatever a broken install raises becomes the message

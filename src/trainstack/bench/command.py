@@ -63,7 +63,7 @@ def command(
         if "modes" in table:
             modes, ablation = ",".join(table["modes"]), ablation or len(table["modes"]) > 1
     from trainstack.nn.presets import shape
-    from trainstack.extras import require, require_cuda
+    from trainstack.extras import require, require_cuda, require_importable
     from trainstack.nn.versions import check_torch
 
     if hf_config is None:
@@ -76,6 +76,7 @@ def command(
     require("torch", "trainstack bench")
     if hf_config is not None:  # from its metadata: a torch outside the range is refused before it is imported
         check_torch("bench --hf-config")
+    require_importable("torch", "trainstack bench")
     if device == "cuda":
         require_cuda("trainstack bench --device cuda")
     from trainstack.bench import api

@@ -48,9 +48,9 @@ def command(
 
         check_output(output, "--output")
     if level >= 2:
-        from trainstack.extras import require
+        from trainstack.extras import require_importable
 
-        require("torch", f"trainstack health --level {level}")
+        require_importable("torch", f"trainstack health --level {level}")
     opts = HealthOptions(level=level, expect_gpus=expect_gpus, thresholds_file=thresholds, min_driver=min_driver,
                          disk_path=disk, sustained_s=duration, allreduce_bytes=int(allreduce_gib * 1024**3))
     report = run_health(opts)

@@ -38,7 +38,7 @@ def command(
     from trainstack.nn.presets import default_seq, shape
     from trainstack.console import print_error
     from trainstack.errors import UsageError
-    from trainstack.extras import require
+    from trainstack.extras import require, require_importable
     from trainstack.memplan.budget import device_memory_bytes, gpu_memory_bytes, parse_budget
     from trainstack.nn.versions import check_torch
 
@@ -75,6 +75,7 @@ def command(
         err.print(f"note: no GPU here: --budget {budget} is of this host's memory ({budget_bytes / 2**30:.1f} GiB)", highlight=False, soft_wrap=True)
     require("torch", "trainstack memplan")
     check_torch("memplan")  # from its metadata: a torch outside the range is refused before it is imported
+    require_importable("torch", "trainstack memplan")
     if any_model:
         _plan_any_model(hf_config, model_factory, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size,
                         optimizer=optimizer, precision=precision, blocks=blocks, json_out=json_out, output=output)

@@ -51,7 +51,7 @@ def variables(request: Request) -> dict[str, str]:
         from trainstack.memplan.budget import parse_budget
 
         try:
-            parse_budget(request.memplan, lambda: 1)  # the form only: a fraction is taken of the job's GPU
+            parse_budget(request.memplan, lambda: 2**40)  # the form only: a fraction is taken of the job's GPU
         except UsageError as exc:
             raise UsageError(str(exc).replace("--budget", "--memplan", 1)) from None
         env[s.MEMPLAN] = request.memplan
