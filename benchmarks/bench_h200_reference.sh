@@ -12,7 +12,9 @@
 #           BENCH_PARITY_STEPS steps) and on 1b (batch 4 x 1024, BENCH_PARITY_1B_STEPS steps: at
 #           1b the task has a plateau each run leaves at its own step, 100 steps end inside it),
 #           then the first mode against itself on each (in OUT/self): the gap two runs of one mode
-#           show in one process, the noise floor the float8 gap is read against
+#           show in one process, the noise floor the float8 gap is read against; the 1b runs
+#           over BENCH_PARITY_SEEDS seeds (the mean curves compared: one run's plateau exit
+#           averages out)
 # Every bench row carries its time breakdown; the targets' verdicts and the three largest
 # costs of the fastest 8B row come last. Exit 0 only if all are met, 1 if one is missed,
 # 3 (skip) without a GPU.
@@ -20,7 +22,7 @@
 # usage: benchmarks/bench_h200_reference.sh [OUT_DIR]   (default: benchmarks/results/bench_h200_reference)
 # env:   BENCH_MODES_8B, BENCH_MODES_1B, BENCH_MODES_3B (comma lists; empty: skip), BENCH_BATCHES_8B
 #        (space list), BENCH_PARITY (A,B; empty: skip), BENCH_PARITY_STEPS, BENCH_PARITY_1B_STEPS,
-#        BENCH_STEPS, BENCH_WARMUP, BENCH_DEADLINE_S (seconds from the start), PYTHON
+#        BENCH_PARITY_SEEDS, BENCH_STEPS, BENCH_WARMUP, BENCH_DEADLINE_S (seconds from the start), PYTHON
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +37,7 @@ modes_3b=${BENCH_MODES_3B-compile,compile+bf16,compile+bf16+fp8,compile+bf16+fp8
 parity=${BENCH_PARITY-compile+bf16,compile+bf16+fp8}
 parity_steps=${BENCH_PARITY_STEPS:-300}
 parity_1b_steps=${BENCH_PARITY_1B_STEPS:-600}
+parity_seeds=${BENCH_PARITY_SEEDS:-3}
 deadline=${BENCH_DEADLINE_S:-}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
@@ -59,12 +62,12 @@ done
   bench --preset 3b --batch 2 --seq 4096 --ablation --modes "$modes_3b"
 [[ -n "$parity" ]] && section "parity 125m" 110 \
   "$py" -m trainstack.cli bench --preset 125m --batch 4 --seq 1024 --parity "$parity" --steps "$parity_steps" --warmup 2 --out "$out"
-[[ -n "$parity" ]] && section "parity 1b" 150 \
-  "$py" -m trainstack.cli bench --preset 1b --batch 4 --seq 1024 --parity "$parity" --steps "$parity_1b_steps" --warmup 2 --out "$out"
+[[ -n "$parity" ]] && section "parity 1b" $((150 * parity_seeds)) \
+  "$py" -m trainstack.cli bench --preset 1b --batch 4 --seq 1024 --parity "$parity" --parity-seeds "$parity_seeds" --steps "$parity_1b_steps" --warmup 2 --out "$out"
 self="${parity%%,*},${parity%%,*}"
 [[ -n "$parity" ]] && section "parity 125m, $self" 90 \
   "$py" -m trainstack.cli bench --preset 125m --batch 4 --seq 1024 --parity "$self" --steps "$parity_steps" --warmup 2 --out "$out/self"
-[[ -n "$parity" ]] && section "parity 1b, $self" 150 \
-  "$py" -m trainstack.cli bench --preset 1b --batch 4 --seq 1024 --parity "$self" --steps "$parity_1b_steps" --warmup 2 --out "$out/self"
+[[ -n "$parity" ]] && section "parity 1b, $self" $((150 * parity_seeds)) \
+  "$py" -m trainstack.cli bench --preset 1b --batch 4 --seq 1024 --parity "$self" --parity-seeds "$parity_seeds" --steps "$parity_1b_steps" --warmup 2 --out "$out/self"
 
 "$py" benchmarks/reference_h200.py "$out"

@@ -125,13 +125,19 @@ def check_parity(out: Path) -> None:
                 verdict(f"fp8 parity {model} {a} vs {b}: not measured ({result.get('error')})", False)
                 continue
             gap = result["final_rel_gap"]
-            verdict(f"fp8 parity {model} {a} vs {b}: relative loss gap after {result['steps']} steps {gap:.3%} (target {PARITY:.2%})", gap < PARITY)
+            verdict(f"fp8 parity {model} {a} vs {b}: relative loss gap after {result['steps']} steps {gap:.3%}{_over_seeds(result)} (target {PARITY:.2%})", gap < PARITY)
         for path in sorted((out / "self").glob(f"parity-{model}-b*-s*.json")):
             result = json.loads(path.read_text())
             if result.get("status") == "ok":
                 a, b = result["modes"]
                 print(f"  noise floor {model}: {a} against itself, relative loss gap after {result['steps']} steps "
-                      f"{result['final_rel_gap']:.3%} (largest over the last third {result['max_rel_gap']:.3%})")
+                      f"{result['final_rel_gap']:.3%}{_over_seeds(result)} (largest over the last third {result['max_rel_gap']:.3%})")
+
+
+def _over_seeds(result: dict) -> str:
+    """', mean curves of N seeds (each: ...)' where the parity ran over several seeds."""
+    each = result.get("seed_final_rel_gaps") or []
+    return f", mean curves of {len(each)} seeds (each seed: {', '.join(f'{g:.3%}' for g in each)})" if len(each) > 1 else ""
 
 
 def largest_costs(row: dict | None) -> None:

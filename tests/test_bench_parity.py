@@ -75,6 +75,32 @@ def test_parity_report_on_the_tiny_preset(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "parity-tiny-b4-s64.png").stat().st_size > 10_000
 
 
+def test_parity_over_seeds_compares_the_mean_curves_and_shows_each_seeds_gap(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    argv = ["bench", "-m", "tiny", "--batch", "2", "--seq", "32", "--device", "cpu", "--warmup", "1", "--steps", "30"]
+    assert main([*argv, "--parity", "eager,bf16", "--parity-seeds", "2", "--out", str(tmp_path)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    result = json.loads((tmp_path / "parity-tiny-b2-s32.json").read_text())
+    rows = result["rows"]
+    assert [(r["mode"], r["seed"]) for r in rows] == [("eager", 0), ("eager+bf16", 0), ("eager", 1), ("eager+bf16", 1)]
+    assert rows[0]["losses"][0] != pytest.approx(rows[2]["losses"][0], rel=1e-4)  # another seed: other weights, other batches
+    mean_a = [(x + y) / 2 for x, y in zip(rows[0]["losses"], rows[2]["losses"])]
+    mean_b = [(x + y) / 2 for x, y in zip(rows[1]["losses"], rows[3]["losses"])]
+    assert result["final_rel_gap"] == pytest.approx(parity.loss_gap(mean_a, mean_b).final_rel)
+    each = [parity.loss_gap(rows[i]["losses"], rows[i + 1]["losses"]).final_rel for i in (0, 2)]
+    assert result["seeds"] == [0, 1] and result["seed_final_rel_gaps"] == pytest.approx(each)
+    assert "mean loss of 2 seeds (moving average of 1 steps" in text
+    assert f"each seed's own gap (0, 1): {each[0]:.2%}, {each[1]:.2%}" in text
+    assert (tmp_path / "parity-tiny-b2-s32.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(("extra", "message"), [(["--parity-seeds", "2"], "--parity-seeds 2: accepted only with --parity A,B"),
+                                                (["--parity", "eager,bf16", "--parity-seeds", "0"], "--parity-seeds 0: accepted: 1 to 16")])
+def test_parity_seeds_are_checked_before_anything_runs(extra, message, capsys):
+    assert main(["bench", "-m", "tiny", "--device", "cpu", *extra]) == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+
+
 def test_learning_rate_schedule():
     """Warm-up from LR/warm-up steps to LR, then a cosine decay to a tenth of it at the last step."""
     factors = [parity.lr_factor(i, 300) for i in range(300)]

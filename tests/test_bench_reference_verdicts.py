@@ -81,3 +81,16 @@ def test_the_script_skips_without_a_gpu(tmp_path):
                           check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 3 and "skip: no GPU" in done.stdout
     assert not any((tmp_path / "out").iterdir())  # nothing measured, nothing written
+
+
+def test_a_parity_over_seeds_names_each_seeds_gap_beside_the_mean_curves(tmp_path):
+    """The recorded 1b pair taken as two seeds (the same curves): the figure is the mean curves'
+    gap, and each seed's own gap follows it."""
+    from trainstack.bench.parity import parity_result
+
+    rows = json.loads((RESULTS / "bench_h200_reference" / "parity-1b-600" / "fp8.json").read_text())["rows"]
+    pairs = [r | {"seed": seed} for seed in (0, 1) for r in rows]
+    (tmp_path / "parity-1b-b4-s1024.json").write_text(json.dumps(parity_result(pairs)))
+    _, lines = verdicts(tmp_path)
+    assert ("fp8 parity 1b compile+bf16 vs compile+bf16+fp8: relative loss gap after 602 steps 0.577%, mean curves of 2 seeds "
+            "(each seed: 0.577%, 0.577%) (target 0.25%): MISSED") in lines

@@ -67,7 +67,7 @@ def _status_of(result: proc.Result) -> str:
 
 
 def _failed(spec: RunSpec, status: str, error: str) -> dict:
-    return {"model": spec.model, "mode": spec.mode.name, "batch": spec.batch, "seq": spec.seq, "status": status, "error": error}
+    return {"model": spec.model, "mode": spec.mode.name, "batch": spec.batch, "seq": spec.seq, "seed": spec.seed, "status": status, "error": error}
 
 
 def _last_line(text: str) -> str:

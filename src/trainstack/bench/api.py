@@ -10,6 +10,7 @@ from trainstack.nn.hf import HfShape
 from trainstack.nn.decoder import ModelConfig
 from trainstack.nn.modes import Mode, parse_mode
 from trainstack.nn.presets import default_seq, preset
+from trainstack.bench.parity import MAX_SEEDS
 from trainstack.bench.report import breakdown_table, explain, rescue, results_table, write_jsonl
 from trainstack.bench.runner import RunSpec
 from rich.text import Text
@@ -37,6 +38,7 @@ class BenchOptions:
     timeout_s: float = 1800.0
     profile: Path | None = None
     parity: tuple[Mode, Mode] | None = None  # --parity A,B: train both on the learnable task, compare the loss curves
+    parity_seeds: int = 1  # --parity-seeds: each mode once per seed, the mean curves compared
     health: dict | None = None  # --health: the GPU's measured ceilings (bench.ceilings.read_health)
 
 
@@ -60,6 +62,8 @@ def make_spec(opts: BenchOptions) -> RunSpec:
         (opts.warmup >= 1, f"--warmup {opts.warmup}: accepted: 1 or more (the first step compiles)"),
         (opts.device in ("auto", "cuda", "cpu"), f"--device {opts.device}: accepted: auto, cuda, cpu"),
         (opts.memory_cap_gib is None or opts.memory_cap_gib > 0, f"--memory-cap-gib {opts.memory_cap_gib}: accepted: a positive number"),
+        (1 <= opts.parity_seeds <= MAX_SEEDS, f"--parity-seeds {opts.parity_seeds}: accepted: 1 to {MAX_SEEDS}"),
+        (opts.parity_seeds == 1 or opts.parity is not None, f"--parity-seeds {opts.parity_seeds}: accepted only with --parity A,B"),
     )
     for ok, message in checks:
         if not ok:
@@ -166,7 +170,8 @@ def _with_parity(opts: BenchOptions, spec: RunSpec, parity_modes: tuple[Mode, Mo
         rows = run_ablation([replace(spec, mode=m) for m in opts.modes], timeout_s=opts.timeout_s, on_row=_progress if lead else None)
     from trainstack.bench.parity import LR
 
-    specs = [replace(spec, mode=m, task="markov", lr=LR, lr_schedule=True) for m in parity_modes]
+    specs = [replace(spec, mode=m, task="markov", lr=LR, lr_schedule=True, seed=seed)
+             for seed in range(opts.parity_seeds) for m in parity_modes]
     result = parity_result(run_ablation(specs, timeout_s=opts.timeout_s, on_row=_progress if lead else None))
     if lead:
         _publish(rows or result["rows"], spec, opts.out, result, stem_prefix="bench" if rows else "parity")
@@ -211,10 +216,10 @@ def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None, parity: dict
         out.print(f"wrote {stem.with_suffix('.png')}", highlight=False)
 
 
-def exit_code(rows: list[dict], ablation: bool, parity: bool = False) -> int:
+def exit_code(rows: list[dict], ablation: bool, parity_rows: int = 0) -> int:
     """0 when the run measured what it could; 1 when a mode failed or nothing was measured,
-    or, with ``parity``, when either parity mode (the last two rows) has no loss curve."""
-    if parity and any(r.get("status") != "ok" for r in rows[-2:]):
+    or when a parity run (the last ``parity_rows`` rows) has no loss curve."""
+    if parity_rows and any(r.get("status") != "ok" for r in rows[-parity_rows:]):
         return 1
     if any(r.get("status") not in EXPECTED for r in rows):
         return 1

@@ -28,6 +28,7 @@ def command(
     profile: Path | None = typer.Option(None, "--profile", help="Folder: profile 2 more steps per mode after the timed ones; a Chrome trace and a table of the kernels by time."),
     compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Two result files A and B: print an A/B table with ratios, run nothing."),
     parity: str | None = typer.Option(None, "--parity", help="Modes A,B trained from one seed on a learnable task: the gap of their smoothed losses at the end and its largest over the last third (after any --ablation)."),
+    parity_seeds: int = typer.Option(1, "--parity-seeds", help="With --parity: run each mode once per seed (0 to N-1) and compare the mean curves; each seed's own gap is shown beside."),
     json_out: bool = typer.Option(False, "--json", help="Print the result (the rows, or the A/B pairs of --compare) as one JSON document on stdout; the tables go to stderr."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write that JSON document to this file."),
     health: Path | None = typer.Option(None, "--health", help="A health result (trainstack health --level 2 --json): its measured GEMM and copy rates are the ceilings of each row's time breakdown [default: the datasheet's]."),
@@ -88,11 +89,11 @@ def command(
     opts = api.BenchOptions(
         model=model, hf_config=hf_config, batch=batch, seq=seq, steps=steps, warmup=warmup,
         modes=tuple(parse_modes(chosen)), ablation=ablation, out=out, device=device, memory_cap_gib=memory_cap_gib,
-        timeout_s=timeout_s, profile=profile, parity=api.parse_parity(parity) if parity else None, health=ceilings,
+        timeout_s=timeout_s, profile=profile, parity=api.parse_parity(parity) if parity else None, parity_seeds=parity_seeds, health=ceilings,
     )
     with _tables_to_stderr(json_out):
         rows = api.benchmark(opts)
-    code = api.exit_code(rows, ablation, parity=parity is not None)
+    code = api.exit_code(rows, ablation, parity_rows=2 * parity_seeds if parity is not None else 0)
     if (json_out or output is not None) and dist_from_env().rank == 0:
         document = {"model": model if hf_config is None else str(hf_config), "batch": batch, "device": device,
                     "modes": chosen, "ablation": ablation, "parity": parity, "exit_code": code, "rows": rows}

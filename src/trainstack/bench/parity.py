@@ -27,6 +27,11 @@ the step at which a run left it varied by tens of steps between two runs of the 
 steps measured that chance rather than the arithmetic; decaying the rate lets both curves
 settle where they end.
 
+With ``seeds`` > 1 each mode runs once per seed (other initial weights, other batches, the
+same chain), and the parity figure is the gap between the two modes' mean curves over the
+seeds: where one process's run leaves the plateau at its own step, that chance averages out
+of the means, and each seed's own gap is reported beside it as the spread.
+
 The chain visits ``STATES`` = 256 tokens: a batch of 4 x 1024 tokens holds about 16
 transitions out of each state, four times as many as with 1024 states, where a 125m
 model was still about 20% above the floor after 300 steps and the gap after the run
@@ -41,6 +46,7 @@ from dataclasses import dataclass
 STATES = 256  # tokens the chain visits (the vocabulary's first ones)
 SUCCESSOR_P = (0.7, 0.2, 0.1)  # probabilities of a token's successors
 TABLE_SEED = 20240601  # the chain itself: the same for every run and rank
+MAX_SEEDS = 16  # --parity-seeds
 TAIL_FRACTION = 1 / 3  # the gap is taken over the last third of the steps
 LR = 1e-3  # AdamW's peak learning rate for both modes: the chain is learnt within a few hundred steps
 WARMUP_FRACTION = 0.1  # of the steps: the rate rises linearly to LR
@@ -118,9 +124,17 @@ def loss_gap(losses_a: list[float], losses_b: list[float], window: int | None = 
     return Gap(window, tail, gaps[worst], tail + worst, gaps[-1], a, b)
 
 
+def mean_curve(curves: list[list[float]]) -> list[float]:
+    """The step-wise mean of loss curves, as long as the shortest."""
+    n = min(len(c) for c in curves)
+    return [sum(c[i] for c in curves) / len(curves) for i in range(n)]
+
+
 def parity_result(rows: list[dict]) -> dict:
-    """The parity summary of two result rows (each with its per-step ``losses``)."""
-    a, b = rows
+    """The parity summary of result rows in pairs (A, B), one pair per seed, each row with its
+    per-step ``losses``; over several seeds the figure is the gap of the mean curves."""
+    a, b = rows[0], rows[1]
+    seeds = len(rows) // 2
     result = {
         "modes": [a["mode"], b["mode"]],
         "model": a["model"],
@@ -130,20 +144,23 @@ def parity_result(rows: list[dict]) -> dict:
         "lr": LR,
         "lr_schedule": SCHEDULE,
         "entropy_nats": entropy_nats(),
+        "seeds": [r.get("seed", 0) for r in rows[0::2]],
         "rows": rows,
     }
     if not all(r.get("status") == "ok" and r.get("losses") for r in rows):
         failed = [f"{r['mode']}: {r.get('status')} {r.get('error') or ''}".strip() for r in rows if r.get("status") != "ok"]
         return result | {"status": "error", "error": "; ".join(failed) or "no loss curve"}
-    gap = loss_gap(a["losses"], b["losses"])
+    gap = loss_gap(mean_curve([r["losses"] for r in rows[0::2]]), mean_curve([r["losses"] for r in rows[1::2]]))
+    each = [loss_gap(rows[i]["losses"], rows[i + 1]["losses"]).final_rel for i in range(0, 2 * seeds, 2)]
     return result | {
         "status": "ok",
         "steps": len(gap.smoothed_a),
         "window": gap.window,
         "tail_from": gap.tail_from,
-        "final_rel_gap": gap.final_rel,  # the parity figure: the gap after the run's steps
+        "final_rel_gap": gap.final_rel,  # the parity figure: the gap after the run's steps (of the seeds' mean curves)
         "max_rel_gap": gap.max_rel,
         "max_rel_gap_step": gap.at_step,
+        "seed_final_rel_gaps": each,  # each seed's own gap: the spread the mean leaves out
         "smoothed": [gap.smoothed_a, gap.smoothed_b],
     }
 
@@ -156,9 +173,14 @@ def describe(result: dict) -> list[str]:
         return [head, f"parity not measured: {result['error']}"]
     sa, sb = (s[-1] for s in result["smoothed"])
     first = result["rows"][0]["losses"][0]
-    return [
+    lines = [
         head,
         f"loss (moving average of {result['window']} steps, AdamW lr {result['lr']:g}, {result.get('lr_schedule', 'constant')}): {a} {first:.3f} -> {sa:.4f}, {b} -> {sb:.4f} after {result['steps']} steps",
         f"relative loss gap |B - A| / A after {result['steps']} steps: {result['final_rel_gap']:.2%} "
         f"(largest over steps {result['tail_from'] + 1}-{result['steps']}: {result['max_rel_gap']:.2%}, step {result['max_rel_gap_step'] + 1})",
     ]
+    each = result.get("seed_final_rel_gaps") or []
+    if len(each) > 1:
+        lines[1] = lines[1].replace("loss (moving average", f"mean loss of {len(each)} seeds (moving average", 1)
+        lines.append(f"each seed's own gap ({', '.join(str(s) for s in result['seeds'])}): {', '.join(f'{g:.2%}' for g in each)}")
+    return lines

@@ -106,10 +106,13 @@ def _parity(fig, parity: dict) -> None:
         curves.text(0.5, 0.5, f"not measured: {parity.get('error', '')}"[:120], ha="center", va="center", color="tab:red", wrap=True)
         gaps.set_axis_off()
         return
-    raw = [r["losses"] for r in parity["rows"]]
-    for name, losses, smooth, color in zip((a, b), raw, parity["smoothed"], ("tab:blue", "tab:orange")):
-        curves.plot(losses, color=color, alpha=0.25, linewidth=0.8)
-        curves.plot(smooth, color=color, label=f"{name} (moving average of {parity['window']})")
+    colors = ("tab:blue", "tab:orange")
+    for i, row in enumerate(parity["rows"]):  # pairs (A, B), one per seed
+        curves.plot(row["losses"], color=colors[i % 2], alpha=0.25, linewidth=0.8)
+    seeds = len(parity["rows"]) // 2
+    over = f", mean of {seeds} seeds" if seeds > 1 else ""
+    for name, smooth, color in zip((a, b), parity["smoothed"], colors):
+        curves.plot(smooth, color=color, label=f"{name} (moving average of {parity['window']}{over})")
     curves.axhline(parity["entropy_nats"], color="gray", linestyle=":", label="entropy floor")
     curves.set_xlabel("step")
     curves.set_ylabel("loss (nats)")

@@ -316,6 +316,7 @@ def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
         "flops_per_token_causal": flops_per_token_causal(cfg, spec.seq),
         "steps": spec.steps,
         "warmup_steps": spec.warmup,
+        "seed": spec.seed,
         "torch": torch.__version__,
         "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "memory_cap_gib": spec.memory_cap_bytes / 2**30 if spec.memory_cap_bytes else None,  # --memory-cap-gib
