@@ -64,6 +64,8 @@ SKIPPED = {
         "GPU only: an 8b ablation with float8",
     "trainstack bench --preset 125m --batch 4 --seq 1024 --parity compile+bf16,compile+bf16+fp8 --out results":
         "GPU only: float8 needs a GPU with float8 matrix units",
+    "trainstack bench --preset 1b --batch 4 --seq 1024 --parity compile+bf16,compile+bf16+fp8 --parity-seeds 3 --steps 600":
+        "GPU only: float8 needs a GPU with float8 matrix units (tests/test_bench_parity.py runs --parity-seeds on the CPU)",
     "trainstack bench --preset 1b --batch 4 --seq 4096 --ablation --out results": "GPU only: a 1b ablation",
     "trainstack bench --preset 1b --batch 4 --seq 4096 --modes compile+bf16 --profile prof": "GPU only: a 1b compile+bf16 run",
     "trainstack bench --compare old/bench-1b-b4-s4096.jsonl results/bench-1b-b4-s4096.jsonl":

@@ -54,8 +54,8 @@ def _check_row(path: Path, number: int, row: dict) -> None:
             ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53)
             accepted = "a whole number"
         else:
-            ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
-            accepted = "a number"
+            ok = value is None or (_number(value) and value >= 0)
+            accepted = "a finite number, 0 or more"
         if not ok:
             raise SpecError(f"{path}: row {number}: {field}: '{grammar.shown(value)}' is not {accepted}; accepted: {ACCEPTED}")
     if row.get("breakdown") is not None:
@@ -142,7 +142,7 @@ def _cell(row: dict | None, field: str, spec: str) -> str:
     if row.get("status") != "ok":
         return row["status"].upper()
     if field == "mfu":
-        return "unknown" if row["mfu"] is None else f"{row['mfu']:.1%}"
+        return "unknown" if row.get("mfu") is None else f"{row['mfu']:.1%}"
     return fmt(row.get(field), spec)
 
 
