@@ -118,3 +118,20 @@ def test_the_boot_copy_names_the_same_switches_as_the_settings() -> None:
     from trainstack.run import boot, settings
 
     assert boot.SWITCHES == settings.SWITCHES and boot.HOME == settings.RUN_HOME
+
+
+def test_variables_the_shell_set_that_run_replaces_are_named_in_a_note(tmp_path):
+    """run's options decide the TRAINSTACK_* variables; one the shell set is not used, and a note
+    says which, while the job runs as the options ask (a variable set to 0 or empty is off anyway)."""
+    show = "import os; print(os.environ.get('TRAINSTACK_PROFILE_STEPS', 'unset'), os.environ.get('TRAINSTACK_COMPILE', 'unset'))"
+    env = clean_env(TRAINSTACK_PROFILE_STEPS="abc", TRAINSTACK_MEMPLAN="20GiB", TRAINSTACK_COMPILE="0")
+    done = subprocess.run([*TRAINSTACK, "run", "--out", str(tmp_path / "o"), "--signal", "off", "--profile-steps", "2:4", "--",
+                           sys.executable, "-c", show], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "2:4 unset"
+    notes = [line for line in done.stderr.splitlines() if line.startswith("note:")]
+    assert notes == ["note: TRAINSTACK_PROFILE_STEPS, TRAINSTACK_MEMPLAN from the environment not used: trainstack run's options "
+                     "decide (unset them, or give the option instead)"]
+    quiet = subprocess.run([*TRAINSTACK, "run", "--out", str(tmp_path / "o"), "--signal", "off", "--", sys.executable, "-c", show],
+                           capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert quiet.returncode == 0 and "note:" not in quiet.stderr

@@ -30,7 +30,9 @@ def command(
     Example: trainstack run --oom-snapshot --memplan 60GiB -- torchrun --nproc-per-node 8 train.py
     """
     from trainstack.fsutil import check_output
-    from trainstack.run.launch import Request, exec_job, job_env
+    import os
+
+    from trainstack.run.launch import Request, exec_job, job_env, replaced
 
     if old_out is not None:
         from trainstack.console import print_error
@@ -49,4 +51,11 @@ def command(
         memplan=memplan,
         compile=compile_blocks,
     )
-    exec_job(request.argv, job_env(request))
+    env = job_env(request)
+    ignored = replaced(os.environ, env)
+    if ignored:
+        from trainstack.console import print_error
+
+        print_error(f"{', '.join(ignored)} from the environment not used: trainstack run's options decide "
+                    "(unset them, or give the option instead)", prefix="note:")
+    exec_job(request.argv, env)

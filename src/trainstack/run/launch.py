@@ -60,12 +60,21 @@ def variables(request: Request) -> dict[str, str]:
     return env
 
 
+RUN_VARIABLES = (*s.SWITCHES, s.PROFILE_COUNT, s.PROFILE_SIGNAL, s.PROFILE_CONTROL, s.OOM_SNAPSHOT_ENTRIES)
+
+
+def replaced(base: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
+    """The TRAINSTACK_* variables the shell set that the job does not see as set: run's
+    options decide each of them (said in a note, never silently)."""
+    return [name for name in RUN_VARIABLES if base.get(name, "").strip() not in ("", "0") and env.get(name) != base[name]]
+
+
 def job_env(request: Request, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The job's whole environment: ``base`` plus the variables, the hook first on PYTHONPATH."""
     if not request.argv:
         raise UsageError("no command to run; accepted: trainstack run [OPTIONS] -- python train.py ARGS")
     env = dict(os.environ if base is None else base)
-    for name in (*s.SWITCHES, s.PROFILE_COUNT, s.PROFILE_SIGNAL, s.PROFILE_CONTROL, s.OOM_SNAPSHOT_ENTRIES):
+    for name in RUN_VARIABLES:
         env.pop(name, None)  # the options decide, not what the shell had
     env.update(variables(request))
     hook = write_sitecustomize(request.out.resolve() / "hook")
