@@ -29,9 +29,9 @@ def command(
 
     Example: trainstack run --oom-snapshot --memplan 60GiB -- torchrun --nproc-per-node 8 train.py
     """
-    from trainstack.fsutil import check_output
     import os
 
+    from trainstack.fsutil import check_output
     from trainstack.run.launch import Request, exec_job, job_env, replaced
 
     if old_out is not None:
