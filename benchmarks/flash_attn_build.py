@@ -48,7 +48,7 @@ from trainstack.render.buildenv import arch_env  # noqa: E402
 from trainstack.builder.resume import ninja_units  # noqa: E402
 from trainstack.fsutil import atomic_write_json  # noqa: E402
 from trainstack.stackfile.load import load_stack  # noqa: E402
-from trainstack.stackfile.models import JobBudget  # noqa: E402
+from trainstack.stackfile.schema import JobBudget  # noqa: E402
 
 VERSION = "2.8.3"
 SDIST = f"flash_attn-{VERSION}.tar.gz"

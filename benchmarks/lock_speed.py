@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from resultfile import Run
-from trainstack.lock.plan import plan_flavour
+from trainstack.lock.requests import flavour_requests
 from trainstack.stackfile import Flavour, load_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ FLAVOUR = Flavour("13.0", "ubuntu24.04", "3.11", "release")
 
 
 def plain_requirements() -> list[str]:
-    plan = plan_flavour(load_stack(STACK), FLAVOUR)
+    plan = flavour_requests(load_stack(STACK), FLAVOUR)
     static = {m.name for m in plan.full.metadata}
     lines = [r for r in plan.full.requirements if r.split("=")[0].split("[")[0] not in static]
     lines += [dep for m in plan.full.metadata for dep in m.requires_dist]

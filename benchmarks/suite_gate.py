@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 from trainstack import proc
-from trainstack.stackfile.models import Suite
+from trainstack.stackfile.schema import Suite
 from trainstack.verify.suites.gate import run_gate
 from trainstack.verify.suites.known_issues import KnownIssues
-from trainstack.verify.suites.models import SuiteResult
+from trainstack.verify.suites.schema import SuiteResult
 from trainstack.verify.target import open_target
 
 REPO = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from trainstack.builder.cpu import cgroup_quota, effective_cpus
 from trainstack.render.buildenv import budget_for, max_jobs
-from trainstack.stackfile.models import Component, JobBudget
+from trainstack.stackfile.schema import Component, JobBudget
 
 
 def write(path: Path, text: str) -> None:

@@ -21,7 +21,7 @@ from trainstack.builder.steps import Steps
 from trainstack.cli import main
 from trainstack.errors import BuildError, LockError
 from trainstack.lock import lock_dir, parse_pins
-from trainstack.lock.plan import plan_flavour, require_one_release
+from trainstack.lock.requests import flavour_requests, require_one_release
 from trainstack.stackfile.compat import check_flavour, errors
 from trainstack.stackfile import Flavour
 from trainstack.stackfile.load import parse_stack
@@ -83,10 +83,10 @@ def test_check_refuses_the_mix_in_one_line(tmp_path: Path, capsys: pytest.Captur
 
 def test_the_toolchain_layer_asks_for_every_component_of_one_release() -> None:
     stack, _ = findings()
-    layer = plan_flavour(stack, CU130).layers["toolchain"].requirements
+    layer = flavour_requests(stack, CU130).layers["toolchain"].requirements
     assert "cuda-toolkit[cccl,crt,cudart,nvcc,nvvm]==13.0.*" in layer and "nvidia-cuda-nvcc==13.0.*" in layer
     # CUDA 12's nvcc wheels hold only ptxas: its nvcc comes from Debian's archive or the host
-    cu128 = plan_flavour(stack, Flavour("12.8", "ubuntu24.04", "3.12", "release")).layers["toolchain"].requirements
+    cu128 = flavour_requests(stack, Flavour("12.8", "ubuntu24.04", "3.12", "release")).layers["toolchain"].requirements
     assert cu128 == ("ninja",)
 
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from trainstack.builder.cpu import GIB, available_memory, bound_jobs, cgroup_room, unit_memory
 from trainstack.render.buildenv import budget_for
 from trainstack.cli import main
-from trainstack.stackfile.models import Component, JobBudget
+from trainstack.stackfile.schema import Component, JobBudget
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ import pytest
 
 from trainstack.health.allreduce import run_allreduce
 from trainstack.health.gpu_checks import allreduce_check
-from trainstack.health.model import Status
+from trainstack.health.schema import Status
 from trainstack.health.thresholds import Limit, load_thresholds
 
 pytest.importorskip("torch")

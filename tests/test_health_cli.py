@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from trainstack import cli
-from trainstack.health.model import HealthReport, Status
+from trainstack.health.schema import HealthReport, Status
 
 
 def _invoke(*args: str):

@@ -16,7 +16,7 @@ import pytest
 
 from trainstack.health.host import Space
 from trainstack.health.level1 import Expectations, host_checks, node_checks
-from trainstack.health.model import Status, worst
+from trainstack.health.schema import Status, worst
 from trainstack.health.nvml import RecordedSource, decode_reasons, parse_node
 from trainstack.health.thresholds import load_thresholds
 

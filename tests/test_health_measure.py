@@ -9,7 +9,7 @@ import pytest
 
 from trainstack.health import measure
 from trainstack.health.gpu_checks import level2, sustained_checks
-from trainstack.health.model import Status
+from trainstack.health.schema import Status
 from trainstack.health.nvml import RecordedSource
 from trainstack.health.thresholds import load_thresholds
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.health.model import Check, HealthReport, Status, worst
+from trainstack.health.schema import Check, HealthReport, Status, worst
 
 RESULTS = Path(__file__).parent.parent / "benchmarks" / "results" / "health_h200"
 SCHEMA = Path(__file__).parent / "data" / "health" / "report.schema.json"

@@ -6,7 +6,7 @@ import copy
 import json
 from pathlib import Path
 
-from trainstack.health.model import Status
+from trainstack.health.schema import Status
 from trainstack.health.nvml import RecordedSource
 from trainstack.health.run import HealthOptions, Torch, run_health
 

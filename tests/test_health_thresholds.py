@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainstack.errors import SpecError
-from trainstack.health.model import Status
+from trainstack.health.schema import Status
 from trainstack.health.thresholds import Limit, load_thresholds
 
 

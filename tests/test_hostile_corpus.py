@@ -31,7 +31,7 @@ from trainstack.errors import LockError, SpecError, TrainstackError
 from trainstack.lock import lock_stack
 from trainstack.lock.git import pin_source
 from trainstack.lock.manifest import LockedFlavour, Manifest
-from trainstack.lock.plan import plan_flavour
+from trainstack.lock.requests import flavour_requests
 from trainstack.lock.resolve import check_request, compile_request
 from trainstack.render.api import stack_files
 from trainstack.render.inputs import Inputs
@@ -39,7 +39,7 @@ from trainstack.render.layers import FlavourLayers, SourceBuild, needs_build
 from trainstack.render.lockfile import LockFile, parse_lock
 from trainstack.stackfile import expand_flavours, load_stack
 from trainstack.stackfile.matrix import components_for
-from trainstack.stackfile.models import Component, Stack
+from trainstack.stackfile.schema import Component, Stack
 
 CORPUS = Path(__file__).resolve().parent / "data" / "corpus"
 BAD = sorted((CORPUS / "bad").glob("*.toml"))
@@ -221,7 +221,7 @@ def test_render_without_validation_injects_nothing(path: Path) -> None:
 def test_lock_plan_without_validation_hands_uv_only_requirements(path: Path) -> None:
     stack = unchecked_stack(path)
     try:
-        requests = [r for f in expand_flavours(stack) for p in [plan_flavour(stack, f)] for r in [p.full, *p.layers.values()]]
+        requests = [r for f in expand_flavours(stack) for p in [flavour_requests(stack, f)] for r in [p.full, *p.layers.values()]]
         for request in requests:
             check_request(request)
     except (SpecError, LockError, TrainstackError) as exc:
@@ -297,7 +297,7 @@ def test_no_stack_value_builds_a_planted_project(planted: tuple[Path, Path], tmp
         unchecked = unchecked_stack(stack)
         with pytest.raises((LockError, SpecError)):
             for flavour in expand_flavours(unchecked):
-                plan = plan_flavour(unchecked, flavour)
+                plan = flavour_requests(unchecked, flavour)
                 for source in plan.sources.values():
                     pin_source(source, stack.parent, str(stack))
                 for request in [plan.full, *plan.layers.values()]:

@@ -242,7 +242,7 @@ PLANTED = Path(__file__).resolve().parent / "data" / "planted_suite"
 
 
 def _gate(command: str, writable: tuple[Path, ...] = (), trust: bool = False, **suite: object):
-    from trainstack.stackfile.models import Suite
+    from trainstack.stackfile.schema import Suite
     from trainstack.verify.suites.gate import run_gate
     from trainstack.verify.suites.known_issues import KnownIssues
     from trainstack.verify.target import open_target

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trainstack.cli import main
-from trainstack.stackfile.models import Links
+from trainstack.stackfile.schema import Links
 from trainstack.verify.linkcheck.check import check_paths
 from trainstack.verify.linkcheck.elf import read_elf
 from trainstack.verify.linkcheck.resolve import Resolver, expand, parse_ldconfig

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainstack.lock import lock_dir, lock_stack, parse_pins
-from trainstack.lock.plan import plan_flavour
+from trainstack.lock.requests import flavour_requests
 from trainstack.stackfile import Flavour, load_stack
 
 from .conftest import EXAMPLES
@@ -16,9 +16,9 @@ PYPI_FLAVOUR = "cu130-ubuntu2404-py312-release"
 
 def test_plans_pick_the_variant_index_from_the_rules() -> None:
     stack = load_stack(EXAMPLES / "torch-cuda.toml")
-    cu130 = plan_flavour(stack, Flavour("13.0", "ubuntu24.04", "3.12", "release"))
-    cu128 = plan_flavour(stack, Flavour("12.8", "ubuntu22.04", "3.11", "release"))
-    nightly = plan_flavour(stack, Flavour("12.8", "ubuntu24.04", "3.12", "nightly"))
+    cu130 = flavour_requests(stack, Flavour("13.0", "ubuntu24.04", "3.12", "release"))
+    cu128 = flavour_requests(stack, Flavour("12.8", "ubuntu22.04", "3.11", "release"))
+    nightly = flavour_requests(stack, Flavour("12.8", "ubuntu24.04", "3.12", "nightly"))
     assert cu130.variant_index is None
     assert cu128.variant_index == "https://download.pytorch.org/whl/cu128"
     assert cu128.full.extra_index_urls == ("https://download.pytorch.org/whl/cu128",)

@@ -23,7 +23,7 @@ from trainstack.builder.extensions import host_cuda_home, probe_compile
 from trainstack.builder.steps import Steps
 from trainstack.errors import BuildError
 from trainstack.hostnvcc import find_host_nvcc
-from trainstack.lock.plan import plan_flavour
+from trainstack.lock.requests import flavour_requests
 from trainstack.rules import shipped_rules
 from trainstack.rules.nvcc import HostNvcc, devel_cuda, oci_route, venv_route
 from trainstack.stackfile import expand_flavours, load_stack
@@ -164,7 +164,7 @@ def test_lock_plans_no_nvcc_wheel_where_the_wheels_hold_none(tmp_path: Path) -> 
     for cuda, os_name in [("11.8", "debian12"), ("12.4", "debian13")]:
         spec = load_stack(write(tmp_path, cuda, os_name, "3.11" if cuda == "11.8" else "3.13"))
         (flavour,) = expand_flavours(spec)
-        assert plan_flavour(spec, flavour).layers["toolchain"].requirements == ("ninja",)
+        assert flavour_requests(spec, flavour).layers["toolchain"].requirements == ("ninja",)
 
 
 def _rendered(tmp_path: Path) -> str:

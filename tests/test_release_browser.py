@@ -99,7 +99,7 @@ def test_a_javascript_link_is_never_clickable_in_the_page(project, browser, tmp_
 
     from trainstack.release.html import render_html
     from trainstack.release.markdown import render_markdown
-    from trainstack.release.model import DriverRequirement, Fragment, KnownIssue
+    from trainstack.release.schema import DriverRequirement, Fragment, KnownIssue
 
     notes = release(project).notes
     script = "javascript:window.__pwned='{}'//"

@@ -15,7 +15,7 @@ from markdown_it import MarkdownIt
 from trainstack.bench.plot import write_chart
 from trainstack.fsutil import LeavesFolder, loads_strict, read_regular
 from trainstack.release.markdown import code, fence, link, render_markdown, table, text
-from trainstack.release.model import BenchRow, Fragment
+from trainstack.release.schema import BenchRow, Fragment
 from trainstack.release.plots import charts
 
 MARK = "INJECTED"
@@ -173,7 +173,7 @@ def _headings(markdown: str) -> list[str]:
 
 @pytest.fixture
 def release_notes():
-    from trainstack.release.model import ComponentVersions, ReleaseNotes, Updates, Verification
+    from trainstack.release.schema import ComponentVersions, ReleaseNotes, Updates, Verification
 
     return ReleaseNotes(stack="s", release="2", previous_release="1", image="reg/s", updates=Updates(),
                         versions=ComponentVersions(columns=[], rows={}), flavours=[], drivers=[],

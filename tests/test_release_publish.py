@@ -12,7 +12,7 @@ from tests.test_release_lock import EXAMPLE, PREVIOUS, STACK, copy_pair, locked_
 from trainstack.cli import main
 from trainstack.errors import SpecError, UsageError
 from trainstack.lock.manifest import manifest_path
-from trainstack.release.model import ReleaseNotes
+from trainstack.release.schema import ReleaseNotes
 from trainstack.release.publish import OUTPUTS, make_release
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ import pytest
 
 from trainstack.cli import main
 from trainstack.lock.manifest import LockedFlavour, load_manifest
-from trainstack.lock.plan import plan_flavour, stack_inputs_hash
+from trainstack.lock.requests import flavour_requests, stack_inputs_hash
 from trainstack.release.diff import diff_manifests
 from trainstack.stackfile import load_stack
 from trainstack.stackfile.matrix import expand_flavours
@@ -40,7 +40,7 @@ def seed(tmp_path: Path) -> Path:
     for side in ("before", "after"):
         stack_path = root / side / "torch-extras.toml"
         stack = load_stack(stack_path)
-        plans = [plan_flavour(stack, f) for f in expand_flavours(stack)]
+        plans = [flavour_requests(stack, f) for f in expand_flavours(stack)]
         path = stack_path.parent / "torch-extras.lock" / "stack.lock.json"
         manifest = json.loads(path.read_text())
         manifest["inputs_hash"] = stack_inputs_hash(stack, plans)

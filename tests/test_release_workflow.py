@@ -14,7 +14,7 @@ from tests.test_release_publish import project, slug_of  # noqa: F401  (a fixtur
 from trainstack.cli import main
 from trainstack.errors import SpecError
 from trainstack.lock.manifest import manifest_path
-from trainstack.release.model import ReleaseNotes
+from trainstack.release.schema import ReleaseNotes
 from trainstack.release.publish import make_release
 
 pytestmark = pytest.mark.slow

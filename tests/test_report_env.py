@@ -13,7 +13,7 @@ from tests.test_verify_fixtures import cuda_venv, numpy_python, planted_torch  #
 from trainstack.cli import main
 from trainstack.errors import UsageError
 from trainstack.verify.report import collect_report
-from trainstack.verify.report_model import NOT_FOUND, EnvReport, GpuInfo
+from trainstack.verify.report_schema import NOT_FOUND, EnvReport, GpuInfo
 from trainstack.verify.target import open_target
 
 NO_GPU = GpuInfo(reason="NVML: NVML Shared Library Not Found")

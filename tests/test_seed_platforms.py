@@ -8,7 +8,7 @@ import pytest
 from trainstack import rules
 from trainstack.cli import main
 from trainstack.lock import lock_dir, lock_stack
-from trainstack.lock.plan import plan_flavour
+from trainstack.lock.requests import flavour_requests
 from trainstack.stackfile import load_stack
 from trainstack.stackfile.compat import check_stack, errors
 from trainstack.stackfile.matrix import expand_flavours
@@ -63,7 +63,7 @@ def test_torch_2_0_on_ubuntu_20_04_with_cuda_11_8_and_python_3_8(write_stack) ->
     assert findings(path) == []
     stack = load_stack(path)
     (flavour,) = expand_flavours(stack)
-    plan = plan_flavour(stack, flavour)
+    plan = flavour_requests(stack, flavour)
     assert plan.full.platform == "x86_64-manylinux_2_31"
     assert plan.variant_index == "https://download.pytorch.org/whl/cu118"
     assert rules.index_for(stack.rules_in_effect, "2.0.1", "cu117", "release") is None  # PyPI's own
@@ -76,7 +76,7 @@ def test_any_version_in_table_form(write_stack) -> None:
 
 def test_arch_enters_the_slug_only_when_not_x86_64_and_the_platform_always(write_stack) -> None:
     stack = load_stack(seed(write_stack, arch='["x86_64", "aarch64"]'))
-    plans = {f.slug: plan_flavour(stack, f) for f in expand_flavours(stack)}
+    plans = {f.slug: flavour_requests(stack, f) for f in expand_flavours(stack)}
     assert set(plans) == {"cpu-ubuntu2204-py311-release", "cpu-ubuntu2204-py311-release-aarch64"}
     assert plans["cpu-ubuntu2204-py311-release"].full.platform == "x86_64-manylinux_2_35"
     assert plans["cpu-ubuntu2204-py311-release-aarch64"].full.platform == "aarch64-manylinux_2_35"
@@ -94,7 +94,7 @@ def test_aarch64_cuda_wheels_only_from_torch_2_5(write_stack) -> None:
     assert findings(new) == []
     stack = load_stack(new)
     (flavour,) = expand_flavours(stack)
-    assert plan_flavour(stack, flavour).variant_index == "https://download.pytorch.org/whl/cu124"
+    assert flavour_requests(stack, flavour).variant_index == "https://download.pytorch.org/whl/cu124"
 
 
 def test_unknown_arch_is_refused_in_one_line(write_stack, capsys) -> None:

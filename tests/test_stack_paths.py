@@ -12,9 +12,9 @@ from tests.test_build_fixtures import copy_example
 from trainstack.render.buildenv import cache_dir, compiler_cache_env
 from trainstack.cli import main
 from trainstack.errors import SpecError
-from trainstack.rules.models import fill
+from trainstack.rules.schema import fill
 from trainstack.stackfile import load_stack
-from trainstack.stackfile.models import CompilerCache
+from trainstack.stackfile.schema import CompilerCache
 from trainstack.stackfile.paths import stack_path
 
 
@@ -69,7 +69,7 @@ def test_build_takes_the_compiler_cache_by_the_same_rule(folder: Path, tmp_path:
 
 def test_verify_opens_the_known_issues_file_check_accepted(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """check and verify resolve known_issues with the one rule: '~root/..' is refused by both."""
-    from trainstack.stackfile.models import Verify
+    from trainstack.stackfile.schema import Verify
     from trainstack.verify.run import _gate
 
     stack = copy_example("cpu-minimal", folder, {r"max_failed_tests = 0\n": 'max_failed_tests = 0\nknown_issues = "~root/../etc/passwd"\n'})
@@ -77,7 +77,7 @@ def test_verify_opens_the_known_issues_file_check_accepted(folder: Path, capsys:
     assert "verify.known_issues: '~root/../etc/passwd'" in capsys.readouterr().err
     settings = Verify.model_construct(**{**Verify().__dict__, "suite": [object()], "known_issues": "~root/../etc/passwd"})
 
-    class Unchecked:  # a plan whose settings never went through check
+    class Unchecked:  # a scope whose settings never went through check
         stack_path = stack
         flavour = None
 

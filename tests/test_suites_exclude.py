@@ -18,7 +18,7 @@ from trainstack.release.html import render_html
 from trainstack.release.markdown import render_markdown
 from trainstack.release.notes import Inputs, make_notes
 from trainstack.release.results import parse_verify
-from trainstack.stackfile.models import Exclusion
+from trainstack.stackfile.schema import Exclusion
 
 STACK = '''[stack]
 name = "s"

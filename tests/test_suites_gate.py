@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainstack.errors import SpecError
-from trainstack.stackfile.models import Suite
+from trainstack.stackfile.schema import Suite
 from trainstack.verify.suites.gate import judge, run_gate
 from trainstack.verify.suites.junit import read_summary
 from trainstack.verify.suites.known_issues import KnownIssues, load_known_issues

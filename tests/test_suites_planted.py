@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.stackfile.models import Suite
+from trainstack.stackfile.schema import Suite
 from trainstack.verify.suites.gate import run_gate
 from trainstack.verify.suites.known_issues import KnownIssue, KnownIssues
 from trainstack.verify.suites.runner import rerun_argv

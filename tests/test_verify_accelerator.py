@@ -121,13 +121,13 @@ def test_report_names_whose_nvcc_it_is(tmp_path, monkeypatch) -> None:
     assert own.owner == "environment" and own.path == str(nvcc) and own.version == "12.4"
 
 
-def test_verify_plans_the_flavours_accelerator(write_stack) -> None:
-    from trainstack.verify.plan import make_plan
+def test_verify_scopes_the_flavours_accelerator(write_stack) -> None:
+    from trainstack.verify.scope import make_scope
 
     text = ('[stack]\nname = "a"\nrelease = "1"\nimage = "trainstack/a"\n\n[components]\ntorch = "==2.5.1"\n'
             'setuptools = ">=70"\n\n[matrix]\ncuda = ["cpu", "12.4"]\nos = ["ubuntu22.04"]\npython = ["3.11"]\n')
     path = write_stack(text)
-    _, plan, _ = make_plan(path, "cu124-ubuntu2204-py311-release", Path(sys.executable), Path("build"), [])
-    assert plan.accelerator == "cuda"
-    _, plan, _ = make_plan(path, "cpu-ubuntu2204-py311-release", Path(sys.executable), Path("build"), [])
-    assert plan.accelerator == "cpu"
+    _, scope, _ = make_scope(path, "cu124-ubuntu2204-py311-release", Path(sys.executable), Path("build"), [])
+    assert scope.accelerator == "cuda"
+    _, scope, _ = make_scope(path, "cpu-ubuntu2204-py311-release", Path(sys.executable), Path("build"), [])
+    assert scope.accelerator == "cpu"

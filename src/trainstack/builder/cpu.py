@@ -12,7 +12,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from trainstack.render.buildenv import max_jobs
-from trainstack.stackfile.models import Component, JobBudget
+from trainstack.stackfile.schema import Component, JobBudget
 
 GIB = 2**30
 # The memory one compile unit takes at its peak: flash-attn's CUDA kernels (templates of

@@ -33,10 +33,10 @@ from trainstack.rules.nvcc import no_route, venv_route, wheel_route
 from trainstack.rules.toolchain import toolchain_rules
 
 if TYPE_CHECKING:
-    from trainstack.rules.models import Rules
+    from trainstack.rules.schema import Rules
     from trainstack.builder.backend import BuildJob
     from trainstack.render.layers import SourceBuild
-    from trainstack.stackfile.models import Component
+    from trainstack.stackfile.schema import Component
 
 PROBE_KERNEL = "__global__ void trainstack_probe(float* x) { x[threadIdx.x] *= 2.0f; }\n"
 _TOOL_DIRS = ("bin", "include", "nvvm", "lib")

@@ -9,7 +9,7 @@ from trainstack import proc
 from trainstack.builder.steps import Steps
 from trainstack.errors import BuildError
 from trainstack import grammar
-from trainstack.stackfile.models import Component
+from trainstack.stackfile.schema import Component
 
 # the transports a stack's git source may use; never 'ext::' (runs a command) or another helper
 GIT_ENV = {"GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh", "GIT_TERMINAL_PROMPT": "0"}

@@ -8,7 +8,7 @@ from typing import Any
 from trainstack.health import measure
 from trainstack.health.allreduce import AllreduceFailed, run_allreduce
 from trainstack.health.level1 import clock_events_check, limit_check
-from trainstack.health.model import Check, Status
+from trainstack.health.schema import Check, Status
 from trainstack.health.nvml import NvmlSource
 from trainstack.health.thresholds import Thresholds
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from packaging.version import InvalidVersion, Version
 
 from trainstack.health.host import Space
-from trainstack.health.model import Check, Status
+from trainstack.health.schema import Check, Status
 from trainstack.health.nvml import CLOCK_REASONS, GpuSnapshot, NodeSnapshot, decode_reasons
 from trainstack.health.thresholds import Limit, Thresholds
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from trainstack.health.model import HealthReport, Status
+from trainstack.health.schema import HealthReport, Status
 
 STYLE = {Status.ok: "green", Status.warn: "yellow", Status.critical: "bold red", Status.unknown: "magenta"}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from trainstack.health import gpu_checks, host
 from trainstack.health.level1 import Expectations, host_checks, node_checks, nvml_missing_checks
-from trainstack.health.model import Check, HealthReport
+from trainstack.health.schema import Check, HealthReport
 from trainstack.health.nvml import NodeSnapshot, NvmlSource, NvmlUnavailable, PynvmlSource, parse_node
 from trainstack.health.thresholds import Thresholds, load_thresholds
 

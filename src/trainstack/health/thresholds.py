@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from trainstack.errors import SpecError
-from trainstack.health.model import Status
+from trainstack.health.schema import Status
 
 DATA_FILE = "thresholds.toml"
 

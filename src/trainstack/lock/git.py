@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 from trainstack import proc
 from trainstack.errors import LockError
 from trainstack import grammar
-from trainstack.stackfile.models import Component
+from trainstack.stackfile.schema import Component
 
 FULL_SHA_LEN = 40
 

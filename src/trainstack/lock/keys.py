@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 
 from trainstack.stackfile.matrix import Flavour, components_for
-from trainstack.stackfile.models import Stack
+from trainstack.stackfile.schema import Stack
 
 # Bumped when the rendered build (Dockerfile layers, build scripts) changes in a way
 # that makes old cache entries wrong even though no lock changed.

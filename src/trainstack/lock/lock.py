@@ -35,14 +35,14 @@ from trainstack.lock.manifest import (
     manifest_path,
     read_lock_text,
 )
-from trainstack.lock.plan import FlavourPlan, plan_flavour, require_one_release, stack_inputs_hash
+from trainstack.lock.requests import FlavourRequests, flavour_requests, require_one_release, stack_inputs_hash
 from trainstack.lock.resolve import compile_request, uv_version
 from trainstack.lock.tags import stack_image_refs
 from trainstack.redact import strip_userinfo
 from trainstack.stackfile.compat import require_rules
 from trainstack import grammar
 from trainstack.stackfile import expand_flavours, load_stack, select_flavour
-from trainstack.stackfile.models import Stack
+from trainstack.stackfile.schema import Stack
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)", re.MULTILINE)
 
@@ -62,28 +62,28 @@ def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str]) -> Mani
     chosen = select_flavour(stack, flavour)
     # the whole matrix must hold: the inputs hash covers every flavour, not just ``chosen``
     require_rules(stack, expand_flavours(stack), str(stack_path))
-    plans = [plan_flavour(stack, f) for f in expand_flavours(stack)]
+    all_requests = [flavour_requests(stack, f) for f in expand_flavours(stack)]
     directory = lock_dir(stack_path)
     previous = _previous(directory)
     # the stack's own name, not its file's: renaming the file must not move a lock byte nor a cache key
     header = f"trainstack lock (stack {stack.stack.name})"
     files: dict[str, str] = {}
     locked: dict[str, LockedFlavour] = {}
-    todo = [p for p in plans if p.flavour in chosen]
-    slugs = {p.flavour.slug for p in plans}
+    todo = [p for p in all_requests if p.flavour in chosen]
+    slugs = {p.flavour.slug for p in all_requests}
     redo = {p.flavour.slug for p in todo}
     kept = {s: f for s, f in (previous.flavours.items() if previous else ()) if s in slugs and s not in redo}
-    tree = _carried(directory, kept, {p.flavour.slug: p for p in plans})  # checked before any resolution
-    for number, plan in enumerate(todo, start=1):
-        _locking(plan.flavour.slug, number, len(todo))
-        entry, texts = _lock_flavour(stack, plan, directory, upgrade, header, str(stack_path))
-        locked[plan.flavour.slug] = entry
+    tree = _carried(directory, kept, {p.flavour.slug: p for p in all_requests})  # checked before any resolution
+    for number, requests in enumerate(todo, start=1):
+        _locking(requests.flavour.slug, number, len(todo))
+        entry, texts = _lock_flavour(stack, requests, directory, upgrade, header, str(stack_path))
+        locked[requests.flavour.slug] = entry
         files.update(texts)
     manifest = Manifest(
         stack=stack.stack.name,
         release=stack.stack.release,
         image=stack.stack.image_ref,
-        inputs_hash=stack_inputs_hash(stack, plans),
+        inputs_hash=stack_inputs_hash(stack, all_requests),
         uv_version=uv_version(),
         generated_at=_now(),
         flavours=dict(sorted({**kept, **locked}.items())),
@@ -122,17 +122,17 @@ def _waiting(stack_path: Path) -> None:
     err.print(f"waiting for another lock of {stack_path} to finish", highlight=False, markup=False)
 
 
-def _carried(directory: Path, kept: dict[str, LockedFlavour], plans: dict[str, FlavourPlan]) -> dict[str, bytes]:
+def _carried(directory: Path, kept: dict[str, LockedFlavour], all_requests: dict[str, FlavourRequests]) -> dict[str, bytes]:
     """The files of flavours this run does not re-lock, as they are: the lock directory holds
     stack.lock.json and the files it lists, nothing else. Each is read as keys and render read
     it (a regular file inside the folder, never through a link out of it, every line checked),
     so that a planted link cannot copy another file's content into the new lock."""
     tree: dict[str, bytes] = {}
     for slug, entry in kept.items():
-        plan = plans[slug]
+        requests = all_requests[slug]
         for relative in (entry.lock_file, *entry.layers.values()):
             try:
-                text = read_lock_text(directory, relative, frozenset(plan.sources), declared_indexes(plan))
+                text = read_lock_text(directory, relative, frozenset(requests.sources), declared_indexes(requests))
             except FileNotFoundError:
                 continue
             tree[relative] = text.encode("utf-8")
@@ -144,93 +144,93 @@ def check_lock_current(stack_path: Path, flavour: str | None = None) -> Manifest
     stack_path = Path(stack_path)
     stack = load_stack(stack_path)
     chosen = select_flavour(stack, flavour)
-    plans = [plan_flavour(stack, f) for f in expand_flavours(stack)]
+    all_requests = [flavour_requests(stack, f) for f in expand_flavours(stack)]
     path = manifest_path(stack_path)
     manifest = load_manifest(path)
     fix = f"re-lock with 'trainstack lock {stack_path}'"
-    if flavour is None and manifest.inputs_hash != stack_inputs_hash(stack, plans):
+    if flavour is None and manifest.inputs_hash != stack_inputs_hash(stack, all_requests):
         raise LockError(f"{path}: the lock no longer matches {stack_path}; {fix}")
-    for plan in (p for p in plans if p.flavour in chosen):
-        entry = manifest.flavours.get(plan.flavour.slug)
+    for requests in (p for p in all_requests if p.flavour in chosen):
+        entry = manifest.flavours.get(requests.flavour.slug)
         if entry is None:
-            raise LockError(f"{path}: flavour {plan.flavour.slug} is not locked; {fix}")
-        if entry.inputs_hash != plan.inputs_hash():
-            raise LockError(f"{path}: flavour {plan.flavour.slug} was locked from other inputs; {fix}")
-        indexes = declared_indexes(plan)
+            raise LockError(f"{path}: flavour {requests.flavour.slug} is not locked; {fix}")
+        if entry.inputs_hash != requests.inputs_hash():
+            raise LockError(f"{path}: flavour {requests.flavour.slug} was locked from other inputs; {fix}")
+        indexes = declared_indexes(requests)
         for relative in (entry.lock_file, *entry.layers.values()):
             try:  # each line checked (its index options against the stack's) before its hash counts
-                text = read_lock_text(path.parent, relative, frozenset(plan.sources), indexes)
+                text = read_lock_text(path.parent, relative, frozenset(requests.sources), indexes)
             except FileNotFoundError:
                 raise LockError(f"{path.parent / relative}: missing; {fix}") from None
             if relative == entry.lock_file and _sha256(text.encode()) != entry.lock_sha256:
                 raise LockError(f"{path.parent / relative}: changed since it was locked; {fix}")
             if relative == entry.lock_file and parse_pins(text) != entry.packages:
-                raise SpecError(f"{path}: flavours.{plan.flavour.slug}.packages: differs from the pins of {relative}; {fix}")
-        if (entry.index or "").rstrip("/") != (plan.variant_index or "").rstrip("/"):
-            accepted = plan.variant_index or "null (no CUDA-variant index)"
-            raise SpecError(f"{path}: flavours.{plan.flavour.slug}.index: '{grammar.shown(entry.index)}' is not the "
+                raise SpecError(f"{path}: flavours.{requests.flavour.slug}.packages: differs from the pins of {relative}; {fix}")
+        if (entry.index or "").rstrip("/") != (requests.variant_index or "").rstrip("/"):
+            accepted = requests.variant_index or "null (no CUDA-variant index)"
+            raise SpecError(f"{path}: flavours.{requests.flavour.slug}.index: '{grammar.shown(entry.index)}' is not the "
                             f"flavour's CUDA-variant index (accepted: {accepted}); {fix}")
     return manifest
 
 
-def declared_indexes(plan: FlavourPlan) -> DeclaredIndexes:
+def declared_indexes(requests: FlavourRequests) -> DeclaredIndexes:
     """The indexes a flavour's lock files may name: what the stack declares for it, and with no
     index url declared the environment's default index (the one uv locked against)."""
     default = default_from_env(os.environ)
-    request = plan.full
+    request = requests.full
     return DeclaredIndexes.of(
         request.index_url, request.extra_index_urls, request.find_links, strip_userinfo(default) if default else None
     )
 
 
 def _lock_flavour(
-    stack: Stack, plan: FlavourPlan, directory: Path, upgrade: Sequence[str], header: str, where: str
+    stack: Stack, requests: FlavourRequests, directory: Path, upgrade: Sequence[str], header: str, where: str
 ) -> tuple[LockedFlavour, dict[str, str]]:
-    slug = plan.flavour.slug
+    slug = requests.flavour.slug
     # sources first: a bad pin fails before any resolution
-    sources = {key: pin_source(c, directory.parent, where) for key, c in sorted(plan.sources.items())}
+    sources = {key: pin_source(c, directory.parent, where) for key, c in sorted(requests.sources.items())}
     names = [c.name for c in stack.components.values()]
     attempts = stack.build.retries
     full_rel = f"locks/{slug}.txt"
     full = compile_request(
-        plan.full, previous=_previous_lock(directory, full_rel, plan), constraints=None, upgrade=upgrade,
+        requests.full, previous=_previous_lock(directory, full_rel, requests), constraints=None, upgrade=upgrade,
         header=header, component_names=names, attempts=attempts,
     )  # fmt: skip
     texts = {full_rel: full.text}
     with tempfile.TemporaryDirectory(prefix="trainstack-constraints-") as tmp:
         constraints = Path(tmp) / "full.txt"
         constraints.write_text(full.text, encoding="utf-8")
-        for name, request in sorted(plan.layers.items()):
+        for name, request in sorted(requests.layers.items()):
             relative = f"locks/{slug}.{name}.txt"
             texts[relative] = compile_request(
-                request, previous=_previous_lock(directory, relative, plan), constraints=constraints, upgrade=upgrade,
+                request, previous=_previous_lock(directory, relative, requests), constraints=constraints, upgrade=upgrade,
                 header=header, component_names=names, attempts=attempts,
             ).text  # fmt: skip
     for relative, text in sorted(texts.items()):
-        require_one_release(plan.flavour, relative, parse_pins(text), where)
+        require_one_release(requests.flavour, relative, parse_pins(text), where)
     lock_bytes = full.text.encode() + json.dumps(sources, sort_keys=True).encode()
     entry = LockedFlavour(
-        **plan.flavour.as_dict(),
+        **requests.flavour.as_dict(),
         lock_file=full_rel,
         lock_sha256=_sha256(full.text.encode()),
-        index=plan.variant_index,
-        cache_key=flavour_cache_key(stack, plan.flavour, lock_bytes),
+        index=requests.variant_index,
+        cache_key=flavour_cache_key(stack, requests.flavour, lock_bytes),
         packages=parse_pins(full.text),
         sources=sources,
-        layers={name: f"locks/{slug}.{name}.txt" for name in sorted(plan.layers)},
-        inputs_hash=plan.inputs_hash(),
-        base_image=base_image(stack, plan.flavour),
-        build_settings=build_settings(stack, plan.flavour),
+        layers={name: f"locks/{slug}.{name}.txt" for name in sorted(requests.layers)},
+        inputs_hash=requests.inputs_hash(),
+        base_image=base_image(stack, requests.flavour),
+        build_settings=build_settings(stack, requests.flavour),
     )
     return entry, texts
 
 
-def _previous_lock(directory: Path, relative: str, plan: FlavourPlan) -> Path | None:
+def _previous_lock(directory: Path, relative: str, requests: FlavourRequests) -> Path | None:
     """The previous lock file uv starts from (keeping its pins), when it reads as a lock file of
     the folder should; one that does not (a link out of the folder, a hostile line) is not handed
     to uv: the flavour is resolved afresh and the file replaced."""
     try:
-        read_lock_text(directory, relative, frozenset(plan.sources), declared_indexes(plan))
+        read_lock_text(directory, relative, frozenset(requests.sources), declared_indexes(requests))
     except (OSError, SpecError):
         return None
     return directory / relative

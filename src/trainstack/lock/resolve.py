@@ -15,7 +15,7 @@ from trainstack.errors import LockError, NetworkError
 from trainstack.indexauth import name_indexes, uv_index_options
 from trainstack.redact import redact, strip_userinfo
 from trainstack import grammar
-from trainstack.lock.plan import Request
+from trainstack.lock.requests import Request
 from trainstack.retry import TransientFailure, with_retries
 
 # uv's own retries would multiply ours; trainstack.retry owns the backoff.

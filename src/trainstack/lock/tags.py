@@ -9,7 +9,7 @@ from pathlib import Path
 from trainstack.errors import SpecError
 from trainstack.lock.manifest import LockedFlavour
 from trainstack.stackfile.load import locate
-from trainstack.stackfile.models import Stack
+from trainstack.stackfile.schema import Stack
 from trainstack.stackfile.tags import flavour_tags, tag_template
 
 

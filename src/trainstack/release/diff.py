@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlparse
 from packaging.version import InvalidVersion, Version
 
 from trainstack.lock.manifest import LockedFlavour, Manifest
-from trainstack.release.model import Change, ComponentVersions, Updates
+from trainstack.release.schema import Change, ComponentVersions, Updates
 
 _GIT_SHA = re.compile(r"@([0-9a-f]{7,40})$")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, read_regular
 from trainstack.release.markdown import safe_target
-from trainstack.release.model import SECTIONS, Fragment
+from trainstack.release.schema import SECTIONS, Fragment
 from trainstack import grammar
 
 RELEASED_DIR = "released"

@@ -21,7 +21,7 @@ from trainstack.release.markdown import (
     shown_reasons,
     source_label,
 )
-from trainstack.release.model import BenchRow, Fragment, KnownIssue, ReleaseNotes
+from trainstack.release.schema import BenchRow, Fragment, KnownIssue, ReleaseNotes
 from trainstack.release.plots import Chart
 
 @dataclass(frozen=True)

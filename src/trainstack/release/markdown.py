@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlsplit
 
-from trainstack.release.model import BenchRow, Change, Fragment, ReleaseNotes, Updates
+from trainstack.release.schema import BenchRow, Change, Fragment, ReleaseNotes, Updates
 from trainstack import grammar
 from trainstack.release.results import NOT_BUILT, NOT_RUN, PARTIAL_VERIFY_NAME
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from trainstack.errors import UsageError
 from trainstack.lock.manifest import Manifest
 from trainstack.release.diff import component_versions, diff_manifests, first_release
-from trainstack.release.model import (
+from trainstack.release.schema import (
     BenchRow,
     DriverRequirement,
     FlavourImage,

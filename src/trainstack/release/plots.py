@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from itertools import groupby
 
-from trainstack.release.model import FIGURE_MAX, BenchRow
+from trainstack.release.schema import FIGURE_MAX, BenchRow
 
 
 @dataclass(frozen=True)

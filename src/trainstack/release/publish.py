@@ -21,7 +21,7 @@ from trainstack.release.drivers import rules_lookup
 from trainstack.release.fragments import consume_fragments, release_fragments
 from trainstack.release.html import render_html
 from trainstack.release.markdown import render_markdown
-from trainstack.release.model import ReleaseNotes
+from trainstack.release.schema import ReleaseNotes
 from trainstack.release.notes import DriverLookup, Inputs, check_same_stack, make_notes
 from trainstack.release.plots import charts
 from trainstack.release.results import BenchKey, BenchResult, Verified, bench_of_release, read_bench, read_verification

@@ -51,7 +51,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from trainstack.errors import SpecError
 from trainstack.fsutil import loads_strict, read_text
-from trainstack.release.model import FIGURE_MAX, SCHEMA_VERSION, ExcludedTest, KnownIssue, ReleaseNotes, Verification
+from trainstack.release.schema import FIGURE_MAX, SCHEMA_VERSION, ExcludedTest, KnownIssue, ReleaseNotes, Verification
 from trainstack import grammar
 
 VERIFY_NAME = "verify.json"

@@ -12,7 +12,7 @@ from packaging.utils import canonicalize_name
 
 from trainstack.errors import SpecError
 from trainstack.rules import Rules, cuda_archs
-from trainstack.stackfile.models import CompilerCache, Component, JobBudget
+from trainstack.stackfile.schema import CompilerCache, Component, JobBudget
 from trainstack.stackfile.paths import stack_path
 
 # Compiling these packages needs far more memory per job than CPUs per job, hence the divisors.

@@ -27,7 +27,7 @@ from trainstack.rules.nvcc import Route, debian_route, devel_route, wheel_route
 from trainstack.render import quote
 from trainstack.render.layers import FlavourLayers, SourceBuild
 from trainstack import grammar
-from trainstack.stackfile.models import PYTHON_RE, CompilerCache, Stack
+from trainstack.stackfile.schema import PYTHON_RE, CompilerCache, Stack
 
 VENV = "/opt/venv"
 UV_HOME = "/opt/uv"  # the uv that installs a standalone Python where the OS has none

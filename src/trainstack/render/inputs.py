@@ -8,7 +8,7 @@ from pathlib import Path
 from trainstack.errors import LockError
 from trainstack.lock import Manifest, check_lock_current, lock_dir, manifest_path
 from trainstack.lock.lock import declared_indexes
-from trainstack.lock.plan import plan_flavour
+from trainstack.lock.requests import flavour_requests
 from trainstack.lock.tags import stack_image_refs
 from trainstack.render.layers import FlavourLayers, split_layers
 from trainstack.stackfile import Stack, load_stack, select_flavour
@@ -43,6 +43,6 @@ def load_inputs(stack_path: Path, flavour: str | None = None) -> Inputs:
                 f"{manifest_path(stack_path)}: flavour {f.slug} is not in the lock",
                 hint=f"run 'trainstack lock {stack_path}'",
             )
-        layers.append(split_layers(stack, f, locked, directory, declared_indexes(plan_flavour(stack, f))))
+        layers.append(split_layers(stack, f, locked, directory, declared_indexes(flavour_requests(stack, f))))
     stack_image_refs(stack, manifest.flavours, stack_path)  # every flavour's tag made, none shared, before any work
     return Inputs(stack_path, stack, manifest, directory, layers)

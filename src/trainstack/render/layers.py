@@ -9,7 +9,7 @@ from trainstack.errors import LockError
 from trainstack.lock.manifest import DeclaredIndexes, LockedFlavour, read_lock_text
 from trainstack.render.lockfile import LockFile, parse_lock
 from trainstack.stackfile.matrix import Flavour, components_for
-from trainstack.stackfile.models import Component, Stack
+from trainstack.stackfile.schema import Component, Stack
 
 TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "numpy"})
 

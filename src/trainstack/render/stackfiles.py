@@ -7,7 +7,7 @@ from trainstack.redact import strip_userinfo
 from trainstack.render import quote
 from trainstack.render.dockerfile import labels
 from trainstack.render.layers import FlavourLayers
-from trainstack.stackfile.models import Stack
+from trainstack.stackfile.schema import Stack
 
 
 def cache_ref(stack: Stack, cache_key: str) -> str:

@@ -17,7 +17,7 @@ from trainstack.rules.data import (
     torch_pythons,
     vendor_local,
 )
-from trainstack.rules.models import Rules
+from trainstack.rules.schema import Rules
 
 __all__ = [
     "Rules",

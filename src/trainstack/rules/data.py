@@ -11,7 +11,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from trainstack.errors import RuleViolation
-from trainstack.rules.models import Rules, fill
+from trainstack.rules.schema import Rules, fill
 
 if sys.version_info >= (3, 11):
     import tomllib

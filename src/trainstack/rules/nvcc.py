@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trainstack.rules.data import nvcc_refusal, nvcc_unusable
-from trainstack.rules.models import DebianToolkitRelease, Rules, fill
+from trainstack.rules.schema import DebianToolkitRelease, Rules, fill
 
 
 @dataclass(frozen=True)

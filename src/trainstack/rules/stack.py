@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from trainstack.errors import SpecError
 from trainstack.fsutil import read_text
 from trainstack.rules.data import merged_rules
-from trainstack.rules.models import Rules
+from trainstack.rules.schema import Rules
 
 if sys.version_info >= (3, 11):
     import tomllib

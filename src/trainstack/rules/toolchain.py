@@ -12,7 +12,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from trainstack.rules.models import Cited, Data, fill
+from trainstack.rules.schema import Cited, Data, fill
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -12,10 +12,10 @@ from packaging.version import Version
 from trainstack.errors import RuleViolation
 from trainstack.rules import data, nvcc, toolchain
 from trainstack.rules.nvcc import HostNvcc
-from trainstack.rules.models import fill
+from trainstack.rules.schema import fill
 from trainstack import grammar
 from trainstack.stackfile.matrix import Flavour, components_for, expand_flavours
-from trainstack.stackfile.models import Component, Stack
+from trainstack.stackfile.schema import Component, Stack
 
 Level = Literal["error", "info"]
 

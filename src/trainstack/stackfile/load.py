@@ -13,11 +13,11 @@ from pydantic import BaseModel, ValidationError
 from trainstack.errors import SpecError
 from trainstack.fsutil import read_text
 from trainstack.rules.data import shipped_rules
-from trainstack.rules.models import Rules
+from trainstack.rules.schema import Rules
 from trainstack.rules.stack import stack_rules
 from trainstack import grammar
 from trainstack.stackfile.matrix import expand_flavours
-from trainstack.stackfile.models import TAG_AXES, Stack
+from trainstack.stackfile.schema import TAG_AXES, Stack
 from trainstack.stackfile.paths import stack_path
 from trainstack.stackfile.tags import axes_of, flavour_tags, pinned_versions, tag_template
 

@@ -9,7 +9,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from trainstack.errors import UsageError
-from trainstack.stackfile.models import Component, Stack
+from trainstack.stackfile.schema import Component, Stack
 
 
 @dataclass(frozen=True, order=True)

@@ -10,7 +10,7 @@ from packaging.version import InvalidVersion, Version
 
 from trainstack import grammar
 from trainstack.stackfile.matrix import Flavour
-from trainstack.stackfile.models import TAG_AXES, Stack
+from trainstack.stackfile.schema import TAG_AXES, Stack
 
 DEFAULT_TAG = "{release}-{slug}"  # one tag per flavour, as before templates
 

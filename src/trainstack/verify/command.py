@@ -30,17 +30,17 @@ def command(
     from trainstack.console import out
     from trainstack.console import emit_json
     from trainstack.fsutil import check_output
-    from trainstack.verify.plan import make_plan
+    from trainstack.verify.scope import make_scope
     from trainstack.verify.render import render_verify
     from trainstack.verify.run import run_verify
 
     if output is not None:
         check_output(output, "--output")
-    target, plan, default_output = make_plan(stack, flavour, python, build_dir, skip)
+    target, scope, default_output = make_scope(stack, flavour, python, build_dir, skip)
     destination = output or default_output
     if destination is not None and output is None:
         check_output(destination, "verify.json (BUILD_DIR/<flavour>/verify.json)")
-    result = run_verify(target, plan, trust=trust)
+    result = run_verify(target, scope, trust=trust)
     if destination is not None:
         emit_json(result.model_dump_json(indent=2), to_stdout=False, output=destination)
     if json_out:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from trainstack.verify.report_model import Drift, VersionChange
+from trainstack.verify.report_schema import Drift, VersionChange
 
 # seeded into every venv by its creator, never part of a stack's lock
 TOOLING = frozenset({"pip", "setuptools", "wheel"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainstack.verify.report_model import NOT_FOUND, Gpu, GpuInfo
+from trainstack.verify.report_schema import NOT_FOUND, Gpu, GpuInfo
 
 
 def read_gpus(nvml: Any | None = None) -> GpuInfo:

@@ -18,9 +18,9 @@ from pydantic import BaseModel
 
 from trainstack.render.layers import needs_build
 from trainstack.rules import Rules, shipped_rules
-from trainstack.stackfile.models import Stack
+from trainstack.stackfile.schema import Stack
 from trainstack.verify.fatbin import fatbin_archs
-from trainstack.verify.report_model import NOT_FOUND
+from trainstack.verify.report_schema import NOT_FOUND
 from trainstack.verify.target import Target, run_probe
 
 if sys.version_info >= (3, 11):

@@ -13,7 +13,7 @@ from trainstack.verify.ops import OpTable, render_value
 from trainstack.verify.report_render import render_report
 from trainstack.verify.run import VerifyResult
 from trainstack.verify.smoke import SmokeResult
-from trainstack.verify.suites.models import GateResult
+from trainstack.verify.suites.schema import GateResult
 
 STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}
 SUITE = {"passed": "[green]passed[/]", "failed": "[bold red]FAILED[/]", "crashed": "[bold red]CRASHED[/]",

@@ -16,7 +16,7 @@ from trainstack import proc
 from trainstack.verify.drift import compute_drift, same_version
 from trainstack.verify.gpus import read_gpus
 from trainstack.verify.probes.report_probe import ALLOC_ENV
-from trainstack.verify.report_model import (
+from trainstack.verify.report_schema import (
     NOT_FOUND,
     BuildFact,
     BuildFacts,

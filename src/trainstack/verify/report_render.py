@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trainstack.verify.report_model import NOT_FOUND, EnvReport
+from trainstack.verify.report_schema import NOT_FOUND, EnvReport
 
 
 def _paths(value: list[str] | str) -> str:

@@ -12,18 +12,18 @@ from pydantic import BaseModel
 
 from trainstack.stackfile.load import locate
 from trainstack.errors import SpecError
-from trainstack.stackfile.models import Stack, Verify
+from trainstack.stackfile.schema import Stack, Verify
 from trainstack.stackfile.paths import stack_path
 from trainstack.verify.linkcheck.check import LinkReport, check_paths
 from trainstack.verify.linkcheck.confirm import confirm_in_target
 from trainstack.verify.ops import OpTable, op_table, prebuilt_wanted
 from trainstack.verify.report import collect_report
-from trainstack.verify.report_model import EnvReport
+from trainstack.verify.report_schema import EnvReport
 from trainstack.verify.smoke import KNOWN, SmokeResult, run_smoke
 from trainstack.verify.suites.gate import refuse_untrusted, run_gate
 from trainstack.verify.suites.known_issues import KnownIssues, load_known_issues
 from trainstack.verify.envvars import EnvSetting, check_env
-from trainstack.verify.suites.models import GateResult
+from trainstack.verify.suites.schema import GateResult
 from trainstack.verify.target import Target
 
 PARTS = ("report", "ops", "linkcheck", "smoke", "suites")
@@ -56,7 +56,7 @@ class VerifyResult(BaseModel):
     reasons: list[str]
 
 
-class Plan(BaseModel):
+class Scope(BaseModel):
     """What to verify, decided from the stack (or defaults for a bare --python)."""
 
     stack_path: Path | None = None
@@ -75,33 +75,33 @@ class Plan(BaseModel):
         return self.stack.verify if self.stack else Verify()
 
 
-def run_verify(target: Target, plan: Plan, *, trust: bool = False) -> VerifyResult:
+def run_verify(target: Target, scope: Scope, *, trust: bool = False) -> VerifyResult:
     """``trust``: run suite commands that are not pytest (refused before anything runs otherwise)."""
     start = time.perf_counter()
-    wanted = [p for p in PARTS if p not in plan.skip]
+    wanted = [p for p in PARTS if p not in scope.skip]
     if "suites" in wanted:
-        refuse_untrusted(plan.settings.suite, _where(plan), trust)
-    report = collect_report(target, locked=plan.locked, build_record=plan.build_record) if "report" in wanted else None
-    rules = plan.stack.rules_in_effect if plan.stack is not None else None
-    ops = op_table(target, prebuilt_wanted(plan.stack, plan.components), rules, plan.accelerator) if "ops" in wanted else None
-    links = _links(target, plan) if "linkcheck" in wanted else None
-    smoke = run_smoke(target, _smoke_checks(plan), _imports(plan, report)) if "smoke" in wanted else []
-    gate = _gate(target, plan, trust) if "suites" in wanted else None
-    environment = check_env(target, plan.stack.env) if plan.stack is not None and "report" in wanted else []
+        refuse_untrusted(scope.settings.suite, _where(scope), trust)
+    report = collect_report(target, locked=scope.locked, build_record=scope.build_record) if "report" in wanted else None
+    rules = scope.stack.rules_in_effect if scope.stack is not None else None
+    ops = op_table(target, prebuilt_wanted(scope.stack, scope.components), rules, scope.accelerator) if "ops" in wanted else None
+    links = _links(target, scope) if "linkcheck" in wanted else None
+    smoke = run_smoke(target, _smoke_checks(scope), _imports(scope, report)) if "smoke" in wanted else []
+    gate = _gate(target, scope, trust) if "suites" in wanted else None
+    environment = check_env(target, scope.stack.env) if scope.stack is not None and "report" in wanted else []
     reasons = judge(report, ops, links, smoke, gate)
     reasons += [f"env: {e.name} is '{e.declared}' in the stack's [env], the environment's activation sets "
                 f"{repr(e.found) if e.found is not None else 'nothing'} (build the flavour again)"
                 for e in environment if not e.ok]
     return VerifyResult(
         target=str(target.python),
-        stack=str(plan.stack_path) if plan.stack_path else None,
-        flavour=plan.flavour,
+        stack=str(scope.stack_path) if scope.stack_path else None,
+        flavour=scope.flavour,
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         seconds=round(time.perf_counter() - start, 2),
         skipped=[p for p in PARTS if p not in wanted],
-        not_built=plan.not_built,
-        stack_name=plan.stack.stack.name if plan.stack else None,
-        lock_inputs_hash=plan.lock_inputs_hash,
+        not_built=scope.not_built,
+        stack_name=scope.stack.stack.name if scope.stack else None,
+        lock_inputs_hash=scope.lock_inputs_hash,
         report=report,
         environment=environment,
         ops=ops,
@@ -113,44 +113,44 @@ def run_verify(target: Target, plan: Plan, *, trust: bool = False) -> VerifyResu
     )
 
 
-def _links(target: Target, plan: Plan) -> LinkReport:
+def _links(target: Target, scope: Scope) -> LinkReport:
     """The static link check, its findings confirmed inside the target interpreter."""
-    return confirm_in_target(check_paths(target.library_roots(), plan.settings.links), target)
+    return confirm_in_target(check_paths(target.library_roots(), scope.settings.links), target)
 
 
-def _smoke_checks(plan: Plan) -> list[str]:
-    return list(plan.settings.smoke) if plan.stack else list(KNOWN)
+def _smoke_checks(scope: Scope) -> list[str]:
+    return list(scope.settings.smoke) if scope.stack else list(KNOWN)
 
 
-def _imports(plan: Plan, report: EnvReport | None) -> list[str]:
-    if plan.stack is not None:
-        return plan.components
+def _imports(scope: Scope, report: EnvReport | None) -> list[str]:
+    if scope.stack is not None:
+        return scope.components
     installed = report.packages if report else {}
     return [name for name in DEFAULT_IMPORTS if name in installed]
 
 
-def _where(plan: Plan) -> dict[str, str]:
-    if plan.stack_path is None:
+def _where(scope: Scope) -> dict[str, str]:
+    if scope.stack_path is None:
         return {}
-    text = plan.stack_path.read_text(encoding="utf-8")
-    return {s.name: f"{plan.stack_path}:{locate(text, ('verify', 'suite', 'command')) or ''}".rstrip(":")
-            for s in plan.settings.suite}
+    text = scope.stack_path.read_text(encoding="utf-8")
+    return {s.name: f"{scope.stack_path}:{locate(text, ('verify', 'suite', 'command')) or ''}".rstrip(":")
+            for s in scope.settings.suite}
 
 
-def _gate(target: Target, plan: Plan, trust: bool = False) -> GateResult | None:
-    settings = plan.settings
+def _gate(target: Target, scope: Scope, trust: bool = False) -> GateResult | None:
+    settings = scope.settings
     if not settings.suite:
         return None
     known = KnownIssues()
-    base = plan.stack_path.parent if plan.stack_path else Path.cwd()
+    base = scope.stack_path.parent if scope.stack_path else Path.cwd()
     if settings.known_issues:  # the path rule check applied, so verify opens what check accepted
         try:
             path = stack_path(settings.known_issues, base, "verify.known_issues")
         except ValueError as exc:
-            raise SpecError(f"{plan.stack_path or 'verify'}: verify.known_issues: {exc}") from None
+            raise SpecError(f"{scope.stack_path or 'verify'}: verify.known_issues: {exc}") from None
         known = load_known_issues(path, base)
     return run_gate(target, settings.suite, max_failed_tests=settings.max_failed_tests, known=known,
-                    target_name=plan.flavour or "local", cwd=base, where=_where(plan), trust=trust)
+                    target_name=scope.flavour or "local", cwd=base, where=_where(scope), trust=trust)
 
 
 def judge(report: EnvReport | None, ops: OpTable | None, links: LinkReport | None,

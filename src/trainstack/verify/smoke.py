@@ -14,7 +14,7 @@ from rich.text import Text
 
 from trainstack import proc
 from trainstack.console import err
-from trainstack.stackfile.models import SMOKE_CHECKS
+from trainstack.stackfile.schema import SMOKE_CHECKS
 from trainstack.verify.target import Target, run_probe
 
 KNOWN = SMOKE_CHECKS

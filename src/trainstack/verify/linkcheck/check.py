@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from trainstack.errors import UsageError
-from trainstack.stackfile.models import Links
+from trainstack.stackfile.schema import Links
 from trainstack.verify.linkcheck.cache import ElfCache
 from trainstack.verify.linkcheck.data import DlopenData, load_data
 from trainstack.verify.linkcheck.elf import ElfInfo, cpu_count, is_elf, read_many

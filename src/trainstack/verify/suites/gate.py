@@ -8,9 +8,9 @@ from pathlib import Path
 
 from trainstack.console import err
 from trainstack.errors import SpecError
-from trainstack.stackfile.models import Suite
+from trainstack.stackfile.schema import Suite
 from trainstack.verify.suites.known_issues import KnownIssues
-from trainstack.verify.suites.models import GateResult, SuiteResult
+from trainstack.verify.suites.schema import GateResult, SuiteResult
 from trainstack.trust import is_pytest_command
 from trainstack.verify.suites.runner import NO_ISOLATION, Isolation, run_suite
 from trainstack.verify.target import Target

@@ -19,12 +19,12 @@ from rich.text import Text
 from trainstack.console import err
 from trainstack.errors import SpecError
 from trainstack.fsutil import atomic_write_json
-from trainstack.stackfile.models import Suite
+from trainstack.stackfile.schema import Suite
 from trainstack.trust import is_pytest_command
 from trainstack.verify.suites.junit import JunitUnreadable, Progress, Summary, read_junit, read_progress, read_summary
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.live import SuiteProgress
-from trainstack.verify.suites.models import ExcludedTest, KnownHit, SuiteResult
+from trainstack.verify.suites.schema import ExcludedTest, KnownHit, SuiteResult
 from trainstack.verify.target import Target, probe_path
 
 PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}

@@ -1,4 +1,4 @@
-"""From the command line's choices to a Target and a Plan: a built flavour, or any Python."""
+"""From the command line's choices to a Target and a Scope: a built flavour, or any Python."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from trainstack.errors import UsageError
 from trainstack.stackfile import load_stack, select_flavour
 from trainstack.stackfile.matrix import Flavour, components_for
 from trainstack.verify.locate import built_flavour, lock_inputs_hash, locked_packages
-from trainstack.verify.run import PARTS, Plan
+from trainstack.verify.run import PARTS, Scope
 from trainstack.verify.target import Target, open_target
 
 
-def make_plan(
+def make_scope(
     stack: Path | None, flavour: str | None, python: Path | None, build_dir: Path, skip: list[str]
-) -> tuple[Target, Plan, Path | None]:
-    """(target, plan, where the result goes by default: verify.json, or verify.partial.json when
+) -> tuple[Target, Scope, Path | None]:
+    """(target, scope, where the result goes by default: verify.json, or verify.partial.json when
     parts are skipped, so that a partial run never replaces the full gate's result)."""
     unknown = [part for part in skip if part not in PARTS]
     if unknown:
@@ -26,7 +26,7 @@ def make_plan(
     if stack is None:
         if flavour is not None:
             raise UsageError("--flavour needs a stack file")
-        return open_target(python), Plan(skip=skip), None  # type: ignore[arg-type]
+        return open_target(python), Scope(skip=skip), None  # type: ignore[arg-type]
     if python is not None:
         return _stack_on_python(stack, flavour, python, skip)
     built = built_flavour(stack, flavour, build_dir)
@@ -34,7 +34,7 @@ def make_plan(
     locked = built.locked()
     if locked is not None:  # what was not built on purpose is not missing
         locked = (locked[0], {name: v for name, v in locked[1].items() if name not in not_built})
-    plan = Plan(
+    scope = Scope(
         stack_path=stack,
         stack=built.stack,
         flavour=built.flavour.slug,
@@ -46,7 +46,7 @@ def make_plan(
         lock_inputs_hash=lock_inputs_hash(stack),
         accelerator=accelerator(built.flavour),
     )
-    return open_target(built.python), plan, built.partial_verify_json if skip else built.verify_json
+    return open_target(built.python), scope, built.partial_verify_json if skip else built.verify_json
 
 
 def accelerator(flavour: Flavour) -> str:
@@ -64,14 +64,14 @@ def skipped_sources(record: Path) -> list[str]:
     return [str(name) for name in skipped] if isinstance(skipped, list) else []
 
 
-def _stack_on_python(stack: Path, flavour: str | None, python: Path, skip: list[str]) -> tuple[Target, Plan, None]:
+def _stack_on_python(stack: Path, flavour: str | None, python: Path, skip: list[str]) -> tuple[Target, Scope, None]:
     """A stack's checks on an environment trainstack did not build (no build record)."""
     spec = load_stack(stack)
     flavours = select_flavour(spec, flavour)
     chosen = flavours[0] if len(flavours) == 1 else None
     components = [c.key for c in (components_for(spec, chosen) if chosen else spec.components.values())]
-    plan = Plan(stack_path=stack, stack=spec, flavour=chosen.slug if chosen else None, components=components, skip=skip,
+    scope = Scope(stack_path=stack, stack=spec, flavour=chosen.slug if chosen else None, components=components, skip=skip,
                 accelerator=accelerator(chosen) if chosen else None)
     if chosen is not None:
-        plan.locked = locked_packages(stack, chosen.slug)
-    return open_target(python), plan, None
+        scope.locked = locked_packages(stack, chosen.slug)
+    return open_target(python), scope, None

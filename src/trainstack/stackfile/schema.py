@@ -13,7 +13,7 @@ from trainstack.nn.modes import parse_mode
 from trainstack.nn.presets import SHAPES
 from trainstack.errors import UsageError
 from trainstack.rules.data import shipped_rules
-from trainstack.rules.models import Rules
+from trainstack.rules.schema import Rules
 from trainstack.redact import credential_variable, strip_userinfo
 from trainstack.trust import is_pytest_command
 

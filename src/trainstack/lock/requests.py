@@ -12,7 +12,7 @@ from trainstack.stackfile.compat import torch_version
 from trainstack.rules.nvcc import wheel_route
 from trainstack.rules.toolchain import release_message, release_mismatches, toolkit_requirement
 from trainstack.stackfile.matrix import Flavour, components_for
-from trainstack.stackfile.models import Component, Stack
+from trainstack.stackfile.schema import Component, Stack
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Request:
 
 
 @dataclass(frozen=True)
-class FlavourPlan:
+class FlavourRequests:
     flavour: Flavour
     full: Request
     layers: dict[str, Request]  # "torch", "toolchain"
@@ -63,7 +63,7 @@ class FlavourPlan:
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def plan_flavour(stack: Stack, flavour: Flavour) -> FlavourPlan:
+def flavour_requests(stack: Stack, flavour: Flavour) -> FlavourRequests:
     components = components_for(stack, flavour)
     variant = _variant_index(stack, flavour)
     base = dict(
@@ -91,7 +91,7 @@ def plan_flavour(stack: Stack, flavour: Flavour) -> FlavourPlan:
     toolchain = toolchain_requirements(stack, flavour)
     if toolchain:
         layers["toolchain"] = Request(requirements=tuple(sorted(toolchain)), constrained=True, **base)
-    return FlavourPlan(flavour, full, layers, variant, sources)
+    return FlavourRequests(flavour, full, layers, variant, sources)
 
 
 def toolchain_requirements(stack: Stack, flavour: Flavour) -> list[str]:
@@ -118,11 +118,11 @@ def require_one_release(flavour: Flavour, lock_file: str, pins: dict[str, str], 
         raise LockError(f"{where}: flavour {flavour.slug}, {lock_file}: {release_message(flavour.cuda, mixed)}")
 
 
-def stack_inputs_hash(stack: Stack, plans: list[FlavourPlan]) -> str:
+def stack_inputs_hash(stack: Stack, all_requests: list[FlavourRequests]) -> str:
     """What makes the lock: every flavour's requests; not verify, bench or the timestamp."""
     parts = {
         "stack": stack.stack.name,
-        "flavours": {p.flavour.slug: p.inputs_hash() for p in sorted(plans, key=lambda p: p.flavour)},
+        "flavours": {p.flavour.slug: p.inputs_hash() for p in sorted(all_requests, key=lambda p: p.flavour)},
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
