@@ -13,7 +13,8 @@ from trainstack.bench.ceilings import ceilings, read_health, with_rates
 from trainstack.bench.kernels import (
     ATTN_BWD, ATTN_FWD, CLASSES, COMM, ELEMENTWISE, GEMM, OPTIMIZER, OTHER, RECOMPUTE, Kernel, breakdown, class_of,
 )
-from trainstack.bench.mfu import class_work, peak_for
+from trainstack.bench.mfu import class_work
+from trainstack.bench.peaks import peak_for
 from trainstack.errors import SpecError
 from trainstack.nn.presets import preset
 from tests.test_bench_kernels import recorded_kernels

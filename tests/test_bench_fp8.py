@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 
 from trainstack.bench import fp8  # noqa: E402
 from trainstack.bench.device import Dist  # noqa: E402
-from trainstack.bench.mfu import flops_per_token, mfu, mfu_fp8, peak_for  # noqa: E402
+from trainstack.bench.mfu import flops_per_token, mfu, mfu_fp8  # noqa: E402
+from trainstack.bench.peaks import peak_for  # noqa: E402
 from trainstack.nn.decoder import ModelConfig, Transformer  # noqa: E402
 from trainstack.bench.modes import ModeUnavailable  # noqa: E402
 from trainstack.nn.modes import Mode, parse_mode  # noqa: E402

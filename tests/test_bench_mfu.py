@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainstack.bench.mfu import FORMULA, flops_per_token, gpu_peaks, mfu, peak_for
+from trainstack.bench.mfu import FORMULA, flops_per_token, mfu
+from trainstack.bench.peaks import gpu_peaks, peak_for
 from trainstack.nn.presets import PRESETS
 
 

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from trainstack.bench.ceilings import ceilings, read_health, with_rates
-from trainstack.bench.mfu import class_work, peak_for
+from trainstack.bench.mfu import class_work
+from trainstack.bench.peaks import peak_for
 from trainstack.nn.presets import preset
 from tests.test_bench_kernels import recorded_kernels
 

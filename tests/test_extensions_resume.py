@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.builder.extensions import ExtensionKey, WheelCache
+from trainstack.builder.extensions import WheelCache
+from trainstack.builder.record import ExtensionKey
 from trainstack.errors import BuildError
 from trainstack.builder.resume import KeptBuild, ninja_units, toolchain_identity
 
@@ -71,7 +72,8 @@ DRIVER = """
 import json, sys
 from pathlib import Path
 import torch
-from trainstack.builder.extensions import ExtensionKey, WheelCache, build_wheel
+from trainstack.builder.extensions import WheelCache, build_wheel
+from trainstack.builder.record import ExtensionKey
 from trainstack.builder.steps import Steps
 source, cache, work, env = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), json.loads(sys.argv[4])
 key = ExtensionKey(package="resumeext", version="0.1", torch=torch.__version__, cuda="cpu", archs="",

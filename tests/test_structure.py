@@ -4,6 +4,7 @@ their public faces."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,13 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "import_graph.py"
 DOC = ROOT / "docs" / "structure.md"
 MEMPLAN = ROOT / "src" / "trainstack" / "memplan"
+
+
+def import_graph():
+    spec = importlib.util.spec_from_file_location("import_graph", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def check(path: Path) -> subprocess.CompletedProcess[str]:
@@ -55,3 +63,25 @@ def test_no_memplan_module_imports_another_ones_private_name_or_is_imported_back
     assert private == []
     assert [(a, b) for a in imports for b in imports[a] if a in imports.get(b, set())] == []
     assert imports["anymodel"] >= {"tracking"} and "decoder" not in imports["api"]
+
+
+def test_no_module_of_trainstack_imports_itself_back_through_others() -> None:
+    graph = import_graph()
+    edges = graph.module_graph("trainstack")
+    assert len(edges) > 150 and "trainstack.bench.mfu" in edges["trainstack.bench.runner"]
+    assert graph.circles(edges) == []
+
+
+def test_a_circle_through_a_type_only_and_a_function_level_import_is_found(tmp_path) -> None:
+    """The two kinds of circle the source had (bench.mfu and bench.ceilings, builder.extensions and
+    builder.resume): an import under TYPE_CHECKING one way, at the top or in a function the other."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n")
+    (package / "b.py").write_text("def f():\n    from pkg.a import A\n    return A\n")
+    (package / "c.py").write_text("from pkg import b\n")
+    graph = import_graph()
+    edges = graph.module_graph("pkg", tmp_path)
+    assert edges["pkg.c"] == {"pkg.b"}
+    assert graph.circles(edges) == [["pkg.a", "pkg.b"]]

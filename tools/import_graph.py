@@ -6,7 +6,9 @@ A unit is a package of src/trainstack (bench, memplan, ...) or a module at its t
 of ``trainstack.X`` counts, those inside functions and under TYPE_CHECKING too, and a module
 named whole in a string (the verbs cli imports by name): each is a dependency a reader must
 follow. Printed as Markdown: one row per package, what it imports,
-and the pairs of packages that import each other.
+and the pairs of packages that import each other; under trainstack's table, the import circles
+among all its modules (each import names the most specific module: ``from trainstack.a.b import
+c`` is an edge to ``a.b``, or to ``a.b.c`` where that is a module), which must be none.
 
 ``--check FILE``: exit 1, naming the first differing line, unless FILE holds the text
 between each pair of its markers as this script prints it now (tests/test_structure.py runs it on
@@ -75,6 +77,66 @@ def graph(package: str) -> dict[str, set[str]]:
     return edges
 
 
+def module_graph(package: str = "trainstack", source: Path = SOURCE) -> dict[str, set[str]]:
+    """Every module of ``package`` (dotted, a package by its own name) -> the modules it imports."""
+    folder = source.joinpath(*package.split("."))
+    paths = {}
+    for path in sorted(folder.rglob("*.py")):
+        parts = [*package.split("."), *path.relative_to(folder).with_suffix("").parts]
+        if parts[-1] == "__main__":
+            continue
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    edges: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        here = name if path.stem == "__init__" else name.rsplit(".", 1)[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        named = {n for n in imported(tree, here) if n in paths}
+        # ``from a.b import c`` names both a.b and a.b.c: the edge goes to the most specific
+        edges[name] = {n for n in named if n != name and not any(m.startswith(n + ".") for m in named)}
+    return edges
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: each strongly connected group of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(edges.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(edges)))
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def circles_line(package: str) -> str:
+    edges = module_graph(package)
+    found = circles(edges)
+    if not found:
+        return f"No import circle among its {len(edges)} modules.\n"
+    return "Import circles: " + "; ".join(" and ".join(f"`{m}`" for m in group) for group in found) + ".\n"
+
+
 def markdown(edges: dict[str, set[str]]) -> str:
     lines = ["| unit | imports |", "|---|---|"]
     for name, targets in edges.items():
@@ -103,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--write", type=Path, metavar="FILE")
     args = parser.parse_args(argv)
     drawn = {package: markdown(graph(package)) for package in GRAPHS}
+    drawn["trainstack"] += "\n" + circles_line("trainstack")
     if args.check is None and args.write is None:
         print("\n".join(f"{package}:\n\n{text}" for package, text in drawn.items()), end="")
         return 0

@@ -18,7 +18,7 @@ from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
 
 if TYPE_CHECKING:
-    from trainstack.bench.mfu import GpuPeak
+    from trainstack.bench.peaks import GpuPeak
 
 ACCEPTED = "the JSON that 'trainstack health --level 2 --json' writes (checks gemm.bf16 in TFLOP/s, copy.device in GB/s)"
 HEALTH_LIMIT = 4 << 20  # a health result is a few kB

@@ -1,4 +1,4 @@
-"""Model FLOPs per token, the GPU peak table, and MFU.
+"""Model FLOPs per token and MFU (the GPU peak table is ``bench.peaks``).
 
 FLOPs per token for one training step (forward + backward), as in PaLM (appendix B) and
 torchtitan:
@@ -20,47 +20,16 @@ moves.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from functools import cache
-from importlib import resources
-
+from trainstack.bench.ceilings import optimizer_bytes
+from trainstack.bench.kernels import ATTN_BWD, ATTN_FWD, GEMM, OPTIMIZER
+from trainstack.bench.peaks import GpuPeak
 from trainstack.nn.decoder import ModelConfig
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 
 FORMULA = (
     "FLOPs/token = 6*N + 12*L*d*T  (N: parameters but the input embedding; attention: "
     "the full TxT scores, not the causal half, as Megatron-LM and NeMo count it)"
 )
 FORMULA_CAUSAL = "causal half: 6*N + 6*L*d*T (the scores a causal attention kernel computes)"
-
-
-@dataclass(frozen=True)
-class GpuPeak:
-    name: str
-    match: str
-    bf16_tflops: float
-    source: str
-    fp8_tflops: float | None = None  # dense float8 tensor-core peak; None where the GPU has none
-    hbm_gbps: float | None = None  # memory bandwidth, GB/s
-
-
-@cache
-def gpu_peaks() -> tuple[GpuPeak, ...]:
-    text = resources.files("trainstack.bench").joinpath("data/gpu_peaks.toml").read_text(encoding="utf-8")
-    return tuple(GpuPeak(**row) for row in tomllib.loads(text)["gpu"])
-
-
-def peak_for(device_name: str) -> GpuPeak | None:
-    """The table row for a device name such as 'NVIDIA H200'; None when the GPU is not in the table."""
-    for row in gpu_peaks():
-        if re.search(row.match, device_name):
-            return row
-    return None
 
 
 def flops_per_token(cfg: ModelConfig, seq: int) -> int:
@@ -76,9 +45,6 @@ def class_work(cfg: ModelConfig, *, batch: int, seq: int, params: int) -> dict:
     """The work of one step per breakdown class: FLOPs of the products (6 per weight per
     token) and of causal attention (forward 2 products of s x s/2 x d per layer; backward
     twice the forward), bytes of AdamW over ``params`` parameters (``ceilings.optimizer_bytes``)."""
-    from trainstack.bench.ceilings import optimizer_bytes
-    from trainstack.bench.kernels import ATTN_BWD, ATTN_FWD, GEMM, OPTIMIZER
-
     tokens = batch * seq
     attention = 2 * cfg.n_layers * cfg.dim * seq * tokens  # forward, causal half: 4*L*d*s^2*B / 2
     return {

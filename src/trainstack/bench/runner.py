@@ -20,7 +20,8 @@ import torch
 from torch.profiler import record_function
 
 from trainstack.bench import device as dev
-from trainstack.bench.mfu import class_work, flops_per_token, flops_per_token_causal, mfu, mfu_causal, mfu_fp8, peak_for
+from trainstack.bench.mfu import class_work, flops_per_token, flops_per_token_causal, mfu, mfu_causal, mfu_fp8
+from trainstack.bench.peaks import peak_for
 from trainstack.nn.hf import HfShape
 from trainstack.nn.decoder import ModelConfig, Transformer
 from trainstack.bench.modes import ModeUnavailable, apply_checkpointing, apply_compile, apply_planned

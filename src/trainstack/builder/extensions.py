@@ -8,7 +8,6 @@ it instead of compiling again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING
 from trainstack import proc
 from trainstack.render.buildenv import arch_env, budget_for, compiler_cache_env, nvcc_arch_flags, probe_arch
 from trainstack.builder.cpu import available_memory, bound_jobs, unit_memory
-from trainstack.builder.record import ExtensionRecord
+from trainstack.builder.record import ExtensionKey, ExtensionRecord
 from trainstack.builder.resume import KeptBuild, Units, ninja_units, toolchain_identity
 from trainstack.builder.steps import Steps
 from trainstack.console import err
@@ -40,21 +39,6 @@ if TYPE_CHECKING:
 
 PROBE_KERNEL = "__global__ void trainstack_probe(float* x) { x[threadIdx.x] *= 2.0f; }\n"
 _TOOL_DIRS = ("bin", "include", "nvvm", "lib")
-
-
-@dataclass(frozen=True)
-class ExtensionKey:
-    package: str
-    version: str  # the locked version, or the git commit
-    torch: str
-    cuda: str
-    archs: str  # the arch variables the build saw
-    toolchain: tuple[tuple[str, str], ...]  # the toolchain layer's pins
-    build_env: tuple[tuple[str, str], ...]
-    python: str
-
-    def digest(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]
 
 
 def cuda_home(venv: Path, dest: Path) -> Path | None:

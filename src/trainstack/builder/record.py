@@ -1,6 +1,11 @@
-"""build.json: what a build did, how long each step took, what it produced, with which tools."""
+"""build.json: what a build did, how long each step took, what it produced, with which tools;
+and the key a compiled extension's wheel is cached and resumed under."""
 
 from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
 
 from pydantic import BaseModel, ConfigDict
 
@@ -57,3 +62,18 @@ class BuildRecord(BaseModel):
     image_id: str | None = None
     layers: list[str] = []  # diff ids, base first
     extensions: dict[str, ExtensionRecord] = {}  # source component -> its compiled wheel
+
+
+@dataclass(frozen=True)
+class ExtensionKey:
+    package: str
+    version: str  # the locked version, or the git commit
+    torch: str
+    cuda: str
+    archs: str  # the arch variables the build saw
+    toolchain: tuple[tuple[str, str], ...]  # the toolchain layer's pins
+    build_env: tuple[tuple[str, str], ...]
+    python: str
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]

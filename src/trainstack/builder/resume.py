@@ -37,7 +37,7 @@ from trainstack.errors import BuildError
 from trainstack.fsutil import atomic_write_json, exclusive, loads_strict, read_regular
 
 if TYPE_CHECKING:
-    from trainstack.builder.extensions import ExtensionKey
+    from trainstack.builder.record import ExtensionKey
 
 STATE = "state.json"
 SOURCE = "src"
