@@ -85,3 +85,20 @@ def test_a_circle_through_a_type_only_and_a_function_level_import_is_found(tmp_p
     edges = graph.module_graph("pkg", tmp_path)
     assert edges["pkg.c"] == {"pkg.b"}
     assert graph.circles(edges) == [["pkg.a", "pkg.b"]]
+
+
+def test_an_import_inside_a_function_is_there_to_keep_a_heavy_library_out() -> None:
+    """With no circle to dodge, an import sits in a function only where it keeps torch (or another
+    slow library) out of the module's start: the CLI answers --help without importing torch."""
+    assert import_graph().needless_deferred("trainstack") == []
+
+
+def test_a_needless_deferred_import_is_named_and_a_heavy_one_is_not(tmp_path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "heavy.py").write_text("import numpy\n")
+    (package / "light.py").write_text("X = 1\n")
+    (package / "user.py").write_text("def f():\n    from pkg import heavy\n    from pkg.light import X\n    return heavy, X\n")
+    (package / "numeric.py").write_text("import numpy\n\ndef g():\n    from pkg.heavy import numpy as n\n    return n\n")
+    assert import_graph().needless_deferred("pkg", tmp_path) == ["pkg.numeric:4 imports pkg.heavy", "pkg.user:3 imports pkg.light"]

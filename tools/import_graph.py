@@ -10,6 +10,10 @@ and the pairs of packages that import each other; under trainstack's table, the 
 among all its modules (each import names the most specific module: ``from trainstack.a.b import
 c`` is an edge to ``a.b``, or to ``a.b.c`` where that is a module), which must be none.
 
+``needless_deferred()`` names each import of a trainstack module made inside a function that would
+bring no heavy library (``HEAVY``) the importing module does not already bring at its top: such an
+import belongs at the top (run's boot module, copied alone into environments, excepted).
+
 ``--check FILE``: exit 1, naming the first differing line, unless FILE holds the text
 between each pair of its markers as this script prints it now (tests/test_structure.py runs it on
 docs/structure.md, so the committed graph cannot go stale). ``--write FILE``: put it there.
@@ -30,6 +34,11 @@ SOURCE = ROOT / "src"
 # the graphs drawn: a dotted package name, each unit of it a subpackage or module
 GRAPHS = ("trainstack", "trainstack.memplan")
 DUNDER = ("__init__", "__main__")
+# third-party libraries slow to import: an import is deferred into a function only to keep these
+# out of a module's start (rich and typer are there already: the CLI itself imports them)
+HEAVY = frozenset({"torch", "transformers", "torchao", "torchvision", "triton", "numpy", "selenium", "pynvml",
+                   "jinja2", "elftools", "junitparser", "tenacity", "pydantic"})
+ALONE = ("trainstack.run.boot",)  # imports nothing of trainstack at its top by design
 MODULE_NAME = re.compile(r"trainstack(\.[a-z_][a-z0-9_]*)+")
 
 
@@ -94,6 +103,70 @@ def module_graph(package: str = "trainstack", source: Path = SOURCE) -> dict[str
         # ``from a.b import c`` names both a.b and a.b.c: the edge goes to the most specific
         edges[name] = {n for n in named if n != name and not any(m.startswith(n + ".") for m in named)}
     return edges
+
+
+def _at_start(tree: ast.Module, here: str) -> list[str]:
+    """The names a module imports as it is imported: its body's imports, functions and
+    TYPE_CHECKING blocks left out."""
+    found: list[str] = []
+
+    def walk(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                walk(node.orelse)
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.extend(imported(node, here))
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                walk(getattr(node, field, []))
+
+    walk(tree.body)
+    return found
+
+
+def needless_deferred(package: str = "trainstack", source: Path = SOURCE) -> list[str]:
+    """'module:line imports target' for each import inside a function that brings no heavy
+    library the module lacks at its start."""
+    folder = source.joinpath(*package.split("."))
+    paths: dict[str, Path] = {}
+    for path in sorted(folder.rglob("*.py")):
+        parts = [*package.split("."), *path.relative_to(folder).with_suffix("").parts]
+        if parts[-1] != "__main__":
+            paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    trees = {name: ast.parse(path.read_text(encoding="utf-8"), filename=str(path)) for name, path in paths.items()}
+    here = {name: name if paths[name].stem == "__init__" else name.rsplit(".", 1)[0] for name in paths}
+    start: dict[str, tuple[set[str], set[str]]] = {}  # module -> (its modules at start, heavy libraries at start)
+    for name, tree in trees.items():
+        names = _at_start(tree, here[name])
+        modules = {n for n in names if n in paths and n != name}
+        modules |= {".".join(m.split(".")[:i]) for m in modules for i in range(2, len(m.split(".")))}  # parents run first
+        start[name] = (modules & paths.keys(), {n.split(".")[0] for n in names} & HEAVY)
+
+    def heavy(name: str) -> set[str]:
+        seen, todo, found = {name}, [name], set()
+        while todo:
+            modules, libraries = start[todo.pop()]
+            found |= libraries
+            todo += [m for m in modules if m not in seen]
+            seen |= modules
+        return found
+
+    needless = []
+    for name, tree in trees.items():
+        if name in ALONE:
+            continue
+        own = heavy(name)
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    targets = [n for n in imported(node, here[name]) if n in paths]
+                    if targets and not set().union(*(heavy(t) for t in targets)) - own:
+                        needless.append(f"{name}:{node.lineno} imports {', '.join(sorted(set(targets)))}")
+    return sorted(set(needless))
 
 
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:

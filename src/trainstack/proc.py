@@ -27,6 +27,7 @@ from typing import IO
 
 from trainstack.errors import ToolMissingError
 from trainstack.redact import redact
+from trainstack.console import err, verbosity
 
 # Which Debian package (or pip package) provides each external program.
 INSTALL_HINTS: dict[str, str] = {
@@ -93,10 +94,8 @@ def run(
     """
     args = [str(a) for a in argv]
     args[0] = require(args[0]) if os.sep not in args[0] else args[0]
-    from trainstack.console import verbosity
 
     if echo or verbosity() > 0:  # -v shows every command, the quiet probes too
-        from trainstack.console import err
 
         from rich.markup import escape
 

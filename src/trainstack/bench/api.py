@@ -5,18 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from trainstack.bench.device import dist_from_env
-from trainstack.nn.hf import HfShape
+from trainstack.bench.device import close_process_group, dist_from_env
+from trainstack.nn.hf import HfShape, resolve
 from trainstack.nn.decoder import ModelConfig
 from trainstack.nn.modes import Mode, parse_mode
 from trainstack.nn.presets import default_seq, preset
-from trainstack.bench.parity import MAX_SEEDS
+from trainstack.bench.parity import LR, MAX_SEEDS, describe, parity_result
 from trainstack.bench.report import breakdown_table, explain, rescue, results_table, write_jsonl
-from trainstack.bench.runner import RunSpec
+from trainstack.bench.runner import RunSpec, run
 from rich.text import Text
 
 from trainstack.console import err, out
 from trainstack.errors import OutputError, ToolMissingError, UsageError
+from trainstack.bench.ablation import run_ablation
+from trainstack.bench.flash import INSTALL
+from trainstack.bench.fp8 import EXTRA, MIN_CAPABILITY, torchao_missing
+from trainstack.bench.plot import write_chart
+from trainstack.fsutil import atomic_write_json
 
 # Statuses that are results (the mode cannot run here), not failures of the benchmark.
 EXPECTED = {"ok", "oom", "unavailable"}
@@ -44,8 +49,6 @@ class BenchOptions:
 
 def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig | HfShape]:
     if opts.hf_config is not None:
-        from trainstack.nn.hf import resolve
-
         path = opts.hf_config
         label = path.parent.name if path.is_file() and path.name == "config.json" else (path.stem if path.is_file() else path.name)
         return label or "hf", resolve(path)
@@ -87,7 +90,6 @@ def check_fp8(modes: list[Mode], device: str) -> None:
     fp8 = next((m.name for m in modes if m.fp8), None)
     if fp8 is None:
         return
-    from trainstack.bench.fp8 import EXTRA, MIN_CAPABILITY, torchao_missing
 
     if torchao_missing():
         raise ToolMissingError(f"--modes {fp8}: float8 training needs the 'torchao' package", hint=EXTRA)
@@ -103,8 +105,6 @@ def check_flash(modes: list[Mode], device: str) -> None:
     if named is None:
         return
     import importlib.util
-
-    from trainstack.bench.flash import INSTALL
 
     if importlib.util.find_spec("flash_attn") is None:
         raise ToolMissingError(f"--modes {named}: flash attention needs the flash-attn package, which this environment lacks", hint=INSTALL)
@@ -131,19 +131,13 @@ def benchmark(opts: BenchOptions) -> list[dict]:
     if lead:
         _starting(spec, [m.name for m in modes])
     if opts.ablation:
-        from trainstack.bench.ablation import run_ablation
-
         specs = [replace(spec, mode=mode) for mode in modes]
         rows = run_ablation(specs, timeout_s=opts.timeout_s, on_row=_progress if lead else None)
     else:
-        from trainstack.bench.runner import run
-
         rows = [run(replace(spec, mode=modes[0]))]
     if lead:
         _publish(rows, spec, opts.out)
     if not opts.ablation:
-        from trainstack.bench.device import close_process_group
-
         close_process_group()
     return rows
 
@@ -162,13 +156,9 @@ def _progress(row: dict) -> None:
 
 def _with_parity(opts: BenchOptions, spec: RunSpec, parity_modes: tuple[Mode, Mode], lead: bool) -> list[dict]:
     """``--parity A,B``, after the ablation's modes when ``--ablation`` is given too: one chart."""
-    from trainstack.bench.ablation import run_ablation
-    from trainstack.bench.parity import parity_result
-
     rows = []
     if opts.ablation:
         rows = run_ablation([replace(spec, mode=m) for m in opts.modes], timeout_s=opts.timeout_s, on_row=_progress if lead else None)
-    from trainstack.bench.parity import LR
 
     specs = [replace(spec, mode=m, task="markov", lr=LR, lr_schedule=True, seed=seed)
              for seed in range(opts.parity_seeds) for m in parity_modes]
@@ -187,8 +177,6 @@ def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None, parity: dict
     for line in explain(rows):  # plain text: a '[' in a path or a health result's GPU name is no markup
         out.print(Text(line), highlight=False, soft_wrap=True)
     if parity is not None:
-        from trainstack.bench.parity import describe
-
         for line in describe(parity):
             out.print(line, highlight=False, soft_wrap=True)
     if out_dir is None:
@@ -204,14 +192,10 @@ def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None, parity: dict
                           f"the results are in {rescue(text, stem.name + '.jsonl')}") from None
     out.print(f"wrote {stem.with_suffix('.jsonl')}", highlight=False)
     if parity is not None:
-        from trainstack.fsutil import atomic_write_json
-
         path = out_dir / f"parity-{spec.model}-b{spec.batch}-s{spec.seq}.json"
         atomic_write_json(path, parity)
         out.print(f"wrote {path}", highlight=False)
     if len(rows) > 1 or parity is not None:
-        from trainstack.bench.plot import write_chart
-
         write_chart(stem.with_suffix(".png"), rows, title, parity=parity)
         out.print(f"wrote {stem.with_suffix('.png')}", highlight=False)
 

@@ -17,6 +17,7 @@ from trainstack.bench.kernels import CLASSES, IDLE, class_cell
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
 from trainstack import grammar
+from trainstack.console import out
 
 ACCEPTED = "a JSON-lines file written by 'trainstack bench'"
 
@@ -120,8 +121,6 @@ def fmt(value: float | None, spec: str = ",.0f", missing: str = "-") -> str:
 
 def print_compare(path_a: Path, path_b: Path, console: Console | None = None) -> None:
     """The A/B table on stdout: fitted to a terminal's width, unwrapped in a log."""
-    from trainstack.console import out
-
     (console or out).print(compare_table(path_a, path_b))
     split = breakdown_compare_table(path_a, path_b)
     if split is not None:

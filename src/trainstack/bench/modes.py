@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING
 
 from trainstack.errors import TrainstackError
 from trainstack.nn.modes import Mode
+from trainstack.memplan import apply, plan as plan_model, plan_memory
+from trainstack.memplan.costs import Choice
+from trainstack.memplan.wrappers import compile_block, wrap
 
 if TYPE_CHECKING:
     from torch import nn
@@ -19,9 +22,6 @@ class ModeUnavailable(Exception):
 def apply_checkpointing(model: nn.Module, mode: Mode) -> None:
     """Wrap ``model.layers`` in place according to ``mode.ac`` (none, full, every, selective),
     as memplan wraps the blocks of a plan."""
-    from trainstack.memplan.costs import Choice
-    from trainstack.memplan.wrappers import wrap
-
     for i, block in enumerate(model.layers):
         if mode.ac in ("full", "selective") or (mode.ac == "every" and i % mode.every == 0):
             wrap(block, Choice.SELECTIVE if mode.ac == "selective" else Choice.FULL)
@@ -31,12 +31,8 @@ def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: 
     """Let memplan choose what to recompute for ``budget_bytes`` (for compiled blocks when
     ``compiled``; ``precision`` as memplan names the mode's weights, gradients and optimizer
     state); returns (model, plan)."""
-    from trainstack.memplan import apply, plan_memory
-
     try:
         if hasattr(model, "example_batch"):  # a Hugging Face model: planned from the model itself
-            from trainstack.memplan import plan as plan_model
-
             plan = plan_model(model, model.example_batch(batch, seq), budget=budget_bytes, world_size=world_size, precision=precision, compiled=compiled)
         else:
             plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled, precision=precision)
@@ -52,8 +48,6 @@ def apply_compile(model: nn.Module, keep_budget: float | None = None) -> None:
     Each block is replaced by its compiled wrapper rather than compiled in place, so that
     FSDP2's hooks, registered later on the wrapper, run outside the compiled graph.
     """
-    from trainstack.memplan.wrappers import compile_block
-
     for i, block in enumerate(model.layers):
         model.layers[i] = compile_block(block, keep_budget)
     model.compile_loss()

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from trainstack.fsutil import atomic_write_bytes
+from trainstack.bench.kernels import CLASSES, IDLE
 
 
 def write_chart(path: Path, rows: list[dict], title: str, parity: dict | None = None) -> None:
@@ -72,8 +73,6 @@ def _bars(fig, rows: list[dict]) -> None:
 
 def _classes(ax, rows: list[dict], ok: list[bool]) -> None:
     """Each mode's step as stacked shares of its classes, idle last (bench.kernels)."""
-    from trainstack.bench.kernels import CLASSES, IDLE
-
     shares = []
     for row, good in zip(rows, ok):
         b = row.get("breakdown") if good and isinstance(row.get("breakdown"), dict) else {}

@@ -19,14 +19,17 @@ from datetime import datetime, timezone
 import torch
 from torch.profiler import record_function
 
-from trainstack.bench import device as dev
+from trainstack.bench import device as dev, flash, fp8
 from trainstack.bench.mfu import class_work, flops_per_token, flops_per_token_causal, mfu, mfu_causal, mfu_fp8
 from trainstack.bench.peaks import peak_for
-from trainstack.nn.hf import HfShape
+from trainstack.nn.hf import HfShape, build_hf_model
 from trainstack.nn.decoder import ModelConfig, Transformer
 from trainstack.bench.modes import ModeUnavailable, apply_checkpointing, apply_compile, apply_planned
 from trainstack.nn.modes import Mode, parse_mode
-from trainstack.bench.parity import lr_factor
+from trainstack.bench.parity import lr_factor, markov_tokens
+from trainstack.bench.ceilings import ceilings, with_rates
+from trainstack.bench.precision import to_bf16_with_master
+from trainstack.bench.profile import profile_steps
 
 # Distinct synthetic batches cycled through, generated on the device once.
 _BATCHES = 4
@@ -152,8 +155,6 @@ def _profile(spec: RunSpec, step, device: torch.device, dist: dev.Dist) -> dict:
     breakdown, and with a profile folder the paths of the trace and the kernel table."""
     from pathlib import Path
 
-    from trainstack.bench.profile import profile_steps
-
     stem = None
     if spec.profile_dir:
         rank = f"-rank{dist.rank}" if dist.enabled else ""
@@ -169,8 +170,6 @@ def synthetic_batches(spec: RunSpec, device: torch.device, dist: dev.Dist) -> to
     """(n, batch, seq + 1) tokens, the same in every mode: uniform random tokens (a few
     batches, cycled), or for the ``markov`` task one learnable batch per step."""
     if spec.task == "markov":
-        from trainstack.bench.parity import markov_tokens
-
         return markov_tokens(spec.cfg.vocab_size, (spec.warmup + spec.steps, spec.batch, spec.seq + 1), device=device, seed=spec.seed + dist.rank)
     # a generator of its own: the same tokens in every mode, whatever a mode draws from the global one
     gen = torch.Generator(device).manual_seed(spec.seed + dist.rank)
@@ -182,12 +181,8 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
     in that order; returns it, memplan's plan and what float8 converted (None when unused)."""
     fp8_note = None
     if mode.fp8:
-        from trainstack.bench import fp8
-
         fp8.require(device)
     if mode.flash:
-        from trainstack.bench import flash
-
         flash.require(device)
     model = _new_model(spec.cfg, device)
     if mode.flash:
@@ -228,16 +223,12 @@ def optimizer(model: torch.nn.Module, mode: Mode, lr: float, device: torch.devic
     """Fused AdamW on the model's parameters; for a ``bf16`` mode on one process, the
     parameters become bf16 and AdamW runs on fp32 master copies (bench.precision)."""
     if master_weights(mode, dist):
-        from trainstack.bench.precision import to_bf16_with_master
-
         return to_bf16_with_master(model, lr=lr, compiled=mode.compile)
     return torch.optim.AdamW(model.parameters(), lr=lr, fused=device.type == "cuda")
 
 
 def _new_model(cfg: ModelConfig | HfShape, device: torch.device) -> torch.nn.Module:
     if isinstance(cfg, HfShape):
-        from trainstack.nn.hf import build_hf_model
-
         with device:
             return build_hf_model(cfg.path).float()
     with device:
@@ -268,8 +259,6 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
     final = m.losses[-1]
     extra = dict(m.extra)
     if "breakdown" in extra:
-        from trainstack.bench.ceilings import ceilings, with_rates
-
         work = class_work(spec.cfg, batch=spec.batch, seq=spec.seq, params=extra.get("params_per_rank") or row["params"])
         health = spec.health if row["device_type"] == "cuda" else None  # a GPU's ceilings are no CPU's
         extra["breakdown"] = with_rates(extra["breakdown"], work, ceilings(peak, health, fp8=bool(spec.mode.fp8)))

@@ -28,6 +28,8 @@ from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.render.layers import FlavourLayers
 from trainstack.stackfile.matrix import Flavour
 from trainstack.stackfile.paths import stack_path
+from trainstack.builder.oci import select_oci
+from trainstack.builder.venv import VenvBackend
 
 BACKENDS = ("venv", "oci")
 
@@ -35,12 +37,8 @@ BACKENDS = ("venv", "oci")
 def make_backend(name: str) -> Backend:
     """The backend called ``name``; UsageError for an unknown one, ToolMissingError when its tools are absent."""
     if name == "venv":
-        from trainstack.builder.venv import VenvBackend
-
         return VenvBackend()
     if name == "oci":
-        from trainstack.builder.oci import select_oci
-
         return select_oci()
     raise UsageError(f"--backend: unknown backend '{name}'", hint=f"one of: {', '.join(BACKENDS)}")
 

@@ -11,6 +11,7 @@ from trainstack.health.level1 import clock_events_check, limit_check
 from trainstack.health.schema import Check, Status
 from trainstack.health.nvml import NvmlSource
 from trainstack.health.thresholds import Thresholds
+from trainstack.health.sustained import sustained_gemm
 
 LEVEL2_NAMES = ("gemm.bf16", "gemm.correctness", "copy.device", "copy.h2d", "copy.d2h")
 LEVEL3_NAMES = ("allreduce.busbw", "gemm.sustained", "gemm.sustained_drop", "clocks.under_load")
@@ -69,8 +70,6 @@ def allreduce_check(nprocs: int, t: Thresholds, *, backend: str, nbytes: int,
 
 def sustained_checks(devices: list[Any], seconds: float, nvml: NvmlSource | None, t: Thresholds,
                      gpu_ids: list[int], *, n: int = 8192, window_s: float = 1.0) -> list[Check]:
-    from trainstack.health.sustained import sustained_gemm
-
     checks: list[Check] = []
     for s in sustained_gemm(devices, seconds, nvml, gpu_ids=gpu_ids, n=n, window_s=window_s):
         note = f"{len(s.window_tflops)} windows over {seconds:g} s"

@@ -12,6 +12,8 @@ from trainstack.health.level1 import Expectations, host_checks, node_checks, nvm
 from trainstack.health.schema import Check, HealthReport
 from trainstack.health.nvml import NodeSnapshot, NvmlSource, NvmlUnavailable, PynvmlSource, parse_node
 from trainstack.health.thresholds import Thresholds, load_thresholds
+from trainstack.errors import RuleViolation
+from trainstack.rules import min_driver, shipped_rules
 
 
 @dataclass(frozen=True)
@@ -89,9 +91,6 @@ def _expectations(opts: HealthOptions, t: Thresholds, tor: Torch) -> Expectation
 
 def _rules_min_driver(cuda: str) -> tuple[str, str] | None:
     """The compatibility rules' minimum driver for the CUDA torch was built for, with its source."""
-    from trainstack.errors import RuleViolation
-    from trainstack.rules import min_driver, shipped_rules
-
     try:
         rules = shipped_rules()
         return min_driver(rules, cuda), f"rules: CUDA {cuda} ({rules.cuda.driver.source})"

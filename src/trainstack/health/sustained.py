@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainstack.health.nvml import NvmlSource
+from trainstack.health.measure import time_repeats
 
 
 @dataclass
@@ -62,8 +63,6 @@ def sustained_gemm(devices: list[Any], seconds: float, nvml: NvmlSource | None, 
 
 def _run(device: Any, out: Sustained, seconds: float, n: int, window_s: float) -> None:
     import torch
-
-    from trainstack.health.measure import time_repeats
 
     with torch.device(device):
         a = torch.randn(n, n, dtype=torch.bfloat16)  # (n, n)

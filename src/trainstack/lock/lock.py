@@ -43,6 +43,7 @@ from trainstack.stackfile.compat import require_rules
 from trainstack import grammar
 from trainstack.stackfile import expand_flavours, load_stack, select_flavour
 from trainstack.stackfile.schema import Stack
+from trainstack.console import err
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)", re.MULTILINE)
 
@@ -111,14 +112,10 @@ def _one_at_a_time(stack_path: Path) -> Iterator[None]:
 
 def _locking(slug: str, number: int, total: int) -> None:
     """Which flavour is resolving now: a matrix of flavours takes a while."""
-    from trainstack.console import err
-
     err.print(f"locking {slug} ({number}/{total})", highlight=False, markup=False, style="dim")
 
 
 def _waiting(stack_path: Path) -> None:
-    from trainstack.console import err
-
     err.print(f"waiting for another lock of {stack_path} to finish", highlight=False, markup=False)
 
 

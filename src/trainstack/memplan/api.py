@@ -15,6 +15,15 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from trainstack.memplan.costs import Choice, Overheads, Plan, Profile
+from trainstack.memplan.anymodel import batch_rows, calibrate_model, default_loss, find_blocks
+from trainstack.memplan.budget import gpu_memory_bytes, parse_budget
+from trainstack.memplan.memory import with_measured_memory, with_measured_times
+from trainstack.memplan.optim import optimizer_spec, precision_spec
+from trainstack.memplan.overheads import default_overheads
+from trainstack.memplan.planner import choose_over_budgets
+from trainstack.memplan.realblock import measure_real
+from trainstack.memplan.wrappers import reset_compiler
+from trainstack.nn.versions import check_model_libraries
 
 if TYPE_CHECKING:
     from torch import nn
@@ -64,10 +73,6 @@ def calibrate_any_compiled(
     two. ``measure`` then defaults to measuring."""
     import torch
 
-    from trainstack.memplan.anymodel import calibrate_model, default_loss, find_blocks
-    from trainstack.memplan.optim import optimizer_spec, precision_spec
-    from trainstack.nn.versions import check_model_libraries
-
     check_model_libraries(model)
     run = find_blocks(model, blocks)
     opt, prec = optimizer_spec(optimizer), precision_spec(precision)
@@ -99,9 +104,6 @@ def measured_profiles(
     ``budgets``: default ``COMPILER_BUDGETS`` when ``compiled`` on a CUDA device, else 1.0 alone."""
     import torch
 
-    from trainstack.memplan.realblock import measure_real
-    from trainstack.memplan.wrappers import reset_compiler
-
     if budgets is None:  # the compiler's budgets change a block's bytes, which the CUDA allocator measures
         on_cuda = next(model.parameters()).device.type == "cuda"
         budgets = COMPILER_BUDGETS if compiled and on_cuda else (1.0,)
@@ -126,8 +128,6 @@ def per_budget(profile: Profile, memory: dict | None, seconds: dict | None, budg
     """One profile per activation memory budget of the kept blocks, from a real block's bytes
     and times measured per choice and per budget (keyed by the budget; 1.0 is the plain kept
     block); the selective and fully recomputed blocks are the same in each."""
-    from trainstack.memplan.memory import with_measured_memory, with_measured_times
-
     profiles = {}
     for budget in budgets:
         keep = Choice.KEEP if budget >= 1 else budget
@@ -155,9 +155,6 @@ def choose_plan(
     """The plan of least recompute cost over ``profiles`` (one per compiler budget) that fits
     ``budget_bytes``; ``profile_at(rows)`` calibrates another batch, for the error that says
     which batch would fit. An eager plan names no compiler budget."""
-    from trainstack.memplan.overheads import default_overheads
-    from trainstack.memplan.planner import choose_over_budgets
-
     chosen = choose_over_budgets(
         profiles,
         budget_bytes=budget_bytes,
@@ -189,9 +186,6 @@ def plan(
     see the package's docstring. ``compiled``: the blocks will run under torch.compile; measured
     on a CUDA GPU, compiled, the kept blocks also under each compiler activation memory
     budget, and the plan names the budget it chose (``plan.compiler_budget``)."""
-    from trainstack.memplan.anymodel import batch_rows
-    from trainstack.memplan.budget import gpu_memory_bytes, parse_budget
-
     budget_bytes = budget if isinstance(budget, int) else parse_budget(str(budget), gpu_memory_bytes)
     kwargs: dict[str, Any] = dict(optimizer=optimizer, precision=precision, blocks=blocks, loss_fn=loss_fn, device=device, label=label)
     profiles = calibrate_any_compiled(model, example_batch, measure=measure, compiled=compiled, **kwargs)

@@ -17,6 +17,10 @@ from trainstack.memplan.api import COMPILER_BUDGETS, calibrate_any_compiled, cho
 from trainstack.memplan.costs import Choice, Overheads, Plan, Profile
 from trainstack.memplan.optim import OptimizerSpec, PrecisionSpec, precision_spec
 from trainstack.memplan.tracking import Roofline
+from trainstack.memplan.anymodel import autocast_for, calibrate_model, default_loss, fake_copy, fake_like, find_blocks, measure_block, record_call
+from trainstack.memplan.realblock import measure_real
+from trainstack.memplan.reference import fake_step_peak as whole_step_peak
+from trainstack.memplan.wrappers import reset_compiler
 
 if TYPE_CHECKING:
     from torch import nn
@@ -77,8 +81,6 @@ def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = No
     """Profile ``cfg`` at (batch, seq) under bf16 autocast with fp32 weights and AdamW, on
     fake tensors of ``device`` (default: cuda when present, else cpu): seconds and no memory
     whatever the model size."""
-    from trainstack.memplan.anymodel import calibrate_model, default_loss, find_blocks
-
     model, tokens = decoder_on_meta(cfg, batch=batch, seq=seq)
     return calibrate_model(
         model, tokens, run=find_blocks(model, BLOCKS), optimizer=BENCH_OPTIMIZER, precision=BENCH_AUTOCAST, device=_device(device),
@@ -179,8 +181,6 @@ def measure_compiled_blocks(
     blocks measured by the CUDA allocator and timed in one round robin (so their times
     compare); the selective and fully recomputed blocks are the same in each. Where the
     blocks do not fit: ``{1.0: profile}``."""
-    from trainstack.memplan.anymodel import find_blocks
-
     real = _one_block_or_none(cfg, batch=batch, seq=seq)
     if real is None:
         return {1.0: profile}
@@ -215,10 +215,6 @@ def measure_blocks(
 ) -> tuple[dict[Any, Any] | None, dict[Any, float] | None]:
     """One real block of ``cfg`` per choice on ``device``, measured by ``realblock.measure_real``:
     (its bytes per choice on a CUDA device, else None; its seconds per choice when ``timed``)."""
-    from trainstack.memplan.anymodel import find_blocks
-    from trainstack.memplan.realblock import measure_real
-    from trainstack.memplan.wrappers import reset_compiler
-
     model, x = one_block(cfg, batch=batch, seq=seq, device=device)
     try:
         return measure_real(model, x, run=find_blocks(model, BLOCKS), precision=BENCH_AUTOCAST, compiled=compiled, timed=timed, steps=steps)
@@ -229,8 +225,6 @@ def measure_blocks(
 def block_op_counts(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = None) -> tuple[int, int]:
     """Ops dispatched by one kept block's forward and its backward: the unit of host cost."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from trainstack.memplan.anymodel import autocast_for, fake_copy, fake_like, find_blocks, measure_block, record_call
 
     dev = _device(device)
     model, tokens = decoder_on_meta(cfg, batch=batch, seq=seq)
@@ -246,8 +240,6 @@ def block_op_counts(cfg: ModelConfig, *, batch: int, seq: int, device: str | Non
 def fake_step_peak(cfg: ModelConfig, choices: tuple[Choice, ...], *, batch: int, seq: int, device: str | None = None) -> int:
     """Peak live bytes of a whole second training step of ``cfg`` under ``choices``, on fake
     tensors (``reference.fake_step_peak``): the reference the memory model is checked against."""
-    from trainstack.memplan.reference import fake_step_peak as whole_step_peak
-
     model, tokens = decoder_on_meta(cfg, batch=batch, seq=seq)
     return whole_step_peak(model, tokens, choices, blocks=BLOCKS, device=_device(device))
 

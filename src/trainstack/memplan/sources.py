@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainstack.errors import UsageError
+from trainstack.errors import SpecError, UsageError
 
 
 @dataclass
@@ -41,7 +41,6 @@ def _token_model(hf: Any, path: str | Path) -> Any:
     import transformers
 
     from trainstack.nn.hf import built_from_config
-    from trainstack.errors import SpecError
 
     named = [TOKEN_HEADS[suffix] for a in getattr(hf, "architectures", None) or [] for suffix in TOKEN_HEADS if a.endswith(suffix)]
     if named:
@@ -70,7 +69,6 @@ def _token_model(hf: Any, path: str | Path) -> Any:
 def from_hf_config(path: str | Path, *, batch: int, seq: int) -> Source:
     """The config's model (``_token_model``) on the meta device, trained with labels (its own loss)."""
     from trainstack.nn.hf import load_hf_config
-    from trainstack.errors import SpecError
 
     hf = load_hf_config(path, "memplan")
     max_seq = getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None)

@@ -14,6 +14,7 @@ from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
 from trainstack.memplan.costs import Choice, Plan
+from trainstack.memplan.attention_flops import grouped_query_flops
 
 if TYPE_CHECKING:
     from torch import nn
@@ -180,8 +181,6 @@ def budget_backend(budget: float) -> Callable[..., Any]:
     def backend(gm: Any, example_inputs: Any) -> Any:
         import torch._functorch.config as functorch_config
         from torch._inductor.compile_fx import compile_fx
-
-        from trainstack.memplan.attention_flops import grouped_query_flops
 
         # no autograd cache: a graph partitioned under another budget must not be reused
         with functorch_config.patch(activation_memory_budget=budget, enable_autograd_cache=False), grouped_query_flops():

@@ -14,6 +14,8 @@ from pathlib import Path
 from trainstack.nn.hf_check import check_config_file
 from trainstack.nn.decoder import ModelConfig
 from trainstack.errors import SpecError, ToolMissingError
+from trainstack.nn.hf_model import HfCausalLM
+from trainstack.nn.versions import check_torch, check_transformers
 
 # ModelConfig field -> the Hugging Face config attribute that holds it (Llama naming).
 _FIELDS = {
@@ -30,8 +32,6 @@ _LLAMA_FAMILY = {"llama", "mistral"}
 def load_hf_config(path: str | Path, verb: str = "bench --hf-config"):
     """The config at ``path`` (a config.json or its folder), held to ``hf_check``'s rules,
     read by transformers of the supported range (``verb`` names who asks, in the refusal)."""
-    from trainstack.nn.versions import check_torch, check_transformers
-
     try:
         from transformers import AutoConfig
     except ImportError:
@@ -215,8 +215,6 @@ def hf_shape(path: str | Path, hf) -> HfShape:
 def build_hf_model(path: str | Path, hf=None):
     """``HfCausalLM`` around ``AutoModelForCausalLM.from_config`` (random init, SDPA attention)."""
     from transformers import AutoModelForCausalLM
-
-    from trainstack.nn.hf_model import HfCausalLM
 
     hf = hf if hf is not None else load_hf_config(path)
 

@@ -23,6 +23,9 @@ from typing import Any
 from trainstack.errors import BudgetError
 from trainstack.memplan import Plan
 from trainstack.run.capture import Captured
+from trainstack.memplan.anymodel import call_model
+from trainstack.run.memview import gib
+from trainstack.run.planning import memory_fraction
 
 ROUNDS = 3
 _ASKED = re.compile(r"Tried to allocate ([0-9.]+) (B|KiB|MiB|GiB|TiB)")
@@ -96,8 +99,6 @@ def probe_step(captured: Captured, plan: Plan, batch: Any, loss_fn: Callable[[An
 
     import torch
 
-    from trainstack.memplan.anymodel import call_model
-
     model = captured.model
     device = next(model.parameters()).device
     optimizer = captured.optimizer
@@ -142,8 +143,6 @@ def probe_step(captured: Captured, plan: Plan, batch: Any, loss_fn: Callable[[An
 def _lift_cap(device: Any) -> float | None:
     import torch
 
-    from trainstack.run.planning import memory_fraction
-
     fraction = memory_fraction(device)
     if fraction is not None and fraction < 1:
         torch.cuda.set_per_process_memory_fraction(1.0, device)
@@ -160,8 +159,6 @@ def _restore_cap(device: Any, fraction: float | None) -> None:
 
 def describe(fitted: Fitted) -> str:
     """One clause: what the probes measured and what planning again did."""
-    from trainstack.run.memview import gib
-
     parts = []
     for i, (plan, measured) in enumerate(fitted.rounds):
         need = f"{gib(measured.need)}" if measured.complete else f"over {gib(measured.need)} (ran out of memory)"

@@ -16,6 +16,7 @@ import trainstack
 from trainstack.errors import ToolMissingError, UsageError
 from trainstack.run import settings as s
 from trainstack.run.install import write_sitecustomize
+from trainstack.memplan.budget import parse_budget
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,6 @@ def variables(request: Request) -> dict[str, str]:
         env[s.OOM_SNAPSHOT] = str(out / "oom")
         env[s.OOM_SNAPSHOT_ENTRIES] = str(request.oom_entries)
     if request.memplan is not None:
-        from trainstack.memplan.budget import parse_budget
-
         try:
             parse_budget(request.memplan, lambda: 2**40)  # the form only: a fraction is taken of the job's GPU
         except UsageError as exc:

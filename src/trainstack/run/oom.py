@@ -20,7 +20,7 @@ import torch
 from trainstack.errors import BudgetError
 from trainstack.fsutil import atomic_write_bytes, atomic_write_text
 from trainstack.memplan import Choice
-from trainstack.run import diagnosis, memview
+from trainstack.run import diagnosis, memview, planning
 from trainstack.run.capture import Captured
 
 
@@ -76,15 +76,12 @@ class OomRecorder:
     def diagnose(self) -> str:
         assert self.snapshot is not None
         summary = memview.summarize(self.snapshot)
-        from trainstack.run import planning
 
         usable = planning.usable_bytes()
         return diagnose_with(summary, self.captured, usable)
 
 
 def diagnose_with(summary: memview.Summary, captured: Captured | None, usable: int | None) -> str:
-    from trainstack.run import planning
-
     if captured is None:
         return diagnosis.paragraph(summary, usable=usable, batch=None, planned=None, why_not="the job's model was not seen (no module called in training mode)")
     batch = _batch_text(captured)

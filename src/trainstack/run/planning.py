@@ -15,6 +15,15 @@ from torch import nn
 from trainstack.errors import TrainstackError, UsageError
 from trainstack.memplan import Choice, Plan
 from trainstack.run.capture import Captured
+from trainstack import memplan
+from trainstack.memplan.anymodel import UnplannableModel, find_blocks
+from trainstack.memplan.budget import host_memory_bytes, parse_budget
+from trainstack.memplan.memory import peak_bytes
+from trainstack.memplan.overheads import default_overheads
+from trainstack.memplan.planner import choose
+from trainstack.memplan.wrappers import budget_backend, choice_of
+from trainstack.nn.decoder import Transformer
+from trainstack.nn.hf_check import check_config
 
 
 class Unplannable(Exception):
@@ -24,8 +33,6 @@ class Unplannable(Exception):
 def parse(budget: str, where: str) -> int:
     """Bytes of a budget written as for ``memplan --budget``; a fraction is of this GPU (of the
     host's memory where there is none, as memplan takes it)."""
-    from trainstack.memplan.budget import host_memory_bytes, parse_budget
-
     try:
         return parse_budget(budget, lambda: device_bytes() or host_memory_bytes())
     except UsageError as exc:
@@ -57,8 +64,6 @@ def memory_fraction(device: Any = None) -> float | None:
 def blocks(model: nn.Module) -> list[nn.Module] | None:
     """The repeated blocks, as memplan finds them (the longest run of identical modules in a
     ModuleList or Sequential); None where there are none."""
-    from trainstack.memplan.anymodel import UnplannableModel, find_blocks
-
     try:
         run = find_blocks(model)
     except UnplannableModel:
@@ -88,10 +93,7 @@ def precision_of(captured: Captured) -> str:
 def plan_model(captured: Captured, budget_bytes: int, *, compiled: bool = False) -> Plan:
     """The plan memplan chooses for the captured model and batch under ``budget_bytes``;
     BudgetError where nothing fits, Unplannable where memplan cannot plan the model."""
-    from trainstack import memplan
-
     model = captured.model
-    from trainstack.nn.decoder import Transformer
 
     if isinstance(model, Transformer):
         tokens = captured.args[0] if captured.args else None
@@ -109,8 +111,6 @@ def plan_model(captured: Captured, budget_bytes: int, *, compiled: bool = False)
 def check_model_config(model: nn.Module) -> None:
     """A Hugging Face model's config held to the rules a config file is held to before memplan
     plans the model (``bench.hf_check``): SpecError in one line naming the field."""
-    from trainstack.nn.hf_check import check_config
-
     to_dict = getattr(getattr(model, "config", None), "to_dict", None)
     if not callable(to_dict):
         return
@@ -127,8 +127,6 @@ def replan(captured: Captured, first: Plan, budget_bytes: int, *, compiled: bool
     planned afresh, over the compiler's budgets)."""
     if first.compiler_budget is not None:
         return plan_model(captured, budget_bytes, compiled=compiled)
-    from trainstack.memplan.overheads import default_overheads
-    from trainstack.memplan.planner import choose
 
     return choose(first.profile, budget_bytes=budget_bytes, world_size=first.world_size, overheads=default_overheads())
 
@@ -155,9 +153,6 @@ def job_loss(output: Any, _batch: Any) -> torch.Tensor:
 def unplanned_peak(plan: Plan) -> int | None:
     """The step's predicted peak with every block kept (what the job needs as it is)."""
     try:
-        from trainstack.memplan.memory import peak_bytes
-        from trainstack.memplan.overheads import default_overheads
-
         keep = [Choice.KEEP] * len(plan.choices)
         return peak_bytes(plan.profile, keep, world_size=plan.world_size, overheads=default_overheads())
     except (AttributeError, TypeError, ValueError):
@@ -165,16 +160,12 @@ def unplanned_peak(plan: Plan) -> int | None:
 
 
 def apply_plan(model: nn.Module, plan: Plan) -> None:
-    from trainstack import memplan
-
     memplan.apply(model, plan)
 
 
 def compile_blocks(model: nn.Module, plan: Plan | None = None) -> int:
     """Compile each repeated block in place (module names and state dict unchanged); a kept
     block of a compiled plan under the compiler budget it chose. Returns the blocks compiled."""
-    from trainstack.memplan.wrappers import budget_backend, choice_of
-
     found = blocks(model)
     if found is None:
         raise Unplannable(f"no repeated blocks found in {type(model).__qualname__} (a ModuleList or Sequential of two or more identical modules)")

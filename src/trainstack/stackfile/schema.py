@@ -11,7 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 
 from trainstack.nn.modes import parse_mode
 from trainstack.nn.presets import SHAPES
-from trainstack.errors import UsageError
+from trainstack.errors import SpecError, UsageError
 from trainstack.rules.data import shipped_rules
 from trainstack.rules.schema import Rules
 from trainstack.redact import credential_variable, strip_userinfo
@@ -241,8 +241,6 @@ class Component(Strict):
 
 
 def _checked_again(component: Component) -> None:
-    from trainstack.errors import SpecError
-
     try:
         grammar.pep508_name(component.name)
         _each(grammar.pep508_extra, component.extras)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from trainstack.verify.linkcheck.check import LinkIssue, LinkReport
 from trainstack.verify.linkcheck.data import DlopenData, load_data
+from trainstack.verify.target import run_probe
 
 CONFIRMED_KINDS = ("unresolved", "dlopen-missing")
 Runner = Callable[[str], tuple[object, str]]  # items file -> (probe JSON or None, why not)
@@ -251,8 +252,6 @@ def venv_python(paths: list[Path]) -> Path | None:
 
 def confirm_in_target(report: LinkReport, target: object) -> LinkReport:
     """Run the confirmation probe with the target's interpreter (a verify.target.Target)."""
-    from trainstack.verify.target import run_probe
-
     def run(items: str) -> tuple[object, str]:
         return run_probe(target, "link_probe.py", [items], timeout=900)  # type: ignore[arg-type]
 
