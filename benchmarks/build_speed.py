@@ -70,7 +70,7 @@ def pip_install(lock_file: Path, venv: Path, python: str, env: dict[str, str], s
 
 
 def venv_figures(stack_name: str, flavour: str, work: Path) -> tuple[list[str], dict]:
-    from trainstack.render.layers import needs_build
+    from trainstack.lock.layers import needs_build
     from trainstack.stackfile import load_stack
 
     stack = work / f"{stack_name}.toml"

@@ -246,7 +246,7 @@ def inner() -> int:
     from trainstack.builder.extensions import ExtensionKey, WheelCache, build_wheel, host_cuda_home, probe_compile
     from trainstack.builder.steps import Steps
     from trainstack.hostnvcc import find_host_nvcc
-    from trainstack.render.buildenv import arch_env
+    from trainstack.buildenv import arch_env
     from trainstack.rules import shipped_rules
     from trainstack.rules.nvcc import venv_route
     from trainstack.verify.fatbin import fatbin_archs

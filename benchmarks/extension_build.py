@@ -86,9 +86,9 @@ def apex_in_place(source: Path, wheels: Path | None, logs: Path | None, stack_fi
     sys.path.insert(0, str(ROOT / "src"))
     import torch
     from torch.utils.cpp_extension import CUDA_HOME
-    from trainstack.render.buildenv import budget_for, max_jobs
+    from trainstack.buildenv import budget_for, max_jobs
     from trainstack.builder.extensions import ExtensionKey, WheelCache, build_wheel
-    from trainstack.render.buildenv import arch_env
+    from trainstack.buildenv import arch_env
     from trainstack.builder.steps import Steps
     from trainstack.errors import TrainstackError
     from trainstack.stackfile.load import load_stack

@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from trainstack.builder.cpu import available_memory, bound_jobs, effective_cpus, unit_memory  # noqa: E402
-from trainstack.render.buildenv import budget_for  # noqa: E402
+from trainstack.buildenv import budget_for  # noqa: E402
 from trainstack.builder.extensions import ExtensionKey, WheelCache  # noqa: E402
-from trainstack.render.buildenv import arch_env  # noqa: E402
+from trainstack.buildenv import arch_env  # noqa: E402
 from trainstack.builder.resume import ninja_units  # noqa: E402
 from trainstack.fsutil import atomic_write_json  # noqa: E402
 from trainstack.stackfile.load import load_stack  # noqa: E402

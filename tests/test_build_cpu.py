@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainstack.builder.cpu import cgroup_quota, effective_cpus
-from trainstack.render.buildenv import budget_for, max_jobs
+from trainstack.buildenv import budget_for, max_jobs
 from trainstack.stackfile.schema import Component, JobBudget
 
 

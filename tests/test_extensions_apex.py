@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.render.buildenv import budget_for, max_jobs
+from trainstack.buildenv import budget_for, max_jobs
 from trainstack.builder.extensions import WheelCache
 from trainstack.builder.record import ExtensionKey
-from trainstack.render.buildenv import arch_env
+from trainstack.buildenv import arch_env
 from trainstack.stackfile.load import load_stack
 
 ROOT = Path(__file__).resolve().parent.parent

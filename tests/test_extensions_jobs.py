@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from trainstack.builder.cpu import GIB, available_memory, bound_jobs, cgroup_room, unit_memory
-from trainstack.render.buildenv import budget_for
+from trainstack.buildenv import budget_for
 from trainstack.cli import main
 from trainstack.stackfile.schema import Component, JobBudget
 

@@ -35,8 +35,8 @@ from trainstack.lock.requests import flavour_requests
 from trainstack.lock.resolve import check_request, compile_request
 from trainstack.render.api import stack_files
 from trainstack.render.inputs import Inputs
-from trainstack.render.layers import FlavourLayers, SourceBuild, needs_build
-from trainstack.render.lockfile import LockFile, parse_lock
+from trainstack.lock.layers import FlavourLayers, SourceBuild, needs_build
+from trainstack.lock.lockfile import LockFile, parse_lock
 from trainstack.stackfile import expand_flavours, load_stack
 from trainstack.stackfile.matrix import components_for
 from trainstack.stackfile.schema import Component, Stack

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.test_verify_fixtures import make_venv, numpy_python, planted_torch  # noqa: F401 - fixture
-from trainstack.verify.smoke import KNOWN, run_smoke
+from trainstack.stackfile.schema import SMOKE_CHECKS
+from trainstack.verify.smoke import run_smoke
 from trainstack.verify.target import open_target
 
 
@@ -21,7 +22,7 @@ def by_name(results) -> dict:
 
 
 def test_without_torch(numpy_python: Path) -> None:  # noqa: F811
-    results = by_name(run_smoke(open_target(numpy_python), list(KNOWN), ["numpy", "pytest", "hypothesis", "flash-attn"]))
+    results = by_name(run_smoke(open_target(numpy_python), list(SMOKE_CHECKS), ["numpy", "pytest", "hypothesis", "flash-attn"]))
     assert results["import numpy"].status == "pass"
     assert results["import flash-attn"].status == "fail" and "not installed" in results["import flash-attn"].reason
     assert results["matmul[cpu]"].status == "pass" and "numpy" in results["matmul[cpu]"].reason
@@ -49,7 +50,7 @@ def test_unknown_check_fails(numpy_python: Path) -> None:  # noqa: F811
 def test_all_checks_in_a_venv_over_this_machines_torch(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     python = make_venv(tmp_path_factory, "system-torch-venv", [], system_site=True)
-    results = by_name(run_smoke(open_target(python), list(KNOWN), ["torch", "numpy"], tmp_path))
+    results = by_name(run_smoke(open_target(python), list(SMOKE_CHECKS), ["torch", "numpy"], tmp_path))
     for check in ("matmul", "sdpa", "compile", "cpp_extension", "distributed"):
         cpu = results[f"{check}[cpu]"]
         assert cpu.status == "pass", (check, cpu.reason)

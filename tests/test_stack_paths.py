@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_build_fixtures import copy_example
-from trainstack.render.buildenv import cache_dir, compiler_cache_env
+from trainstack.buildenv import cache_dir, compiler_cache_env
 from trainstack.cli import main
 from trainstack.errors import SpecError
 from trainstack.rules.schema import fill

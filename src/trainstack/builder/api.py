@@ -17,7 +17,7 @@ from rich.text import Text
 
 from trainstack.builder.backend import Backend, BuildJob
 from trainstack.builder.cpu import effective_cpus
-from trainstack.render.buildenv import budget_for, max_jobs
+from trainstack.buildenv import budget_for, max_jobs
 from trainstack.builder.record import BuildRecord
 from trainstack.builder.steps import Steps
 from trainstack.builder.swap import swap_into_place
@@ -25,7 +25,7 @@ from trainstack.console import err
 from trainstack.errors import BuildError, DiskSpaceError, OutputError, SpecError, TrainstackError, UsageError
 from trainstack.fsutil import atomic_write_json, describe_os_error
 from trainstack.render.inputs import Inputs, load_inputs
-from trainstack.render.layers import FlavourLayers
+from trainstack.lock.layers import FlavourLayers
 from trainstack.stackfile.matrix import Flavour
 from trainstack.stackfile.paths import stack_path
 from trainstack.builder.oci import select_oci

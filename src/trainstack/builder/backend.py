@@ -9,7 +9,7 @@ from typing import Protocol
 from trainstack.builder.record import ExtensionRecord
 from trainstack.builder.steps import Steps
 from trainstack.render.inputs import Inputs
-from trainstack.render.layers import FlavourLayers
+from trainstack.lock.layers import FlavourLayers
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from trainstack.render.buildenv import max_jobs
+from trainstack.buildenv import max_jobs
 from trainstack.stackfile.schema import Component, JobBudget
 
 GIB = 2**30

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainstack import proc
-from trainstack.render.buildenv import arch_env, budget_for, compiler_cache_env, nvcc_arch_flags, probe_arch
+from trainstack.buildenv import arch_env, budget_for, compiler_cache_env, nvcc_arch_flags, probe_arch
 from trainstack.builder.cpu import available_memory, bound_jobs, unit_memory
 from trainstack.builder.record import ExtensionKey, ExtensionRecord
 from trainstack.builder.resume import KeptBuild, Units, ninja_units, toolchain_identity
@@ -26,7 +26,7 @@ from trainstack.builder.steps import Steps
 from trainstack.console import err
 from trainstack.errors import BuildError
 from trainstack.fsutil import atomic_write_json
-from trainstack.render.lockfile import parse_lock
+from trainstack.lock.lockfile import parse_lock
 from trainstack.hostnvcc import find_host_nvcc
 from trainstack.rules.nvcc import no_route, venv_route, wheel_route
 from trainstack.rules.toolchain import toolchain_rules
@@ -34,7 +34,7 @@ from trainstack.rules.toolchain import toolchain_rules
 if TYPE_CHECKING:
     from trainstack.rules.schema import Rules
     from trainstack.builder.backend import BuildJob
-    from trainstack.render.layers import SourceBuild
+    from trainstack.lock.layers import SourceBuild
     from trainstack.stackfile.schema import Component
 
 PROBE_KERNEL = "__global__ void trainstack_probe(float* x) { x[threadIdx.x] *= 2.0f; }\n"

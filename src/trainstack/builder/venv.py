@@ -23,8 +23,8 @@ from trainstack.errors import ToolMissingError
 from trainstack.fsutil import atomic_write_text
 from trainstack.indexauth import lock_index_urls, uv_index_options
 from trainstack.offline import python_downloads_off
-from trainstack.render.layers import SourceBuild
-from trainstack.render.lockfile import LockFile, hashes, parse_lock
+from trainstack.lock.layers import SourceBuild
+from trainstack.lock.lockfile import LockFile, hashes, parse_lock
 from trainstack.run.install import install_into_venv
 
 

@@ -172,12 +172,6 @@ class Transformer(nn.Module):
             else:
                 nn.init.normal_(param, std=0.02)
 
-    def reset_rope(self) -> None:
-        """Recompute the rotary tables, e.g. after materialising a model built on the meta device."""
-        cos, sin = rope_tables(self.cfg, device=self.rope_cos.device)
-        self.rope_cos.copy_(cos)
-        self.rope_sin.copy_(sin)
-
     def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         t = tokens.shape[1]
         if t > self.cfg.max_seq:

@@ -11,7 +11,7 @@ from trainstack.fsutil import replace_tree
 from trainstack.render import quote
 from trainstack.render.dockerfile import render_dockerfile, source_file
 from trainstack.render.inputs import Inputs, load_inputs
-from trainstack.render.layers import FlavourLayers
+from trainstack.lock.layers import FlavourLayers
 from trainstack.render.stackfiles import render_bake, render_environment, render_workflow
 
 

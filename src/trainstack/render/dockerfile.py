@@ -18,14 +18,14 @@ import re
 from pathlib import Path
 from dataclasses import dataclass
 
-from trainstack.render.buildenv import compiler_cache_env
-from trainstack.render.buildenv import arch_env, nvcc_arch_flags, probe_arch
-from trainstack.render.buildenv import budget_for
+from trainstack.buildenv import compiler_cache_env
+from trainstack.buildenv import arch_env, nvcc_arch_flags, probe_arch
+from trainstack.buildenv import budget_for
 from trainstack.errors import SpecError
 from trainstack.rules import nvcc_package, os_pythons
 from trainstack.rules.nvcc import Route, debian_route, devel_route, wheel_route
 from trainstack.render import quote
-from trainstack.render.layers import FlavourLayers, SourceBuild
+from trainstack.lock.layers import FlavourLayers, SourceBuild
 from trainstack import grammar
 from trainstack.stackfile.schema import PYTHON_RE, CompilerCache, Stack
 

@@ -6,7 +6,7 @@ from trainstack.lock.manifest import Manifest
 from trainstack.redact import strip_userinfo
 from trainstack.render import quote
 from trainstack.render.dockerfile import labels
-from trainstack.render.layers import FlavourLayers
+from trainstack.lock.layers import FlavourLayers
 from trainstack.stackfile.schema import Stack
 
 

@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 
-from trainstack.render.layers import needs_build
+from trainstack.lock.layers import needs_build
 from trainstack.rules import Rules, shipped_rules
 from trainstack.stackfile.schema import Stack
 from trainstack.verify.fatbin import fatbin_archs

@@ -12,14 +12,14 @@ from pydantic import BaseModel
 
 from trainstack.stackfile.load import locate
 from trainstack.errors import SpecError
-from trainstack.stackfile.schema import Stack, Verify
+from trainstack.stackfile.schema import SMOKE_CHECKS, Stack, Verify
 from trainstack.stackfile.paths import stack_path
 from trainstack.verify.linkcheck.check import LinkReport, check_paths
 from trainstack.verify.linkcheck.confirm import confirm_in_target
 from trainstack.verify.ops import OpTable, op_table, prebuilt_wanted
 from trainstack.verify.report import collect_report
 from trainstack.verify.report_schema import EnvReport
-from trainstack.verify.smoke import KNOWN, SmokeResult, run_smoke
+from trainstack.verify.smoke import SmokeResult, run_smoke
 from trainstack.verify.suites.gate import refuse_untrusted, run_gate
 from trainstack.verify.suites.known_issues import KnownIssues, load_known_issues
 from trainstack.verify.envvars import EnvSetting, check_env
@@ -119,7 +119,7 @@ def _links(target: Target, scope: Scope) -> LinkReport:
 
 
 def _smoke_checks(scope: Scope) -> list[str]:
-    return list(scope.settings.smoke) if scope.stack else list(KNOWN)
+    return list(scope.settings.smoke) if scope.stack else list(SMOKE_CHECKS)
 
 
 def _imports(scope: Scope, report: EnvReport | None) -> list[str]:

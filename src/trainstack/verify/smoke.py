@@ -17,7 +17,6 @@ from trainstack.console import err
 from trainstack.stackfile.schema import SMOKE_CHECKS
 from trainstack.verify.target import Target, run_probe
 
-KNOWN = SMOKE_CHECKS
 TIMEOUTS = {"compile": 900.0, "cpp_extension": 900.0, "distributed": 300.0}
 
 
@@ -44,8 +43,8 @@ def run_smoke(target: Target, checks: list[str], components: list[str], workdir:
 
 
 def run_check(target: Target, check: str, components: list[str], workdir: Path, *, name: str = "") -> list[SmokeResult]:
-    if check not in KNOWN:
-        return [SmokeResult(name=check, status="fail", reason=f"unknown smoke check (known: {', '.join(KNOWN)})", seconds=0)]
+    if check not in SMOKE_CHECKS:
+        return [SmokeResult(name=check, status="fail", reason=f"unknown smoke check (known: {', '.join(SMOKE_CHECKS)})", seconds=0)]
     start = time.perf_counter()
     data, reason = run_probe(target, "smoke_probe.py", [check, str(workdir), *components], timeout=TIMEOUTS.get(check, 300.0))
     if data is None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from trainstack.errors import LockError
 from trainstack.lock.manifest import DeclaredIndexes, LockedFlavour, read_lock_text
-from trainstack.render.lockfile import LockFile, parse_lock
+from trainstack.lock.lockfile import LockFile, parse_lock
 from trainstack.stackfile.matrix import Flavour, components_for
 from trainstack.stackfile.schema import Component, Stack
 
