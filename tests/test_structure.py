@@ -22,6 +22,15 @@ def import_graph():
     return module
 
 
+def plant(root: Path, modules: dict[str, str]) -> None:
+    """A package ``pkg`` under ``root`` holding these modules (name -> source)."""
+    package = root / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, source in modules.items():
+        (package / f"{name}.py").write_text(source)
+
+
 def check(path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), "--check", str(path)], capture_output=True, text=True, timeout=60)
 
@@ -75,12 +84,11 @@ def test_no_module_of_trainstack_imports_itself_back_through_others() -> None:
 def test_a_circle_through_a_type_only_and_a_function_level_import_is_found(tmp_path) -> None:
     """The two kinds of circle the source had (bench.mfu and bench.ceilings, builder.extensions and
     builder.resume): an import under TYPE_CHECKING one way, at the top or in a function the other."""
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n")
-    (package / "b.py").write_text("def f():\n    from pkg.a import A\n    return A\n")
-    (package / "c.py").write_text("from pkg import b\n")
+    plant(tmp_path, {
+        "a": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n",
+        "b": "def f():\n    from pkg.a import A\n    return A\n",
+        "c": "from pkg import b\n",
+    })
     graph = import_graph()
     edges = graph.module_graph("pkg", tmp_path)
     assert edges["pkg.c"] == {"pkg.b"}
@@ -94,11 +102,10 @@ def test_an_import_inside_a_function_is_there_to_keep_a_heavy_library_out() -> N
 
 
 def test_a_needless_deferred_import_is_named_and_a_heavy_one_is_not(tmp_path) -> None:
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "heavy.py").write_text("import numpy\n")
-    (package / "light.py").write_text("X = 1\n")
-    (package / "user.py").write_text("def f():\n    from pkg import heavy\n    from pkg.light import X\n    return heavy, X\n")
-    (package / "numeric.py").write_text("import numpy\n\ndef g():\n    from pkg.heavy import numpy as n\n    return n\n")
+    plant(tmp_path, {
+        "heavy": "import numpy\n",
+        "light": "X = 1\n",
+        "user": "def f():\n    from pkg import heavy\n    from pkg.light import X\n    return heavy, X\n",
+        "numeric": "import numpy\n\ndef g():\n    from pkg.heavy import numpy as n\n    return n\n",
+    })
     assert import_graph().needless_deferred("pkg", tmp_path) == ["pkg.numeric:4 imports pkg.heavy", "pkg.user:3 imports pkg.light"]
