@@ -4,6 +4,7 @@ their public faces."""
 from __future__ import annotations
 
 import ast
+import re
 import importlib.util
 import subprocess
 import sys
@@ -109,3 +110,13 @@ def test_a_needless_deferred_import_is_named_and_a_heavy_one_is_not(tmp_path) ->
         "numeric": "import numpy\n\ndef g():\n    from pkg.heavy import numpy as n\n    return n\n",
     })
     assert import_graph().needless_deferred("pkg", tmp_path) == ["pkg.numeric:4 imports pkg.heavy", "pkg.user:3 imports pkg.light"]
+
+
+def test_the_layers_docs_structure_names_hold_every_unit_once_and_none_imports_upwards() -> None:
+    section = DOC.read_text(encoding="utf-8").split("## What lives where", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[2] for line in section.splitlines() if line.startswith("| ") and not line.startswith("| layer")]
+    layers = [re.findall(r"`([a-z_]+)`", row) for row in rows]
+    level = {unit: i for i, units in enumerate(layers) for unit in units}
+    edges = import_graph().graph("trainstack")
+    assert sorted(level) == sorted(edges) and sum(map(len, layers)) == len(level)
+    assert [(a, b) for a in edges for b in edges[a] if level[b] > level[a]] == []

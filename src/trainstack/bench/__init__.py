@@ -1,1 +1,1 @@
-"""End-to-end training benchmark of Llama-family decoders: model, modes, runner, ablation, plots."""
+"""End-to-end training benchmark of Llama-family decoders and Hugging Face models (defined in nn): modes, runner, breakdown, parity, ablation, plots."""

@@ -1,4 +1,4 @@
-"""Lock: uv resolution per flavour, the lock manifest and cache keys."""
+"""Lock: uv resolution per flavour, the lock manifest, cache keys, and the lock files' text split into image layers."""
 
 from trainstack.lock.keys import TEMPLATE_VERSION, cache_key, flavour_cache_key
 from trainstack.lock.lock import check_lock_current, lock_stack, parse_pins

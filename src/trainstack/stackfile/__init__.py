@@ -1,4 +1,4 @@
-"""The stack.toml spec: models, loading with precise errors, and the flavour matrix."""
+"""The stack.toml spec: its schema, loading with precise errors, and the flavour matrix."""
 
 from trainstack.stackfile.load import load_stack
 from trainstack.stackfile.matrix import Flavour, expand_flavours, select_flavour
