@@ -154,9 +154,10 @@ class FakeAllocator:
     def __init__(self, monkeypatch, *, reserved: int, allocated: int = 0, fraction: float = 0.5):
         self.calls: list[tuple] = []
         self.reserved, self.allocated, self.fraction = reserved, allocated, fraction
-        from trainstack.run import planning
+        from trainstack.run import fitting, planning
 
-        monkeypatch.setattr(planning, "memory_fraction", lambda device=None: self.fraction)
+        for module in (planning, fitting):  # where it is defined, and where the probe calls it
+            monkeypatch.setattr(module, "memory_fraction", lambda device=None: self.fraction)
         for name in ("synchronize", "reset_peak_memory_stats", "empty_cache"):
             monkeypatch.setattr(torch.cuda, name, lambda *a, _n=name, **k: self.calls.append((_n,)))
         monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, device=None: self.calls.append(("cap", f)))
