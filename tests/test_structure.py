@@ -62,6 +62,15 @@ def test_write_puts_the_graph_between_the_markers(tmp_path) -> None:
     assert text.startswith("# intro\n") and text.endswith("\n\ntail\n") and "| `decoder` | `anymodel`, `api`," in text
 
 
+def test_no_module_imports_another_ones_private_name() -> None:
+    private = []
+    for path in sorted((ROOT / "src" / "trainstack").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("trainstack"):
+                private += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    assert private == []
+
+
 def test_no_memplan_module_imports_another_ones_private_name_or_is_imported_back() -> None:
     imports: dict[str, set[str]] = {}
     private = []

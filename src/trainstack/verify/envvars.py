@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel
 
 from trainstack import proc
-from trainstack.verify.target import Target, _last_json
+from trainstack.verify.target import Target, last_json
 
 ASK = "import json, os, sys; print(json.dumps({n: os.environ.get(n) for n in sys.argv[1:]}))"
 # sourced, then the interpreter with the variable names as its arguments
@@ -40,7 +40,7 @@ def check_env(target: Target, declared: Mapping[str, str]) -> list[EnvSetting]:
         argv = ["sh", "-c", SOURCE, "sh", str(script), str(target.python), "-I", "-c", ASK, *names]
         try:
             result = proc.run(["env", *(w for n in names for w in ("-u", n)), *argv], echo=False, timeout=60)
-            answer = _last_json(result.stdout) if result.ok else None
+            answer = last_json(result.stdout) if result.ok else None
         except (OSError, subprocess.SubprocessError):
             answer = None
         found = {n: v for n, v in answer.items() if isinstance(v, str)} if isinstance(answer, dict) else {}

@@ -61,7 +61,7 @@ def open_target(python: Path) -> Target:
         result = proc.run([python.absolute(), "-I", "-c", ASK], echo=False, timeout=60)
     except (OSError, subprocess.SubprocessError) as exc:
         raise UsageError(f"{python}: is not a Python interpreter ({exc})") from None
-    facts = _last_json(result.stdout) if result.ok else None
+    facts = last_json(result.stdout) if result.ok else None
     if not isinstance(facts, dict) or "prefix" not in facts:
         last = (result.stderr.strip().splitlines() or [""])[-1]
         why = last[:200] if "Error" in last else f"'{python} -I -c ...' exited {result.returncode}"
@@ -90,7 +90,7 @@ def run_probe(
         result = proc.run(argv, echo=False, timeout=timeout, env={**target.env(), **(env or {})})
     except subprocess.TimeoutExpired:
         return None, f"{script} timed out after {timeout:.0f} s"
-    data = _last_json(result.stdout)
+    data = last_json(result.stdout)
     if isinstance(data, (dict, list)):
         return data, ""
     return None, _crash_reason(result.returncode, result.stderr)
@@ -103,7 +103,7 @@ def _crash_reason(code: int, stderr: str) -> str:
     return f"exit {code}: {lines[-1][:300]}" if lines else f"exit {code} without output"
 
 
-def _last_json(stdout: str) -> object:
+def last_json(stdout: str) -> object:
     for line in reversed(stdout.strip().splitlines()):
         line = line.strip()
         if line.startswith(("{", "[")):
