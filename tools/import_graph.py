@@ -12,7 +12,9 @@ c`` is an edge to ``a.b``, or to ``a.b.c`` where that is a module), which must b
 
 ``needless_deferred()`` names each import of a trainstack module made inside a function that would
 bring no heavy library (``HEAVY``) the importing module does not already bring at its top: such an
-import belongs at the top (run's boot module, copied alone into environments, excepted).
+import belongs at the top. Excepted: run's boot module (copied alone into environments), and the
+modules every command line imports (``cli``, ``console``, each verb's ``command`` module), which
+defer a verb's work until its arguments are checked.
 
 ``--check FILE``: exit 1, naming the first differing line, unless FILE holds the text
 between each pair of its markers as this script prints it now (tests/test_structure.py runs it on
@@ -39,6 +41,9 @@ DUNDER = ("__init__", "__main__")
 HEAVY = frozenset({"torch", "transformers", "torchao", "torchvision", "triton", "numpy", "selenium", "pynvml",
                    "jinja2", "elftools", "junitparser", "tenacity", "pydantic"})
 ALONE = ("trainstack.run.boot",)  # imports nothing of trainstack at its top by design
+# imported by every command line: each defers what only some verbs need (the verb's own work
+# until its arguments are checked), so --help and a refused argument answer fast
+START = re.compile(r"trainstack\.(cli|console|([a-z_]+\.)+([a-z_]+_)?command)")
 MODULE_NAME = re.compile(r"trainstack(\.[a-z_][a-z0-9_]*)+")
 
 
@@ -155,7 +160,7 @@ def needless_deferred(package: str = "trainstack", source: Path = SOURCE) -> lis
 
     needless = []
     for name, tree in trees.items():
-        if name in ALONE:
+        if name in ALONE or START.fullmatch(name):
             continue
         own = heavy(name)
         for function in ast.walk(tree):

@@ -23,7 +23,6 @@ from trainstack import __version__
 from trainstack import console
 from trainstack.console import print_error, print_hint
 from trainstack.errors import EXIT_TABLE, TrainstackError, UsageError, bad_input_code, exit_codes_line
-from trainstack.extras import from_import_error
 
 # verb -> module exposing `command`, in the order a release flows through them.
 VERBS: dict[str, str] = {
@@ -273,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         print_error(str(exc))
         return _bad_input(exc.exit_code, args)
     except ModuleNotFoundError as exc:
+        from trainstack.extras import from_import_error
+
         missing = from_import_error(exc, _verb_in(args))
         if missing is None:
             raise

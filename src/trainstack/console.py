@@ -20,9 +20,6 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
-from trainstack.errors import OutputError
-from trainstack.fsutil import atomic_write_text, describe_os_error
-
 # Width given to a console that writes to no terminal: wide enough that no table is squeezed.
 UNWRAPPED_WIDTH = 10_000
 
@@ -148,6 +145,9 @@ def emit_json(document: str, *, to_stdout: bool, output: Path | None) -> None:
     """A verb's result: ``--output FILE`` writes the JSON document (atomically), ``--json`` prints it on stdout."""
     text = document if document.endswith("\n") else document + "\n"
     if output is not None:
+        from trainstack.errors import OutputError
+        from trainstack.fsutil import atomic_write_text, describe_os_error
+
         try:
             atomic_write_text(output, text)
         except OSError as exc:  # checked before the work, then the disk filled: one line, exit 10

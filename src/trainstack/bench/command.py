@@ -9,16 +9,6 @@ from pathlib import Path
 
 import typer
 
-from trainstack.bench.ceilings import read_health
-from trainstack.errors import OutputError
-from trainstack.extras import require, require_cuda, require_importable
-from trainstack.fsutil import atomic_write_text, check_output, dump_json
-from trainstack.nn.modes import DEFAULT_ABLATION, parse_modes
-from trainstack.nn.presets import shape
-from trainstack.nn.versions import check_torch
-from trainstack.bench.compare import breakdown_shares, print_compare, read_rows
-from trainstack.console import emit_json, print_error
-
 
 def command(
     ctx: typer.Context,
@@ -55,9 +45,13 @@ def command(
     """
     _check_outputs(out, output, profile)
     if old_model is not None:
+        from trainstack.console import print_error
+
         print_error("bench --model is now --preset (a preset name); --model will go", prefix="warning:")
         model = old_model
     if compare is not None:
+        from trainstack.bench.compare import print_compare
+
         with _tables_to_stderr(json_out):
             print_compare(*compare)
         if json_out or output is not None:
@@ -69,11 +63,16 @@ def command(
                                             (("preset", model), ("batch", batch), ("seq", seq), ("steps", steps), ("warmup", warmup)))
         if "modes" in table:
             modes, ablation = ",".join(table["modes"]), ablation or len(table["modes"]) > 1
+    from trainstack.nn.presets import shape
+    from trainstack.extras import require, require_cuda, require_importable
+    from trainstack.nn.versions import check_torch
 
     if hf_config is None:
         shape(model)  # an unknown preset is rejected before torch is imported
     ceilings = None
     if health is not None:
+        from trainstack.bench.ceilings import read_health
+
         ceilings = read_health(health)  # a bad health result is refused before torch is imported
     require("torch", "trainstack bench")
     if hf_config is not None:  # from its metadata: a torch outside the range is refused before it is imported
@@ -83,6 +82,7 @@ def command(
         require_cuda("trainstack bench --device cuda")
     from trainstack.bench import api
     from trainstack.bench.device import dist_from_env
+    from trainstack.nn.modes import DEFAULT_ABLATION, parse_modes
 
     chosen = modes or (",".join(DEFAULT_ABLATION) if ablation else "compile")
     steps = steps if steps is not None else (300 if parity else 20)
@@ -117,6 +117,8 @@ def _stack_table(ctx: typer.Context, stack: Path) -> dict:
 
 def _check_outputs(out: Path | None, output: Path | None, profile: Path | None) -> None:
     """Before torch is imported and anything runs: each path bench will write can be written."""
+    from trainstack.fsutil import check_output
+
     for path, option, folder in ((out, "--out", True), (output, "--output", False), (profile, "--profile", True)):
         if path is not None:
             check_output(path, option, folder=folder)
@@ -130,6 +132,10 @@ def _tables_to_stderr(json_out: bool) -> contextlib.AbstractContextManager:
 def _emit(document: dict, json_out: bool, output: Path | None) -> None:
     """The document on stdout (--json) and in --output; where the file cannot be written, in a
     new file beside the work (bench.rescue), named in the error: measured results are never lost."""
+    from trainstack.console import emit_json
+    from trainstack.errors import OutputError
+    from trainstack.fsutil import atomic_write_text, dump_json
+
     text = dump_json(_finite(document))
     emit_json(text, to_stdout=json_out, output=None)
     if output is None:
@@ -155,6 +161,8 @@ def _finite(value: object) -> object:
 
 def _compare_document(path_a: Path, path_b: Path) -> dict:
     """The rows of A and B matched as the A/B table matches them, with B/A of tokens/s and memory."""
+    from trainstack.bench.compare import breakdown_shares, read_rows
+
     def key(row: dict) -> tuple:
         return (row["model"], row["mode"], row.get("batch"), row.get("seq"), row.get("world_size", 1))
 

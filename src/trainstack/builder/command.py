@@ -6,10 +6,6 @@ from pathlib import Path
 
 import typer
 
-from trainstack.fsutil import check_output
-from trainstack.offline import go_offline
-from trainstack.console import emit_json, out
-
 
 def command(
     stack: Path = typer.Argument(..., help="The stack file (its lock must be current)."),
@@ -32,6 +28,9 @@ def command(
     Example: trainstack build examples/stacks/cpu-minimal.toml --backend venv
     """
     from trainstack.builder import build_stack
+    from trainstack.console import out
+    from trainstack.fsutil import check_output
+    from trainstack.offline import go_offline
 
     if offline:
         go_offline()
@@ -41,6 +40,8 @@ def command(
         stack, flavour=flavour, backend=backend, build_dir=build_dir, skip_sources=skip_sources, force=force
     )
     if json_out:
+        from trainstack.console import emit_json
+
         emit_json("[" + ",\n".join(r.model_dump_json(indent=2) for r in records) + "]", to_stdout=True, output=None)
         return
     for record in records:

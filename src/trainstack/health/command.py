@@ -9,9 +9,6 @@ from pathlib import Path
 import typer
 
 from trainstack.errors import UsageError
-from trainstack.extras import require_importable
-from trainstack.fsutil import check_output
-from trainstack.console import emit_json, out
 
 DRIVER_VERSION = re.compile(r"^\d{1,4}(\.\d{1,4}){0,2}$")  # 550, 550.54, 550.54.15
 
@@ -35,6 +32,7 @@ def command(
 
     Example: trainstack health --level 2 --expect-gpus 8 --json
     """
+    from trainstack.console import out
     from trainstack.health.render import table
     from trainstack.health.run import HealthOptions, run_health
 
@@ -46,13 +44,19 @@ def command(
         raise UsageError("--duration and --allreduce-gib: accepted are positive numbers")
     check_paths(min_driver, disk, thresholds)
     if output is not None:
+        from trainstack.fsutil import check_output
+
         check_output(output, "--output")
     if level >= 2:
+        from trainstack.extras import require_importable
+
         require_importable("torch", f"trainstack health --level {level}")
     opts = HealthOptions(level=level, expect_gpus=expect_gpus, thresholds_file=thresholds, min_driver=min_driver,
                          disk_path=disk, sustained_s=duration, allreduce_bytes=int(allreduce_gib * 1024**3))
     report = run_health(opts)
     if json_out or output is not None:
+        from trainstack.console import emit_json
+
         emit_json(report.model_dump_json(indent=2), to_stdout=json_out, output=output)
     if not json_out:
         out.print(table(report))

@@ -6,9 +6,6 @@ from pathlib import Path
 
 import typer
 
-from trainstack.offline import go_offline
-from trainstack.console import emit_json, out
-
 
 def command(
     stack: Path = typer.Argument(..., metavar="STACK", help="The stack.toml to lock.", show_default=False),
@@ -26,7 +23,9 @@ def command(
 
     Example: trainstack lock examples/stacks/cpu-minimal.toml --upgrade-package numpy
     """
+    from trainstack.console import out
     from trainstack.lock.lock import lock_stack
+    from trainstack.offline import go_offline
 
     if offline:
         go_offline()
@@ -34,6 +33,8 @@ def command(
 
     manifest = lock_stack(stack, flavour=flavour, upgrade=upgrade_package)
     if json_out:
+        from trainstack.console import emit_json
+
         emit_json(manifest.model_dump_json(indent=2), to_stdout=True, output=None)
         return
     for slug, locked in manifest.flavours.items():

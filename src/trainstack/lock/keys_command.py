@@ -6,8 +6,6 @@ from pathlib import Path
 
 import typer
 
-from trainstack.console import emit_json, out
-
 
 def command(
     stack: Path = typer.Argument(..., metavar="STACK", help="The stack.toml whose lock to read.", show_default=False),
@@ -18,12 +16,15 @@ def command(
 
     Example: trainstack keys examples/stacks/cpu-minimal.toml
     """
+    from trainstack.console import out
     from trainstack.lock.lock import check_lock_current
 
     manifest = check_lock_current(stack, flavour)
     keys = {slug: locked.cache_key for slug, locked in manifest.flavours.items() if flavour is None or slug == flavour}
     if json_out:
         import json
+
+        from trainstack.console import emit_json
 
         emit_json(json.dumps(keys, indent=2), to_stdout=True, output=None)
         return

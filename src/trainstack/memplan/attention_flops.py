@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
-from unittest import mock
 
 _FORWARD = (
     "_scaled_dot_product_efficient_attention",
@@ -40,6 +39,8 @@ def _widened(count: Callable[..., int], query_at: int) -> Callable[..., int]:
 def grouped_query_flops() -> Iterator[None]:
     """While active, FLOP counters count attention whose key and value have fewer heads
     than the query (torch's formulas, key and value widened to the query's heads)."""
+    from unittest import mock  # imports asyncio: kept out of every command's start, as torch is
+
     import torch
     from torch.utils import flop_counter as fc
 

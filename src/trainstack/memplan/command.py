@@ -6,18 +6,6 @@ from pathlib import Path
 
 import typer
 
-from trainstack.errors import UsageError
-from trainstack.extras import require, require_importable
-from trainstack.fsutil import check_output, dump_json
-from trainstack.memplan import plan as plan_model, plan_memory
-from trainstack.memplan.anymodel import UnplannableModel
-from trainstack.memplan.budget import device_memory_bytes, gpu_memory_bytes, parse_budget
-from trainstack.memplan.sources import from_factory, from_hf_config
-from trainstack.nn.presets import default_seq, preset as get_preset, shape
-from trainstack.nn.versions import check_torch
-from trainstack.console import emit_json, err, out, print_error
-from trainstack.memplan.report import blocks_table, breakdown_table, headline, to_json
-
 
 def command(
     preset: str = typer.Option("125m", "--preset", "-m", help="Model preset: tiny, 125m, 1b, 3b, 8b; the reference configurations llama3.2-1b, llama3.2-3b, llama3.1-8b (those shapes at sequence 8192)."),
@@ -46,6 +34,14 @@ def command(
 
     Any model: --hf-config path/to/config.json, or --factory mymodels:build.
     """
+    from trainstack.nn.presets import preset as get_preset
+    from trainstack.nn.presets import default_seq, shape
+    from trainstack.console import print_error
+    from trainstack.errors import UsageError
+    from trainstack.extras import require, require_importable
+    from trainstack.memplan.budget import device_memory_bytes, gpu_memory_bytes, parse_budget
+    from trainstack.nn.versions import check_torch
+
     if stray:
         hint = f"; to write a file: --output {stray[0]}" if json_out else ""
         raise UsageError(f"unexpected argument '{stray[0]}'{hint} (--json prints the plan on stdout and takes no file name)")
@@ -55,6 +51,8 @@ def command(
         print_error("memplan --model is now --factory (module:function); --model will go", prefix="warning:")
         model_factory = old_model
     if output is not None:
+        from trainstack.fsutil import check_output
+
         check_output(output, "--output")
     if hf_config is not None and model_factory is not None:
         raise UsageError("--hf-config and --factory name two models; give one")
@@ -72,6 +70,8 @@ def command(
     seq = 2048 if seq is None else seq
     budget_bytes = parse_budget(budget, device_memory_bytes)
     if _is_fraction(budget) and gpu_memory_bytes() is None:
+        from trainstack.console import err
+
         err.print(f"note: no GPU here: --budget {budget} is of this host's memory ({budget_bytes / 2**30:.1f} GiB)", highlight=False, soft_wrap=True)
     require("torch", "trainstack memplan")
     check_torch("memplan")  # from its metadata: a torch outside the range is refused before it is imported
@@ -80,6 +80,9 @@ def command(
         _plan_any_model(hf_config, model_factory, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size,
                         optimizer=optimizer, precision=precision, blocks=blocks, json_out=json_out, output=output)
         return
+
+    from trainstack.memplan import plan_memory
+    from trainstack.memplan.report import to_json
 
     plan = plan_memory(get_preset(preset), batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled,
                        precision=precision)
@@ -95,6 +98,12 @@ def _is_fraction(budget: str) -> bool:
 
 
 def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, seq: int, budget_bytes: int, world_size: int, optimizer: str, precision: str, blocks: str | None, json_out: bool, output: Path | None) -> None:
+    from trainstack.memplan import plan as plan_model
+    from trainstack.memplan.report import to_json
+    from trainstack.memplan.sources import from_factory, from_hf_config
+
+    from trainstack.memplan.anymodel import UnplannableModel
+
     source = from_hf_config(hf_config, batch=batch, seq=seq) if hf_config is not None else from_factory(factory or "", batch=batch, seq=seq)
     try:
         plan = plan_model(
@@ -113,6 +122,11 @@ def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, 
 
 def _emit(plan, document: dict, *, json_out: bool, output: Path | None) -> None:
     """The plan as JSON on stdout (--json), in a file (--output), or as the tables."""
+    from trainstack.console import out
+    from trainstack.console import emit_json
+    from trainstack.fsutil import dump_json
+    from trainstack.memplan.report import blocks_table, breakdown_table, headline
+
     if output is not None:
         emit_json(dump_json(document), to_stdout=False, output=output)
     if json_out:

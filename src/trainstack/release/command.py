@@ -7,9 +7,6 @@ from pathlib import Path
 
 import typer
 
-from trainstack.fsutil import check_output, dump_json
-from trainstack.console import emit_json, out as console
-
 
 def command(
     stack: Path = typer.Argument(..., help="The stack file; its lock manifest is the release being described."),
@@ -34,14 +31,20 @@ def command(
 
     Example: trainstack release examples/stacks/cpu-minimal.toml --previous old/stack.lock.json --results build
     """
+    from trainstack.console import out as console
     from trainstack.release.publish import make_release
 
     if out is not None:
+        from trainstack.fsutil import check_output
+
         check_output(out, "--out", folder=True)
     outcome = make_release(
         stack, previous, results=results, previous_results=previous_results, out=out, changes=changes
     )
     if json_out:
+        from trainstack.console import emit_json
+        from trainstack.fsutil import dump_json
+
         emit_json(dump_json(outcome.notes.model_dump(mode="json")), to_stdout=True, output=None)
         return
     for path in outcome.written:

@@ -6,9 +6,6 @@ from pathlib import Path
 
 import typer
 
-from trainstack.fsutil import check_output
-from trainstack.console import emit_json, out as console
-
 
 def command(
     stack: Path = typer.Argument(..., help="The stack file (its lock must be current)."),
@@ -20,12 +17,16 @@ def command(
 
     Example: trainstack render examples/stacks/torch-cuda.toml --out build/render
     """
+    from trainstack.console import out as console
+    from trainstack.fsutil import check_output
     from trainstack.render import render_stack
 
     check_output(out, "--out", folder=True)
     changed = render_stack(stack, out, flavour)
     if json_out:
         import json
+
+        from trainstack.console import emit_json
 
         emit_json(json.dumps({"out": str(out), "changed": [str(p) for p in changed]}, indent=2), to_stdout=True, output=None)
         return

@@ -6,10 +6,6 @@ from pathlib import Path
 
 import typer
 
-from trainstack.fsutil import check_output
-from trainstack.run.launch import Request, exec_job, job_env, replaced
-from trainstack.console import print_error
-
 
 def command(
     argv: list[str] = typer.Argument(None, metavar="COMMAND", help="The job: python train.py ... or torchrun ... train.py ..."),
@@ -35,7 +31,12 @@ def command(
     """
     import os
 
+    from trainstack.fsutil import check_output
+    from trainstack.run.launch import Request, exec_job, job_env, replaced
+
     if old_out is not None:
+        from trainstack.console import print_error
+
         print_error("run -o is now --out (a folder); -o will mean --output, a file, as in every other verb", prefix="warning:")
         out = old_out
     check_output(out, "--out", folder=True)
@@ -53,6 +54,8 @@ def command(
     env = job_env(request)
     ignored = replaced(os.environ, env)
     if ignored:
+        from trainstack.console import print_error
+
         print_error(f"{', '.join(ignored)} from the environment not used: trainstack run's options decide "
                     "(unset them, or give the option instead)", prefix="note:")
     exec_job(request.argv, env)

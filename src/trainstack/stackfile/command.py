@@ -6,13 +6,6 @@ from pathlib import Path
 
 import typer
 
-from trainstack.errors import RuleViolation
-from trainstack.fsutil import check_output
-from trainstack.grammar import shown as one_line
-from trainstack.redact import redact
-from trainstack.trust import what_it_runs
-from trainstack.console import emit_json, out, verbosity
-
 
 def command(
     stack: Path = typer.Argument(..., metavar="STACK", help="The stack.toml to check.", show_default=False),
@@ -39,9 +32,15 @@ def command(
     """
     from rich.markup import escape
 
+    from trainstack.console import out, verbosity
+    from trainstack.errors import RuleViolation
+    from trainstack.fsutil import check_output
     from trainstack.hostnvcc import find_host_nvcc
+    from trainstack.redact import redact
     from trainstack.stackfile.compat import check_stack, errors, needs_host_nvcc
     from trainstack.stackfile import expand_flavours, load_stack
+    from trainstack.grammar import shown as one_line
+    from trainstack.trust import what_it_runs
 
     if output is not None:
         check_output(output, "--output")
@@ -57,6 +56,8 @@ def command(
     if json_out or output is not None:
         import dataclasses
         import json
+
+        from trainstack.console import emit_json
 
         document = {"flavours": flavours, "broken": len(broken), "findings": [dataclasses.asdict(f) for f in findings],
                     "runs": runs}

@@ -6,9 +6,6 @@ from pathlib import Path
 
 import typer
 
-from trainstack.fsutil import check_output
-from trainstack.console import emit_json, out
-
 
 def command(
     stack: Path | None = typer.Argument(None, help="The stack file; its flavour's venv under BUILD_DIR is verified."),
@@ -30,6 +27,9 @@ def command(
 
     Example: trainstack verify examples/stacks/cpu-minimal.toml --flavour cpu-debian12-py311-release
     """
+    from trainstack.console import out
+    from trainstack.console import emit_json
+    from trainstack.fsutil import check_output
     from trainstack.verify.scope import make_scope
     from trainstack.verify.render import render_verify
     from trainstack.verify.run import run_verify

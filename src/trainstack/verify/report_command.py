@@ -7,10 +7,6 @@ from pathlib import Path
 
 import typer
 
-from trainstack.fsutil import check_output
-from trainstack.verify.target import open_target
-from trainstack.console import emit_json, out
-
 
 def command(
     python: Path = typer.Option(Path(sys.executable), "--python", help="Interpreter of the environment to report on."),
@@ -24,10 +20,14 @@ def command(
 
     Example: trainstack report --python build/cpu-debian12-py311-release/venv/bin/python --json
     """
+    from trainstack.console import out
     from trainstack.verify.report import collect_report
     from trainstack.verify.report_render import render_report
+    from trainstack.verify.target import open_target
 
     if output is not None:
+        from trainstack.fsutil import check_output
+
         check_output(output, "--output")
     locked, record = None, None
     if stack is not None:
@@ -37,6 +37,8 @@ def command(
         python, locked, record = built.python, built.locked(), built.record
     report = collect_report(open_target(python), locked=locked, build_record=record)
     if json_out or output is not None:
+        from trainstack.console import emit_json
+
         emit_json(report.model_dump_json(indent=2), to_stdout=json_out, output=output)
     if not json_out:
         render_report(report, out)

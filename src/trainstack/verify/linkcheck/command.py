@@ -6,9 +6,7 @@ from pathlib import Path
 
 import typer
 
-from trainstack.console import emit_json, out
-from trainstack.fsutil import check_output
-from trainstack.verify.target import open_target
+from trainstack.console import out
 
 
 def command(
@@ -34,6 +32,8 @@ def command(
     from trainstack.verify.linkcheck.render import render_candidates, render_links
 
     if output is not None:
+        from trainstack.fsutil import check_output
+
         check_output(output, "--output")
     links = None
     if stack is not None:
@@ -43,6 +43,8 @@ def command(
     report = check_paths(paths, links, scan_strings=strings, cache=cache)
     report = _confirmed(report, paths, python, confirm)
     if json_out or output is not None:
+        from trainstack.console import emit_json
+
         emit_json(report.model_dump_json(indent=2), to_stdout=json_out, output=output)
     if not json_out:
         if candidates:
@@ -54,6 +56,7 @@ def command(
 
 def _confirmed(report, paths: list[Path], python: Path | None, confirm: bool):  # type: ignore[no-untyped-def]
     from trainstack.verify.linkcheck.confirm import confirm_in_target, unconfirmed, venv_python
+    from trainstack.verify.target import open_target
 
     if not confirm:
         return unconfirmed(report, "confirmation turned off (--no-confirm)")
