@@ -30,6 +30,7 @@ import ast
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "src"
@@ -91,20 +92,31 @@ def graph(package: str) -> dict[str, set[str]]:
     return edges
 
 
-def module_graph(package: str = "trainstack", source: Path = SOURCE) -> dict[str, set[str]]:
-    """Every module of ``package`` (dotted, a package by its own name) -> the modules it imports."""
+class Module(NamedTuple):
+    tree: ast.Module
+    here: str  # its own package, for relative imports
+
+
+def modules(package: str = "trainstack", source: Path = SOURCE) -> dict[str, Module]:
+    """Every module of ``package`` by its dotted name (a package by its own name), parsed."""
     folder = source.joinpath(*package.split("."))
-    paths = {}
+    found: dict[str, Module] = {}
     for path in sorted(folder.rglob("*.py")):
         parts = [*package.split("."), *path.relative_to(folder).with_suffix("").parts]
         if parts[-1] == "__main__":
             continue
-        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    edges: dict[str, set[str]] = {}
-    for name, path in paths.items():
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         here = name if path.stem == "__init__" else name.rsplit(".", 1)[0]
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        named = {n for n in imported(tree, here) if n in paths}
+        found[name] = Module(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), here)
+    return found
+
+
+def module_graph(package: str = "trainstack", source: Path = SOURCE) -> dict[str, set[str]]:
+    """Every module of ``package`` -> the modules it imports."""
+    parsed = modules(package, source)
+    edges: dict[str, set[str]] = {}
+    for name, module in parsed.items():
+        named = {n for n in imported(module.tree, module.here) if n in parsed}
         # ``from a.b import c`` names both a.b and a.b.c: the edge goes to the most specific
         edges[name] = {n for n in named if n != name and not any(m.startswith(n + ".") for m in named)}
     return edges
@@ -134,20 +146,15 @@ def _at_start(tree: ast.Module, here: str) -> list[str]:
 def needless_deferred(package: str = "trainstack", source: Path = SOURCE) -> list[str]:
     """'module:line imports target' for each import inside a function that brings no heavy
     library the module lacks at its start."""
-    folder = source.joinpath(*package.split("."))
-    paths: dict[str, Path] = {}
-    for path in sorted(folder.rglob("*.py")):
-        parts = [*package.split("."), *path.relative_to(folder).with_suffix("").parts]
-        if parts[-1] != "__main__":
-            paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    trees = {name: ast.parse(path.read_text(encoding="utf-8"), filename=str(path)) for name, path in paths.items()}
-    here = {name: name if paths[name].stem == "__init__" else name.rsplit(".", 1)[0] for name in paths}
+    parsed = modules(package, source)
+    trees = {name: module.tree for name, module in parsed.items()}
+    here = {name: module.here for name, module in parsed.items()}
     start: dict[str, tuple[set[str], set[str]]] = {}  # module -> (its modules at start, heavy libraries at start)
     for name, tree in trees.items():
         names = _at_start(tree, here[name])
-        modules = {n for n in names if n in paths and n != name}
-        modules |= {".".join(m.split(".")[:i]) for m in modules for i in range(2, len(m.split(".")))}  # parents run first
-        start[name] = (modules & paths.keys(), {n.split(".")[0] for n in names} & HEAVY)
+        direct = {n for n in names if n in parsed and n != name}
+        direct |= {".".join(m.split(".")[:i]) for m in direct for i in range(2, len(m.split(".")))}  # parents run first
+        start[name] = (direct & parsed.keys(), {n.split(".")[0] for n in names} & HEAVY)
 
     def heavy(name: str) -> set[str]:
         seen, todo, found = {name}, [name], set()
@@ -168,7 +175,7 @@ def needless_deferred(package: str = "trainstack", source: Path = SOURCE) -> lis
                 continue
             for node in ast.walk(function):
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    targets = [n for n in imported(node, here[name]) if n in paths]
+                    targets = [n for n in imported(node, here[name]) if n in parsed]
                     if targets and not set().union(*(heavy(t) for t in targets)) - own:
                         needless.append(f"{name}:{node.lineno} imports {', '.join(sorted(set(targets)))}")
     return sorted(set(needless))
