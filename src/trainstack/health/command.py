@@ -5,10 +5,14 @@ from __future__ import annotations
 import re
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from trainstack.errors import UsageError
+
+if TYPE_CHECKING:
+    from trainstack.health.schema import HealthReport
 
 DRIVER_VERSION = re.compile(r"^\d{1,4}(\.\d{1,4}){0,2}$")  # 550, 550.54, 550.54.15
 
@@ -24,6 +28,15 @@ def command(
     disk: Path = typer.Option(Path("."), "--disk", help="Where free disk is measured."),
     duration: float = typer.Option(30.0, "--duration", help="Seconds of sustained GEMM at level 3."),
     allreduce_gib: float = typer.Option(2.0, "--allreduce-gib", help="All-reduce message size at level 3."),
+    prolog: bool = typer.Option(False, "--prolog", help="Slurm prolog/epilog convention: exit 0 passes, 1 drains; "
+                                "one reason line on stdout; GPU checks skip on a node without a GPU."),
+    drain: bool = typer.Option(False, "--drain", help="With --prolog: a failing node drains itself with "
+                               "trainstack's reason through scontrol (as NHC does)."),
+    node_out: Path | None = typer.Option(None, "--node-out", metavar="DIR", help="Also write the report to DIR/<node>.json "
+                                         "(the input of --fleet)."),
+    fleet: Path | None = typer.Option(None, "--fleet", metavar="DIR", help="Check nothing: read the JSON each node wrote "
+                                      "in DIR and print one fleet table (--json, -o, --html)."),
+    html: Path | None = typer.Option(None, "--html", help="With --fleet: also write the fleet report as an HTML page."),
 ) -> None:
     """Check whether this node can run a training job. Exit 0 ok, 1 warn, 2 critical, 3 unknown.
 
@@ -36,6 +49,16 @@ def command(
     from trainstack.health.render import table
     from trainstack.health.run import HealthOptions, run_health
 
+    if fleet is not None:
+        from trainstack.health.fleet_command import fleet_report
+
+        fleet_report(fleet, json_out=json_out, output=output, html=html)
+        return
+    if html is not None:
+        raise UsageError("--html: accepted only with --fleet DIR")
+    if drain and not prolog:
+        raise UsageError("--drain: accepted only with --prolog")
+
     if level not in (1, 2, 3):
         raise UsageError(f"--level {level}: accepted values are 1, 2, 3")
     if expect_gpus is not None and expect_gpus < 0:
@@ -43,24 +66,48 @@ def command(
     if not (0 < duration < float("inf") and 0 < allreduce_gib < float("inf")):
         raise UsageError("--duration and --allreduce-gib: accepted are positive numbers")
     check_paths(min_driver, disk, thresholds)
-    if output is not None:
-        from trainstack.fsutil import check_output
+    from trainstack.fsutil import check_output
+    from trainstack.health.slurm import node_name
 
+    node = node_name()
+    if output is not None:
         check_output(output, "--output")
+    if node_out is not None:
+        check_output(node_out, "--node-out", folder=True)
     if level >= 2:
         from trainstack.extras import require_importable
 
         require_importable("torch", f"trainstack health --level {level}")
     opts = HealthOptions(level=level, expect_gpus=expect_gpus, thresholds_file=thresholds, min_driver=min_driver,
-                         disk_path=disk, sustained_s=duration, allreduce_bytes=int(allreduce_gib * 1024**3))
+                         disk_path=disk, sustained_s=duration, allreduce_bytes=int(allreduce_gib * 1024**3),
+                         prolog=prolog, node=node)
     report = run_health(opts)
-    if json_out or output is not None:
-        from trainstack.console import emit_json
+    from trainstack.console import emit_json
 
+    if json_out or output is not None:
         emit_json(report.model_dump_json(indent=2), to_stdout=json_out, output=output)
-    if not json_out:
+    if node_out is not None:
+        node_out.mkdir(parents=True, exist_ok=True)
+        emit_json(report.model_dump_json(indent=2), to_stdout=False, output=node_out / f"{node}.json")
+    if prolog:
+        _prolog_end(report, node, drain=drain, quiet=json_out)
+    elif not json_out:
         out.print(table(report))
     raise typer.Exit(report.exit_code)
+
+
+def _prolog_end(report: HealthReport, node: str, *, drain: bool, quiet: bool) -> None:
+    """One line for slurmd's log (stdout; stderr with --json); the drain when asked and failing."""
+    import sys
+
+    line = report.reason or f"trainstack: {node} passes ({report.status.value})"
+    print(line, file=sys.stderr if quiet else sys.stdout, flush=True)
+    if drain and report.exit_code:
+        from trainstack.health.slurm import drain as drain_node
+
+        why = drain_node(node, report.reason)
+        if why:
+            print(f"error: drain {node}: {why}", file=sys.stderr, flush=True)
 
 
 def check_paths(min_driver: str | None, disk: Path, thresholds: Path | None) -> None:

@@ -21,6 +21,38 @@ def unknown_checks(names: tuple[str, ...], level: int, reason: str) -> list[Chec
     return [Check(name=name, level=level, status=Status.unknown, message=reason) for name in names]
 
 
+def skip_checks(names: tuple[str, ...], level: int, reason: str) -> list[Check]:
+    """Checks that do not apply to this node (no GPU): they pass, and say why."""
+    return [Check(name=name, level=level, status=Status.skip, message=reason) for name in names]
+
+
+HOST_GEMM_N = 2048  # about 17 GFLOP a product: on one CPU thread longer than a CPU quota's period (100 ms)
+
+
+def host_rates(*, gemm_n: int = HOST_GEMM_N, copy_bytes: int = 256 * 1024**2) -> list[Check]:
+    """The host's own GEMM and memory-copy rates on one thread, measured where there is no GPU:
+    no threshold judges them (status ok); the fleet report compares them across nodes."""
+    import torch
+
+    cpu = torch.device("cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        g = measure.gemm(cpu, n=gemm_n, warmup=1, repeats=5, check_rows=64)
+        c = measure.device_copy(cpu, nbytes=copy_bytes, warmup=1, repeats=5)
+    finally:
+        torch.set_num_threads(threads)
+    ok = g.finite and c.exact
+    return [
+        Check(name="host.gemm_bf16", level=2, status=Status.ok if ok else Status.critical,
+              value=float(f"{g.rate.value:.4g}"), unit="TFLOP/s",
+              message=f"CPU, 1 thread, {gemm_n}^3, median of {g.rate.repeats}" + ("" if g.finite else "; non-finite product")),
+        Check(name="host.copy", level=2, status=Status.ok if c.exact else Status.critical,
+              value=float(f"{c.rate.value:.4g}"), unit="GB/s",
+              message=f"CPU memory, 1 thread, read + write, median of {c.rate.repeats}"),
+    ]
+
+
 def level2(device: Any, t: Thresholds, *, gpu: int, gemm_n: int = 8192, copy_bytes: int = measure.GIB) -> list[Check]:
     """GEMM rate and correctness, device copy and pinned host copies on one device (NVML index ``gpu``)."""
     i = gpu

@@ -6,7 +6,7 @@ from rich.table import Table
 
 from trainstack.health.schema import HealthReport, Status
 
-STYLE = {Status.ok: "green", Status.warn: "yellow", Status.critical: "bold red", Status.unknown: "magenta"}
+STYLE = {Status.skip: "dim", Status.ok: "green", Status.warn: "yellow", Status.critical: "bold red", Status.unknown: "magenta"}
 
 
 def table(report: HealthReport) -> Table:

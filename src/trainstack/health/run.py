@@ -9,7 +9,8 @@ from pathlib import Path
 
 from trainstack.health import gpu_checks, host
 from trainstack.health.level1 import Expectations, host_checks, node_checks, nvml_missing_checks
-from trainstack.health.schema import Check, HealthReport
+from trainstack.health.reason import prolog_exit, reason_line
+from trainstack.health.schema import Check, HealthReport, worst
 from trainstack.health.nvml import NodeSnapshot, NvmlSource, NvmlUnavailable, PynvmlSource, parse_node
 from trainstack.health.thresholds import Thresholds, load_thresholds
 from trainstack.errors import RuleViolation
@@ -25,6 +26,8 @@ class HealthOptions:
     disk_path: Path = Path(".")
     sustained_s: float = 30.0
     allreduce_bytes: int = 2 * 1024**3
+    prolog: bool = False  # Slurm's convention: exit 0 passes, 1 drains; GPU checks skip on a node without one
+    node: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,14 +61,35 @@ def run_health(opts: HealthOptions, *, nvml_factory: Callable[[], NvmlSource] = 
     t = load_thresholds(gpu_name, opts.thresholds_file)
     tor = torch_probe()
     checks = host_checks(host.shm_size(), host.disk_free(opts.disk_path), t)
-    if node is None:
+    no_gpu = _no_gpu(opts, node, tor)
+    if no_gpu:
+        checks += gpu_checks.skip_checks(("gpu.count", "driver.version"), 1, no_gpu)
+    elif node is None:
         checks += nvml_missing_checks(nvml_reason)
     else:
         checks += node_checks(node, t, _expectations(opts, t, tor))
     if opts.level >= 2:
-        checks += _gpu_levels(opts, t, tor, nvml, node)
+        checks += _host_levels(opts) if no_gpu else []
+        checks += _gpu_levels(opts, t, tor, nvml, node, no_gpu)
+    status = worst([c.status for c in checks])
     return HealthReport.build(level=opts.level, checks=checks, gpu_model=gpu_name, profile=t.profile,
-                              seconds=time.perf_counter() - start)
+                              seconds=time.perf_counter() - start, node=opts.node,
+                              mode="prolog" if opts.prolog else "check", reason=reason_line(checks),
+                              exit_code=prolog_exit(status) if opts.prolog else None)
+
+
+def _no_gpu(opts: HealthOptions, node: NodeSnapshot | None, tor: Torch) -> str:
+    """In prolog mode, why this node has no GPU to check ('' when it has one, or must have one):
+    neither NVML nor torch sees a GPU and --expect-gpus asks for none."""
+    if not opts.prolog or (opts.expect_gpus or 0) > 0 or tor.devices > 0 or (node is not None and node.gpus):
+        return ""
+    return "skip: no GPU"
+
+
+def _host_levels(opts: HealthOptions) -> list[Check]:
+    """A node without a GPU measures its host instead (one thread), so that a fleet of such
+    nodes can be compared against its own median."""
+    return gpu_checks.host_rates()
 
 
 def _snapshot(factory: Callable[[], NvmlSource]) -> tuple[NvmlSource | None, NodeSnapshot | None, str]:
@@ -99,11 +123,12 @@ def _rules_min_driver(cuda: str) -> tuple[str, str] | None:
 
 
 def _gpu_levels(opts: HealthOptions, t: Thresholds, tor: Torch, nvml: NvmlSource | None,
-                node: NodeSnapshot | None) -> list[Check]:
+                node: NodeSnapshot | None, no_gpu: str = "") -> list[Check]:
     if tor.devices == 0:
-        checks = gpu_checks.unknown_checks(gpu_checks.LEVEL2_NAMES, 2, tor.reason)
+        absent = gpu_checks.skip_checks if no_gpu else gpu_checks.unknown_checks
+        checks = absent(gpu_checks.LEVEL2_NAMES, 2, no_gpu or tor.reason)
         if opts.level >= 3:
-            checks += gpu_checks.unknown_checks(gpu_checks.LEVEL3_NAMES, 3, tor.reason)
+            checks += absent(gpu_checks.LEVEL3_NAMES, 3, no_gpu or tor.reason)
         return checks
     import torch
 
