@@ -3,13 +3,20 @@
 Run as ``python -m torch.distributed.run --standalone --nproc-per-node N -m
 trainstack.health.allreduce_worker --bytes B --out FILE``. Rank 0 writes the result
 as JSON to FILE.
+
+Across nodes (``--nnodes`` and a c10d rendezvous, under srun or a Kubernetes Job) ``--sizes``
+measures a sweep as nccl-tests prints it: per message size the algorithm and bus bandwidth
+(``busbw = algbw * 2(n-1)/n``), the nodes named; with three nodes or more each pair of nodes
+is measured on its own at the largest size, and a pair below 90% of the pairs' median is slow.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import socket
 import statistics
 import time
 from pathlib import Path
@@ -20,7 +27,8 @@ import torch.distributed as dist
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--bytes", type=int, required=True)
+    parser.add_argument("--bytes", type=int, default=0)
+    parser.add_argument("--sizes", default="", help="comma-separated message sizes in bytes: a sweep across nodes")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--backend", default="nccl")
@@ -35,11 +43,52 @@ def main() -> None:
     dist.init_process_group(args.backend, device_id=device if device.type == "cuda" else None)
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
-        result = _measure(device, rank, world, args)
+        result = _sweep(device, rank, world, args) if args.sizes else _measure(device, rank, world, args)
         if rank == 0:
             args.out.write_text(json.dumps(result), encoding="utf-8")
     finally:
         dist.destroy_process_group()
+
+
+SLOW_PAIR = 0.9  # a node pair below this fraction of the pairs' median bus bandwidth is slow
+
+
+def _sweep(device: torch.device, rank: int, world: int, args: argparse.Namespace) -> dict:
+    """Every size over all ranks, then each node pair on its own; the nodes named."""
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    names: list[str] = [""] * world
+    dist.all_gather_object(names, node)
+    nodes = sorted(set(names))
+    rows = []
+    for size in [int(x) for x in args.sizes.split(",") if x]:
+        rows.append(_measure(device, rank, world, argparse.Namespace(**{**vars(args), "bytes": size})))
+    pairs = []
+    largest = max(rows, key=lambda r: r["bytes"]) if rows else None
+    if len(nodes) == 2 and largest:
+        pairs.append({"nodes": nodes, "bytes": largest["bytes"], "busbw_gbps": largest["busbw_gbps"]})
+    elif len(nodes) > 2 and largest:
+        for a, b in itertools.combinations(nodes, 2):
+            ranks = [r for r, n in enumerate(names) if n in (a, b)]
+            group = dist.new_group(ranks)  # every rank makes every group, in the same order
+            if rank in ranks:
+                pairs.append({"nodes": [a, b], **_group_busbw(device, group, len(ranks), largest["bytes"], args)})
+        gathered: list[list[dict]] = [[] for _ in range(world)]
+        dist.all_gather_object(gathered, pairs if rank == min(r for r, n in enumerate(names) if n == node) else [])
+        pairs = sorted({tuple(p["nodes"]): p for ps in gathered for p in ps}.values(), key=lambda p: p["nodes"])
+    median = statistics.median([p["busbw_gbps"] for p in pairs]) if pairs else 0.0
+    for p in pairs:
+        p["slow"] = len(pairs) > 1 and p["busbw_gbps"] < SLOW_PAIR * median
+    return {"kind": "allreduce", "schema_version": 1, "backend": args.backend, "world_size": world,
+            "nodes": nodes, "ranks": names, "sizes": rows, "pairs": pairs}
+
+
+def _group_busbw(device: torch.device, group: dist.ProcessGroup, n: int, nbytes: int,
+                 args: argparse.Namespace) -> dict:
+    x = torch.ones(nbytes // 4, device=device)  # (numel,) float32
+    times = _time(device, x, args.warmup, args.iters, group=group)
+    seconds = statistics.median(times)
+    algbw = nbytes / seconds / 1e9
+    return {"bytes": nbytes, "busbw_gbps": algbw * 2 * (n - 1) / n}
 
 
 def _measure(device: torch.device, rank: int, world: int, args: argparse.Namespace) -> dict:
@@ -71,22 +120,23 @@ def _measure(device: torch.device, rank: int, world: int, args: argparse.Namespa
     }
 
 
-def _time(device: torch.device, x: torch.Tensor, warmup: int, iters: int) -> list[float]:
+def _time(device: torch.device, x: torch.Tensor, warmup: int, iters: int,
+          group: dist.ProcessGroup | None = None) -> list[float]:
     for _ in range(warmup):
-        dist.all_reduce(x)
-    dist.barrier()
+        dist.all_reduce(x, group=group)
+    dist.barrier(group=group)
     if device.type != "cuda":
         times = []
         for _ in range(iters):
             start = time.perf_counter()
-            dist.all_reduce(x)
+            dist.all_reduce(x, group=group)
             times.append(time.perf_counter() - start)
         return times
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     torch.cuda.synchronize()
     for start, end in events:
         start.record()
-        dist.all_reduce(x)
+        dist.all_reduce(x, group=group)
         end.record()
     torch.cuda.synchronize()
     return [start.elapsed_time(end) / 1000 for start, end in events]

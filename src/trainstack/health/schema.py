@@ -75,7 +75,8 @@ class HealthReport(BaseModel):
     thresholds_profile: str = Field(description="which thresholds section applied")
     seconds: float = Field(description="wall time of all checks")
     checks: list[Check]
-    node: str | None = Field(default=None, max_length=253, description="the node's name (Slurm's, else the hostname)")
+    node: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$",
+                             description="the node's name (Slurm's, else the hostname)")
     mode: str = Field(default="check", pattern="^(check|prolog)$",
                       description="prolog: Slurm's convention, exit 0 passes and 1 drains the node")
     reason: str = Field(default="", max_length=200, description="one line naming the worst failing checks, "
