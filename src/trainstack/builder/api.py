@@ -200,6 +200,7 @@ def _run(
         tools=tools,
         image=output.image,
         image_id=output.image_id,
+        image_digest=output.image_digest,
         layers=output.layers,
         extensions=output.extensions,
     )

@@ -29,6 +29,7 @@ class BuildOutput:
     sizes: dict[str, int] = field(default_factory=dict)
     image: str | None = None
     image_id: str | None = None
+    image_digest: str | None = None  # sha256:... of the image's manifest, what a cluster pins
     layers: list[str] = field(default_factory=list)
     extensions: dict[str, ExtensionRecord] = field(default_factory=dict)  # compiled source builds
 

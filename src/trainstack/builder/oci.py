@@ -174,6 +174,7 @@ class BuildahBackend:
             sizes={"image": size},
             image=tag,
             image_id=data["FromImageID"],
+            image_digest=data.get("FromImageDigest") or None,
             layers=list(data["OCIv1"]["rootfs"]["diff_ids"]),
         )
 
@@ -208,8 +209,19 @@ class DockerBackend:
             sizes={"image": int(data.get("Size", 0))},
             image=tag,
             image_id=data["Id"],
+            image_digest=_repo_digest(data.get("RepoDigests") or []),
             layers=list(data["RootFS"]["Layers"]),
         )
+
+
+def _repo_digest(repo_digests: list[str]) -> str | None:
+    """The sha256 digest of the first 'name@sha256:...' docker knows for the image (after a push
+    or a pull); None for an image that only exists locally."""
+    for ref in repo_digests:
+        _, _, digest = str(ref).partition("@")
+        if digest.startswith("sha256:"):
+            return digest
+    return None
 
 
 def _overlay_usable() -> bool:

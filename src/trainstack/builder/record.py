@@ -60,6 +60,7 @@ class BuildRecord(BaseModel):
     tools: dict[str, str]  # program -> version
     image: str | None = None
     image_id: str | None = None
+    image_digest: str | None = None  # the manifest's sha256 digest: `render --cluster` pins the image by it
     layers: list[str] = []  # diff ids, base first
     extensions: dict[str, ExtensionRecord] = {}  # source component -> its compiled wheel
 

@@ -12,6 +12,7 @@ from trainstack.render import quote
 from trainstack.render.dockerfile import render_dockerfile, source_file
 from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.lock.layers import FlavourLayers
+from trainstack.render.placement import ClusterOptions, cluster_files
 from trainstack.render.stackfiles import render_bake, render_environment, render_workflow
 
 
@@ -48,13 +49,19 @@ def stack_files(inputs: Inputs) -> dict[str, str]:
     return files
 
 
-def render_stack(stack_path: Path, out: Path, flavour: str | None = None) -> list[Path]:
+def render_stack(stack_path: Path, out: Path, flavour: str | None = None, *,
+                 cluster: ClusterOptions | None = None) -> list[Path]:
     """Write the rendered files under ``out``; returns the paths whose content changed.
 
     Files of flavours not rendered this time are kept; ``out`` is replaced as a whole, so it
-    must hold nothing but rendered files.
+    must hold nothing but rendered files. ``cluster``: the Slurm or Kubernetes files of each
+    flavour too, under ``<flavour>/slurm/`` or ``<flavour>/kubernetes/``.
     """
-    files = {name: text.encode("utf-8") for name, text in stack_files(load_inputs(stack_path, flavour)).items()}
+    inputs = load_inputs(stack_path, flavour)
+    texts = stack_files(inputs)
+    if cluster is not None:
+        texts.update(cluster_files(inputs, cluster))
+    files = {name: text.encode("utf-8") for name, text in texts.items()}
     previous = _rendered(out)
     replace_tree(out, {**previous, **files})
     return [out / name for name, data in sorted(files.items()) if previous.get(name) != data]

@@ -12,6 +12,13 @@ def command(
     out: Path = typer.Option(Path("build/render"), "--out", metavar="DIR", help="Directory for the rendered files."),
     flavour: str | None = typer.Option(None, "--flavour", help="Render one flavour (its slug); default: all."),
     json_out: bool = typer.Option(False, "--json", help="Print the files changed as JSON on stdout."),
+    cluster: str | None = typer.Option(None, "--cluster", help="Also the files a cluster runs, per flavour: slurm "
+                                       "(prolog, epilog, sbatch for fleet health and bench) or kubernetes (DaemonSet, "
+                                       "indexed Jobs); see docs/cluster.md."),
+    build_dir: Path = typer.Option(Path("build"), "--build-dir", help="With --cluster: where the flavours were built "
+                                   "(their build.json gives the image digest, their venv the interpreter)."),
+    python: str | None = typer.Option(None, "--python", help="With --cluster slurm: the interpreter on the nodes "
+                                      "(holding trainstack and torch) [default: the built venv's]."),
 ) -> None:
     """Render a Dockerfile per flavour plus docker-bake.hcl, a CI workflow and environment.yml.
 
@@ -21,8 +28,16 @@ def command(
     from trainstack.fsutil import check_output
     from trainstack.render import render_stack
 
+    from trainstack.errors import UsageError
+    from trainstack.render.placement import ENGINES, ClusterOptions
+
     check_output(out, "--out", folder=True)
-    changed = render_stack(stack, out, flavour)
+    if cluster is not None and cluster not in ENGINES:
+        raise UsageError(f"--cluster {cluster}: accepted values are {', '.join(ENGINES)}")
+    if cluster is None and python is not None:
+        raise UsageError("--python: accepted only with --cluster slurm")
+    options = ClusterOptions(cluster, build_dir, python) if cluster else None
+    changed = render_stack(stack, out, flavour, cluster=options)
     if json_out:
         import json
 

@@ -475,6 +475,20 @@ class Bench(Strict):
         return self
 
 
+class Cluster(Strict):
+    """How ``trainstack render --cluster`` places the stack's fleet checks and bench on a cluster."""
+
+    nodes: Annotated[int, Field(ge=1, le=4096)] = 2
+    # GPUs a node (a pod) holds; 0: CPU nodes, the all-reduce over gloo and bench on the CPU
+    gpus_per_node: Annotated[int, Field(ge=0, le=64)] = 8
+    partition: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")] | None = None
+    namespace: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")] = "default"
+    port: Annotated[int, Field(ge=1024, le=65535)] = 29500
+    # all-reduce message sizes in bytes, as nccl-tests sweeps them
+    allreduce_sizes: Annotated[list[Annotated[int, Field(ge=4, le=1 << 36)]], Field(min_length=1, max_length=32)] = [
+        1 << 20, 16 << 20, 256 << 20, 1 << 30]
+
+
 MAX_IMAGE_ENV = 200  # variables baked into an image: more than any image sets
 
 
@@ -507,6 +521,7 @@ class Stack(Strict):
     toolchain: Toolchain = Toolchain()
     verify: Verify = Verify()
     bench: Bench = Bench()
+    cluster: Cluster = Cluster()
     # rules added to or overriding the shipped rules data (same layout; validated by rules.stack)
     rules: dict[str, Any] = {}
     # the rules in effect: the shipped data with this stack's own over it (set by the loader)
