@@ -175,18 +175,17 @@ PartitionName=main Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubsc
 class Cluster:
     """slurmctld in namespace ``ctl``, one slurmd per node namespace, one munged for all."""
 
-    def __init__(self, base: Path, nodes: Sequence[str], prolog: Path, *,
-                 slow_node: str | None = None, cpus: int = 2) -> None:
+    def __init__(self, base: Path, nodes: Sequence[str], prolog: Path, *, cpus: int = 2) -> None:
         self.base = base
         self.node_names = list(nodes)
         self.prolog = prolog
-        self.slow_node = slow_node
         self.cpus = cpus
         self.conf = base / "slurm.conf"
         self.ctl: Node | None = None
         self.nodes: dict[str, Node] = {}
         self.munged: subprocess.Popen | None = None
         self.cgroup: Path | None = None
+        self.capped: int | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -210,10 +209,8 @@ class Cluster:
                                                names=",".join(self.node_names)))
         self.ctl.start(["slurmctld", "-D", "-i", "-f", str(self.conf)], self.base / "slurmctld.out", self.env)
         for node in self.nodes.values():
-            daemon = node.start(["slurmd", "-D", "-N", node.name, "-f", str(self.conf)],
-                                self.base / f"slurmd-{node.name}.out", self.env)
-            if node.name == self.slow_node:
-                self._cap_cpu(daemon.pid)
+            node.start(["slurmd", "-D", "-N", node.name, "-f", str(self.conf)],
+                       self.base / f"slurmd-{node.name}.out", self.env)
         self.wait_idle(self.node_names)
 
     def _munge(self) -> None:
@@ -248,17 +245,38 @@ class Cluster:
             node.run(["ip", "addr", "add", f"{node.address}/24", "dev", "eth0"])
             node.run(["ip", "link", "set", "eth0", "up"])
 
-    def _cap_cpu(self, pid: int) -> None:
-        """The slow node: its slurmd (and so every job step it starts) under a CFS quota of 25% of a CPU."""
-        group = Path("/sys/fs/cgroup/cpu") / f"trainstack-test-{os.getpid()}-{self.slow_node}"
+    def cap_cpu(self, name: str, percent: int = 20) -> None:
+        """Slow ``name`` down on purpose: its slurmd (and every job step it starts from now on)
+        under a CFS quota of ``percent`` of one CPU, in a cpu cgroup of this test's own."""
+        slurmd = self.nodes[name].daemons[0]
+        group = Path("/sys/fs/cgroup/cpu") / f"trainstack-test-{os.getpid()}-{name}"
         try:
             group.mkdir()
             (group / "cpu.cfs_period_us").write_text("100000")
-            (group / "cpu.cfs_quota_us").write_text("25000")
-            (group / "cgroup.procs").write_text(str(pid))
+            (group / "cpu.cfs_quota_us").write_text(str(1000 * percent))
+            (group / "cgroup.procs").write_text(str(slurmd.pid))
         except OSError as exc:
             pytest.skip(f"cannot cap a node's CPU with a cgroup here: {exc}")
         self.cgroup = group
+        self.capped = slurmd.pid
+
+    def uncap_cpu(self) -> None:
+        """Every process of the capped group back to the root cpu group, the group removed."""
+        if self.cgroup is None:
+            return
+        root = self.cgroup.parent / "cgroup.procs"
+        for _ in range(50):
+            for pid in (self.cgroup / "cgroup.procs").read_text().split():
+                try:
+                    root.write_text(pid)
+                except OSError:
+                    pass  # gone meanwhile
+            try:
+                self.cgroup.rmdir()
+                self.cgroup = None
+                return
+            except OSError:
+                time.sleep(0.1)
 
     def wait_idle(self, names: Sequence[str], timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -296,14 +314,7 @@ class Cluster:
         _sweep({ns for ns in namespaces.values() if ns})
         if self.munged is not None:
             _stop(self.munged)
-        if self.cgroup is not None:
-            for _ in range(50):
-                try:
-                    self.cgroup.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)
-
+        self.uncap_cpu()
 
 def _net_ns(pid: int) -> str | None:
     try:

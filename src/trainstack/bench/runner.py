@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import statistics
 import time
 from contextlib import nullcontext
@@ -267,6 +268,7 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
         "error": None if math.isfinite(final) else f"final loss is not finite ({final})",
         "tokens_per_s_per_gpu": per_gpu,
         "tokens_per_s_total": per_gpu * dist.world_size,
+        "nodes": _nodes(dist),
         "mfu": fraction,
         "mfu_causal": mfu_causal(per_gpu, spec.cfg, spec.seq, peak),
         "peak_tflops": peak.bf16_tflops if peak else None,
@@ -338,6 +340,16 @@ def _max_over_ranks(values: list[float], dist: dev.Dist) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device="cuda" if torch.cuda.is_available() and torch.distributed.get_backend() == "nccl" else "cpu")
     torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
     return t.tolist()
+
+
+def _nodes(dist: dev.Dist) -> list[str]:
+    """The nodes the ranks ran on (Slurm's names, else hostnames), each once, in rank order."""
+    here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    if not dist.enabled:
+        return [here]
+    names: list[str] = [""] * dist.world_size
+    torch.distributed.all_gather_object(names, here)
+    return list(dict.fromkeys(names))
 
 
 def _first_line(obj: object) -> str:

@@ -59,7 +59,9 @@ def run_health(opts: HealthOptions, *, nvml_factory: Callable[[], NvmlSource] = 
     nvml, node, nvml_reason = _snapshot(nvml_factory)
     gpu_name = node.gpus[0].name if node and node.gpus else None
     t = load_thresholds(gpu_name, opts.thresholds_file)
-    tor = torch_probe()
+    # A node without NVML has no NVIDIA driver: level 1 needs no torch there (a prolog stays quick)
+    quick = opts.prolog and opts.level == 1 and node is None and not opts.expect_gpus
+    tor = Torch(reason="not probed: no NVML, level 1") if quick else torch_probe()
     checks = host_checks(host.shm_size(), host.disk_free(opts.disk_path), t)
     no_gpu = _no_gpu(opts, node, tor)
     if no_gpu:

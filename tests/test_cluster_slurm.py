@@ -1,0 +1,216 @@
+"""trainstack on a real Slurm cluster: Debian's slurmctld, two slurmd and munge, each node in
+namespaces of its own (tests.slurm_cluster). The rendered prolog runs on each node for each job;
+a fault planted on one node (a 1 MiB /dev/shm in that node's own mount namespace, so that the
+shm check really fails there) drains exactly that node with trainstack's reason, and the next
+job lands on the healthy one. The rendered sbatch scripts run the all-reduce (gloo) and bench's
+tiny preset under FSDP2 across the two nodes; the fleet report names the node whose CPU a
+cgroup caps. The host's hostname, /etc/hosts, mounts, links, addresses and routes are asserted
+unchanged, and no daemon is left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.loopback import serve
+from tests.slurm_cluster import Cluster, HostState, missing_tools
+from tests.stacks import demo_stack
+from tests.test_image_env import Index
+from trainstack.cli import main
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or bool(missing_tools()),
+                                reason=f"needs root and Slurm's programs (missing: {', '.join(missing_tools())})")
+
+SLUG = "cpu-debian12-py311-release"
+TAIL = """
+[verify]
+smoke = []
+
+[env]
+NCCL_SOCKET_IFNAME = "eth0"
+
+[bench]
+preset = "tiny"
+batch = 2
+seq = 64
+steps = 3
+warmup = 1
+modes = ["eager"]
+
+[cluster]
+nodes = 2
+gpus_per_node = 0
+port = 29511
+allreduce_sizes = [65536, 1048576, 4194304]
+"""
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stack locked from a loopback index and rendered for Slurm, with this interpreter on the nodes."""
+    tmp = tmp_path_factory.mktemp("stack")
+    with pytest.MonkeyPatch.context() as mp, serve(Index) as url:
+        mp.setenv("UV_CACHE_DIR", str(tmp / "uv-cache"))
+        for var in ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX"):
+            mp.delenv(var, raising=False)
+        stack = tmp / "fleet.toml"
+        stack.write_text(demo_stack("fleet", url, tail=TAIL))
+        assert main(["lock", str(stack)]) == 0
+        assert main(["render", str(stack), "--out", str(tmp / "render"), "--cluster", "slurm",
+                     "--build-dir", str(tmp / "build"), "--python", sys.executable]) == 0
+    return tmp / "render" / SLUG / "slurm"
+
+
+@pytest.fixture(scope="module")
+def cluster(rendered: Path) -> Iterator[Cluster]:
+    before = HostState.take()
+    base = Path(tempfile.mkdtemp(prefix="ts-slurm-"))  # short: munge's socket path has a limit
+    (base / "node-out").mkdir()
+    prolog = base / "prolog"
+    c = Cluster(base, ["n1", "n2"], prolog)
+    use_prolog(c, rendered / "prolog-drain.sh")
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+        after = HostState.take()
+        leftover = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).startswith(str(base))]
+        shutil.rmtree(base, ignore_errors=True)
+        assert after == before, "the cluster changed the host"
+        assert not leftover
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def use_prolog(c: Cluster, script: Path) -> None:
+    """slurm.conf's Prolog: the rendered script, its node JSON kept in node-out (slurmd reads the file each job)."""
+    shim = f"#!/bin/sh\nTRAINSTACK_NODE_OUT={c.base}/node-out\nexport TRAINSTACK_NODE_OUT\nexec /bin/sh {script}\n"
+    tmp = c.prolog.with_suffix(".new")
+    tmp.write_text(shim)
+    tmp.chmod(0o755)
+    tmp.replace(c.prolog)
+
+
+def wait_for(what: str, predicate, timeout: float = 60):  # noqa: ANN001, ANN201 - a test helper
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def job_state(c: Cluster, job: str) -> str:
+    done = c.client(["scontrol", "show", "job", job, "-o"], check=False)
+    fields = dict(f.split("=", 1) for f in done.stdout.split() if "=" in f)
+    return fields.get("JobState", "")
+
+
+def run_batch(c: Cluster, script: Path, *args: str, timeout: float = 150) -> tuple[str, str]:
+    """(the job's end state, its output) of ``sbatch script args``."""
+    job = c.client(["sbatch", "--parsable", f"--chdir={c.base}", script, *args]).stdout.strip().split(";")[0]
+    state = wait_for(f"job {job}", lambda: (s := job_state(c, job)) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+                                                                         "NODE_FAIL") and s, timeout)
+    return state, "\n".join(p.read_text(errors="replace")[-4000:] for p in c.base.glob(f"*-{job}.out"))
+
+
+def plant_small_shm(c: Cluster, node: str) -> None:
+    c.nodes[node].run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/dev/shm"])
+
+
+def remove_fault(c: Cluster, node: str) -> None:
+    c.nodes[node].run(["umount", "/dev/shm"])
+    c.client(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
+    c.wait_idle([node])
+
+
+def test_the_prolog_runs_on_each_node_for_each_job(cluster: Cluster) -> None:
+    done = cluster.client(["srun", "-N2", "hostname"])
+    assert sorted(done.stdout.split()) == ["n1", "n2"]
+    for node in ("n1", "n2"):
+        report = json.loads((cluster.base / "node-out" / f"{node}.json").read_text())
+        assert (report["node"], report["mode"], report["exit_code"], report["reason"]) == (node, "prolog", 0, "")
+        gpu = {c["name"]: c for c in report["checks"]}["gpu.count"]
+        assert (gpu["status"], gpu["message"]) == ("skip", "skip: no GPU")
+
+
+def test_a_planted_fault_drains_exactly_that_node_with_trainstacks_reason(cluster: Cluster) -> None:
+    plant_small_shm(cluster, "n2")
+    try:
+        job = cluster.client(["sbatch", "--parsable", "-N1", "-w", "n2", f"--chdir={cluster.base}",
+                              "--wrap", "hostname"]).stdout.strip()
+        wait_for("n2 drained", lambda: cluster.states().get("n2", "").startswith("drain"), 60)
+        assert cluster.reasons() == {"n2": "trainstack: shm small"}
+        assert cluster.states()["n1"] == "idle"
+        report = json.loads((cluster.base / "node-out" / "n2.json").read_text())
+        assert report["exit_code"] == 1 and report["reason"] == "trainstack: shm small"
+        # the next job lands on the healthy node
+        assert cluster.client(["srun", "-N1", "hostname"]).stdout.strip() == "n1"
+        cluster.client(["scancel", job], check=False)
+    finally:
+        remove_fault(cluster, "n2")
+
+
+def test_without_drain_slurm_gives_its_fixed_reason_and_the_log_holds_trainstacks(cluster: Cluster,
+                                                                                    rendered: Path) -> None:
+    use_prolog(cluster, rendered / "prolog.sh")
+    plant_small_shm(cluster, "n2")
+    try:
+        job = cluster.client(["sbatch", "--parsable", "-N1", "-w", "n2", f"--chdir={cluster.base}",
+                              "--wrap", "hostname"]).stdout.strip()
+        wait_for("n2 drained", lambda: cluster.states().get("n2", "").startswith("drain"), 60)
+        assert cluster.reasons() == {"n2": "Prolog error"}
+        log = wait_for("the reason in slurmd's log", lambda: "trainstack: shm small" in
+                       (cluster.base / "slurmd-n2.log").read_text(errors="replace"), 20)
+        assert log
+        assert json.loads((cluster.base / "node-out" / "n2.json").read_text())["reason"] == "trainstack: shm small"
+        cluster.client(["scancel", job], check=False)
+    finally:
+        remove_fault(cluster, "n2")
+        use_prolog(cluster, rendered / "prolog-drain.sh")
+
+
+def test_bench_sbatch_runs_fsdp2_across_two_nodes_and_names_them(cluster: Cluster, rendered: Path) -> None:
+    out = cluster.base / "bench"
+    state, log = run_batch(cluster, rendered / "bench.sbatch", str(out))
+    assert state == "COMPLETED", (log, cluster.logs())
+    (row,) = [json.loads(line) for line in (out / "bench-tiny-b2-s64.jsonl").read_text().splitlines()]
+    assert row["status"] == "ok" and row["world_size"] == 2 and "FSDP2" in row["precision"]
+    assert sorted(row["nodes"]) == ["n1", "n2"]
+
+
+def test_health_sbatch_reduces_across_nodes_and_the_fleet_report_names_the_capped_node(
+        cluster: Cluster, rendered: Path) -> None:
+    cluster.cap_cpu("n2")
+    try:
+        out = cluster.base / "fleet"
+        state, log = run_batch(cluster, rendered / "health.sbatch", str(out))
+    finally:
+        cluster.uncap_cpu()
+    # the fleet report's exit 1 (an outlier) ends the job: the finding is the job's verdict
+    assert state == "FAILED" and "finding: n2: " in log, (log, cluster.logs())
+    sweep = json.loads((out / "allreduce.json").read_text())
+    assert sweep["nodes"] == ["n1", "n2"] and sweep["world_size"] == 2 and sweep["backend"] == "gloo"
+    assert [s["bytes"] for s in sweep["sizes"]] == [65536, 1048576, 4194304]
+    for size in sweep["sizes"]:
+        assert size["correct"] and size["busbw_gbps"] == pytest.approx(size["algbw_gbps"] * 2 * (2 - 1) / 2)
+    fleet = json.loads((out / "fleet.json").read_text())
+    assert [n["node"] for n in fleet["nodes"]] == ["n1", "n2"] and fleet["failing"] == []
+    assert {o["node"] for o in fleet["outliers"]} == {"n2"}, (fleet, log)
+    page = (out / "fleet.html").read_text()
+    assert "n2" in page and "outlier" in page
