@@ -59,10 +59,15 @@ def placement(inputs: Inputs, slug: str, options: ClusterOptions) -> Placement:
     python = options.python or str((options.build_dir / slug / "venv" / "bin" / "python").absolute())
     quote.one_line(python, "--python")
     tag = inputs.images[slug]
-    if record is not None and record.image_digest:
+    path = options.build_dir / slug / "build.json"
+    if record is not None and record.image_digest and record.image == tag:
         return Placement(inputs.stack, slug, python, f"{tag}@{record.image_digest}", pinned=True)
-    why = (f"no {options.build_dir / slug / 'build.json'}" if record is None
-           else f"{options.build_dir / slug / 'build.json'} records no image digest (push the image, then build again)")
+    if record is None:
+        why = f"no {path}"
+    elif record.image != tag:
+        why = f"{path} is of image {quote.comment(record.image)}, not {tag} (build the flavour again)"
+    else:
+        why = f"{path} records no image digest (push the image, then build again)"
     return Placement(inputs.stack, slug, python, tag, pinned=False, unpinned_why=why)
 
 
