@@ -70,6 +70,18 @@ SKIPPED = {
     "trainstack bench --preset 1b --batch 4 --seq 4096 --modes compile+bf16 --profile prof": "GPU only: a 1b compile+bf16 run",
     "trainstack bench --compare old/bench-1b-b4-s4096.jsonl results/bench-1b-b4-s4096.jsonl":
         "compares the results of two GPU runs (tests/test_new_user.py runs --compare on files it writes)",
+    "trainstack render stack.toml --cluster slurm --build-dir build --out build/render":
+        "needs a locked stack.toml of the user's own (tests/test_cluster_slurm.py renders one and runs its files on Slurm)",
+    "sbatch build/render/cpu-debian12-py311-release/slurm/health.sbatch /shared/fleet-2026-12":
+        "needs a Slurm cluster (tests/test_cluster_slurm.py starts one in namespaces and runs this script)",
+    "sbatch build/render/cpu-debian12-py311-release/slurm/bench.sbatch /shared/bench-2026-12":
+        "needs a Slurm cluster (tests/test_cluster_slurm.py starts one in namespaces and runs this script)",
+    "trainstack render stack.toml --cluster kubernetes --build-dir build --out build/render":
+        "needs a locked stack.toml of the user's own (tests/test_cluster_render.py renders and validates one)",
+    "kubectl apply -f build/render/cpu-debian12-py311-release/kubernetes/node-check.yaml":
+        "needs a Kubernetes cluster (tests/test_cluster_render.py validates the manifests offline)",
+    "trainstack health --fleet /shared/fleet-2026-12 --html fleet.html --output fleet.json":
+        "reads what a cluster's nodes wrote (tests/test_cluster_slurm.py and tests/test_health_fleet.py run it)",
     "trainstack memplan --preset 1b --batch 4 --seq 4096 --budget 45GiB --compiled --output plan.json":
         "the compiled plan measures compiled blocks on a GPU; on a CPU it is the plan above (tests/test_memplan_cli.py)",
 }
