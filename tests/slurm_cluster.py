@@ -167,6 +167,7 @@ InactiveLimit=0
 KillWait=5
 Prolog={prolog}
 PrologFlags=Alloc
+Epilog={epilog}
 {nodes}
 PartitionName=main Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 """
@@ -175,10 +176,11 @@ PartitionName=main Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubsc
 class Cluster:
     """slurmctld in namespace ``ctl``, one slurmd per node namespace, one munged for all."""
 
-    def __init__(self, base: Path, nodes: Sequence[str], prolog: Path, *, cpus: int = 2) -> None:
+    def __init__(self, base: Path, nodes: Sequence[str], prolog: Path, epilog: Path, *, cpus: int = 2) -> None:
         self.base = base
         self.node_names = list(nodes)
         self.prolog = prolog
+        self.epilog = epilog
         self.cpus = cpus
         self.conf = base / "slurm.conf"
         self.ctl: Node | None = None
@@ -205,7 +207,7 @@ class Cluster:
         self._wire()
         node_lines = "\n".join(f"NodeName={n.name} NodeAddr={n.address} CPUs={self.cpus} State=UNKNOWN"
                                for n in self.nodes.values())
-        self.conf.write_text(SLURM_CONF.format(subnet=SUBNET, base=self.base, prolog=self.prolog, nodes=node_lines,
+        self.conf.write_text(SLURM_CONF.format(subnet=SUBNET, base=self.base, prolog=self.prolog, epilog=self.epilog, nodes=node_lines,
                                                names=",".join(self.node_names)))
         self.ctl.start(["slurmctld", "-D", "-i", "-f", str(self.conf)], self.base / "slurmctld.out", self.env)
         for node in self.nodes.values():

@@ -74,9 +74,10 @@ def cluster(rendered: Path) -> Iterator[Cluster]:
     before = HostState.take()
     base = Path(tempfile.mkdtemp(prefix="ts-slurm-"))  # short: munge's socket path has a limit
     (base / "node-out").mkdir()
-    prolog = base / "prolog"
-    c = Cluster(base, ["n1", "n2"], prolog)
+    (base / "epilog-out").mkdir()
+    c = Cluster(base, ["n1", "n2"], base / "prolog", base / "epilog")
     use_prolog(c, rendered / "prolog-drain.sh")
+    use_script(c.epilog, rendered / "epilog-drain.sh", base / "epilog-out")
     try:
         c.start()
         yield c
@@ -98,11 +99,16 @@ def _cmdline(pid: str) -> str:
 
 def use_prolog(c: Cluster, script: Path) -> None:
     """slurm.conf's Prolog: the rendered script, its node JSON kept in node-out (slurmd reads the file each job)."""
-    shim = f"#!/bin/sh\nTRAINSTACK_NODE_OUT={c.base}/node-out\nexport TRAINSTACK_NODE_OUT\nexec /bin/sh {script}\n"
-    tmp = c.prolog.with_suffix(".new")
+    use_script(c.prolog, script, c.base / "node-out")
+
+
+def use_script(place: Path, script: Path, node_out: Path) -> None:
+    """``place`` (named in slurm.conf) runs the rendered ``script`` with TRAINSTACK_NODE_OUT set."""
+    shim = f"#!/bin/sh\nTRAINSTACK_NODE_OUT={node_out}\nexport TRAINSTACK_NODE_OUT\nexec /bin/sh {script}\n"
+    tmp = place.with_suffix(".new")
     tmp.write_text(shim)
     tmp.chmod(0o755)
-    tmp.replace(c.prolog)
+    tmp.replace(place)
 
 
 def wait_for(what: str, predicate, timeout: float = 60):  # noqa: ANN001, ANN201 - a test helper
@@ -130,6 +136,9 @@ def run_batch(c: Cluster, script: Path, *args: str, timeout: float = 150) -> tup
 
 
 def plant_small_shm(c: Cluster, node: str) -> None:
+    """The fault, once earlier jobs are done (their epilogs too, which would meet it first)."""
+    wait_for("no job left", lambda: not c.client(["squeue", "-h"]).stdout.strip(), 60)
+    c.wait_idle(c.node_names)
     c.nodes[node].run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/dev/shm"])
 
 
@@ -169,6 +178,7 @@ def test_a_planted_fault_drains_exactly_that_node_with_trainstacks_reason(cluste
 def test_without_drain_slurm_gives_its_fixed_reason_and_the_log_holds_trainstacks(cluster: Cluster,
                                                                                     rendered: Path) -> None:
     use_prolog(cluster, rendered / "prolog.sh")
+    use_script(cluster.epilog, rendered / "epilog.sh", cluster.base / "epilog-out")
     plant_small_shm(cluster, "n2")
     try:
         job = cluster.client(["sbatch", "--parsable", "-N1", "-w", "n2", f"--chdir={cluster.base}",
@@ -183,6 +193,21 @@ def test_without_drain_slurm_gives_its_fixed_reason_and_the_log_holds_trainstack
     finally:
         remove_fault(cluster, "n2")
         use_prolog(cluster, rendered / "prolog-drain.sh")
+        use_script(cluster.epilog, rendered / "epilog-drain.sh", cluster.base / "epilog-out")
+
+
+def test_the_epilog_checks_deeper_after_a_failed_job(cluster: Cluster) -> None:
+    levels = {}
+    for job in ("true", "exit 3"):
+        report = cluster.base / "epilog-out" / "n1.json"
+        report.unlink(missing_ok=True)
+        cluster.client(["sbatch", "-N1", "-w", "n1", f"--chdir={cluster.base}", "--wrap", job])
+        levels[job] = wait_for("the epilog's report", lambda: report.exists() and json.loads(report.read_text()), 60)
+    assert levels["true"]["level"] == 1 and levels["exit 3"]["level"] == 2
+    checks = {c["name"]: c for c in levels["exit 3"]["checks"]}
+    assert checks["gemm.bf16"]["status"] == "skip" and checks["host.gemm_bf16"]["value"] > 0
+    assert levels["exit 3"]["exit_code"] == 0
+    cluster.wait_idle(["n1", "n2"])
 
 
 def test_bench_sbatch_runs_fsdp2_across_two_nodes_and_names_them(cluster: Cluster, rendered: Path) -> None:

@@ -48,11 +48,12 @@ exec {_py(node_check("PY", PROLOG_LEVEL, *options))} "$@"
 def epilog(p: Placement, *, drain: bool) -> str:
     options = ["--drain"] if drain else []
     return _head(p, "Epilog: after a failed job the deeper check (GEMM, copies); after a good one the quick one.") + f"""\
-# slurm.conf: Epilog=THIS. A job's exit code, where slurmd passes one (SLURM_JOB_EXIT_CODE), picks the level.
+# slurm.conf: Epilog=THIS. The job script's exit status (SLURM_JOB_EXIT_CODE) or its steps' highest exit
+# code (SLURM_JOB_DERIVED_EC), both set for an Epilog, pick the level. Exit 1 drains the node.
 set -u
 PY={quote.shell(p.python, "python")}
 level={PROLOG_LEVEL}
-case "${{SLURM_JOB_EXIT_CODE:-0}}" in 0) ;; *) level={EPILOG_LEVEL} ;; esac
+case "${{SLURM_JOB_EXIT_CODE:-0}}:${{SLURM_JOB_DERIVED_EC:-0}}" in 0:0) ;; *) level={EPILOG_LEVEL} ;; esac
 if [ -n "${{TRAINSTACK_NODE_OUT:-}}" ]; then set -- --node-out "$TRAINSTACK_NODE_OUT"; else set --; fi
 exec "$PY" -m trainstack health --prolog --level "$level" {_words(options)} "$@"
 """
@@ -121,6 +122,7 @@ def slurm_files(p: Placement) -> dict[str, str]:
         "slurm/prolog.sh": prolog(p, drain=False),
         "slurm/prolog-drain.sh": prolog(p, drain=True),
         "slurm/epilog.sh": epilog(p, drain=False),
+        "slurm/epilog-drain.sh": epilog(p, drain=True),
         "slurm/health.sbatch": health_sbatch(p),
         "slurm/bench.sbatch": bench_sbatch(p),
     }
