@@ -69,7 +69,7 @@ def command(
     from trainstack.fsutil import check_output
     from trainstack.health.slurm import node_name
 
-    node = node_name()
+    node = node_name(strict=prolog or node_out is not None)
     if output is not None:
         check_output(output, "--output")
     if node_out is not None:
@@ -96,13 +96,13 @@ def command(
     raise typer.Exit(report.exit_code)
 
 
-def _prolog_end(report: HealthReport, node: str, *, drain: bool, quiet: bool) -> None:
+def _prolog_end(report: HealthReport, node: str | None, *, drain: bool, quiet: bool) -> None:
     """One line for slurmd's log (stdout; stderr with --json); the drain when asked and failing."""
     import sys
 
     line = report.reason or f"trainstack: {node} passes ({report.status.value})"
     print(line, file=sys.stderr if quiet else sys.stdout, flush=True)
-    if drain and report.exit_code:
+    if drain and report.exit_code and node:
         from trainstack.health.slurm import drain as drain_node
 
         why = drain_node(node, report.reason)

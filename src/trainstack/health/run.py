@@ -71,7 +71,7 @@ def run_health(opts: HealthOptions, *, nvml_factory: Callable[[], NvmlSource] = 
     else:
         checks += node_checks(node, t, _expectations(opts, t, tor))
     if opts.level >= 2:
-        checks += _host_levels(opts) if no_gpu else []
+        checks += gpu_checks.host_rates() if no_gpu else []  # no GPU: the host measured instead, for the fleet
         checks += _gpu_levels(opts, t, tor, nvml, node, no_gpu)
     status = worst([c.status for c in checks])
     return HealthReport.build(level=opts.level, checks=checks, gpu_model=gpu_name, profile=t.profile,
@@ -86,12 +86,6 @@ def _no_gpu(opts: HealthOptions, node: NodeSnapshot | None, tor: Torch) -> str:
     if not opts.prolog or (opts.expect_gpus or 0) > 0 or tor.devices > 0 or (node is not None and node.gpus):
         return ""
     return "skip: no GPU"
-
-
-def _host_levels(opts: HealthOptions) -> list[Check]:
-    """A node without a GPU measures its host instead (one thread), so that a fleet of such
-    nodes can be compared against its own median."""
-    return gpu_checks.host_rates()
 
 
 def _snapshot(factory: Callable[[], NvmlSource]) -> tuple[NvmlSource | None, NodeSnapshot | None, str]:

@@ -19,13 +19,16 @@ from trainstack.errors import UsageError
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
-def node_name() -> str:
+def node_name(*, strict: bool = True) -> str | None:
     """Slurm's name for this node (SLURMD_NODENAME, set in a prolog and in a job step), else
-    the hostname; refused when it is not a host name, since it names a file and a drain."""
+    the hostname. One that is not a host name is refused where it names a file or a drain
+    (``strict``), else left out of the report (None)."""
     name = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    if not NODE_NAME.match(name):
+    if NODE_NAME.match(name):
+        return name
+    if strict:
         raise UsageError(f"node name {name[:60]!r}: not a host name (accepted: letters, digits, '.', '_', '-')")
-    return name
+    return None
 
 
 def drain(node: str, reason: str, *, timeout: float = 30) -> str:
