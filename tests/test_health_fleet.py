@@ -89,6 +89,18 @@ def test_the_fleet_page_escapes_what_nodes_wrote(tmp_path: Path) -> None:
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
+def test_a_node_pair_below_ninety_percent_of_the_pairs_median_is_slow() -> None:
+    from trainstack.health.allreduce_worker import mark_slow
+    from trainstack.health.fleet_schema import PairRow
+
+    nodes = ["n1", "n2", "n3", "n4", "n5"]
+    pairs = [{"nodes": [a, b], "bytes": 1 << 30, "busbw_gbps": 40.0 if "n4" in (a, b) else 180.0}
+             for i, a in enumerate(nodes) for b in nodes[i + 1:]]
+    marked = [PairRow.model_validate(p) for p in mark_slow(pairs)]
+    assert {tuple(p.nodes) for p in marked if p.slow} == {("n1", "n4"), ("n2", "n4"), ("n3", "n4"), ("n4", "n5")}
+    assert mark_slow(pairs[:1])[0]["slow"] is False  # one pair has no peers to be slower than
+
+
 def test_fleet_schema_is_stable() -> None:
     assert FleetReport.model_json_schema() == json.loads(SCHEMA.read_text())
 

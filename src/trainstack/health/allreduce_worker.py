@@ -75,11 +75,14 @@ def _sweep(device: torch.device, rank: int, world: int, args: argparse.Namespace
         gathered: list[list[dict]] = [[] for _ in range(world)]
         dist.all_gather_object(gathered, pairs if rank == min(r for r, n in enumerate(names) if n == node) else [])
         pairs = sorted({tuple(p["nodes"]): p for ps in gathered for p in ps}.values(), key=lambda p: p["nodes"])
-    median = statistics.median([p["busbw_gbps"] for p in pairs]) if pairs else 0.0
-    for p in pairs:
-        p["slow"] = len(pairs) > 1 and p["busbw_gbps"] < SLOW_PAIR * median
     return {"kind": "allreduce", "schema_version": 1, "backend": args.backend, "world_size": world,
-            "nodes": nodes, "ranks": names, "sizes": rows, "pairs": pairs}
+            "nodes": nodes, "ranks": names, "sizes": rows, "pairs": mark_slow(pairs)}
+
+
+def mark_slow(pairs: list[dict]) -> list[dict]:
+    """Each pair with ``slow``: below SLOW_PAIR of the pairs' median bus bandwidth (never with one pair)."""
+    median = statistics.median([p["busbw_gbps"] for p in pairs]) if pairs else 0.0
+    return [{**p, "slow": len(pairs) > 1 and p["busbw_gbps"] < SLOW_PAIR * median} for p in pairs]
 
 
 def _group_busbw(device: torch.device, group: dist.ProcessGroup, n: int, nbytes: int,
