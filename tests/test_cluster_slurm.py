@@ -227,8 +227,7 @@ def test_health_sbatch_reduces_across_nodes_and_the_fleet_report_names_the_cappe
         state, log = run_batch(cluster, rendered / "health.sbatch", str(out))
     finally:
         cluster.uncap_cpu()
-    # the fleet report's exit 1 (an outlier) ends the job: the finding is the job's verdict
-    assert state == "FAILED" and "finding: n2: " in log, (log, cluster.logs())
+    assert state == "COMPLETED" and "finding: n2: " in log and "trainstack: findings in" in log, (log, cluster.logs())
     sweep = json.loads((out / "allreduce.json").read_text())
     assert sweep["nodes"] == ["n1", "n2"] and sweep["world_size"] == 2 and sweep["backend"] == "gloo"
     assert [s["bytes"] for s in sweep["sizes"]] == [65536, 1048576, 4194304]
