@@ -16,6 +16,7 @@ from trainstack.builder.activation import write_activation_env
 from trainstack.builder.backend import BuildJob, BuildOutput
 from trainstack.builder.disk import require_free_disk, tree_size
 from trainstack.builder.download import DEFAULT_INDEX, Fetcher, download_sdist, index_auth
+from trainstack.builder.evidence import record_venv
 from trainstack.builder.extensions import ExtensionBuilder
 from trainstack.builder.git import fetch_git
 from trainstack.builder.steps import Steps
@@ -65,6 +66,7 @@ class VenvBackend:
         install_into_venv(venv)  # the trainstack run hook: TRAINSTACK_* variables reach jobs here; off unless set
         write_activation_env(venv, job.inputs.stack.env)  # the stack's [env], as the image's ENV sets it
         shutil.rmtree(job.staging / "src", ignore_errors=True)  # sources are not part of the build
+        record_venv(job, venv, extensions.records)  # files.json and the SBOM, of the finished venv
         return BuildOutput(sizes={"venv": tree_size(venv)}, extensions=extensions.records)
 
     def _source(

@@ -8,6 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from trainstack.verify.envvars import EnvSetting
+from trainstack.verify.filedrift import render_files
 from trainstack.verify.linkcheck.render import render_links
 from trainstack.verify.ops import OpTable, render_value
 from trainstack.verify.report_render import render_report
@@ -23,6 +24,8 @@ SUITE = {"passed": "[green]passed[/]", "failed": "[bold red]FAILED[/]", "crashed
 def render_verify(result: VerifyResult, console: Console) -> None:
     if result.report is not None:
         render_report(result.report, console)
+    if result.files is not None:
+        render_files(result.files, console)
     if result.environment:
         render_environment(result.environment, console)
     if result.ops is not None:

@@ -23,10 +23,12 @@ from trainstack.verify.smoke import SmokeResult, run_smoke
 from trainstack.verify.suites.gate import refuse_untrusted, run_gate
 from trainstack.verify.suites.known_issues import KnownIssues, load_known_issues
 from trainstack.verify.envvars import EnvSetting, check_env
+from trainstack.verify.filedrift import check_files
+from trainstack.attest.files import FileDrift
 from trainstack.verify.suites.schema import GateResult
 from trainstack.verify.target import Target
 
-PARTS = ("report", "ops", "linkcheck", "smoke", "suites")
+PARTS = ("report", "files", "ops", "linkcheck", "smoke", "suites")
 SCHEMA_VERSION = 1
 # what --python checks for imports when no stack names the components
 DEFAULT_IMPORTS = ("torch", "numpy", "triton", "deepspeed", "flash-attn", "apex", "transformer-engine", "xformers", "transformers")
@@ -46,6 +48,8 @@ class VerifyResult(BaseModel):
     stack_name: str | None = None
     lock_inputs_hash: str | None = None
     report: EnvReport | None
+    # every installed file against the build's record (or the wheels' RECORD): what changed since
+    files: FileDrift | None = None
     # the stack's [env], each with the value the environment's activation sets (with the report part)
     environment: list[EnvSetting] = []
     ops: OpTable | None
@@ -81,6 +85,7 @@ def run_verify(target: Target, scope: Scope, *, trust: bool = False) -> VerifyRe
     wanted = [p for p in PARTS if p not in scope.skip]
     if "suites" in wanted:
         refuse_untrusted(scope.settings.suite, _where(scope), trust)
+    files = check_files(target, scope.build_record) if "files" in wanted else None  # before anything runs in it
     report = collect_report(target, locked=scope.locked, build_record=scope.build_record) if "report" in wanted else None
     rules = scope.stack.rules_in_effect if scope.stack is not None else None
     ops = op_table(target, prebuilt_wanted(scope.stack, scope.components), rules, scope.accelerator) if "ops" in wanted else None
@@ -89,6 +94,7 @@ def run_verify(target: Target, scope: Scope, *, trust: bool = False) -> VerifyRe
     gate = _gate(target, scope, trust) if "suites" in wanted else None
     environment = check_env(target, scope.stack.env) if scope.stack is not None and "report" in wanted else []
     reasons = judge(report, ops, links, smoke, gate)
+    reasons += files.reasons if files is not None else []
     reasons += [f"env: {e.name} is '{e.declared}' in the stack's [env], the environment's activation sets "
                 f"{repr(e.found) if e.found is not None else 'nothing'} (build the flavour again)"
                 for e in environment if not e.ok]
@@ -103,6 +109,7 @@ def run_verify(target: Target, scope: Scope, *, trust: bool = False) -> VerifyRe
         stack_name=scope.stack.stack.name if scope.stack else None,
         lock_inputs_hash=scope.lock_inputs_hash,
         report=report,
+        files=files,
         environment=environment,
         ops=ops,
         links=links,

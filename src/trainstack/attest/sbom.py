@@ -1,0 +1,113 @@
+"""A CycloneDX SBOM of one built flavour: every installed distribution (its purl, version and the
+lock's hashes), every extension compiled from source (the git commit or the sdist's hash), the CUDA
+toolkit and how it came, the base image, and the native libraries the environment links to outside
+its Python packages (path and sha256). Validated against the CycloneDX schema before it is written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainstack.errors import BuildError
+from trainstack.lock.lockfile import LockFile, hashes
+
+SPEC = "1.6"
+SBOM_PATH_IN_IMAGE = "/usr/share/trainstack/sbom.cdx.json"  # where an image carries its SBOM
+SBOM_LABEL = "org.trainstack.sbom.sha256"  # the image label that holds that file's sha256
+PROPERTY = "trainstack:"
+
+
+@dataclass(frozen=True)
+class CudaToolkit:
+    version: str  # '12.4'
+    route: str  # wheel | debian | devel | host
+    text: str  # how it came, in words
+
+
+@dataclass(frozen=True)
+class NativeLibrary:
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class SbomInputs:
+    stack: str
+    release: str
+    flavour: str
+    backend: str  # venv | oci
+    python: str
+    lock: LockFile  # the flavour's full lock
+    installed: dict[str, str]  # canonical name -> version, as the environment has them
+    sources: dict[str, str] = field(default_factory=dict)  # canonical name -> 'git+URL@SHA' or 'sdist sha256:HEX'
+    extension_wheels: dict[str, str] = field(default_factory=dict)  # canonical name -> the wheel trainstack compiled
+    cuda: CudaToolkit | None = None
+    base_image: str = ""  # the image (or debootstrap suite) the flavour builds on
+    native: tuple[NativeLibrary, ...] = ()
+    trainstack_version: str = ""
+
+
+def make_sbom(inputs: SbomInputs) -> str:
+    """The SBOM as CycloneDX JSON, checked against the schema (BuildError naming the first problem)."""
+    from cyclonedx.model import HashAlgorithm, HashType, Property
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.output.json import JsonV1Dot6
+    from packageurl import PackageURL
+
+    def props(**values: str) -> list[Property]:
+        return [Property(name=f"{PROPERTY}{k.replace('_', '-')}", value=v) for k, v in values.items() if v]
+
+    root = Component(
+        name=f"{inputs.stack}/{inputs.flavour}", version=inputs.release, bom_ref=f"flavour:{inputs.flavour}",
+        type=ComponentType.CONTAINER if inputs.backend == "oci" else ComponentType.APPLICATION,
+        properties=props(backend=inputs.backend, flavour=inputs.flavour),
+    )
+    bom = Bom()
+    bom.metadata.component = root
+    bom.metadata.tools.components.add(Component(name="trainstack", version=inputs.trainstack_version or None,
+                                                type=ComponentType.APPLICATION))
+    parts = []
+    names = sorted(set(inputs.installed) | {e.name for e in inputs.lock.entries})
+    for name in names:
+        entry = inputs.lock.get(name)
+        version = inputs.installed.get(name) or (entry.version if entry else None) or ""
+        purl = PackageURL("pypi", name=name, version=version or None)
+        locked = entry is not None and (entry.version is None or entry.version == version or name in inputs.sources)
+        parts.append(Component(
+            name=name, version=version or None, type=ComponentType.LIBRARY, purl=purl, bom_ref=str(purl),
+            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=h) for h in (hashes(entry) if entry else [])],
+            properties=props(
+                locked="yes" if locked else "no: installed, not in the lock",
+                installed="yes" if name in inputs.installed else "no",
+                built_from=inputs.sources.get(name, ""),
+                compiled_wheel=inputs.extension_wheels.get(name, ""),
+            ),
+        ))
+    parts.append(Component(name="python", version=inputs.python, type=ComponentType.PLATFORM, bom_ref="python"))
+    if inputs.cuda is not None:
+        parts.append(Component(name="cuda-toolkit", version=inputs.cuda.version, type=ComponentType.PLATFORM,
+                               bom_ref="cuda-toolkit", properties=props(cuda_route=inputs.cuda.route, cuda_source=inputs.cuda.text)))
+    if inputs.base_image:
+        parts.append(Component(name=inputs.base_image, type=ComponentType.CONTAINER, bom_ref="base-image",
+                               properties=props(role="base image")))
+    for lib in inputs.native:
+        parts.append(Component(name=lib.path, type=ComponentType.FILE, bom_ref=f"file:{lib.path}",
+                               hashes=[HashType(alg=HashAlgorithm.SHA_256, content=lib.sha256)],
+                               properties=props(role="native library outside the Python packages")))
+    for part in parts:
+        bom.components.add(part)
+    bom.register_dependency(root, parts)
+    text = JsonV1Dot6(bom).output_as_string(indent=2)
+    problem = validate_sbom(text)
+    if problem:
+        raise BuildError(f"the SBOM of {inputs.flavour} does not validate against CycloneDX {SPEC}: {problem}")
+    return text + "\n"
+
+
+def validate_sbom(text: str) -> str | None:
+    """None when ``text`` is valid CycloneDX 1.6 JSON, else the validator's first error in one line."""
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
+    return None if error is None else " ".join(str(error).split())[:300]

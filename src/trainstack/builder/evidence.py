@@ -1,0 +1,98 @@
+"""What a build leaves for reviewers: files.json (every installed file's hash, beside build.json)
+and the CycloneDX SBOM (inside the venv, or in the image at a fixed path with a label naming its
+sha256). The facts come from the build; the formats from trainstack.attest."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from pathlib import Path
+
+from trainstack.attest.files import SBOM_NAME, FilesRecord, file_hash, snapshot
+from trainstack.attest.sbom import CudaToolkit, NativeLibrary, SbomInputs, make_sbom
+from trainstack.builder.backend import BuildJob
+from trainstack.builder.record import ExtensionRecord
+from trainstack.fsutil import atomic_write_json, atomic_write_text
+from trainstack.hostnvcc import find_host_nvcc
+from trainstack.lock.lockfile import hashes, parse_lock
+from trainstack.rules.nvcc import oci_route, venv_route
+from trainstack.verify.linkcheck.check import find_elf_files
+from trainstack.verify.linkcheck.elf import read_many
+from trainstack.verify.linkcheck.resolve import Resolver
+
+FILES_RECORD = "files.json"
+
+
+def record_venv(job: BuildJob, venv: Path, extensions: dict[str, ExtensionRecord]) -> FilesRecord:
+    """files.json beside build.json and <venv>/sbom.cdx.json, once every step succeeded."""
+    files = snapshot(venv)
+    atomic_write_json(job.staging / FILES_RECORD, files.model_dump(mode="json"))
+    inputs = sbom_inputs(job, "venv", files.distributions, extensions, native_libraries(venv))
+    atomic_write_text(venv / SBOM_NAME, make_sbom(inputs))
+    return files
+
+
+def sbom_inputs(job: BuildJob, backend: str, installed: dict[str, str], extensions: dict[str, ExtensionRecord],
+                native: tuple[NativeLibrary, ...] = ()) -> SbomInputs:
+    layers, stack = job.layers, job.inputs.stack
+    sources, wheels = {}, {}
+    for src in layers.sources:
+        comp = src.component
+        if job.skip_sources:
+            continue
+        pinned = layers.locked.sources.get(comp.key)
+        if pinned:
+            sources[comp.key] = pinned
+        elif comp.path is not None:
+            sources[comp.key] = f"path {comp.path}"
+        else:
+            entry = parse_lock(src.entry_text).entries[0]
+            sources[comp.key] = f"sdist {entry.name}=={entry.version} (sha256 one of: {', '.join(hashes(entry)) or 'none listed'})"
+        if comp.key in extensions:
+            wheels[comp.key] = extensions[comp.key].wheel
+    return SbomInputs(
+        stack=stack.stack.name, release=stack.stack.release, flavour=layers.flavour.slug, backend=backend,
+        python=layers.flavour.python, lock=layers.full, installed=installed, sources=sources, extension_wheels=wheels,
+        cuda=cuda_toolkit(job, backend),
+        base_image=(layers.locked.base_image or stack.build.base.get(layers.flavour.os, "")) if backend == "oci" else "",
+        native=native, trainstack_version=_version(),
+    )
+
+
+def cuda_toolkit(job: BuildJob, backend: str) -> CudaToolkit | None:
+    """The flavour's CUDA toolkit and how it came: PyPI's wheel, Debian's package, the devel image, the host."""
+    flavour, stack = job.layers.flavour, job.inputs.stack
+    if flavour.cuda == "cpu":
+        return None
+    rules = stack.rules_in_effect
+    if backend == "venv":
+        route = venv_route(rules, flavour.cuda, find_host_nvcc()) if job.layers.sources else None
+    else:
+        route = oci_route(rules, flavour.cuda, flavour.os, stack.build.base.get(flavour.os)) if job.layers.sources else None
+    if route is None:
+        return CudaToolkit(flavour.cuda, "wheels", "the CUDA runtime libraries of the locked nvidia-* wheels; no nvcc")
+    return CudaToolkit(flavour.cuda, route.kind, route.text)
+
+
+def native_libraries(root: Path) -> tuple[NativeLibrary, ...]:
+    """The shared libraries the environment's ELF files link to from outside it, as ld.so resolves
+    them (the link check's resolver), each with its sha256."""
+    resolver = Resolver.from_environment()
+    inside = str(root.resolve()) + os.sep
+    found: set[str] = set()
+    for info in read_many(find_elf_files([root]), scan_strings=False):
+        origin = os.path.dirname(info.path)
+        for name in info.needed:
+            hit = resolver.find(name, origin, info.rpath, info.runpath, info.elf_class)
+            if hit is not None:
+                real = os.path.realpath(hit[0])
+                if not real.startswith(inside):
+                    found.add(real)
+    return tuple(NativeLibrary(path, file_hash(Path(path))) for path in sorted(found) if os.path.isfile(path))
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("trainstack")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
