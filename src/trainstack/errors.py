@@ -84,6 +84,12 @@ class OutputError(TrainstackError):
     exit_code = 10
 
 
+class ProvenanceError(TrainstackError):
+    """Signed provenance that does not hold: its signature, or a digest it names, differs."""
+
+    exit_code = 1
+
+
 class NotBuiltError(VerifyError):
     """The environment to verify is not there: its flavour was never built (or was removed)."""
 

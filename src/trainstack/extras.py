@@ -17,6 +17,8 @@ INSTALL: dict[str, str] = {
     "torch": "pip install 'trainstack[torch]'",
     "transformers": "pip install transformers",
     "jsonschema": "pip install jsonschema",
+    "securesystemslib": "pip install 'trainstack[provenance]'",
+    "cryptography": "pip install 'trainstack[provenance]'",
 }
 
 

@@ -12,11 +12,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 
 from trainstack.builder.backend import Backend, BuildJob
+from trainstack.attest.provenance import PROVENANCE_NAME, load_signer
 from trainstack.builder.cpu import effective_cpus
+from trainstack.builder.evidence import write_provenance
 from trainstack.buildenv import budget_for, max_jobs
 from trainstack.builder.record import BuildRecord
 from trainstack.builder.steps import Steps
@@ -51,8 +54,11 @@ def build_stack(
     build_dir: Path = Path("build"),
     skip_sources: bool = False,
     force: bool = False,
+    signing_key: Path | None = None,
 ) -> list[BuildRecord]:
-    """Build the selected flavours; a failure leaves each flavour's previous good build in place."""
+    """Build the selected flavours; a failure leaves each flavour's previous good build in place.
+    ``signing_key``: an ed25519 private key; each build's provenance is signed with it."""
+    signer = load_signer(signing_key) if signing_key is not None else None  # a bad key is refused before any work
     chosen = make_backend(backend)
     inputs = load_inputs(stack_path, flavour)
     if chosen.name == "venv":
@@ -61,7 +67,7 @@ def build_stack(
     tools = chosen.tools()
     cpus = effective_cpus()
     return [
-        _build_one(inputs, layers, chosen, tools, build_dir.absolute(), cpus, skip_sources, force)
+        _build_one(inputs, layers, chosen, tools, build_dir.absolute(), cpus, skip_sources, force, signer)
         for layers in inputs.layers
     ]
 
@@ -88,11 +94,12 @@ def _build_one(
     cpus: float,
     skip_sources: bool,
     force: bool,
+    signer: Any = None,
 ) -> BuildRecord:
     slug = layers.flavour.slug
     final = flavour_dir(build_dir, slug, backend.name)
     try:
-        return _build_locked(inputs, layers, backend, tools, build_dir, cpus, skip_sources, force, final)
+        return _build_locked(inputs, layers, backend, tools, build_dir, cpus, skip_sources, force, final, signer)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise DiskSpaceError(f"{build_dir}: no space left on the device while building {slug}",
@@ -104,11 +111,11 @@ def _build_one(
 
 
 def _build_locked(inputs: Inputs, layers: FlavourLayers, backend: Backend, tools: dict[str, str], build_dir: Path,
-                  cpus: float, skip_sources: bool, force: bool, final: Path) -> BuildRecord:
+                  cpus: float, skip_sources: bool, force: bool, final: Path, signer: Any = None) -> BuildRecord:
     slug = layers.flavour.slug
     with _flavour_lock(build_dir, final.name):
         current = _up_to_date(final, layers, backend.name, skip_sources)
-        if current is not None and not force:
+        if current is not None and not force and (signer is None or (final / PROVENANCE_NAME).is_file()):
             err.print(f"[green]✓[/] {slug}: up to date ({final / 'build.json'})", highlight=False)
             return current
         staging = build_dir / f".{final.name}.staging"
@@ -116,6 +123,8 @@ def _build_locked(inputs: Inputs, layers: FlavourLayers, backend: Backend, tools
         staging.mkdir(parents=True)
         try:
             record = _run(inputs, layers, backend, tools, staging, final, cpus, skip_sources)
+            if signer is not None:
+                write_provenance(staging, inputs, layers, record, signer)
             swap_into_place(staging, final)
         except BaseException as exc:
             full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC

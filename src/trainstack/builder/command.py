@@ -16,6 +16,10 @@ def command(
         False, "--skip-sources", help="Leave out components built from source (recorded in build.json)."
     ),
     force: bool = typer.Option(False, "--force", help="Rebuild even when build.json matches the lock."),
+    signing_key: Path | None = typer.Option(
+        None, "--signing-key", metavar="KEY",
+        help="An ed25519 private key (PEM, mode 600): sign each build's provenance (BUILD_DIR/<flavour>/provenance.intoto.json).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the build records (build.json of each flavour) as a JSON list on stdout."),
     offline: bool = typer.Option(
         False, "--offline",
@@ -37,7 +41,8 @@ def command(
 
     check_output(build_dir, "--build-dir", folder=True)
     records = build_stack(
-        stack, flavour=flavour, backend=backend, build_dir=build_dir, skip_sources=skip_sources, force=force
+        stack, flavour=flavour, backend=backend, build_dir=build_dir, skip_sources=skip_sources, force=force,
+        signing_key=signing_key,
     )
     if json_out:
         from trainstack.console import emit_json

@@ -7,14 +7,19 @@ from __future__ import annotations
 import importlib.metadata
 import os
 from pathlib import Path
+from typing import Any
 
 from trainstack.attest.files import SBOM_NAME, FilesRecord, file_hash, snapshot
+from trainstack.attest.provenance import PROVENANCE_NAME, BuildFacts, sha256_file, sign
 from trainstack.attest.sbom import CudaToolkit, NativeLibrary, SbomInputs, make_sbom
 from trainstack.builder.backend import BuildJob
-from trainstack.builder.record import ExtensionRecord
+from trainstack.builder.record import BuildRecord, ExtensionRecord
 from trainstack.fsutil import atomic_write_json, atomic_write_text
 from trainstack.hostnvcc import find_host_nvcc
+from trainstack.lock.layers import FlavourLayers
 from trainstack.lock.lockfile import hashes, parse_lock
+from trainstack.lock.manifest import manifest_path
+from trainstack.render.inputs import Inputs
 from trainstack.rules.nvcc import oci_route, venv_route
 from trainstack.verify.linkcheck.check import find_elf_files
 from trainstack.verify.linkcheck.elf import read_many
@@ -96,3 +101,26 @@ def _version() -> str:
         return importlib.metadata.version("trainstack")
     except importlib.metadata.PackageNotFoundError:
         return ""
+
+
+def write_provenance(staging: Path, inputs: Inputs, layers: FlavourLayers, record: BuildRecord, signer: Any) -> Path:
+    """provenance.intoto.json beside build.json: the signed statement of this build."""
+    if record.backend == "venv":
+        files = FilesRecord.model_validate_json((staging / FILES_RECORD).read_bytes())
+        subjects = {"venv": files.digest(), SBOM_NAME: sha256_file(staging / "venv" / SBOM_NAME)}
+    else:
+        subjects = {record.image or layers.flavour.slug: (record.image_id or "").removeprefix("sha256:")}
+    byproducts = {name: sha256_file(staging / name) for name in ("build.json", FILES_RECORD) if (staging / name).is_file()}
+    facts = BuildFacts(
+        subjects=subjects, stack_name=inputs.stack_path.name, stack_sha256=sha256_file(inputs.stack_path),
+        lock_file=layers.locked.lock_file, lock_sha256=layers.locked.lock_sha256,
+        manifest_sha256=sha256_file(manifest_path(inputs.stack_path)), flavour=layers.flavour.slug,
+        backend=record.backend, skip_sources=bool(record.skipped_sources), build_settings=dict(layers.locked.build_settings),
+        base_image=layers.locked.base_image if record.backend == "oci" else "",
+        tools={"trainstack": _version(), **record.tools}, started=record.started_at, finished=record.finished_at,
+        byproducts=byproducts,
+    )
+    target = staging / PROVENANCE_NAME
+    atomic_write_text(target, sign(facts, signer))
+    target.chmod(0o644)
+    return target

@@ -13,7 +13,7 @@ def command(
     python: Path | None = typer.Option(None, "--python", help="Verify this interpreter's environment instead of a built venv."),
     build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Where 'trainstack build' put the flavours."),
     skip: list[str] = typer.Option(
-        [], "--skip", help="Leave out a part: report, ops, linkcheck, smoke, suites (the result is then a partial one)."
+        [], "--skip", help="Leave out a part: report, files, ops, linkcheck, smoke, suites (the result is then a partial one)."
     ),
     output: Path | None = typer.Option(
         None, "--output", "-o",
@@ -21,13 +21,18 @@ def command(
         "beside it when a part is skipped).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON instead of the summary."),
+    provenance: Path | None = typer.Option(
+        None, "--provenance", metavar="FILE",
+        help="Check this signed provenance (build --signing-key) first: its signature, the environment, SBOM, stack and lock it names.",
+    ),
+    public_key: Path | None = typer.Option(None, "--public-key", metavar="KEY", help="The ed25519 public key (PEM) --provenance is checked with."),
     trust: bool = typer.Option(False, "--trust", help="Run suite commands that are not pytest (they run whatever the stack names; 'trainstack check' shows them)."),
 ) -> None:
     """Report, op table, link check, smoke checks and test suites, inside the environment.
 
     Example: trainstack verify examples/stacks/cpu-minimal.toml --flavour cpu-debian12-py311-release
     """
-    from trainstack.console import out
+    from trainstack.console import err, out
     from trainstack.console import emit_json
     from trainstack.fsutil import check_output
     from trainstack.verify.scope import make_scope
@@ -36,11 +41,22 @@ def command(
 
     if output is not None:
         check_output(output, "--output")
+    if (provenance is None) != (public_key is None):
+        from trainstack.errors import UsageError
+
+        raise UsageError("--provenance and --public-key go together", hint="give both: --provenance FILE --public-key KEY")
     target, scope, default_output = make_scope(stack, flavour, python, build_dir, skip)
+    signed = None
+    if provenance is not None and public_key is not None:
+        from trainstack.verify.provenance import check_provenance
+
+        signed = check_provenance(provenance, public_key, target, scope.stack_path, scope.flavour)
+        (err if json_out else out).print(f"provenance: {', '.join(signed.checked)} as signed", highlight=False)
     destination = output or default_output
     if destination is not None and output is None:
         check_output(destination, "verify.json (BUILD_DIR/<flavour>/verify.json)")
     result = run_verify(target, scope, trust=trust)
+    result.provenance = signed
     if destination is not None:
         emit_json(result.model_dump_json(indent=2), to_stdout=False, output=destination)
     if json_out:

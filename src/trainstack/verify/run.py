@@ -24,6 +24,7 @@ from trainstack.verify.suites.gate import refuse_untrusted, run_gate
 from trainstack.verify.suites.known_issues import KnownIssues, load_known_issues
 from trainstack.verify.envvars import EnvSetting, check_env
 from trainstack.verify.filedrift import check_files
+from trainstack.verify.provenance import ProvenanceCheck
 from trainstack.attest.files import FileDrift
 from trainstack.verify.suites.schema import GateResult
 from trainstack.verify.target import Target
@@ -50,6 +51,7 @@ class VerifyResult(BaseModel):
     report: EnvReport | None
     # every installed file against the build's record (or the wheels' RECORD): what changed since
     files: FileDrift | None = None
+    provenance: ProvenanceCheck | None = None  # verify --provenance: what the signed statement was checked against
     # the stack's [env], each with the value the environment's activation sets (with the report part)
     environment: list[EnvSetting] = []
     ops: OpTable | None
