@@ -25,6 +25,10 @@ def command(
     out: Path | None = typer.Option(
         None, "--out", metavar="DIR", help="Output directory. Default: <stack>.release/<release>/ beside the stack file."
     ),
+    advisories: Path | None = typer.Option(
+        None, "--advisories", metavar="DIR",
+        help="A folder of OSV advisories (osv.dev's PyPI export): list those fixed and added per flavour. Default: the stack's [verify] advisories.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print release.json on stdout instead of the files written."),
 ) -> None:
     """Write release notes: version updates, images, driver requirements, verification, performance and prose.
@@ -39,7 +43,8 @@ def command(
 
         check_output(out, "--out", folder=True)
     outcome = make_release(
-        stack, previous, results=results, previous_results=previous_results, out=out, changes=changes
+        stack, previous, results=results, previous_results=previous_results, out=out, changes=changes,
+        advisories=advisories,
     )
     if json_out:
         from trainstack.console import emit_json

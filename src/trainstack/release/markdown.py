@@ -202,10 +202,28 @@ def render_markdown(notes: ReleaseNotes) -> str:
     if "Performance notes" in prose:
         out += ["### Performance notes", "", *_prose(prose["Performance notes"]), ""]
     out += known_issue_lines(notes)
+    out += advisory_lines(notes)
     out += ["## Quick start", ""]
     for quick in notes.quick_start:
         out += [f"{text(quick.slug, line_start=True)}:", "", *fence(quick.commands), ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def advisory_lines(notes: ReleaseNotes) -> list[str]:
+    """## Security advisories: per flavour, the OSV advisories fixed, added and still affecting it."""
+    if notes.advisories_read is None:
+        return []
+    lines = ["## Security advisories", "",
+             f"{notes.advisories_read} OSV advisories read; those that affect each flavour's locked packages, "
+             f"{following(notes)}:", ""]
+    rows = []
+    for flavour in notes.advisories:
+        for status, items in (("fixed", flavour.fixed), ("added", flavour.added), ("remaining", flavour.remaining)):
+            rows += [[flavour.slug, status, a.id, a.severity, f"{a.package} {a.version}", ", ".join(a.fixed) or MISSING,
+                      a.summary] for a in items]
+    if not rows:
+        return lines[:2] + ["None affects any flavour's locked packages.", ""]
+    return lines + table(["flavour", "status", "advisory", "severity", "package", "fixed in", "summary"], rows) + [""]
 
 
 def following(notes: ReleaseNotes) -> str:

@@ -8,8 +8,12 @@ from dataclasses import dataclass, field
 from trainstack.errors import UsageError
 from trainstack.lock.manifest import Manifest
 from trainstack.release.diff import component_versions, diff_manifests, first_release
+from trainstack.attest.advisories import Advisory as OsvAdvisory
+from trainstack.attest.advisories import findings
 from trainstack.release.schema import (
+    Advisory,
     BenchRow,
+    FlavourAdvisories,
     DriverRequirement,
     FlavourImage,
     Fragment,
@@ -121,6 +125,7 @@ class Inputs:
     fragments: list[Fragment]
     rules: Rules = field(default_factory=shipped_rules)  # the stack's rules in effect
     images: dict[str, str] = field(default_factory=dict)  # slug -> image:tag from [stack] tag
+    advisories: list[OsvAdvisory] | None = None  # an OSV folder's advisories (None: none given)
 
 
 def make_notes(inputs: Inputs, drivers: DriverLookup) -> ReleaseNotes:
@@ -141,4 +146,24 @@ def make_notes(inputs: Inputs, drivers: DriverLookup) -> ReleaseNotes:
         performance=performance(inputs.bench, inputs.previous_bench),
         fragments=inputs.fragments,
         quick_start=quick_start(images, inputs.components),
+        advisories=advisory_changes(inputs.current, inputs.previous, inputs.advisories or []) if inputs.advisories is not None else [],
+        advisories_read=len(inputs.advisories) if inputs.advisories is not None else None,
     )
+
+
+def advisory_changes(current: Manifest, previous: Manifest | None, advisories: list[OsvAdvisory]) -> list[FlavourAdvisories]:
+    """Per flavour of this release: the advisories fixed since the previous release's lock of that
+    flavour (or, for a flavour new in this release, none), added, and remaining."""
+    found = []
+    for slug, flavour in sorted(current.flavours.items()):
+        now = {(f.package, f.id): Advisory(**f.model_dump()) for f in findings(advisories, flavour.packages)}
+        before_flavour = previous.flavours.get(slug) if previous is not None else None
+        before = ({(f.package, f.id): Advisory(**f.model_dump()) for f in findings(advisories, before_flavour.packages)}
+                  if before_flavour is not None else {})
+        found.append(FlavourAdvisories(
+            slug=slug,
+            fixed=[before[k] for k in sorted(set(before) - set(now))],
+            added=[now[k] for k in sorted(set(now) - set(before))] if before_flavour is not None else [],
+            remaining=[now[k] for k in sorted(set(now) & set(before))] if before_flavour is not None else [now[k] for k in sorted(now)],
+        ))
+    return found

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from trainstack.attest.advisories import Advisory as OsvAdvisory
+from trainstack.attest.advisories import load_advisories
 from trainstack.errors import SpecError, UsageError
 from trainstack.fsutil import dump_json, replace_tree
 from trainstack.lock import check_lock_current
@@ -25,7 +27,8 @@ from trainstack.release.schema import ReleaseNotes
 from trainstack.release.notes import DriverLookup, Inputs, check_same_stack, make_notes
 from trainstack.release.plots import charts
 from trainstack.release.results import BenchKey, BenchResult, Verified, bench_of_release, read_bench, read_verification
-from trainstack.stackfile import load_stack
+from trainstack.stackfile import Stack, load_stack
+from trainstack.stackfile.paths import stack_path as confined_path
 
 OUTPUTS = ("RELEASE.md", "release.json", "release.html")
 
@@ -86,6 +89,7 @@ def make_release(
     out: Path | None = None,
     changes: Path | None = None,
     drivers: DriverLookup | None = None,
+    advisories: Path | None = None,
 ) -> Outcome:
     """Write RELEASE.md, release.json and release.html for the stack's current lock, then
     consume the changelog fragments they include."""
@@ -95,7 +99,7 @@ def make_release(
     if changes is None and changes_dir.is_symlink():
         raise SpecError(f"{changes_dir}: is a symbolic link; the changes folder beside the stack is a folder of "
                         "its own (its fragments are read and moved there), or give one with --changes DIR")
-    inputs = gather(stack_path, previous_path, results_dir, previous_results_dir, changes_dir)
+    inputs = gather(stack_path, previous_path, results_dir, previous_results_dir, changes_dir, advisories)
     notes = make_notes(inputs, drivers if drivers is not None else partial(rules_lookup, inputs.rules))
     texts = render_all(notes)
     written = write_outputs(out if out is not None else default_out(stack_path, notes.release), texts)
@@ -103,7 +107,8 @@ def make_release(
 
 
 def gather(
-    stack_path: Path, previous_path: Path | None, results: Path | None, previous_results: Path | None, changes: Path
+    stack_path: Path, previous_path: Path | None, results: Path | None, previous_results: Path | None, changes: Path,
+    advisories: Path | None = None,
 ) -> Inputs:
     """Read and check every input; raises before anything is rendered or written."""
     stack = load_stack(stack_path)
@@ -124,7 +129,21 @@ def gather(
         fragments=fragments,
         rules=stack.rules_in_effect,
         images=stack_image_refs(stack, current.flavours, stack_path),
+        advisories=_advisories(stack, stack_path, advisories),
     )
+
+
+def _advisories(stack: Stack, stack_file: Path, given: Path | None) -> list[OsvAdvisory] | None:
+    """--advisories DIR, else the stack's [verify] advisories folder, read; None when neither is given."""
+    if given is not None:
+        return load_advisories(given)
+    if stack.verify.advisories is None:
+        return None
+    try:
+        folder = confined_path(stack.verify.advisories, stack_file.parent, "verify.advisories")
+    except ValueError as exc:
+        raise SpecError(f"{stack_file}: verify.advisories: {exc}") from None
+    return load_advisories(folder)
 
 
 def load_previous(path: Path) -> Manifest:

@@ -164,6 +164,27 @@ class Fragment(Frozen):
     none: bool = False  # the fragment said 'none': its section has nothing this release (text "None.")
 
 
+class Advisory(Frozen):
+    """An OSV advisory that affects a locked package of a flavour."""
+
+    id: str
+    aliases: list[str] = []
+    package: str
+    version: str
+    severity: str
+    summary: str = ""
+    fixed: list[str] = []
+
+
+class FlavourAdvisories(Frozen):
+    """Per flavour: the advisories this release fixed, added and still has, against the previous one."""
+
+    slug: str
+    fixed: list[Advisory]  # affected the previous release's lock, not this one's
+    added: list[Advisory]  # affect this release's lock, not the previous one's
+    remaining: list[Advisory]  # affect both
+
+
 class QuickStart(Frozen):
     slug: str
     commands: list[str]
@@ -184,6 +205,8 @@ class ReleaseNotes(Frozen):
     performance: list[BenchRow]  # empty: not measured
     fragments: list[Fragment]
     quick_start: list[QuickStart]
+    advisories: list[FlavourAdvisories] = []  # with an OSV folder: the security advisories per flavour
+    advisories_read: int | None = None  # how many advisories the folder held (None: none given)
 
     @property
     def title(self) -> str:

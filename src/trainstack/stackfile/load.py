@@ -131,6 +131,7 @@ def _confine_paths(stack: Stack, text: str, path: Path) -> None:
         (("build", "ca_bundle"), "build.ca_bundle", stack.build.ca_bundle),
         (("build", "compiler_cache", "dir"), "build.compiler_cache.dir", stack.build.compiler_cache.dir),
         (("verify", "known_issues"), "verify.known_issues", stack.verify.known_issues),
+        (("verify", "advisories"), "verify.advisories", stack.verify.advisories),
     ]
     for loc, field, value in given:
         if value is None:

@@ -12,7 +12,8 @@ Where each field may lead:
   (``SYSTEM_CA_BUNDLES``, the distributions' ca-certificates files);
 - ``build.compiler_cache.dir``: relative (taken under the build directory), or inside the stack's
   folder, or inside the user's cache folder ``~/.cache``;
-- ``verify.known_issues``: a file inside the stack's folder.
+- ``verify.known_issues``: a file inside the stack's folder;
+- ``verify.advisories``: a folder inside the stack's folder.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ SYSTEM_CA_BUNDLES = (
     "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
     "/etc/ssl/cert.pem",
 )
-FIELDS = ("components.path", "build.ca_bundle", "build.compiler_cache.dir", "verify.known_issues")
+FIELDS = ("components.path", "build.ca_bundle", "build.compiler_cache.dir", "verify.known_issues", "verify.advisories")
 
 
 def expand_home(value: str) -> Path:
@@ -66,6 +67,8 @@ def stack_path(value: str, folder: Path, field: str) -> Path:
     if _inside(target, folder):
         if field in ("build.ca_bundle", "verify.known_issues") and target.exists() and not target.is_file():
             raise ValueError(f"'{grammar.shown(value)}' is not a file")
+        if field == "verify.advisories" and target.exists() and not target.is_dir():
+            raise ValueError(f"'{grammar.shown(value)}' is not a folder")
         return target
     if field == "components.path" and given.is_absolute():
         if not target.exists():
@@ -86,6 +89,7 @@ def stack_path(value: str, folder: Path, field: str) -> Path:
     accepted = {
         "build.ca_bundle": f"a file inside it, or a system CA bundle ({', '.join(SYSTEM_CA_BUNDLES)})",
         "verify.known_issues": "a file inside it",
+        "verify.advisories": "a folder inside it",
         "components.path": "a path inside it, or an absolute path",
     }[field]
     raise ValueError(f"'{grammar.shown(value)}' leads out of the stack's folder {folder}; give {accepted}")

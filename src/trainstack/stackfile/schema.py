@@ -427,6 +427,10 @@ class Verify(Strict):
     suite: list[Suite] = []
     known_issues: RelativePath | None = None
     max_failed_tests: Annotated[int, Field(ge=0)] = 0
+    # a folder of OSV advisories inside the stack's folder; verify lists those affecting the lock,
+    # and fails above max_severity (the highest severity the gate accepts) when that is given
+    advisories: RelativePath | None = None
+    max_severity: Literal["low", "medium", "high", "critical"] | None = None
     links: Links = Links()
 
     @field_validator("smoke")

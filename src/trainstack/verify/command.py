@@ -13,7 +13,7 @@ def command(
     python: Path | None = typer.Option(None, "--python", help="Verify this interpreter's environment instead of a built venv."),
     build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Where 'trainstack build' put the flavours."),
     skip: list[str] = typer.Option(
-        [], "--skip", help="Leave out a part: report, files, ops, linkcheck, smoke, suites (the result is then a partial one)."
+        [], "--skip", help="Leave out a part: report, files, advisories, ops, linkcheck, smoke, suites (the result is then a partial one)."
     ),
     output: Path | None = typer.Option(
         None, "--output", "-o",

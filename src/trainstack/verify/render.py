@@ -8,6 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from trainstack.verify.envvars import EnvSetting
+from trainstack.verify.advisories import render_advisories
 from trainstack.verify.filedrift import render_files
 from trainstack.verify.linkcheck.render import render_links
 from trainstack.verify.ops import OpTable, render_value
@@ -26,6 +27,8 @@ def render_verify(result: VerifyResult, console: Console) -> None:
         render_report(result.report, console)
     if result.files is not None:
         render_files(result.files, console)
+    if result.advisories is not None:
+        render_advisories(result.advisories, console)
     if result.environment:
         render_environment(result.environment, console)
     if result.ops is not None:

@@ -23,13 +23,14 @@ from trainstack.verify.smoke import SmokeResult, run_smoke
 from trainstack.verify.suites.gate import refuse_untrusted, run_gate
 from trainstack.verify.suites.known_issues import KnownIssues, load_known_issues
 from trainstack.verify.envvars import EnvSetting, check_env
+from trainstack.verify.advisories import AdvisoryCheck, check_advisories
 from trainstack.verify.filedrift import check_files
 from trainstack.verify.provenance import ProvenanceCheck
 from trainstack.attest.files import FileDrift
 from trainstack.verify.suites.schema import GateResult
 from trainstack.verify.target import Target
 
-PARTS = ("report", "files", "ops", "linkcheck", "smoke", "suites")
+PARTS = ("report", "files", "advisories", "ops", "linkcheck", "smoke", "suites")
 SCHEMA_VERSION = 1
 # what --python checks for imports when no stack names the components
 DEFAULT_IMPORTS = ("torch", "numpy", "triton", "deepspeed", "flash-attn", "apex", "transformer-engine", "xformers", "transformers")
@@ -51,6 +52,7 @@ class VerifyResult(BaseModel):
     report: EnvReport | None
     # every installed file against the build's record (or the wheels' RECORD): what changed since
     files: FileDrift | None = None
+    advisories: AdvisoryCheck | None = None  # the stack's OSV advisories that affect the lock
     provenance: ProvenanceCheck | None = None  # verify --provenance: what the signed statement was checked against
     # the stack's [env], each with the value the environment's activation sets (with the report part)
     environment: list[EnvSetting] = []
@@ -88,6 +90,7 @@ def run_verify(target: Target, scope: Scope, *, trust: bool = False) -> VerifyRe
     if "suites" in wanted:
         refuse_untrusted(scope.settings.suite, _where(scope), trust)
     files = check_files(target, scope.build_record) if "files" in wanted else None  # before anything runs in it
+    advisories = _advisories(scope) if "advisories" in wanted else None
     report = collect_report(target, locked=scope.locked, build_record=scope.build_record) if "report" in wanted else None
     rules = scope.stack.rules_in_effect if scope.stack is not None else None
     ops = op_table(target, prebuilt_wanted(scope.stack, scope.components), rules, scope.accelerator) if "ops" in wanted else None
@@ -97,6 +100,7 @@ def run_verify(target: Target, scope: Scope, *, trust: bool = False) -> VerifyRe
     environment = check_env(target, scope.stack.env) if scope.stack is not None and "report" in wanted else []
     reasons = judge(report, ops, links, smoke, gate)
     reasons += files.reasons if files is not None else []
+    reasons += advisories.reasons if advisories is not None else []
     reasons += [f"env: {e.name} is '{e.declared}' in the stack's [env], the environment's activation sets "
                 f"{repr(e.found) if e.found is not None else 'nothing'} (build the flavour again)"
                 for e in environment if not e.ok]
@@ -112,6 +116,7 @@ def run_verify(target: Target, scope: Scope, *, trust: bool = False) -> VerifyRe
         lock_inputs_hash=scope.lock_inputs_hash,
         report=report,
         files=files,
+        advisories=advisories,
         environment=environment,
         ops=ops,
         links=links,
@@ -120,6 +125,12 @@ def run_verify(target: Target, scope: Scope, *, trust: bool = False) -> VerifyRe
         verdict="fail" if reasons else "pass",
         reasons=reasons,
     )
+
+
+def _advisories(scope: Scope) -> AdvisoryCheck | None:
+    if scope.stack is None or scope.stack_path is None or scope.locked is None:
+        return None
+    return check_advisories(scope.settings, scope.stack_path, scope.locked[1])
 
 
 def _links(target: Target, scope: Scope) -> LinkReport:
