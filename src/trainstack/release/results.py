@@ -12,7 +12,7 @@ Fields read from ``verify.json`` (``trainstack verify`` writes it; anything else
 and what is missing is reported as not measured):
 
 - ``verdict``: "pass" or "fail" (nothing else, in that case); ``reasons``: why it failed, one line each
-- ``skipped``: the parts left out (report, ops, linkcheck, smoke, suites); a "pass" with the
+- ``skipped``: the parts left out (report, files, advisories, ops, linkcheck, smoke, suites); a "pass" with the
   suites skipped is reported "not run"
 - ``gate.suites[]``: ``tests`` (tests run), ``failed`` (ids still failing, not known),
   ``known[]`` = {``test``, ``reason``, ``link``} (failures accepted by the known-issues file),
@@ -65,7 +65,7 @@ Figure = Annotated[float, Field(ge=0, le=FIGURE_MAX, allow_inf_nan=False)]
 # A text the notes show: one line of at most 2,000 characters, nothing invisible in it.
 Line = Annotated[str, Field(max_length=2000), AfterValidator(grammar.no_controls)]
 Link = Annotated[str, Field(max_length=2000), AfterValidator(grammar.web_link)]
-Part = Literal["report", "ops", "linkcheck", "smoke", "suites"]
+Part = Literal["report", "files", "advisories", "ops", "linkcheck", "smoke", "suites"]
 NOT_RUN = "not run"  # the verdict of a verification whose test gate was skipped: never "pass"
 MAX_EXCLUDED = 100_000  # excluded tests one suite of a verify.json may list
 NOT_BUILT = "not built"  # the verdict of a passing verification with components the build left out: never "pass"
