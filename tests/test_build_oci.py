@@ -3,6 +3,7 @@ the CA secret absent from every layer, and the torch layer kept when an extra is
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import pytest
 
 from tests.stacks import CPU_FLAVOUR
 from tests.test_build_fixtures import copy_example, git, git_package, make_lock
+from trainstack.attest.sbom import SBOM_LABEL, SBOM_PATH_IN_IMAGE, validate_sbom
 from trainstack.builder.oci import BuildahBackend
 from trainstack.cli import main
 
@@ -92,12 +94,31 @@ def test_image_on_a_debootstrap_base_runs_and_is_labelled(built: dict[str, objec
     assert labels["io.trainstack.lock-sha256"] == built["second"]["lock_sha256"]
 
 
+def test_the_image_carries_its_sbom_at_a_fixed_path_with_its_digest_in_a_label(built: dict[str, object], tmp_path: Path) -> None:
+    container = buildah("from", "--quiet", TAG).strip()
+    try:
+        mount = Path(buildah("mount", container).strip())
+        data = (mount / SBOM_PATH_IN_IMAGE.lstrip("/")).read_bytes()
+        listed = buildah("run", "--isolation", "chroot", container, "--", "python", "-m", "pip", "list", "--format", "json")
+    finally:
+        buildah("umount", container, check=False)
+        buildah("rm", container)
+    labels = json.loads(buildah("inspect", "--type", "image", TAG))["OCIv1"]["config"]["Labels"]
+    assert labels[SBOM_LABEL] == hashlib.sha256(data).hexdigest()
+    assert validate_sbom(data.decode()) is None
+    sbom = json.loads(data)
+    pip = {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listed)}
+    assert {c["name"]: c["version"] for c in sbom["components"] if c["type"] == "library"} == pip
+    assert sbom["metadata"]["component"]["type"] == "container"
+    assert [c["name"] for c in sbom["components"] if c["type"] == "container"] == ["debootstrap:bookworm"]
+
+
 def test_ca_bundle_is_in_no_layer(built: dict[str, object], marker: str, tmp_path: Path) -> None:
     layout = tmp_path / "image"
     buildah("push", "--disable-compression", TAG, f"dir:{layout}")
     manifest = json.loads((layout / "manifest.json").read_text())
     layers = [layout / layer["digest"].split(":", 1)[1] for layer in manifest["layers"]]
-    assert len(layers) == 6
+    assert len(layers) == 7  # six of the Dockerfile's stages, the SBOM
     for blob in [*layers, layout / manifest["config"]["digest"].split(":", 1)[1]]:
         assert marker.encode() not in blob.read_bytes(), blob.name  # not the bundle's bytes, anywhere
     for layer in layers:
@@ -110,9 +131,9 @@ def test_ca_bundle_is_in_no_layer(built: dict[str, object], marker: str, tmp_pat
 
 def test_bumping_an_extra_keeps_the_torch_layer(built: dict[str, object]) -> None:
     first, second = built["first"]["layers"], built["second"]["layers"]
-    assert len(first) == len(second) == 6  # base, system, torch lock + install, extras lock + install
+    assert len(first) == len(second) == 7  # base, system, torch lock + install, extras lock + install, SBOM
     assert first[:4] == second[:4]
-    assert first[4] != second[4] and first[5] != second[5]
+    assert first[4] != second[4] and first[5] != second[5] and first[6] != second[6]
     assert "debootstrap-bookworm" not in [s["name"] for s in built["second"]["steps"]]  # base reused
 
 

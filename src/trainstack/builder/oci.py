@@ -19,7 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from trainstack import proc
+from trainstack.attest.provenance import sha256_file
+from trainstack.attest.sbom import SBOM_LABEL, SBOM_PATH_IN_IMAGE, make_sbom
 from trainstack.builder.backend import BuildJob, BuildOutput
+from trainstack.builder.evidence import sbom_inputs
 from trainstack.builder.steps import Steps
 from trainstack.errors import BuildError, SpecError, ToolMissingError
 from trainstack.fsutil import atomic_write_text
@@ -28,6 +31,11 @@ from trainstack.render.api import flavour_files
 from trainstack.render.dockerfile import Base, base_for, stage_name
 from trainstack.grammar import CONTROL, shown
 
+# run by the image's Python: every installed distribution, canonical name -> version, as one JSON line
+LIST_DISTRIBUTIONS = (
+    "import importlib.metadata as m, json, re; print(json.dumps({re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): "
+    "d.version for d in m.distributions() if d.metadata['Name']}))"
+)
 UBUNTU_SUITES = frozenset({"bionic", "focal", "jammy", "noble", "oracular", "plucky", "questing"})
 
 
@@ -147,7 +155,32 @@ class BuildahBackend:
             argv += ["--build-arg", f"{key}={value}"]
         with netrc_secret(job) as secret:
             steps.run("image", [*argv, *secret, "-f", context / "Dockerfile", context], network=True)
+        steps.timed("sbom", lambda: self._attach_sbom(job, tag))
         return self._describe(tag)
+
+    def _attach_sbom(self, job: BuildJob, tag: str) -> None:
+        """The image's SBOM at SBOM_PATH_IN_IMAGE and its sha256 in the SBOM_LABEL label: the
+        distributions listed by the image's own Python, the rest from the lock and the build."""
+        container = self._must(self._cmd("from", "--quiet", tag), "open the image").strip()
+        try:
+            listed = self._must(self._cmd("run", "--isolation", "chroot", container, "--", "python", "-I", "-c", LIST_DISTRIBUTIONS),
+                                "list the image's distributions")
+            installed = json.loads(listed.strip().splitlines()[-1])
+            path = job.staging / "sbom.cdx.json"
+            atomic_write_text(path, make_sbom(sbom_inputs(job, "oci", installed, {})))
+            self._must(self._cmd("copy", "--quiet", container, path, SBOM_PATH_IN_IMAGE), "copy the SBOM in")
+            self._must(self._cmd("config", "--label", f"{SBOM_LABEL}={sha256_file(path)}", container), "label the SBOM")
+            self._must(self._cmd("commit", "--quiet", container, tag), "commit the image with its SBOM")
+        finally:
+            proc.run(self._cmd("rm", container), echo=False)
+
+    @staticmethod
+    def _must(argv: list[str | Path], what: str) -> str:
+        result = proc.run(argv, echo=False)
+        if not result.ok:
+            last = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+            raise BuildError(f"sbom: could not {what}: {last[:300]}")
+        return result.stdout
 
     def _exists(self, ref: str) -> bool:
         return proc.run(self._cmd("inspect", "--type", "image", ref), echo=False).ok
