@@ -120,3 +120,11 @@ def test_a_link_in_the_advisory_folder_is_not_followed(stack: Path, capsys) -> N
                  "--out", str(stack.parent / "notes")])
     lines = errors(capsys.readouterr().err)
     assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {folder / 'passwd.json'}: ")
+
+
+@pytest.mark.parametrize("value", ["/etc", "../", "osv/GHSA-53q9-r3pm-6pq6.json"])
+def test_the_stacks_advisories_folder_is_a_folder_inside_its_folder(stack: Path, value: str, capsys) -> None:
+    stack.write_text(stack.read_text().replace("[verify]\n", f'[verify]\nadvisories = "{value}"\n', 1))
+    assert main(["check", str(stack)]) == 2
+    [line] = errors(capsys.readouterr().err)
+    assert line.startswith(f"error: {stack}:") and "verify.advisories" in line
