@@ -71,6 +71,9 @@ def test_release_notes_list_the_advisories_fixed_and_added_since_the_previous_re
     section = markdown.split("## Security advisories", 1)[1].split("\n## ", 1)[0]
     assert f"| {SLUG} | fixed | GHSA-cpwx-vrp4-4pq7 | medium | jinja2 3.1.4 | 3.1.6 |" in section
     assert f"| {SLUG} | added | GHSA-53q9-r3pm-6pq6 | critical | torch 2.5.1 | 2.6.0 |" in section
+    html = (out / "release.html").read_text()
+    assert "<td>added</td><td>GHSA-53q9-r3pm-6pq6</td><td>critical</td>" in html
+    assert "<code>torch.load</code>" not in html and "`torch.load` with `weights_only=True`" in html  # text, escaped
 
 
 def test_the_stacks_folder_and_max_severity_gate_verify(stack: Path, capsys) -> None:

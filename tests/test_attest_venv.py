@@ -96,6 +96,7 @@ def test_verify_passes_an_unchanged_build_and_names_what_was_replaced_or_added_a
     for requirement in ("six==1.17.0", f"numpy=={other}"):  # a later pip install: an undeclared package, numpy replaced
         subprocess.run(["uv", "pip", "install", "-q", "--python", python, requirement], check=True, timeout=300)
     (venv / "lib" / "python3.11" / "site-packages" / "pytest" / "__init__.py").write_text("# changed\n", encoding="utf-8")
+    (venv / "bin" / "planted.sh").write_text("#!/bin/sh\n", encoding="utf-8")  # a file of no distribution
     capsys.readouterr()
     assert main(["verify", str(stack), "--build-dir", str(build), *ONLY_FILES]) == 1
     shown = capsys.readouterr().out
@@ -105,6 +106,7 @@ def test_verify_passes_an_unchanged_build_and_names_what_was_replaced_or_added_a
                        "pytest": ("modified", changes["pytest"][1], changes["pytest"][1])}
     assert f"files: numpy {numpy} was replaced by {other} after the build" in found["reasons"]
     assert "files: six 1.17.0 was installed after the build (not in the build)" in found["reasons"]
+    assert "files: 1 file(s) of no distribution added since the build: bin/planted.sh" in found["reasons"]
     assert "numpy" in shown and "six" in shown and locked["verdict"] == "pass"
 
 

@@ -79,9 +79,9 @@ class FileDrift(BaseModel):
         for kind in ("changed", "added", "removed"):
             count = self.unowned.get(kind, 0)
             if count:
-                shown = getattr(self, kind)
+                shown = getattr(self, kind)[:3]
                 more = f" and {count - len(shown)} more" if count > len(shown) else ""
-                lines.append(f"files: {count} file(s) of no distribution {kind} since the build: {', '.join(shown[:3])}{more if count <= 3 else ' ...'}")
+                lines.append(f"files: {count} file(s) of no distribution {kind} since the build: {', '.join(shown)}{more}")
         return lines
 
 

@@ -70,7 +70,7 @@ def render_html(notes: ReleaseNotes, charts: list[Chart]) -> str:
     known = [(v.slug, _safe_issue(i)) for v in notes.verification for i in v.known_issues]
     return env.get_template("release.html.j2").render(
         notes=notes,
-        nav=_nav(sections, bool(known)),
+        nav=_nav(sections, bool(known), notes.advisories_read is not None),
         sections=_Sections(sections),
         version_columns=[[flavour_label(slugs, len(notes.flavours))] if len(slugs) == len(notes.flavours) else slugs
                          for slugs in notes.versions.columns],
@@ -107,7 +107,7 @@ class _Sections(dict):
         return self[key]
 
 
-def _nav(sections: dict[str, list[ProseItem]], known: bool) -> list[tuple[str, str]]:
+def _nav(sections: dict[str, list[ProseItem]], known: bool, advisories: bool = False) -> list[tuple[str, str]]:
     nav = [("highlights", "Highlights")] if "Highlights" in sections else []
     nav.append(("updates", "Updates"))
     nav += [(t.lower(), t) for t in ("Stability", "Fixes") if t in sections]
@@ -115,5 +115,7 @@ def _nav(sections: dict[str, list[ProseItem]], known: bool) -> list[tuple[str, s
             ("verification", "Verification"), ("performance", "Performance")]
     if known or "Known issues" in sections:
         nav.append(("known-issues", "Known issues"))
+    if advisories:
+        nav.append(("advisories", "Security advisories"))
     nav.append(("quick-start", "Quick start"))
     return nav
