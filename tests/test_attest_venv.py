@@ -177,3 +177,20 @@ def test_a_signing_key_readable_by_others_or_not_ed25519_is_refused_before_any_w
     assert "accepted: an ed25519 private key" in line
     assert not build.exists() or not (build / SLUG).exists()
     assert os.access(key, os.R_OK)
+
+
+def test_an_up_to_date_build_is_signed_without_building_again(copy, tmp_path, capsys) -> None:
+    stack, build, public = copy
+    (build / SLUG / "provenance.intoto.json").unlink()
+    record = (build / SLUG / "build.json").read_bytes()
+    private = ed25519.Ed25519PrivateKey.generate()
+    key = write_key(tmp_path / "other.pem", private)
+    other = tmp_path / "other.pub"
+    other.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    assert main(["build", str(stack), "--build-dir", str(build), "--signing-key", str(key)]) == 0
+    assert "up to date" in capsys.readouterr().err
+    assert (build / SLUG / "build.json").read_bytes() == record
+    assert provenance_check(stack, build, other) == 0
+    assert provenance_check(stack, build, public) == 1  # signed with the other key
+    [line] = errors(capsys.readouterr().err)
+    assert "the signature does not verify with the public key given" in line

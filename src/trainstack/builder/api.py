@@ -17,9 +17,9 @@ from typing import Any
 from rich.text import Text
 
 from trainstack.builder.backend import Backend, BuildJob
-from trainstack.attest.provenance import PROVENANCE_NAME, load_signer
+from trainstack.attest.provenance import load_signer
 from trainstack.builder.cpu import effective_cpus
-from trainstack.builder.evidence import write_provenance
+from trainstack.builder.evidence import FILES_RECORD, write_provenance
 from trainstack.buildenv import budget_for, max_jobs
 from trainstack.builder.record import BuildRecord
 from trainstack.builder.steps import Steps
@@ -115,8 +115,10 @@ def _build_locked(inputs: Inputs, layers: FlavourLayers, backend: Backend, tools
     slug = layers.flavour.slug
     with _flavour_lock(build_dir, final.name):
         current = _up_to_date(final, layers, backend.name, skip_sources)
-        if current is not None and not force and (signer is None or (final / PROVENANCE_NAME).is_file()):
+        if current is not None and not force and (signer is None or (final / FILES_RECORD).is_file()):
             err.print(f"[green]✓[/] {slug}: up to date ({final / 'build.json'})", highlight=False)
+            if signer is not None:  # the build as recorded (files.json) is what the statement names
+                err.print(f"signed {write_provenance(final, inputs, layers, current, signer)}", highlight=False)
             return current
         staging = build_dir / f".{final.name}.staging"
         shutil.rmtree(staging, ignore_errors=True)  # what a killed build left behind

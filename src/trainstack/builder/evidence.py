@@ -103,14 +103,15 @@ def _version() -> str:
         return ""
 
 
-def write_provenance(staging: Path, inputs: Inputs, layers: FlavourLayers, record: BuildRecord, signer: Any) -> Path:
-    """provenance.intoto.json beside build.json: the signed statement of this build."""
+def write_provenance(folder: Path, inputs: Inputs, layers: FlavourLayers, record: BuildRecord, signer: Any) -> Path:
+    """provenance.intoto.json beside build.json in ``folder`` (the staging folder, or an up-to-date
+    build's own): the signed statement of the build its records describe."""
     if record.backend == "venv":
-        files = FilesRecord.model_validate_json((staging / FILES_RECORD).read_bytes())
-        subjects = {"venv": files.digest(), SBOM_NAME: sha256_file(staging / "venv" / SBOM_NAME)}
+        files = FilesRecord.model_validate_json((folder / FILES_RECORD).read_bytes())
+        subjects = {"venv": files.digest(), SBOM_NAME: sha256_file(folder / "venv" / SBOM_NAME)}
     else:
         subjects = {record.image or layers.flavour.slug: (record.image_id or "").removeprefix("sha256:")}
-    byproducts = {name: sha256_file(staging / name) for name in ("build.json", FILES_RECORD) if (staging / name).is_file()}
+    byproducts = {name: sha256_file(folder / name) for name in ("build.json", FILES_RECORD) if (folder / name).is_file()}
     facts = BuildFacts(
         subjects=subjects, stack_name=inputs.stack_path.name, stack_sha256=sha256_file(inputs.stack_path),
         lock_file=layers.locked.lock_file, lock_sha256=layers.locked.lock_sha256,
@@ -120,7 +121,7 @@ def write_provenance(staging: Path, inputs: Inputs, layers: FlavourLayers, recor
         tools={"trainstack": _version(), **record.tools}, started=record.started_at, finished=record.finished_at,
         byproducts=byproducts,
     )
-    target = staging / PROVENANCE_NAME
+    target = folder / PROVENANCE_NAME
     atomic_write_text(target, sign(facts, signer))
     target.chmod(0o644)
     return target
