@@ -12,6 +12,7 @@ import csv
 import hashlib
 import io
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
@@ -168,7 +169,10 @@ def snapshot(root: Path) -> FilesRecord:
     """Every file of the environment at ``root`` with its hash and owning distribution."""
     dists = installed_distributions(root, site_dirs(root))
     owner = {path: d.name for d in dists.values() for path, _ in d.record}
-    files = {path: (file_hash(root / path), owner.get(path, "")) for path in walk(root)}
+    paths = walk(root)
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:  # hashlib lets go of the GIL
+        digests = list(pool.map(lambda path: file_hash(root / path), paths))
+    files = {path: (digest, owner.get(path, "")) for path, digest in zip(paths, digests)}
     return FilesRecord(distributions={d.name: d.version for d in dists.values()}, files=files)
 
 
