@@ -119,7 +119,7 @@ EXIT_TABLE: dict[str, tuple[str, tuple[tuple[int, str], ...]]] = {
     "report": ("reported", ((8, "the flavour is not built (with --stack)"), (10, "--output not written (disk full)"),
                             (2, "bad input (a path that is not a working Python included)"))),
     "linkcheck": ("nothing broken", ((1, "a link is broken"), (10, "--output not written (disk full)"), (2, BAD_INPUT))),
-    "verify": ("the gate passes", ((1, "the gate fails"), (8, "the flavour is not built"),
+    "verify": ("the gate passes", ((1, "the gate fails, or --provenance does not hold"), (8, "the flavour is not built"),
                                    (10, "verify.json not written (disk full)"),
                                    (2, "bad input (a suite command not pytest without --trust)"))),
     "release": ("written", ((4, "a lock manifest missing or stale"), (10, "not written (the previous notes kept)"),

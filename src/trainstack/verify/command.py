@@ -28,7 +28,7 @@ def command(
     public_key: Path | None = typer.Option(None, "--public-key", metavar="KEY", help="The ed25519 public key (PEM) --provenance is checked with."),
     trust: bool = typer.Option(False, "--trust", help="Run suite commands that are not pytest (they run whatever the stack names; 'trainstack check' shows them)."),
 ) -> None:
-    """Report, op table, link check, smoke checks and test suites, inside the environment.
+    """Report, installed files, advisories, op table, link check, smoke checks and test suites, inside the environment.
 
     Example: trainstack verify examples/stacks/cpu-minimal.toml --flavour cpu-debian12-py311-release
     """
