@@ -81,7 +81,7 @@ def test_unchanged_lock_is_up_to_date(cpu_stack: Path, tmp_path: Path, capsys: p
 
 
 def test_git_source_built_with_its_env_and_job_budget(src_stack: tuple[Path, str, str], tmp_path: Path) -> None:
-    stack, _, _ = src_stack
+    stack, url, sha = src_stack
     build = tmp_path / "build"
     assert main(["build", str(stack), "--build-dir", str(build)]) == 0
     venv = build / SLUG / "venv"
@@ -94,6 +94,12 @@ def test_git_source_built_with_its_env_and_job_budget(src_stack: tuple[Path, str
     assert record["max_jobs"] == {"tsdemo": expected_jobs}
     assert "ninja" in run_python(venv, "import importlib.metadata as m; print(m.version('ninja') and 'ninja')")
     assert not (build / SLUG / "src").exists()
+    # the SBOM names the compiled extension's source: the git commit, and the wheel trainstack built
+    sbom = json.loads((venv / "sbom.cdx.json").read_text())
+    tsdemo = next(c for c in sbom["components"] if c["name"] == "tsdemo")
+    properties = {p["name"]: p["value"] for p in tsdemo["properties"]}
+    assert properties["trainstack:built-from"] == f"git+{url}@{sha}"
+    assert properties["trainstack:compiled-wheel"] == record["extensions"]["tsdemo"]["wheel"]
 
 
 def test_skip_sources_is_recorded(src_stack: tuple[Path, str, str], tmp_path: Path) -> None:
