@@ -1,16 +1,14 @@
 """A CycloneDX SBOM of one built flavour: every installed distribution (its purl, version and the
 lock's hashes), every extension compiled from source (the git commit or the sdist's hash), the CUDA
 toolkit and how it came, the base image, and the native libraries the environment links to outside
-its Python packages (path and sha256). Validated against the CycloneDX schema before it is written."""
+its Python packages (path and sha256)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainstack.errors import BuildError
 from trainstack.lock.lockfile import LockFile, hashes
 
-SPEC = "1.6"
 SBOM_PATH_IN_IMAGE = "/usr/share/trainstack/sbom.cdx.json"  # where an image carries its SBOM
 SBOM_LABEL = "org.trainstack.sbom.sha256"  # the image label that holds that file's sha256
 PROPERTY = "trainstack:"
@@ -47,7 +45,9 @@ class SbomInputs:
 
 
 def make_sbom(inputs: SbomInputs) -> str:
-    """The SBOM as CycloneDX JSON, checked against the schema (BuildError naming the first problem)."""
+    """The SBOM as CycloneDX JSON, written by the library's own serializer. It is not validated here:
+    the validator's first run in a process builds a URI grammar for its format checks (seconds, every
+    build); validate_sbom checks it (the tests run it on what venv and image builds write)."""
     from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component, ComponentType
@@ -97,11 +97,7 @@ def make_sbom(inputs: SbomInputs) -> str:
     for part in parts:
         bom.components.add(part)
     bom.register_dependency(root, parts)
-    text = JsonV1Dot6(bom).output_as_string(indent=2)
-    problem = validate_sbom(text)
-    if problem:
-        raise BuildError(f"the SBOM of {inputs.flavour} does not validate against CycloneDX {SPEC}: {problem}")
-    return text + "\n"
+    return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
 
 
 def validate_sbom(text: str) -> str | None:
