@@ -187,12 +187,25 @@ def _flash_attn(stack: Stack, flavour: Flavour, components: dict[str, Component]
     if flavour.cuda == "cpu":
         text = f"{rule.package} needs CUDA: restrict it with when.cuda"
         return [_finding(flavour, "flash_attn.arch", "error", text, rule.source)]
-    archs = [arch for env in rule.arch_env for arch in parse_archs(component.build_env.get(env, ""))]
-    low = sorted({a for a in archs if int(_base(a)) < int(rule.min_arch)}, key=lambda a: int(_base(a)))
-    if low:
-        text = f"{rule.message}; {rule.package}.build_env asks for sm_{', sm_'.join(low)}"
-        return [_finding(flavour, "flash_attn.arch", "error", text, rule.source)]
-    return []
+    found = []
+    for where, archs in _flash_attn_archs(stack, component, rule.arch_env):
+        low = sorted({a for a in archs if int(_base(a)) < int(rule.min_arch)}, key=lambda a: int(_base(a)))
+        if low:
+            text = f"{rule.message}; {where} asks for sm_{', sm_'.join(low)}"
+            found.append(_finding(flavour, "flash_attn.arch", "error", text, rule.source))
+    return found
+
+
+def _flash_attn_archs(stack: Stack, component: Component, names: list[str]) -> list[tuple[str, list[str]]]:
+    """The GPU targets flash-attn's build gets, and where the stack wrote them: its own
+    build_env, else (built from source) [toolchain] archs, which the build passes to every
+    compile as TORCH_CUDA_ARCH_LIST and FLASH_ATTN_CUDA_ARCHS: one rule wherever they are written."""
+    own = [arch for env in names for arch in parse_archs(component.build_env.get(env, ""))]
+    found = [(f"{component.name}.build_env", own)] if own else []
+    if component.is_source_build and stack.toolchain.archs and not all(env in component.build_env for env in names):
+        found.append((f"[toolchain] archs (passed to {component.name}'s build as {' and '.join(names)})",
+                      list(stack.toolchain.archs)))
+    return found
 
 
 def _arch_lists(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
