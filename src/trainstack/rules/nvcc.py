@@ -140,6 +140,23 @@ def no_route(rules: Rules, cuda: str, os_name: str, host: HostNvcc, base: str | 
     )
 
 
+def no_oci_route(rules: Rules, cuda: str, os_name: str, base: str | None) -> str:
+    """One line: why an OCI build of the flavour has no nvcc of its CUDA, and how to give it one."""
+    why = nvcc_unusable(rules, cuda) or "no nvcc wheel"
+    fixes = []
+    debian = rules.cuda.debian
+    if debian is not None:
+        fixes += [f"os {name} (Debian's {debian.package} {r.version})" for name, r in sorted(debian.os.items()) if r.cuda == cuda]
+    devel = rules.cuda.devel_image
+    if devel is not None and devel.repositories:
+        fixes.append(f"a base image {devel.repositories[0]}:{cuda}.x-...-devel-...")
+    fixes.append(f"[toolchain] nvcc = false on a base image that has nvcc {cuda}")
+    image = f"the base image {base} is no CUDA {cuda} devel image" if base else "no base image is given for it"
+    return (f"no nvcc of CUDA {cuda} for its extensions in an image build: the PyPI wheels cannot give it ({why}); "
+            f"{os_name} has none in Debian's archive (it packages {debian_offers(rules)}); {image}. "
+            f"Provide it: {', or '.join(fixes)}")
+
+
 def routes_text(rules: Rules, cuda: str, os_name: str, host: HostNvcc | None, base: str | None = None) -> str:
     """Which nvcc each backend's build of the flavour uses: 'oci: ...; venv: ...'."""
     oci = oci_route(rules, cuda, os_name, base)

@@ -44,10 +44,36 @@ def needs_host_nvcc(stack: Stack) -> bool:
         if flavour.cuda == "cpu" or flavour.cuda not in stack.rules_in_effect.cuda.versions:
             continue
         if nvcc.wheel_route(stack.rules_in_effect, flavour.cuda) is None and any(
-            c.is_source_build for c in components_for(stack, flavour)
+            compiles(stack, c) for c in components_for(stack, flavour)
         ):
             return True
     return False
+
+
+def compiles(stack: Stack, component: Component) -> bool:
+    """Whether building the component compiles code: a source build, except DeepSpeed asked for
+    no op ahead of time (DS_BUILD_OPS not 1 and no DS_BUILD_<OP>=1: it JIT-compiles on use)."""
+    if not component.is_source_build:
+        return False
+    deepspeed = stack.rules_in_effect.extensions.deepspeed
+    if component.name != deepspeed.package:
+        return True
+    prefix = deepspeed.all_env.removesuffix("OPS")
+    return any(value == "1" for name, value in component.build_env.items() if name.startswith(prefix))
+
+
+def oci_refusal(stack: Stack, flavour: Flavour) -> str | None:
+    """Why an OCI build of the flavour cannot compile its extensions (no nvcc of its CUDA from the
+    wheels, the base's Debian archive or the base image itself); None when it can or needs none."""
+    rules = stack.rules_in_effect
+    if flavour.cuda == "cpu" or flavour.cuda not in rules.cuda.versions or not stack.toolchain.nvcc:
+        return None
+    if not any(compiles(stack, c) for c in components_for(stack, flavour)):
+        return None
+    base = stack.build.base.get(flavour.os)
+    if nvcc.oci_route(rules, flavour.cuda, flavour.os, base) is not None:
+        return None
+    return nvcc.no_oci_route(rules, flavour.cuda, flavour.os, base)
 
 
 def errors(findings: list[Finding]) -> list[Finding]:
@@ -79,10 +105,11 @@ def torch_version(stack: Stack, flavour: Flavour) -> str | None:
     return None
 
 
-def require_rules(stack: Stack, flavours: list[Flavour], where: str) -> None:
-    """RuleViolation naming the first broken rule among ``flavours``."""
+def require_rules(stack: Stack, flavours: list[Flavour], where: str, host: HostNvcc | None = None) -> None:
+    """RuleViolation naming the first broken rule among ``flavours``; ``host``: the host's nvcc
+    as check looks at it (needs_host_nvcc), so that a flavour check refuses is refused here too."""
     for flavour in flavours:
-        for finding in errors(check_flavour(stack, flavour)):
+        for finding in errors(check_flavour(stack, flavour, host)):
             raise RuleViolation(f"{where}: flavour {finding.flavour}: {finding.message}", hint=finding.source)
 
 
@@ -274,7 +301,7 @@ def _nvcc_route(stack: Stack, flavour: Flavour, components: dict[str, Component]
     cuda_rules = rules.cuda
     if flavour.cuda == "cpu" or flavour.cuda not in cuda_rules.versions:
         return []
-    if not any(c.is_source_build for c in components.values()):
+    if not any(compiles(stack, c) for c in components.values()):
         return []
     if not stack.toolchain.nvcc:
         text = "[toolchain] nvcc = false: the base image's nvcc (oci builds) or the host's (venv builds) compiles, unchecked"
