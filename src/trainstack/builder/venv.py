@@ -75,8 +75,8 @@ class VenvBackend:
         if comp.git is not None:
             fetch_git(steps, comp, workdir)
             target: Path | str = workdir
-        elif comp.path is not None:
-            target = comp.path
+        elif comp.path is not None:  # relative to the stack file, as lock pinned it (not to the working folder)
+            target = (job.inputs.stack_path.parent / comp.path.removeprefix("file://")).resolve()
         else:
             target = _fetch_sdist(job, steps, src, workdir)
         minimum = job.inputs.stack.build.min_free_disk_gb
