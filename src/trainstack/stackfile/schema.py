@@ -406,10 +406,39 @@ class Suite(Strict):
         return self
 
 
+# an object's path under site-packages as an fnmatch pattern: 'nvfuser/_C*.so'
+OBJECT_PATTERN_RE = re.compile(r"^[A-Za-z0-9_*?\[][A-Za-z0-9._+*?\[\]/-]{0,300}\Z")
+
+
+class LinkAcceptance(Strict):
+    """A true link-check finding the release accepts, with its reason (shown in verify's report,
+    verify.json and the release notes, as accepted test failures are)."""
+
+    file: str  # the object's path under site-packages (fnmatch): 'nvfuser/_C*.so'
+    library: str  # the library it cannot find (fnmatch): 'libc10.so'
+    reason: Annotated[str, Field(min_length=1, max_length=500)]
+    link: Annotated[str, AfterValidator(grammar.web_link)] | None = None
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, v: str) -> str:
+        if not OBJECT_PATTERN_RE.fullmatch(v) or ".." in v.split("/"):
+            raise ValueError(f"'{grammar.shown(v)}' is not an object's path under site-packages (such as 'nvfuser/_C*.so')")
+        return v
+
+    @field_validator("library")
+    @classmethod
+    def _library(cls, v: str) -> str:
+        if not LIBRARY_RE.fullmatch(v):
+            raise ValueError(f"'{grammar.shown(v)}' is not a library file name or pattern (such as 'libc10.so')")
+        return v
+
+
 class Links(Strict):
     banned: list[str] = []
     required: list[str] = []
     allow_stubs_rpath: bool = False
+    accept: list[LinkAcceptance] = []
 
     @field_validator("banned", "required")
     @classmethod

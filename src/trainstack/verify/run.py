@@ -14,7 +14,7 @@ from trainstack.stackfile.load import locate
 from trainstack.errors import SpecError
 from trainstack.stackfile.schema import SMOKE_CHECKS, Stack, Verify
 from trainstack.stackfile.paths import stack_path
-from trainstack.verify.linkcheck.check import LinkReport, check_paths
+from trainstack.verify.linkcheck.check import LinkReport, accept_known, check_paths
 from trainstack.verify.linkcheck.confirm import confirm_in_target
 from trainstack.verify.ops import OpTable, op_table, prebuilt_wanted
 from trainstack.verify.report import collect_report
@@ -116,7 +116,8 @@ def run_verify(target: Target, scope: Scope, *, trust: bool = False) -> VerifyRe
 
 def _links(target: Target, scope: Scope) -> LinkReport:
     """The static link check, its findings confirmed inside the target interpreter."""
-    return confirm_in_target(check_paths(target.library_roots(), scope.settings.links), target)
+    links = scope.settings.links
+    return accept_known(confirm_in_target(check_paths(target.library_roots(), links), target), links.accept)
 
 
 def _smoke_checks(scope: Scope) -> list[str]:
