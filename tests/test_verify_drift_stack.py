@@ -38,3 +38,19 @@ def test_what_the_stack_installs_is_never_extra(tmp_path: Path) -> None:
                    check=True, capture_output=True)
     main(["verify", str(stack), "--build-dir", str(build), "--skip", "ops,linkcheck,smoke,suites", "-o", str(out)])
     assert json.loads(out.read_text())["report"]["drift"]["extra"] == ["handmade"]
+
+
+def test_a_compiler_cache_that_is_not_installed_is_said(tmp_path: Path, monkeypatch) -> None:
+    """The stack asks for ccache; on a PATH without it the build says the compiles run without
+    a cache instead of leaving it silent."""
+    import shutil
+
+    from trainstack.buildenv import missing_compiler_cache
+    from trainstack.stackfile.schema import CompilerCache
+
+    asked = CompilerCache(kind="ccache", max_size="5G")
+    if shutil.which("ccache") is not None:
+        assert missing_compiler_cache(asked) is None
+    monkeypatch.setenv("PATH", str(tmp_path))  # a folder without ccache
+    assert "asks for ccache, which is not installed here" in (missing_compiler_cache(asked) or "")
+    assert missing_compiler_cache(CompilerCache(kind="none")) is None

@@ -19,6 +19,8 @@ from trainstack.builder.download import DEFAULT_INDEX, Fetcher, download_sdist, 
 from trainstack.builder.extensions import ExtensionBuilder
 from trainstack.builder.git import fetch_git
 from trainstack.builder.steps import Steps
+from trainstack.buildenv import missing_compiler_cache
+from trainstack.console import err
 from trainstack.errors import ToolMissingError
 from trainstack.fsutil import atomic_write_text
 from trainstack.indexauth import lock_index_urls, uv_index_options
@@ -58,6 +60,9 @@ class VenvBackend:
             for src in job.layers.sources:
                 steps.skipped(f"compile-{src.component.key}", "--skip-sources")
         elif job.layers.sources:
+            missing = missing_compiler_cache(job.inputs.stack.build.compiler_cache)
+            if missing is not None:
+                err.print(f"warning: {missing}", highlight=False, markup=False)
             extensions.prepare()  # the toolchain compiles a kernel before any extension build
             for src in job.layers.sources:
                 self._source(job, steps, src, python, env, extensions)
