@@ -65,3 +65,29 @@ def test_deepspeed_that_compiles_nothing_needs_no_nvcc(acs: Path) -> None:
     assert "toolchain.nvcc" not in check.stdout and "toolchain.route" not in check.stdout
     acs.write_text(text.replace('DS_BUILD_OPS = "1", DS_BUILD_SPARSE_ATTN = "0"', 'DS_BUILD_OPS = "0", DS_BUILD_FUSED_ADAM = "1"'))
     assert trainstack("check", str(acs), cuda_home=acs.parent / "no-cuda").returncode == 3  # one op asked for: nvcc needed
+
+
+def test_a_vendor_base_declared_cuda_devel_gives_the_image_its_nvcc(tmp_path: Path) -> None:
+    """CoreWeave builds on its own base image, whose tag does not say 'CUDA 12.1 devel': refused
+    until [build] base_cuda declares it, then checked and rendered with the base's toolkit."""
+    name = "coreweave-torch-extras-2024.5.0"
+    stack = tmp_path / f"{name}.toml"
+    shutil.copytree(SEEDS / f"{name}.lock", tmp_path / f"{name}.lock")
+    (tmp_path / "no-cuda").mkdir()
+    vendor = "ghcr.io/coreweave/ml-containers/torch-base:es-cuda12.1.1-ubuntu22.04"
+    text = (SEEDS / f"{name}.toml").read_text().replace("docker.io/nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04", vendor)
+    stack.write_text(text)
+    refused = trainstack("check", str(stack), cuda_home=tmp_path / "no-cuda")
+    assert refused.returncode == 3 and 'base_cuda = { "ubuntu22.04" = "12.1" }' in refused.stdout
+    stack.write_text(text.replace(f'"{vendor}" }}', f'"{vendor}" }}\nbase_cuda = {{ "ubuntu22.04" = "12.1" }}', 1))
+    check = trainstack("check", str(stack), "-v", cuda_home=tmp_path / "no-cuda")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "declared CUDA 12.1 devel by [build] base_cuda" in check.stdout
+    out = tmp_path / "render"
+    assert trainstack("render", str(stack), "--out", str(out), cuda_home=tmp_path / "no-cuda").returncode == 0
+    dockerfile = next(out.glob("*/Dockerfile")).read_text()
+    assert f"FROM {vendor}" in dockerfile and "CUDA_HOME=/usr/local/cuda" in dockerfile
+    wrong = text.replace(f'"{vendor}" }}', f'"{vendor}" }}\nbase_cuda = {{ "ubuntu20.04" = "12.1" }}', 1)
+    stack.write_text(wrong)
+    bad = trainstack("check", str(stack), cuda_home=tmp_path / "no-cuda")
+    assert bad.returncode == 2 and "build.base_cuda" in bad.stderr and "'ubuntu20.04' has no base image" in bad.stderr

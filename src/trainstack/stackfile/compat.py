@@ -71,7 +71,7 @@ def oci_refusal(stack: Stack, flavour: Flavour) -> str | None:
     if not any(compiles(stack, c) for c in components_for(stack, flavour)):
         return None
     base = stack.build.base.get(flavour.os)
-    if nvcc.oci_route(rules, flavour.cuda, flavour.os, base) is not None:
+    if nvcc.oci_route(rules, flavour.cuda, flavour.os, base, stack.build.base_cuda.get(flavour.os)) is not None:
         return None
     return nvcc.no_oci_route(rules, flavour.cuda, flavour.os, base)
 
@@ -307,14 +307,15 @@ def _nvcc_route(stack: Stack, flavour: Flavour, components: dict[str, Component]
         text = "[toolchain] nvcc = false: the base image's nvcc (oci builds) or the host's (venv builds) compiles, unchecked"
         return [_finding(flavour, "toolchain.route", "info", text, cuda_rules.nvcc.source)]
     base = stack.build.base.get(flavour.os)
-    oci = nvcc.oci_route(rules, flavour.cuda, flavour.os, base)
+    declared = stack.build.base_cuda.get(flavour.os)
+    oci = nvcc.oci_route(rules, flavour.cuda, flavour.os, base, declared)
     if oci is not None and oci.debian is not None:
         source = oci.debian.source
     elif oci is not None and oci.kind == "devel" and cuda_rules.devel_image is not None:
         source = cuda_rules.devel_image.source
     else:
         source = cuda_rules.debian.source if cuda_rules.debian is not None else cuda_rules.nvcc.source
-    text = nvcc.routes_text(rules, flavour.cuda, flavour.os, host, base)
+    text = nvcc.routes_text(rules, flavour.cuda, flavour.os, host, base, declared)
     found = [_finding(flavour, "toolchain.route", "info", text, source)]
     if oci is not None or nvcc.venv_route(rules, flavour.cuda, host) is not None:
         return found
