@@ -59,15 +59,14 @@ def test_deepspeed_cpu_adam_built_ahead_of_time(tmp_path: Path) -> None:
     assert record["max_jobs"]["deepspeed"] >= 1
 
     # installed means the op loads: verify's table agrees with ds_report (the CPU accelerator it was
-    # built under: no GPU and no GPU target here), then not once the .so is gone; the gate fails on it
+    # built under: no GPU and no GPU target here), then not once the .so is gone, though DeepSpeed's
+    # build record still lists it; the gate fails on it
     target = open_target(venv / "bin" / "python")
     [row] = [r for r in op_table(target).rows if r.name == "cpu_adam"]
     assert row.installed and not row.load_error, row
     next(venv.glob("lib/python*/site-packages/deepspeed/ops/adam/cpu_adam_op*.so")).unlink()
-    still = subprocess.run([venv / "bin" / "ds_report"], capture_output=True, text=True, timeout=600)
-    assert re.search(r"^cpu_adam \.+ \[YES\]", ANSI.sub("", still.stdout), re.M)  # DeepSpeed's record still says built
     table = op_table(target)
     [row] = [r for r in table.rows if r.name == "cpu_adam"]
-    assert not row.installed and row.load_error.startswith("deepspeed.ops.adam.cpu_adam_op does not load:"), row
+    assert not row.installed and row.load_error.startswith("deepspeed.ops.adam.cpu_adam_op: ModuleNotFoundError"), row
     reasons = judge(None, table, None, [], None)  # verify's gate, the link check left out
     assert any(r.startswith("op deepspeed/cpu_adam is recorded as built ahead of time but does not load:") for r in reasons)

@@ -152,7 +152,7 @@ def deepspeed_rows(ds: dict[str, Any], torch: dict[str, Any], rules: Rules | Non
         load_error = " ".join(ANSI_RE.sub("", op.get("load_error") or "").split()) if installed else ""
         if load_error:  # DeepSpeed's record (and ds_report) say built; installed means it loads
             installed, compatible = False, False
-            why = f"recorded as built ahead of time, but it does not load: {load_error}"
+            why = f"recorded as built ahead of time, but it does not load ({load_error})"
         elif installed and mismatch:
             why, compatible = mismatch, False
         why = " ".join(ANSI_RE.sub("", why).split())

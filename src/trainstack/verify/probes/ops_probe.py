@@ -85,7 +85,7 @@ def load_error(builder):
     try:
         importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - the error text is the finding
-        return "%s does not load: %s" % (module, _error(exc))
+        return "%s: %s" % (module, _error(exc))
     return None
 
 
