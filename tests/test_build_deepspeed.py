@@ -1,6 +1,8 @@
 """Ahead-of-time extension ops without Docker: DeepSpeed built from its sdist in the venv, with the
 lock's toolchain layer (ninja, cmake, nvcc wheels), DS_BUILD_CPU_ADAM=1, DS_BUILD_AIO=0 and DS_BUILD_CCL_COMM=0.
-DeepSpeed's own op report, run in that venv, must list cpu_adam as installed."""
+DeepSpeed's own op report, run in that venv, must list cpu_adam as installed; verify's op table
+too, until its shared object is deleted: then it is not installed (it no longer loads) and the
+gate fails without the link check."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ import pytest
 
 from tests.test_build_fixtures import copy_example, make_lock
 from trainstack.cli import main
+from trainstack.verify.ops import op_table
+from trainstack.verify.run import judge
+from trainstack.verify.target import open_target
 
 FLAVOUR = "cu130-ubuntu2404-py311-release"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -52,3 +57,16 @@ def test_deepspeed_cpu_adam_built_ahead_of_time(tmp_path: Path) -> None:
     step = next(s for s in record["steps"] if s["name"] == "compile-deepspeed")
     assert step["status"] == "ok" and step["free_disk_gb"] > 0
     assert record["max_jobs"]["deepspeed"] >= 1
+
+    # installed means the op loads: verify's table agrees with ds_report (the CPU accelerator it was
+    # built under: no GPU and no GPU target here), then not once the .so is gone, though DeepSpeed's
+    # build record still lists it; the gate fails on it
+    target = open_target(venv / "bin" / "python")
+    [row] = [r for r in op_table(target).rows if r.name == "cpu_adam"]
+    assert row.installed and not row.load_error, row
+    next(venv.glob("lib/python*/site-packages/deepspeed/ops/adam/cpu_adam_op*.so")).unlink()
+    table = op_table(target)
+    [row] = [r for r in table.rows if r.name == "cpu_adam"]
+    assert not row.installed and row.load_error.startswith("deepspeed.ops.adam.cpu_adam_op: ModuleNotFoundError"), row
+    reasons = judge(None, table, None, [], None)  # verify's gate, the link check left out
+    assert any(r.startswith("op deepspeed/cpu_adam is recorded as built ahead of time but does not load:") for r in reasons)

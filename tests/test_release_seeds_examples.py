@@ -91,8 +91,13 @@ def test_acs_across_the_cuda_move_lists_every_change_and_the_move(tmp_path: Path
         "base image": ("docker.io/nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04",
                        "docker.io/nvidia/cuda:12.6.3-cudnn-devel-ubuntu22.04"),
         "compiler_cache": ("ccache 2G", "ccache 5G"),
-        "deepspeed.jobs": ("1/64", "3/64"),
+        "deepspeed.jobs": ("CPUs / 1, at most 64 jobs", "CPUs / 3, at most 64 jobs"),  # divisor/cap, no fraction
     }
+    # the seeds' own image names: ACS 24.11 was training-xpu-pytorch, 25.07 is training-nv-pytorch
+    assert updates["image"] == {**updates["image"], "old": f"{registry}/training-xpu-pytorch",
+                                "new": f"{registry}/training-nv-pytorch"}
+    assert f"The image is renamed: `{registry}/training-xpu-pytorch` → `{registry}/training-nv-pytorch`." in markdown
+    assert "The image is renamed: <code>" in html and "training-xpu-pytorch</code>" in html
 
 
 def test_coreweave_lists_its_seven_changes_apex_commit_included(tmp_path: Path) -> None:

@@ -227,3 +227,15 @@ def test_a_stack_is_validated_against_its_own_rules_whatever_was_loaded_before(t
     loaded.write_text(with_rules)
     assert "ubuntu26.04" in load_stack(loaded).rules_in_effect.platforms.os
     assert "ubuntu26.04" not in rules.shipped_rules().platforms.os  # the shipped rules are untouched
+
+
+def test_flash_attn_archs_are_one_rule_wherever_they_are_written() -> None:
+    """[toolchain] archs reach flash-attn's build as FLASH_ATTN_CUDA_ARCHS: sm_70 and sm_75 there
+    are refused as they are in flash-attn's own build_env."""
+    extra = 'flash-attn = { version = "==2.8.3", source = "sdist" }\n\n[toolchain]\narchs = ["70", "75", "90"]'
+    found = rule_errors(stack(cuda="12.8", extra=extra))
+    assert any(e.startswith("flash_attn.arch:") and "[toolchain] archs" in e and "sm_70, sm_75" in e for e in found), found
+    assert not any("flash_attn" in e for e in rule_errors(stack(cuda="12.8", extra=extra.replace('"70", "75", ', ""))))
+    # flash-attn's own list wins where it sets every variable: the toolchain's is not passed to it
+    own = extra.replace('source = "sdist"', 'source = "sdist", build_env = { FLASH_ATTN_CUDA_ARCHS = "90", TORCH_CUDA_ARCH_LIST = "9.0" }')
+    assert not any("flash_attn" in e for e in rule_errors(stack(cuda="12.8", extra=own)))

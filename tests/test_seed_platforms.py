@@ -104,7 +104,8 @@ def test_unknown_arch_is_refused_in_one_line(write_stack, capsys) -> None:
     assert len(err) == 1 and err[0].startswith("error:") and "matrix.arch" in err[0] and "aarch64" in err[0]
 
 
-DEEPSPEED = 'torch = "==2.5.1"\ndeepspeed = { version = "==0.15.4", source = "sdist", requires = ["torch"] }'
+DEEPSPEED = ('torch = "==2.5.1"\ndeepspeed = { version = "==0.15.4", source = "sdist", requires = ["torch"], '
+             'build_env = { DS_BUILD_FUSED_ADAM = "1" } }')  # one op ahead of time: nvcc needed
 
 
 def test_check_refuses_cuda_11_with_the_wheels_nvcc_and_says_how_to_proceed(write_stack, capsys) -> None:

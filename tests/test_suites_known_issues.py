@@ -90,3 +90,56 @@ def test_the_readme_example_is_a_known_issues_file_the_reader_takes(tmp_path: Pa
         assert f"`{field}`" in section[:section.index("```toml")]
     with pytest.raises(SpecError, match=r"known.toml:7: known.0.severity: unknown field"):
         load_known_issues(write(tmp_path, example + 'severity = "low"\n'))
+
+
+C10D_LIKE = '''
+def test_allreduce():
+    pass
+
+def test_broadcast_on_one_gpu():
+    assert False, "the failure the release accepts"
+
+def test_new_regression():
+    assert False, "a second failure nobody listed"
+'''
+
+
+def test_a_count_per_module_lets_one_more_failure_fail_the_gate(tmp_path: Path) -> None:
+    """EESSI accepted '1 failed' in test_c10d_nccl: a pattern over the module with count = 1
+    accepts one failure of a real pytest run there, and a second one fails the gate."""
+    import sys
+
+    from trainstack.stackfile.schema import Suite
+    from trainstack.verify.suites.gate import run_gate
+    from trainstack.verify.target import open_target
+
+    (tmp_path / "distributed").mkdir()
+    (tmp_path / "distributed" / "test_c10d_nccl.py").write_text(C10D_LIKE)
+    entry = ('[[known]]\ntest = "*distributed/test_c10d_nccl*"\nreason = "one c10d NCCL test fails on one GPU"\n'
+             'link = "https://github.com/EESSI/software-layer/pull/825"\n')
+    suite = Suite(name="c10d", command="python -m pytest -p no:cacheprovider distributed", rerun_failed=False)
+
+    def gate(known_text: str):
+        known = load_known_issues(write(tmp_path, known_text))
+        return run_gate(open_target(Path(sys.executable)), [suite], max_failed_tests=0, known=known,
+                        target_name="cu121-ubuntu2204-py311-release", cwd=tmp_path, writable=(tmp_path,))
+
+    counted = gate(entry + "count = 1\n")
+    [result] = counted.suites
+    assert [hit.test for hit in result.known] == ["distributed/test_c10d_nccl.py::test_broadcast_on_one_gpu"]
+    assert result.failed == ["distributed/test_c10d_nccl.py::test_new_regression"]
+    assert not counted.passed and result.status == "failed"
+    # without a count the pattern accepts every failure it matches, the unlisted regression too
+    both = load_known_issues(write(tmp_path, entry)).accept("c10d", "cu121-ubuntu2204-py311-release",
+                                                            [[t] for t in (*[h.test for h in result.known], *result.failed)])
+    assert all(issue is not None for issue in both)
+    with pytest.raises(SpecError, match=r"known.toml:5: known.0.count: Input should be greater than or equal to 1"):
+        load_known_issues(write(tmp_path, entry + "count = 0\n"))
+
+
+def test_the_eessi_seed_allows_one_failure_in_test_c10d_nccl() -> None:
+    seeds = Path(__file__).resolve().parents[1] / "examples" / "seeds"
+    known = load_known_issues(seeds / "eessi-known-issues.toml", seeds)
+    two = [["distributed/test_c10d_nccl.py::test_a"], ["distributed/test_c10d_nccl.py::test_b"]]
+    first, second = known.accept("pytorch", "cu121-ubuntu2204-py311-release", two)
+    assert first is not None and first.count == 1 and second is None

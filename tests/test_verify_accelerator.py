@@ -29,6 +29,8 @@ BUILDER = '''
 class Builder:
     def __init__(self, name, var):
         self.name, self.BUILD_VAR = name, var
+    def absolute_name(self):
+        return "deepspeed.ops.adam.%s_op" % self.name
     def is_compatible(self, verbose=False):
         if self.name == "async_io":
             print("\\033[93m [WARNING] \\033[0m async_io requires the dev libaio .so object and headers but these were not found.")
@@ -39,9 +41,20 @@ ALL_OPS = {n: Builder(n, v) for n, v in (("cpu_adam", "DS_BUILD_CPU_ADAM"), ("fu
 '''
 
 
-def planted_deepspeed(tmp_path: Path) -> Path:
+def _torch_minor() -> str:
+    import torch
+
+    return ".".join(torch.__version__.split("+")[0].split(".")[:2])
+
+
+def planted_deepspeed(tmp_path: Path, over_this_python: bool = False) -> Path:
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    if over_this_python:  # this Python's CPU torch seen inside: a torch that finds no GPU
+        from tests.venvs import venv_over_this_python
+
+        venv_over_this_python(venv)
+    else:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next((venv / "lib").glob("python3.*/site-packages"))
     pkg = site / "deepspeed"
     (pkg / "ops" / "op_builder").mkdir(parents=True)
@@ -50,11 +63,14 @@ def planted_deepspeed(tmp_path: Path) -> Path:
     (pkg / "ops" / "op_builder" / "__init__.py").write_text("")
     (pkg / "ops" / "op_builder" / "all_ops.py").write_text(BUILDER)
     (pkg / "env_report.py").write_text(PLANTED)
+    (pkg / "ops" / "adam").mkdir()
+    for op in ("cpu_adam", "fused_adam"):  # what installed_ops records as built loads (a module here)
+        (pkg / "ops" / "adam" / f"{op}_op.py").write_text("")
     (pkg / "git_version_info.py").write_text(textwrap.dedent('''
         installed_ops = {"cpu_adam": True, "fused_adam": True, "async_io": False}
         compatible_ops = {"cpu_adam": True, "fused_adam": True, "async_io": False}
-        torch_info = {"version": "0.0", "cuda": "0.0"}
-    '''))
+        torch_info = {"version": "TORCH", "cuda": "0.0"}
+    ''').replace("TORCH", _torch_minor() if over_this_python else "0.0"))
     info = site / "deepspeed-0.15.4.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: deepspeed\nVersion: 0.15.4\n")
@@ -131,3 +147,31 @@ def test_verify_scopes_the_flavours_accelerator(write_stack) -> None:
     assert scope.accelerator == "cuda"
     _, scope, _ = make_scope(path, "cpu-ubuntu2204-py311-release", Path(sys.executable), Path("build"), [])
     assert scope.accelerator == "cpu"
+
+
+def test_gpu_ops_on_a_machine_without_a_gpu_say_what_was_checked(tmp_path) -> None:
+    """DeepSpeed's 'compatible' for its CUDA accelerator means its JIT build's dependencies are
+    there; where torch sees no GPU the table says so, not 'yes'. A recorded op whose module is
+    gone is not installed, and fails the gate."""
+    import pytest
+
+    pytest.importorskip("torch")
+    from rich.console import Console
+
+    from trainstack.verify.render import render_ops
+
+    python = planted_deepspeed(tmp_path, over_this_python=True)
+    site = next((tmp_path / "venv" / "lib").glob("python3.*/site-packages"))
+    (site / "deepspeed" / "ops" / "adam" / "fused_adam_op.py").unlink()  # recorded as built, then deleted
+    table = op_table(open_target(python), accelerator="cuda")
+    rows = {row.name: row for row in table.rows}
+    assert rows["cpu_adam"].installed and rows["cpu_adam"].compatible is None
+    assert rows["cpu_adam"].why_not == "built ahead of time and loads; not run: no GPU"
+    assert rows["async_io"].compatible is False
+    fused = rows["fused_adam"]
+    assert not fused.installed and fused.load_error.startswith("deepspeed.ops.adam.fused_adam_op: ModuleNotFoundError")
+    assert table.broken == [fused]
+    console = Console(record=True, width=300)
+    render_ops(table, console)
+    (line,) = [line for line in console.export_text().splitlines() if " cpu_adam " in line]
+    assert [cell.strip() for cell in line.split("│")][3:5] == ["yes", "not run"], line

@@ -65,6 +65,15 @@ def compiler_cache_env(
     return env
 
 
+def missing_compiler_cache(settings: CompilerCache) -> str | None:
+    """One line when the stack asks for a compiler cache this machine does not have (not on
+    PATH): the compiles then run without one, which a build says rather than leaving silent."""
+    if settings.kind == "none" or shutil.which(settings.kind) is not None:
+        return None
+    return (f"build.compiler_cache asks for {settings.kind}, which is not installed here (not on PATH): "
+            f"the compiles run without a cache; install {settings.kind}, or set compiler_cache = {{ kind = \"none\" }}")
+
+
 def torch_arch_list(archs: list[str]) -> str:
     """['90', '100a'] -> '9.0;10.0a' (TORCH_CUDA_ARCH_LIST, read by DeepSpeed, apex and torch)."""
     parts = []

@@ -20,6 +20,8 @@ from trainstack.builder.evidence import record_venv
 from trainstack.builder.extensions import ExtensionBuilder
 from trainstack.builder.git import fetch_git
 from trainstack.builder.steps import Steps
+from trainstack.buildenv import missing_compiler_cache
+from trainstack.console import err
 from trainstack.errors import ToolMissingError
 from trainstack.fsutil import atomic_write_text
 from trainstack.indexauth import lock_index_urls, uv_index_options
@@ -59,6 +61,9 @@ class VenvBackend:
             for src in job.layers.sources:
                 steps.skipped(f"compile-{src.component.key}", "--skip-sources")
         elif job.layers.sources:
+            missing = missing_compiler_cache(job.inputs.stack.build.compiler_cache)
+            if missing is not None:
+                err.print(f"warning: {missing}", highlight=False, markup=False)
             extensions.prepare()  # the toolchain compiles a kernel before any extension build
             for src in job.layers.sources:
                 self._source(job, steps, src, python, env, extensions)
@@ -77,8 +82,8 @@ class VenvBackend:
         if comp.git is not None:
             fetch_git(steps, comp, workdir)
             target: Path | str = workdir
-        elif comp.path is not None:
-            target = comp.path
+        elif comp.path is not None:  # relative to the stack file, as lock pinned it (not to the working folder)
+            target = (job.inputs.stack_path.parent / comp.path.removeprefix("file://")).resolve()
         else:
             target = _fetch_sdist(job, steps, src, workdir)
         minimum = job.inputs.stack.build.min_free_disk_gb

@@ -39,7 +39,8 @@ from trainstack.lock.requests import FlavourRequests, flavour_requests, require_
 from trainstack.lock.resolve import compile_request, uv_version
 from trainstack.lock.tags import stack_image_refs
 from trainstack.redact import strip_userinfo
-from trainstack.stackfile.compat import require_rules
+from trainstack.hostnvcc import find_host_nvcc
+from trainstack.stackfile.compat import needs_host_nvcc, require_rules
 from trainstack import grammar
 from trainstack.stackfile import expand_flavours, load_stack, select_flavour
 from trainstack.stackfile.schema import Stack
@@ -62,7 +63,8 @@ def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str]) -> Mani
     stack = load_stack(stack_path)
     chosen = select_flavour(stack, flavour)
     # the whole matrix must hold: the inputs hash covers every flavour, not just ``chosen``
-    require_rules(stack, expand_flavours(stack), str(stack_path))
+    # what check refuses (no nvcc for a flavour's extensions, the host's looked at as check does) is not locked
+    require_rules(stack, expand_flavours(stack), str(stack_path), find_host_nvcc() if needs_host_nvcc(stack) else None)
     all_requests = [flavour_requests(stack, f) for f in expand_flavours(stack)]
     directory = lock_dir(stack_path)
     previous = _previous(directory)

@@ -126,6 +126,7 @@ def diff_manifests(old: Manifest, new: Manifest, components: Collection[str]) ->
         settings={slug: settings_changes(old.flavours[before], new.flavours[slug])
                   for slug, before in sorted(matched.items())
                   if settings_changes(old.flavours[before], new.flavours[slug])},
+        image=Change(name="image", old=old.image, new=new.image) if old.image != new.image else None,
     )
 
 
@@ -136,8 +137,18 @@ def settings_changes(old: LockedFlavour, new: LockedFlavour) -> list[Change]:
         return []
     before = {"base image": old.base_image, **old.build_settings}
     after = {"base image": new.base_image, **new.build_settings}
-    return [Change(name=name, old=before.get(name), new=after.get(name))
+    return [Change(name=name, old=_setting(name, before.get(name)), new=_setting(name, after.get(name)))
             for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]
+
+
+_JOBS = re.compile(r"([0-9]{1,6})/([0-9]{1,6})")
+
+
+def _setting(name: str, value: str | None) -> str | None:
+    """A setting as a reader takes it: a job budget recorded as 'divisor/cap' ('3/64') is no
+    fraction but 'CPUs / 3, at most 64 jobs'."""
+    match = _JOBS.fullmatch(value or "") if name.endswith(".jobs") else None
+    return f"CPUs / {match.group(1)}, at most {match.group(2)} jobs" if match else value
 
 
 def first_release(new: Manifest, components: Collection[str]) -> Updates:

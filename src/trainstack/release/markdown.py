@@ -147,6 +147,8 @@ def updates_lines(updates: Updates, previous: str | None) -> list[str]:
     if updates.empty:
         return [f"No version changes since {text(previous)}." if previous else "No packages."]
     lines: list[str] = []
+    if updates.image is not None:
+        lines += [f"The image is renamed: {code(updates.image.old or '')} → {code(updates.image.new or '')}.", ""]
     for slug, before in updates.followed.items():
         moved = "; ".join(updates.moves.get(slug, []))
         lines += [f"{text(slug, line_start=True)} follows {text(before)}: {text(moved)}.", ""]

@@ -19,6 +19,8 @@ and what is missing is reported as not measured):
   ``excluded[]`` = {``test``, ``reason``} (tests the suite's exclude list kept from running;
   at most MAX_EXCLUDED_SHOWN of them are read)
 - ``gate.total_failed``: failed tests over all suites (else the count of ``failed`` ids)
+- ``links.issues[]``: those with ``accepted`` (the stack's reason, ``[verify.links] accept``) are
+  listed with the known issues, as ``link: <file> needs <library>: <reason>`` (``accepted_link``)
 - ``not_built``: components the build left out (build --skip-sources); a "pass" with any is
   reported "not built"
 - ``stack_name`` and ``lock_inputs_hash``: the stack and lock verified; another stack's or
@@ -93,6 +95,17 @@ class _Suite(_Tolerant):
     excluded: Annotated[list[_Excluded], Field(max_length=MAX_EXCLUDED)] = []
 
 
+class _LinkIssue(_Tolerant):
+    file: Line
+    library: Line
+    accepted: Line = ""
+    accepted_link: Link | None = None
+
+
+class _Links(_Tolerant):
+    issues: Annotated[list[_LinkIssue], Field(max_length=MAX_EXCLUDED)] = []
+
+
 class _Gate(_Tolerant):
     suites: list[_Suite] = []
     total_failed: Count | None = None
@@ -104,6 +117,7 @@ class _VerifyDoc(_Tolerant):
     reasons: list[Line] = []
     skipped: list[Part] = []  # parts left out (verify --skip): skipped suites are a gate not run
     gate: _Gate | None = None  # None: the suites were skipped or the stack has none
+    links: _Links | None = None  # None: the link check was skipped
     not_built: list[Annotated[str, Field(max_length=200), AfterValidator(grammar.pep508_name)]] = []
     stack_name: Line | None = None  # what was verified; absent in results written before it was recorded
     lock_inputs_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
@@ -194,8 +208,10 @@ def parse_verify(text: str, slug: str, where: Path, source: str, expected: Verif
     if doc.not_built and verdict == "pass":
         verdict = NOT_BUILT
         reasons = [*reasons, f"not built (build --skip-sources), so not checked: {', '.join(doc.not_built)}"]
+    links = [KnownIssue(title=f"link: {_site_path(i.file)} needs {i.library}: {i.accepted}", link=i.accepted_link)
+             for i in (doc.links.issues if doc.links else []) if i.accepted]
     verification = Verification(slug=slug, measured=True, verdict=verdict, reasons=reasons, source=source,
-                                not_built=doc.not_built)
+                                not_built=doc.not_built, known_issues=links)
     if gate is None:
         return verification
     known = [hit for suite in gate.suites for hit in suite.known]
@@ -205,9 +221,14 @@ def parse_verify(text: str, slug: str, where: Path, source: str, expected: Verif
         "tests_failed": failed,
         "tests_allowed": len(known),
         "known_issues": [KnownIssue(title=f"{hit.test}: {hit.reason}" if hit.reason else hit.test, link=hit.link)
-                         for hit in known],
+                         for hit in known] + links,
         "excluded": [ExcludedTest(test=item.test, reason=item.reason) for suite in gate.suites for item in suite.excluded],
     })
+
+
+def _site_path(path: str) -> str:
+    """An object's path under site-packages ('nvfuser/_C.so'), else as written."""
+    return path.rsplit("site-packages/", 1)[-1]
 
 
 def _same_target(doc: _VerifyDoc, where: Path, expected: Verified) -> None:

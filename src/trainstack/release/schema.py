@@ -60,11 +60,12 @@ class Updates(Frozen):
     moves: dict[str, list[str]] = {}  # new slug -> 'CUDA 12.4 → 12.6', one line per axis that moved
     # new slug -> base image and build settings that changed ("base image", "deepspeed.DS_BUILD_OPS")
     settings: dict[str, list[Change]] = {}
+    image: Change | None = None  # the image renamed (registry/name), old -> new; None: the same
 
     @property
     def empty(self) -> bool:
         return not (self.common or any(self.per_flavour.values()) or self.added_flavours or self.removed_flavours
-                    or self.followed or self.settings)
+                    or self.followed or self.settings or self.image)
 
     def groups(self) -> list[tuple[list[str], list[Change]]]:
         """Flavours with the same non-empty changes together: (slugs, changes), in slug order."""

@@ -6,18 +6,25 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from trainstack.errors import UsageError
+from trainstack.errors import RuleViolation, UsageError
 from trainstack.fsutil import replace_tree
 from trainstack.render import quote
 from trainstack.render.dockerfile import render_dockerfile, source_file
 from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.lock.layers import FlavourLayers
 from trainstack.render.placement import ClusterOptions, cluster_files
+from trainstack.stackfile.compat import oci_refusal
 from trainstack.render.stackfiles import render_bake, render_environment, render_workflow
 
 
 def flavour_files(inputs: Inputs, layers: FlavourLayers) -> dict[str, str]:
-    """A flavour's build context: its Dockerfile and the lock files its stages bind-mount."""
+    """A flavour's build context: its Dockerfile and the lock files its stages bind-mount.
+    RuleViolation for a flavour whose image build has no nvcc for its extensions: a Dockerfile
+    that compiles them without CUDA_HOME nor its GPU targets is never written."""
+    refusal = oci_refusal(inputs.stack, layers.flavour)
+    if refusal is not None:
+        raise RuleViolation(f"{inputs.stack_path}: flavour {layers.flavour.slug}: {refusal}",
+                            hint="trainstack check -v shows where each flavour's nvcc comes from")
     files = {
         "Dockerfile": render_dockerfile(inputs.stack, layers, inputs.manifest.uv_version),
         "torch.txt": layers.torch.text(),

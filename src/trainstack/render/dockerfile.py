@@ -315,7 +315,7 @@ def _home(layers: FlavourLayers, stack: Stack) -> str | None:
     flavour = layers.flavour
     if flavour.cuda == "cpu" or not stack.toolchain.nvcc or not layers.sources or wheel_route(stack.rules_in_effect, flavour.cuda):
         return None
-    route = devel_route(stack.rules_in_effect, flavour.cuda, stack.build.base.get(flavour.os))
+    route = devel_route(stack.rules_in_effect, flavour.cuda, stack.build.base.get(flavour.os), stack.build.base_cuda.get(flavour.os))
     if route is None or route.home is None:
         return None
     return quote.matching(route.home, grammar.ABSOLUTE_DIR, "rules cuda.devel_image.cuda_home", "an absolute folder")

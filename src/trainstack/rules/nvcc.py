@@ -89,16 +89,25 @@ def devel_cuda(rules: Rules, image: str) -> str | None:
     return f"{int(match.group(1))}.{int(match.group(2))}" if match else None
 
 
-def devel_route(rules: Rules, cuda: str, base: str | None) -> Route | None:
+def devel_route(rules: Rules, cuda: str, base: str | None, declared: str | None = None) -> Route | None:
+    """The base image's own nvcc: NVIDIA's devel image of the flavour's release by its tag, or a
+    base the stack declares a CUDA devel image of that release ([build] base_cuda)."""
     devel = rules.cuda.devel_image
-    if devel is None or base is None or devel_cuda(rules, base) != cuda:
+    if devel is None or base is None:
+        return None
+    if declared is not None:
+        if declared != cuda:
+            return None
+        text = f"nvcc {cuda} of the base image {base} at {devel.cuda_home} (declared CUDA {cuda} devel by [build] base_cuda)"
+        return Route("devel", text, home=devel.cuda_home)
+    if devel_cuda(rules, base) != cuda:
         return None
     return Route("devel", fill(devel.message, image=base, cuda=cuda, home=devel.cuda_home), home=devel.cuda_home)
 
 
-def oci_route(rules: Rules, cuda: str, os_name: str, base: str | None = None) -> Route | None:
+def oci_route(rules: Rules, cuda: str, os_name: str, base: str | None = None, declared: str | None = None) -> Route | None:
     """The wheel's nvcc, else Debian's of the base's archive, else the devel base image's own."""
-    return wheel_route(rules, cuda) or debian_route(rules, cuda, os_name) or devel_route(rules, cuda, base)
+    return wheel_route(rules, cuda) or debian_route(rules, cuda, os_name) or devel_route(rules, cuda, base, declared)
 
 
 def venv_route(rules: Rules, cuda: str, host: HostNvcc | None) -> Route | None:
@@ -131,6 +140,7 @@ def no_route(rules: Rules, cuda: str, os_name: str, host: HostNvcc, base: str | 
     devel = rules.cuda.devel_image
     if devel is not None and devel.repositories:
         fixes.append(f"a base image {devel.repositories[0]}:{cuda}.x-...-devel-... (OCI builds)")
+    fixes.append(f"[build] base_cuda = {{ \"{os_name}\" = \"{cuda}\" }} for a base image that is a CUDA {cuda} devel image (OCI builds)")
     fixes.append(f"[toolchain] nvcc = false on a CUDA {cuda} devel base image (OCI builds)")
     image = f"; the base image {base} is no CUDA {cuda} devel image" if base else ""
     return (
@@ -140,9 +150,27 @@ def no_route(rules: Rules, cuda: str, os_name: str, host: HostNvcc, base: str | 
     )
 
 
-def routes_text(rules: Rules, cuda: str, os_name: str, host: HostNvcc | None, base: str | None = None) -> str:
+def no_oci_route(rules: Rules, cuda: str, os_name: str, base: str | None) -> str:
+    """One line: why an OCI build of the flavour has no nvcc of its CUDA, and how to give it one."""
+    why = nvcc_unusable(rules, cuda) or "no nvcc wheel"
+    fixes = []
+    debian = rules.cuda.debian
+    if debian is not None:
+        fixes += [f"os {name} (Debian's {debian.package} {r.version})" for name, r in sorted(debian.os.items()) if r.cuda == cuda]
+    devel = rules.cuda.devel_image
+    if devel is not None and devel.repositories:
+        fixes.append(f"a base image {devel.repositories[0]}:{cuda}.x-...-devel-...")
+    fixes.append(f"[build] base_cuda = {{ \"{os_name}\" = \"{cuda}\" }} for a base image that is a CUDA {cuda} devel image")
+    image = f"the base image {base} is no CUDA {cuda} devel image" if base else "no base image is given for it"
+    return (f"no nvcc of CUDA {cuda} for its extensions in an image build: the PyPI wheels cannot give it ({why}); "
+            f"{os_name} has none in Debian's archive (it packages {debian_offers(rules)}); {image}. "
+            f"Provide it: {', or '.join(fixes)}")
+
+
+def routes_text(rules: Rules, cuda: str, os_name: str, host: HostNvcc | None, base: str | None = None,
+                declared: str | None = None) -> str:
     """Which nvcc each backend's build of the flavour uses: 'oci: ...; venv: ...'."""
-    oci = oci_route(rules, cuda, os_name, base)
+    oci = oci_route(rules, cuda, os_name, base, declared)
     venv = venv_route(rules, cuda, host)
     if host is None:
         venv_text = venv.text if venv is not None else f"the host's nvcc, which must be of CUDA {cuda}"

@@ -44,10 +44,36 @@ def needs_host_nvcc(stack: Stack) -> bool:
         if flavour.cuda == "cpu" or flavour.cuda not in stack.rules_in_effect.cuda.versions:
             continue
         if nvcc.wheel_route(stack.rules_in_effect, flavour.cuda) is None and any(
-            c.is_source_build for c in components_for(stack, flavour)
+            compiles(stack, c) for c in components_for(stack, flavour)
         ):
             return True
     return False
+
+
+def compiles(stack: Stack, component: Component) -> bool:
+    """Whether building the component compiles code: a source build, except DeepSpeed asked for
+    no op ahead of time (DS_BUILD_OPS not 1 and no DS_BUILD_<OP>=1: it JIT-compiles on use)."""
+    if not component.is_source_build:
+        return False
+    deepspeed = stack.rules_in_effect.extensions.deepspeed
+    if component.name != deepspeed.package:
+        return True
+    prefix = deepspeed.all_env.removesuffix("OPS")
+    return any(value == "1" for name, value in component.build_env.items() if name.startswith(prefix))
+
+
+def oci_refusal(stack: Stack, flavour: Flavour) -> str | None:
+    """Why an OCI build of the flavour cannot compile its extensions (no nvcc of its CUDA from the
+    wheels, the base's Debian archive or the base image itself); None when it can or needs none."""
+    rules = stack.rules_in_effect
+    if flavour.cuda == "cpu" or flavour.cuda not in rules.cuda.versions or not stack.toolchain.nvcc:
+        return None
+    if not any(compiles(stack, c) for c in components_for(stack, flavour)):
+        return None
+    base = stack.build.base.get(flavour.os)
+    if nvcc.oci_route(rules, flavour.cuda, flavour.os, base, stack.build.base_cuda.get(flavour.os)) is not None:
+        return None
+    return nvcc.no_oci_route(rules, flavour.cuda, flavour.os, base)
 
 
 def errors(findings: list[Finding]) -> list[Finding]:
@@ -79,10 +105,11 @@ def torch_version(stack: Stack, flavour: Flavour) -> str | None:
     return None
 
 
-def require_rules(stack: Stack, flavours: list[Flavour], where: str) -> None:
-    """RuleViolation naming the first broken rule among ``flavours``."""
+def require_rules(stack: Stack, flavours: list[Flavour], where: str, host: HostNvcc | None = None) -> None:
+    """RuleViolation naming the first broken rule among ``flavours``; ``host``: the host's nvcc
+    as check looks at it (needs_host_nvcc), so that a flavour check refuses is refused here too."""
     for flavour in flavours:
-        for finding in errors(check_flavour(stack, flavour)):
+        for finding in errors(check_flavour(stack, flavour, host)):
             raise RuleViolation(f"{where}: flavour {finding.flavour}: {finding.message}", hint=finding.source)
 
 
@@ -187,12 +214,25 @@ def _flash_attn(stack: Stack, flavour: Flavour, components: dict[str, Component]
     if flavour.cuda == "cpu":
         text = f"{rule.package} needs CUDA: restrict it with when.cuda"
         return [_finding(flavour, "flash_attn.arch", "error", text, rule.source)]
-    archs = [arch for env in rule.arch_env for arch in parse_archs(component.build_env.get(env, ""))]
-    low = sorted({a for a in archs if int(_base(a)) < int(rule.min_arch)}, key=lambda a: int(_base(a)))
-    if low:
-        text = f"{rule.message}; {rule.package}.build_env asks for sm_{', sm_'.join(low)}"
-        return [_finding(flavour, "flash_attn.arch", "error", text, rule.source)]
-    return []
+    found = []
+    for where, archs in _flash_attn_archs(stack, component, rule.arch_env):
+        low = sorted({a for a in archs if int(_base(a)) < int(rule.min_arch)}, key=lambda a: int(_base(a)))
+        if low:
+            text = f"{rule.message}; {where} asks for sm_{', sm_'.join(low)}"
+            found.append(_finding(flavour, "flash_attn.arch", "error", text, rule.source))
+    return found
+
+
+def _flash_attn_archs(stack: Stack, component: Component, names: list[str]) -> list[tuple[str, list[str]]]:
+    """The GPU targets flash-attn's build gets, and where the stack wrote them: its own
+    build_env, else (built from source) [toolchain] archs, which the build passes to every
+    compile as TORCH_CUDA_ARCH_LIST and FLASH_ATTN_CUDA_ARCHS: one rule wherever they are written."""
+    own = [arch for env in names for arch in parse_archs(component.build_env.get(env, ""))]
+    found = [(f"{component.name}.build_env", own)] if own else []
+    if component.is_source_build and stack.toolchain.archs and not all(env in component.build_env for env in names):
+        found.append((f"[toolchain] archs (passed to {component.name}'s build as {' and '.join(names)})",
+                      list(stack.toolchain.archs)))
+    return found
 
 
 def _arch_lists(stack: Stack, flavour: Flavour, components: dict[str, Component]) -> list[Finding]:
@@ -261,20 +301,21 @@ def _nvcc_route(stack: Stack, flavour: Flavour, components: dict[str, Component]
     cuda_rules = rules.cuda
     if flavour.cuda == "cpu" or flavour.cuda not in cuda_rules.versions:
         return []
-    if not any(c.is_source_build for c in components.values()):
+    if not any(compiles(stack, c) for c in components.values()):
         return []
     if not stack.toolchain.nvcc:
         text = "[toolchain] nvcc = false: the base image's nvcc (oci builds) or the host's (venv builds) compiles, unchecked"
         return [_finding(flavour, "toolchain.route", "info", text, cuda_rules.nvcc.source)]
     base = stack.build.base.get(flavour.os)
-    oci = nvcc.oci_route(rules, flavour.cuda, flavour.os, base)
+    declared = stack.build.base_cuda.get(flavour.os)
+    oci = nvcc.oci_route(rules, flavour.cuda, flavour.os, base, declared)
     if oci is not None and oci.debian is not None:
         source = oci.debian.source
     elif oci is not None and oci.kind == "devel" and cuda_rules.devel_image is not None:
         source = cuda_rules.devel_image.source
     else:
         source = cuda_rules.debian.source if cuda_rules.debian is not None else cuda_rules.nvcc.source
-    text = nvcc.routes_text(rules, flavour.cuda, flavour.os, host, base)
+    text = nvcc.routes_text(rules, flavour.cuda, flavour.os, host, base, declared)
     found = [_finding(flavour, "toolchain.route", "info", text, source)]
     if oci is not None or nvcc.venv_route(rules, flavour.cuda, host) is not None:
         return found

@@ -317,6 +317,9 @@ class CompilerCache(Strict):
 
 class Build(Strict):
     base: dict[str, str] = {}
+    # a base image whose tag does not say it is NVIDIA's CUDA devel image (a vendor's own, built on
+    # one): the CUDA release its toolkit is of, per OS, its nvcc at the rules' devel cuda_home
+    base_cuda: dict[str, Annotated[str, Field(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]] = {}
     system_packages: list[str] = []
     min_free_disk_gb: Annotated[float, Field(ge=0, le=MAX_DISK_GB, allow_inf_nan=False)] = 10.0
     compiler_cache: CompilerCache = CompilerCache()
@@ -336,6 +339,16 @@ class Build(Strict):
                     f"'{grammar.shown(name)}' is not a variable build_env refuses; allow_env lists only loader "
                     "variables (LD_*, PYTHON*, UV_*, PIP_*, GIT_*, BASH_ENV, ENV, PS4, GCONV_PATH, NODE_OPTIONS, ...)"
                 )
+        return v
+
+    @field_validator("base_cuda")
+    @classmethod
+    def _declared_bases(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        bases = info.data.get("base") or {}
+        undeclared = sorted(set(v) - set(bases))
+        if undeclared:
+            raise ValueError(f"'{grammar.shown(undeclared[0])}' has no base image in build.base "
+                             f"(accepted: the OS of a base it describes: {', '.join(sorted(bases)) or 'none given'})")
         return v
 
     @field_validator("base")
@@ -406,10 +419,39 @@ class Suite(Strict):
         return self
 
 
+# an object's path under site-packages as an fnmatch pattern: 'nvfuser/_C*.so'
+OBJECT_PATTERN_RE = re.compile(r"^[A-Za-z0-9_*?\[][A-Za-z0-9._+*?\[\]/-]{0,300}\Z")
+
+
+class LinkAcceptance(Strict):
+    """A true link-check finding the release accepts, with its reason (shown in verify's report,
+    verify.json and the release notes, as accepted test failures are)."""
+
+    file: str  # the object's path under site-packages (fnmatch): 'nvfuser/_C*.so'
+    library: str  # the library it cannot find (fnmatch): 'libc10.so'
+    reason: Annotated[str, Field(min_length=1, max_length=500)]
+    link: Annotated[str, AfterValidator(grammar.web_link)] | None = None
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, v: str) -> str:
+        if not OBJECT_PATTERN_RE.fullmatch(v) or ".." in v.split("/"):
+            raise ValueError(f"'{grammar.shown(v)}' is not an object's path under site-packages (such as 'nvfuser/_C*.so')")
+        return v
+
+    @field_validator("library")
+    @classmethod
+    def _library(cls, v: str) -> str:
+        if not LIBRARY_RE.fullmatch(v):
+            raise ValueError(f"'{grammar.shown(v)}' is not a library file name or pattern (such as 'libc10.so')")
+        return v
+
+
 class Links(Strict):
     banned: list[str] = []
     required: list[str] = []
     allow_stubs_rpath: bool = False
+    accept: list[LinkAcceptance] = []
 
     @field_validator("banned", "required")
     @classmethod

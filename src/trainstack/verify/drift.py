@@ -22,16 +22,22 @@ def same_version(locked: str, installed: str) -> bool:
     return (a.local is None or b.local is None) and a.public == b.public
 
 
-def compute_drift(locked: dict[str, str], installed: dict[str, str], label: str) -> Drift:
+def compute_drift(locked: dict[str, str], installed: dict[str, str], label: str,
+                  also: dict[str, str] | None = None) -> Drift:
+    """``also``: what the stack installs beyond the lock's packages (its toolchain layer, its
+    path and git components), {name: pinned version or ""}: never extra, never missing (an
+    image keeps its toolchain in its compile stages), compared where both sides have a version."""
     lock = {canonicalize_name(k): v for k, v in locked.items()}
     have = {canonicalize_name(k): v for k, v in installed.items()}
+    besides = {canonicalize_name(k): v for k, v in (also or {}).items() if canonicalize_name(k) not in lock}
+    pinned = {**lock, **{k: v for k, v in besides.items() if v}}
     return Drift(
         lock=label,
         missing=sorted(set(lock) - set(have)),
         different=[
-            VersionChange(name=name, locked=lock[name], installed=have[name])
-            for name in sorted(set(lock) & set(have))
-            if not same_version(lock[name], have[name])
+            VersionChange(name=name, locked=pinned[name], installed=have[name])
+            for name in sorted(set(pinned) & set(have))
+            if not same_version(pinned[name], have[name])
         ],
-        extra=sorted(set(have) - set(lock) - TOOLING),
+        extra=sorted(set(have) - set(lock) - set(besides) - TOOLING),
     )

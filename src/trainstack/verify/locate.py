@@ -6,8 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from trainstack.errors import NotBuiltError, UsageError
-from trainstack.lock.manifest import load_manifest, manifest_path
+from trainstack.lock.lockfile import parse_lock
+from trainstack.lock.manifest import load_manifest, lock_dir, manifest_path, read_lock_text
 from trainstack.stackfile import Flavour, Stack, load_stack, select_flavour
 from trainstack.stackfile.matrix import components_for
 
@@ -42,6 +45,9 @@ class BuiltFlavour:
     def locked(self) -> tuple[str, dict[str, str]] | None:
         return locked_packages(self.stack_path, self.flavour.slug)
 
+    def also_installed(self) -> dict[str, str]:
+        return stack_installs(self.stack_path, self.stack, self.flavour.slug)
+
 
 def locked_packages(stack_path: Path, slug: str) -> tuple[str, dict[str, str]] | None:
     """(label, packages) of a flavour in the stack's lock manifest, if it was locked."""
@@ -50,6 +56,25 @@ def locked_packages(stack_path: Path, slug: str) -> tuple[str, dict[str, str]] |
         return None
     entry = load_manifest(path).flavours.get(slug)
     return (f"{path} [{slug}]", entry.packages) if entry else None
+
+
+def stack_installs(stack_path: Path, stack: Stack, slug: str) -> dict[str, str]:
+    """What the stack installs beyond its flavour's locked packages, {name: version or ""}: the
+    toolchain layer's pins (in a venv build's environment, only in an image's compile stages) and
+    the components built from a path or other source. Never extra; never missing."""
+    path = manifest_path(stack_path)
+    entry = load_manifest(path).flavours.get(slug) if path.is_file() else None
+    if entry is None:
+        return {}
+    found = {canonicalize_name(c.name): "" for c in stack.components.values() if c.path is not None or c.git is not None}
+    found.update({name: "" for name in entry.sources})
+    relative = entry.layers.get("toolchain")
+    if relative:
+        try:
+            found.update({e.name: e.version or "" for e in parse_lock(read_lock_text(lock_dir(stack_path), relative)).entries})
+        except FileNotFoundError:
+            pass  # verify's report names the lock it compared; a missing layer file is lock's to refuse
+    return found
 
 
 def lock_inputs_hash(stack_path: Path) -> str | None:

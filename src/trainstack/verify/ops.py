@@ -1,5 +1,6 @@
 """The op table: for DeepSpeed ops, apex, flash-attn, Transformer Engine, xformers and
-triton: installed (built ahead of time), compatible (could be JIT-built or run here), and
+triton: installed (built ahead of time, and its shared object loads), compatible (could be
+JIT-built or run here; not judged, and said so, for a GPU op on a machine without a GPU), and
 why not. Facts come from the target (ops_probe.py); reasons from the rules data."""
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class OpRow(BaseModel):
     compatible: bool | None  # None: could not be judged
     why_not: str  # "" when installed and compatible
     archs: list[str] = []  # GPU code compiled in: sm_90, compute_90 (read from the ELF's .nv_fatbin)
+    # recorded as built ahead of time, yet its shared object does not load: why (installed is then False)
+    load_error: str = ""
 
 
 class OpTable(BaseModel):
@@ -50,8 +53,8 @@ class OpTable(BaseModel):
 
     @property
     def broken(self) -> list[OpRow]:
-        """Built ahead of time yet unusable here: these fail the gate."""
-        return [r for r in self.rows if r.installed and r.compatible is False]
+        """Built ahead of time yet unusable here (or recorded as built and not loading): these fail the gate."""
+        return [r for r in self.rows if (r.installed and r.compatible is False) or r.load_error]
 
 
 @lru_cache(maxsize=1)
@@ -146,13 +149,28 @@ def deepspeed_rows(ds: dict[str, Any], torch: dict[str, Any], rules: Rules | Non
         installed, compatible = op["installed"], op["compatible"]
         if op["name"] in report:  # ds_report's own [YES]/[NO] and [OKAY]/[NO]
             installed, compatible = report[op["name"]][0] == "YES", report[op["name"]][1] == "OKAY"
-        if installed and mismatch:
+        load_error = " ".join(ANSI_RE.sub("", op.get("load_error") or "").split()) if installed else ""
+        if load_error:  # DeepSpeed's record (and ds_report) say built; installed means it loads
+            installed, compatible = False, False
+            why = f"recorded as built ahead of time, but it does not load ({load_error})"
+        elif installed and mismatch:
             why, compatible = mismatch, False
         why = " ".join(ANSI_RE.sub("", why).split())
+        if compatible and _not_run_here(ds, torch):
+            compatible = None
+            why = "built ahead of time and loads; not run: no GPU" if installed else "JIT dependencies present; not run: no GPU"
         rows.append(OpRow(package="deepspeed", name=op["name"], installed=installed, compatible=compatible,
                           why_not="" if compatible else why or "the op builder says it cannot build here",
-                          archs=_archs(op.get("files") or [])))
+                          archs=_archs(op.get("files") or []), load_error=load_error))
     return rows
+
+
+def _not_run_here(ds: dict[str, Any], torch: dict[str, Any]) -> bool:
+    """DeepSpeed's 'compatible' of a GPU accelerator's op means its JIT build's dependencies are
+    there (DeepSpeed's own meaning), not that it runs: on a machine whose torch sees no GPU it is
+    not judged."""
+    accelerator = ds.get("accelerator")
+    return bool(accelerator) and accelerator != "cpu" and bool(torch) and not torch.get("error") and not torch.get("capabilities")
 
 
 def _archs(files: list[str]) -> list[str]:
@@ -236,5 +254,5 @@ def _hardware_reason(rules: Rules, spec: dict[str, Any], torch: dict[str, Any]) 
     return ""
 
 
-def render_value(value: bool | None) -> str:
-    return {True: "yes", False: "NO", None: NOT_FOUND}[value]
+def render_value(value: bool | None, unknown: str = NOT_FOUND) -> str:
+    return {True: "yes", False: "NO", None: unknown}[value]

@@ -62,7 +62,7 @@ def render_ops(table: OpTable, console: Console) -> None:
         for column in ("package", "op", "installed", "compatible", "GPU code", "why not"):
             out.add_column(column, overflow="fold")
         for row in table.rows:
-            out.add_row(row.package, row.name, render_value(row.installed), render_value(row.compatible),
+            out.add_row(row.package, row.name, render_value(row.installed), render_value(row.compatible, "not run"),
                         " ".join(row.archs), escape(row.why_not))
         console.print(out)
     for line in table.unbuilt:

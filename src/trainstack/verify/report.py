@@ -42,8 +42,10 @@ def collect_report(
     locked: tuple[str, dict[str, str]] | None = None,
     build_record: Path | None = None,
     gpus: GpuInfo | None = None,
+    also: dict[str, str] | None = None,
 ) -> EnvReport:
-    """``locked``: (label, {package: version}) from the lock manifest, when there is one."""
+    """``locked``: (label, {package: version}) from the lock manifest, when there is one;
+    ``also``: what the stack installs beyond it (verify.drift.compute_drift)."""
     raw, reason = run_probe(target, "report_probe.py", timeout=300)
     if raw is None:
         # importing torch can take the interpreter down; report the rest without it
@@ -55,7 +57,7 @@ def collect_report(
     if missing:
         report.errors["dlopen-missing"] = "; ".join(missing)
     if locked is not None:
-        report.drift = compute_drift(locked[1], report.packages, locked[0])
+        report.drift = compute_drift(locked[1], report.packages, locked[0], also)
     report.build = build_facts(build_record, report)
     return report
 

@@ -29,13 +29,13 @@ def command(
         from trainstack.fsutil import check_output
 
         check_output(output, "--output")
-    locked, record = None, None
+    locked, record, also = None, None, None
     if stack is not None:
         from trainstack.verify.locate import built_flavour
 
         built = built_flavour(stack, flavour, build_dir)
-        python, locked, record = built.python, built.locked(), built.record
-    report = collect_report(open_target(python), locked=locked, build_record=record)
+        python, locked, record, also = built.python, built.locked(), built.record, built.also_installed()
+    report = collect_report(open_target(python), locked=locked, build_record=record, also=also)
     if json_out or output is not None:
         from trainstack.console import emit_json
 

@@ -14,7 +14,7 @@ from trainstack.stackfile.load import locate
 from trainstack.errors import SpecError
 from trainstack.stackfile.schema import SMOKE_CHECKS, Stack, Verify
 from trainstack.stackfile.paths import stack_path
-from trainstack.verify.linkcheck.check import LinkReport, check_paths
+from trainstack.verify.linkcheck.check import LinkReport, accept_known, check_paths
 from trainstack.verify.linkcheck.confirm import confirm_in_target
 from trainstack.verify.ops import OpTable, op_table, prebuilt_wanted
 from trainstack.verify.report import collect_report
@@ -72,6 +72,7 @@ class Scope(BaseModel):
     flavour: str | None = None
     components: list[str] = []
     locked: tuple[str, dict[str, str]] | None = None
+    also_installed: dict[str, str] = {}  # what the stack installs beyond the lock's packages (toolchain, path components)
     build_record: Path | None = None
     skip: list[str] = []
     not_built: list[str] = []  # components the build left out on purpose (build --skip-sources)
@@ -91,7 +92,7 @@ def run_verify(target: Target, scope: Scope, *, trust: bool = False) -> VerifyRe
         refuse_untrusted(scope.settings.suite, _where(scope), trust)
     files = check_files(target, scope.build_record) if "files" in wanted else None  # before anything runs in it
     advisories = _advisories(scope) if "advisories" in wanted else None
-    report = collect_report(target, locked=scope.locked, build_record=scope.build_record) if "report" in wanted else None
+    report = collect_report(target, locked=scope.locked, build_record=scope.build_record, also=scope.also_installed) if "report" in wanted else None
     rules = scope.stack.rules_in_effect if scope.stack is not None else None
     ops = op_table(target, prebuilt_wanted(scope.stack, scope.components), rules, scope.accelerator) if "ops" in wanted else None
     links = _links(target, scope) if "linkcheck" in wanted else None
@@ -135,7 +136,8 @@ def _advisories(scope: Scope) -> AdvisoryCheck | None:
 
 def _links(target: Target, scope: Scope) -> LinkReport:
     """The static link check, its findings confirmed inside the target interpreter."""
-    return confirm_in_target(check_paths(target.library_roots(), scope.settings.links), target)
+    links = scope.settings.links
+    return accept_known(confirm_in_target(check_paths(target.library_roots(), links), target), links.accept)
 
 
 def _smoke_checks(scope: Scope) -> list[str]:
@@ -184,7 +186,8 @@ def judge(report: EnvReport | None, ops: OpTable | None, links: LinkReport | Non
         reasons += [f"build: built with {f.name} {f.built}, runs {f.runtime}" for f in report.build.facts if f.match is False]
         reasons += [f"report: {report.errors['probe']}"] if "probe" in report.errors else []
     if ops is not None:
-        reasons += [f"op {r.package}/{r.name} is installed but unusable: {r.why_not}" for r in ops.broken]
+        reasons += [f"op {r.package}/{r.name} is recorded as built ahead of time but does not load: {r.load_error}"
+                    if r.load_error else f"op {r.package}/{r.name} is installed but unusable: {r.why_not}" for r in ops.broken]
         reasons += [f"op table: the probe failed: {ops.error}"] if ops.error else []
         reasons += [f"prebuilt op missing: {line}" for line in ops.unbuilt]
     if links is not None:

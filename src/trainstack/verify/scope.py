@@ -8,7 +8,7 @@ from pathlib import Path
 from trainstack.errors import UsageError
 from trainstack.stackfile import load_stack, select_flavour
 from trainstack.stackfile.matrix import Flavour, components_for
-from trainstack.verify.locate import built_flavour, lock_inputs_hash, locked_packages
+from trainstack.verify.locate import built_flavour, lock_inputs_hash, locked_packages, stack_installs
 from trainstack.verify.run import PARTS, Scope
 from trainstack.verify.target import Target, open_target
 
@@ -40,6 +40,7 @@ def make_scope(
         flavour=built.flavour.slug,
         components=[c for c in built.components() if c not in not_built],
         locked=locked,
+        also_installed=built.also_installed(),
         build_record=built.record,
         skip=skip,
         not_built=not_built,
@@ -74,4 +75,5 @@ def _stack_on_python(stack: Path, flavour: str | None, python: Path, skip: list[
                 accelerator=accelerator(chosen) if chosen else None)
     if chosen is not None:
         scope.locked = locked_packages(stack, chosen.slug)
+        scope.also_installed = stack_installs(stack, spec, chosen.slug)
     return open_target(python), scope, None

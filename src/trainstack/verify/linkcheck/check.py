@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from trainstack.errors import UsageError
-from trainstack.stackfile.schema import Links
+from trainstack.stackfile.schema import LinkAcceptance, Links
 from trainstack.verify.linkcheck.cache import ElfCache
 from trainstack.verify.linkcheck.data import DlopenData, load_data
 from trainstack.verify.linkcheck.elf import ElfInfo, cpu_count, is_elf, read_many
@@ -35,6 +35,8 @@ class LinkIssue(BaseModel):
     reason: str = ""  # why, in the words of that confirmation
     chain: list[str] = []  # the objects that lead to ``file``, outermost first (ending with it)
     provider: str = ""  # the package or command that provides ``library``
+    accepted: str = ""  # an error the stack accepts ([verify.links] accept): its reason; not a failure
+    accepted_link: str | None = None
 
 
 class DlopenCandidate(BaseModel):
@@ -57,11 +59,29 @@ class LinkReport(BaseModel):
 
     @property
     def errors(self) -> list[LinkIssue]:
-        return [i for i in self.issues if i.severity == "error"]
+        return [i for i in self.issues if i.severity == "error" and not i.accepted]
+
+    @property
+    def accepted(self) -> list[LinkIssue]:
+        return [i for i in self.issues if i.severity == "error" and i.accepted]
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+
+def accept_known(report: LinkReport, acceptances: list[LinkAcceptance]) -> LinkReport:
+    """The report with each error the stack accepts marked with the acceptance's reason: the
+    object's path (under site-packages, or anywhere below a checked root) and the library both
+    match. An accepted error stays in the report and fails nothing."""
+    if not acceptances:
+        return report
+    issues = []
+    for issue in report.issues:
+        match = next((a for a in acceptances if issue.severity == "error" and fnmatch(issue.library, a.library)
+                      and (fnmatch(issue.file, a.file) or fnmatch(issue.file, "*/" + a.file))), None)
+        issues.append(issue.model_copy(update={"accepted": match.reason, "accepted_link": match.link}) if match else issue)
+    return report.model_copy(update={"issues": issues})
 
 
 def _same_package(chain: list[str]) -> int:

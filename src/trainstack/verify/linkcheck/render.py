@@ -78,7 +78,8 @@ def provided_by(cause: Cause) -> str:
 
 
 def render_links(report: LinkReport, console: Console, *, show_notes: bool = False) -> None:
-    shown = [i for i in report.issues if show_notes or (i.severity != "note" or i.status) and i.status != "blocked"]
+    shown = [i for i in report.issues
+             if not i.accepted and (show_notes or (i.severity != "note" or i.status) and i.status != "blocked")]
     blocked = [i for i in report.issues if i.status == "blocked" and i not in shown]
     if shown:
         causes = group_by_cause(shown)
@@ -93,6 +94,10 @@ def render_links(report: LinkReport, console: Console, *, show_notes: bool = Fal
             table.add_row(status, escape(cause.library), escape(needed_by(cause, report)), *chain,
                           escape(provided_by(cause)), escape(first.reason or first.detail))
         console.print(table)
+    for issue in report.accepted:
+        link = f" ({issue.accepted_link})" if issue.accepted_link else ""
+        console.print(f"  [dim]accepted[/] {escape(short(issue.file, report))} needs {escape(issue.library)}: "
+                      f"{escape(issue.accepted)}{escape(link)}", highlight=False)
     if blocked:
         console.print(f"linkcheck: {len(blocked)} more finding(s) of installed libraries follow from the broken ones "
                       "(their package does not import); --notes lists them", highlight=False)
@@ -103,8 +108,9 @@ def render_links(report: LinkReport, console: Console, *, show_notes: bool = Fal
     verdict = "[bold green]OK[/]" if report.ok else f"[bold red]FAILED: {len(report.errors)} error(s)[/]"
     console.print(
         f"linkcheck {verdict}: {report.files_checked} ELF files, {report.needed_resolved} links resolved, "
-        f"{len(report.issues) - notes - len(report.errors)} warning(s), {notes} note(s), "
-        f"{len(report.candidates)} dlopen candidate(s) ({len(unresolved)} not found here), "
+        f"{len(report.issues) - notes - len(report.errors) - len(report.accepted)} warning(s), {notes} note(s), "
+        + (f"{len(report.accepted)} accepted (\\[verify.links] accept), " if report.accepted else "")
+        + f"{len(report.candidates)} dlopen candidate(s) ({len(unresolved)} not found here), "
         f"{report.seconds:.2f} s on {report.workers} process(es)"
         + (f", confirmed in {report.confirm_seconds:.2f} s" if report.confirmed_in else ""),
         highlight=False,

@@ -39,6 +39,7 @@ def deepspeed_ops():
         out["error"] = _error(exc)
         return out
     out["torch_info"] = dict(torch_info)
+    out["accelerator"] = accelerator_name()
     for name, builder in sorted(ALL_OPS.items()):
         captured = io.StringIO()
         try:
@@ -48,9 +49,11 @@ def deepspeed_ops():
         except Exception as exc:  # noqa: BLE001
             compatible, why = False, _error(exc)
         why = ANSI.sub("", str(why))
+        installed = bool(installed_ops.get(name, False))
         out["ops"].append({
             "name": name,
-            "installed": bool(installed_ops.get(name, False)),
+            "installed": installed,
+            "load_error": load_error(builder) if installed else None,
             "compatible_at_build": bool(compatible_ops.get(name, False)),
             "compatible": compatible,
             "why": " ".join(why.split())[:400],
@@ -59,6 +62,31 @@ def deepspeed_ops():
         })
     out["report"] = ds_report_rows()
     return out
+
+
+def accelerator_name():
+    """The accelerator DeepSpeed judges its ops for (DS_ACCELERATOR, else what it detected)."""
+    try:
+        from deepspeed.accelerator import get_accelerator
+
+        return str(get_accelerator()._name)
+    except Exception:  # noqa: BLE001 - an older or broken DeepSpeed: the variable it was given
+        return os.environ.get("DS_ACCELERATOR") or None
+
+
+def load_error(builder):
+    """None when an op recorded as built ahead of time loads: its module imported, as DeepSpeed's
+    op builder load() imports a prebuilt op (its shared object dlopen'ed), torch loaded first;
+    else why not, one line."""
+    try:
+        module = builder.absolute_name()
+    except Exception as exc:  # noqa: BLE001
+        return "its module is not named by the op builder (%s)" % _error(exc)
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - the error text is the finding
+        return "%s: %s" % (module, _error(exc))
+    return None
 
 
 REPORT_ROW = re.compile(r"^(\S+) \.+ \[(\w+)\] \.+ \[(\w+)\]")

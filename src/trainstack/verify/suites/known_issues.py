@@ -7,6 +7,12 @@
     targets = ["cu128-*"]           # flavour slugs (fnmatch); default: every target
     reason = "LAPACK rounding on this CPU"
     link = "https://github.com/numpy/numpy/issues/..."
+    count = 1                       # optional: how many failures it accepts per suite run;
+                                    # default: every test it matches
+
+An entry with a count accepts that many of the failures it matches (in the order the suite
+reports them); one more stays a failure, so a pattern over a module that is allowed one
+failing test does not hide a second.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class KnownIssue(BaseModel):
     targets: list[Annotated[str, AfterValidator(grammar.no_controls)]] = ["*"]
     reason: Annotated[str, Field(min_length=1), AfterValidator(grammar.no_controls)]
     link: Annotated[str, AfterValidator(grammar.web_link)]
+    count: Annotated[int, Field(ge=1, le=1_000_000)] | None = None  # failures accepted per suite run; None: all it matches
 
     def matches(self, suite: str, target: str, test_ids: list[str], *, exact: bool = False) -> bool:
         if self.suite is not None and self.suite != suite:
@@ -59,6 +66,24 @@ class KnownIssues(BaseModel):
         """The first entry matching one of ``test_ids``; ``exact``: only an entry that names
         the id itself, no pattern (how a module that fails to import may be accepted)."""
         return next((issue for issue in self.known if issue.matches(suite, target, test_ids, exact=exact)), None)
+
+    def accept(self, suite: str, target: str, failures: list[list[str]], *,
+               exact: bool = False) -> list[KnownIssue | None]:
+        """For each failure (its ids), the entry that accepts it, or None: the first matching
+        entry whose count is not used up by the failures before it (an entry without a count
+        accepts every failure it matches)."""
+        used: dict[int, int] = {}
+        accepted: list[KnownIssue | None] = []
+        for test_ids in failures:
+            found = None
+            for number, issue in enumerate(self.known):
+                if issue.matches(suite, target, test_ids, exact=exact) and (
+                        issue.count is None or used.get(number, 0) < issue.count):
+                    used[number] = used.get(number, 0) + 1
+                    found = issue
+                    break
+            accepted.append(found)
+        return accepted
 
 
 def load_known_issues(path: Path, folder: Path | None = None) -> KnownIssues:
@@ -92,7 +117,7 @@ def _describe(exc: ValidationError, text: str, path: Path) -> str:
     line = _line_of(text, loc)
     where = f"{path}:{line}" if line else str(path)
     if error["type"] == "extra_forbidden":
-        message = "unknown field (fields: test, suite, targets, reason, link)"
+        message = "unknown field (fields: test, suite, targets, reason, link, count)"
     elif error["type"] == "missing":
         message = "required field is missing"
     elif loc[-1] == "link":

@@ -274,8 +274,8 @@ def _subtract_known(still: list[str], progress: Progress, known: KnownIssues,
                     suite: str, target: str, *, exact: bool = False) -> tuple[list[KnownHit], list[str]]:
     hits: list[KnownHit] = []
     remaining: list[str] = []
-    for test in still:
-        issue = known.find(suite, target, [test, progress.rerun_ids.get(test, test)], exact=exact)
+    accepted = known.accept(suite, target, [[test, progress.rerun_ids.get(test, test)] for test in still], exact=exact)
+    for test, issue in zip(still, accepted):
         if issue is None:
             remaining.append(test)
         else:
