@@ -158,3 +158,12 @@ def test_readme_command_runs_as_written(command: str, sandbox: Path) -> None:
         assert proc.returncode == 2 and proc.stderr.strip() == expected, proc.stderr
         return
     assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+
+
+def test_readme_test_command_is_the_one_ci_runs() -> None:
+    ci_lines = [line for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+                if line.startswith("python3 -m pytest ")]
+    assert len(ci_lines) == 1, ci_lines
+    ci_command = ci_lines[0].removesuffix(' "$@"')
+    assert "--durations=25" in ci_command
+    assert f"`{ci_command}`" in README.read_text(encoding="utf-8")
