@@ -19,7 +19,7 @@ from trainstack.errors import SpecError
 from trainstack.nn.presets import preset
 from tests.test_bench_kernels import recorded_kernels
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parent / "data" / "recorded"  # copies of benchmarks/results/ files
 HEALTH = RESULTS / "health_h200" / "health_h200_level2.json"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -19,13 +21,22 @@ def test_out_of_memory_errors_are_recognised():
 
 
 def test_cpu_step_timer_measures_each_step():
+    """Three steps of at least 20, 60 and 100 ms: each measured as at least its own length, in
+    its own place, and together no longer than the wall clock around them."""
     timer = dev.StepTimer(torch.device("cpu"))
+    least = [0.02, 0.06, 0.10]
+    start = time.perf_counter()
     timer.mark()
-    for _ in range(3):
+    for seconds in least:
         torch.ones(64, 64) @ torch.ones(64, 64)
+        time.sleep(seconds)  # a lower bound on the step: sleep never returns early
         timer.mark()
-    seconds = timer.step_seconds()
-    assert len(seconds) == 3 and all(s > 0 for s in seconds)
+    outside = time.perf_counter() - start
+    measured = timer.step_seconds()
+    assert len(measured) == 3
+    assert all(m >= s for m, s in zip(measured, least)), measured
+    assert sum(measured) <= outside
+    assert measured[2] - measured[0] > 0.0  # the 100 ms step is not the 20 ms one shifted (beyond noise, per the bounds)
 
 
 def test_rank_and_world_size_come_from_torchrun_variables(monkeypatch):

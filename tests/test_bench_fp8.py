@@ -1,7 +1,8 @@
 """bench's fp8 modes: the mode parts, which linear layers convert, MFU of float8 rows, the
 one-line refusals where float8 training cannot run. Float8 arithmetic itself needs an sm89+
 GPU: here torchao's emulation runs the converted model on the CPU; the real path ran on
-the H200 (benchmarks/results/bench_h200/fp8)."""
+the H200 (benchmarks/results/bench_h200/fp8; the rows the tests read are a copy under
+tests/data/recorded)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from trainstack.bench.runner import Measured, RunSpec, summarise  # noqa: E402
 from trainstack.cli import main  # noqa: E402
 from trainstack.errors import UsageError  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bench_h200" / "fp8"
+RESULTS = Path(__file__).resolve().parent / "data" / "recorded" / "bench_h200" / "fp8"  # a copy of the H200 run's rows
 # ffn_dim 8200: the down projection's input (8200) is not a multiple of 16, the fused gate/up (16400) is
 ODD_FFN = ModelConfig(dim=2048, n_layers=2, n_heads=16, n_kv_heads=8, ffn_dim=8200, vocab_size=512, max_seq=64)
 # one block small enough to train on a CPU with some layers converted in either recipe:
@@ -225,6 +226,30 @@ def test_report_shows_both_mfu_figures_and_what_stayed_bf16():
     lines = explain(rows)
     assert any("'MFU fp8 peak': float8 rows against the dense float8 peak 1979 TFLOP/s" in line for line in lines)
     assert "compile+bf16+fp8: float8 tensorwise scaling (torchao): 64 of 65 linear layers; kept in bf16: output (output projection)" in lines
+
+
+def test_report_shows_the_mfu_figures_of_a_step_time_made_here():
+    """The 1b compile+bf16+fp8 row summarised from a 200 ms step made here: 4 x 4096 tokens in
+    0.2 s are 81,920 tokens/s; times 9,025,499,136 FLOPs per token over 989 TFLOP/s that is
+    74.76% MFU, and over the float8 peak of 1979 TFLOP/s 37.36%. The table shows those."""
+    cfg = PRESETS["1b"]
+    rows = [json.loads(line) for line in (RESULTS / "bench-1b-b4-s4096.jsonl").read_text().splitlines()]
+    at = next(i for i, r in enumerate(rows) if r["mode"] == "compile+bf16+fp8")
+    spec = RunSpec("1b", cfg, mode=parse_mode("compile+bf16+fp8"), batch=4, seq=4096, steps=6, warmup=2)
+    measured = Measured([0.2] * 6, 10.0, [12.0, 11.0], None, None)
+    row = {"device_type": "cuda", "device_name": "NVIDIA H200", "flops_per_token": flops_per_token(cfg, 4096)}
+    figures = summarise(spec, measured, row, Dist())
+    assert figures["tokens_per_s_per_gpu"] == pytest.approx(81_920)
+    assert figures["mfu"] == pytest.approx(81_920 * 9_025_499_136 / 989e12) == pytest.approx(0.747592, rel=1e-6)
+    assert figures["mfu_fp8"] == pytest.approx(81_920 * 9_025_499_136 / 1979e12) == pytest.approx(0.373607, rel=1e-6)
+    rows[at] = rows[at] | figures
+    from rich.console import Console
+
+    console = Console(width=250, record=True)
+    console.print(results_table(rows))
+    fp8_line = next(line for line in console.export_text().splitlines() if "compile+bf16+fp8 " in line)
+    assert "74.8%" in fp8_line and "37.4%" in fp8_line and "81,920" in fp8_line, fp8_line
+    assert "65.4%" not in fp8_line  # the recorded figure is gone with the recorded step time
 
 
 def _max_reductions_per_graph(model, tokens) -> list[int]:

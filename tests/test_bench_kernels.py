@@ -11,7 +11,7 @@ import pytest
 
 from trainstack.bench.kernels import OTHER, Breakdown, Kernel, breakdown, kind_of, text
 
-PROFILES = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "fp8_shapes" / "breakdown" / "profiles"
+PROFILES = Path(__file__).resolve().parent / "data" / "recorded" / "fp8_shapes" / "breakdown" / "profiles"
 UNIT_US = {"us": 1.0, "ms": 1e3, "s": 1e6}
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from trainstack.bench.mfu import FORMULA, flops_per_token, mfu
+from trainstack.bench.mfu import FORMULA, FORMULA_CAUSAL, flops_per_token, flops_per_token_causal, mfu
 from trainstack.bench.peaks import gpu_peaks, peak_for
 from trainstack.nn.presets import PRESETS
 
@@ -54,5 +56,39 @@ def test_every_table_row_is_complete():
     assert all(row.bf16_tflops > 0 and row.match for row in gpu_peaks())
 
 
+def _formula_value(formula: str, *, n: int, layers: int, dim: int, seq: int) -> int:
+    """The arithmetic a formula string states (``6*N + 12*L*d*T``), evaluated by hand."""
+    expression = re.search(r"(\d+\*N(?: \+ \d+\*L\*d\*T)?)", formula).group(1)
+    total = 0
+    for term in expression.split(" + "):
+        factors = term.split("*")
+        value = int(factors[0])
+        for name in factors[1:]:
+            value *= {"N": n, "L": layers, "d": dim, "T": seq}[name]
+        total += value
+    return total
+
+
+@pytest.mark.parametrize("name", ["tiny", "125m", "8b"])
+@pytest.mark.parametrize("seq", [64, 8192])
+def test_the_printed_formulas_are_the_ones_computed(name, seq):
+    """What FORMULA and FORMULA_CAUSAL tell a reader is what flops_per_token and
+    flops_per_token_causal compute, on other shapes than the 1b hand count."""
+    cfg = PRESETS[name]
+    shape = dict(n=cfg.non_embedding_params(), layers=cfg.n_layers, dim=cfg.dim, seq=seq)
+    assert flops_per_token(cfg, seq) == _formula_value(FORMULA, **shape)
+    assert flops_per_token_causal(cfg, seq) == _formula_value(FORMULA_CAUSAL, **shape)
+
+
+def test_attention_counts_the_full_score_matrix_twice_the_causal_half():
+    # 8b: L=32, d=4096; one more token of context adds 12*L*d FLOPs per token, the causal half 6*L*d
+    cfg = PRESETS["8b"]
+    assert flops_per_token(cfg, 4097) - flops_per_token(cfg, 4096) == 12 * 32 * 4096 == 1_572_864
+    assert flops_per_token_causal(cfg, 4097) - flops_per_token_causal(cfg, 4096) == 6 * 32 * 4096
+    # at no context at all both are 6 FLOPs per non-embedding weight
+    assert flops_per_token(cfg, 0) == flops_per_token_causal(cfg, 0) == 6 * cfg.non_embedding_params()
+
+
 def test_formula_says_how_attention_is_counted():
     assert "6*N + 12*L*d*T" in FORMULA and "not the causal half" in FORMULA
+    assert "6*N + 6*L*d*T" in FORMULA_CAUSAL

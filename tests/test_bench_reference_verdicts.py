@@ -1,4 +1,5 @@
-"""benchmarks/reference_h200.py's verdicts on real H200 outputs (benchmarks/results/bench_h200/fp8:
+"""benchmarks/reference_h200.py's verdicts on figures made in the tests (each worked out by hand
+beside it) and on real H200 outputs (copies of benchmarks/results/bench_h200/fp8 under tests/data/recorded:
 the 8B at 4096, 1b and 3b, 125m's parity), and the three largest costs it names from a
 breakdown of a real recorded profile (fp8_shapes/breakdown)."""
 
@@ -16,7 +17,7 @@ from trainstack.nn.presets import preset
 from tests.test_bench_kernels import recorded_kernels
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = ROOT / "tests" / "data" / "recorded"  # copies of benchmarks/results/ files
 SCRIPT = ROOT / "benchmarks" / "reference_h200.py"
 
 
@@ -95,3 +96,81 @@ def test_a_parity_over_seeds_names_each_seeds_gap_beside_the_mean_curves(tmp_pat
     _, lines = verdicts(tmp_path)
     assert ("fp8 parity 1b compile+bf16 vs compile+bf16+fp8: relative loss gap after 602 steps 0.577%, mean curves of 2 seeds "
             "(each seed: 0.577%, 0.577%) (target 0.25%): MISSED") in lines
+
+
+# Figures made here: each target checked against a figure worked out by hand beside it.
+
+def _row(model: str, mode: str, batch: int, **figures) -> dict:
+    return {"model": model, "mode": mode, "batch": batch, "status": "ok", "loss_first": 12.0, "loss_final": 11.0} | figures
+
+
+def _breakdown(shares: dict[str, float], wall_ms: float) -> dict:
+    """A step of WALL_MS whose classes take SHARES of it; what is left is idle."""
+    classes = {name: {"share": share, "ms_per_step": share * wall_ms} for name, share in shares.items()}
+    idle = 1.0 - sum(shares.values())
+    return {"classes": classes, "idle_share": idle, "idle_ms_per_step": idle * wall_ms, "wall_ms_per_step": wall_ms}
+
+
+def _jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _parity(a: str, b: str, gap: float, steps: int) -> dict:
+    return {"modes": [a, b], "status": "ok", "steps": steps, "final_rel_gap": gap, "max_rel_gap": 2 * gap}
+
+
+def test_every_target_met_on_figures_made_here(tmp_path):
+    """8B: bf16 63.0% MFU (target 63%), fp8 781 TFLOP/s (target 780), losses falling; 1b and 3b:
+    compile+bf16 at 62% and 1.1x compile; parity gaps 0.249% (target under 0.25%)."""
+    step = _breakdown({"GEMM": 0.5, "attention backward": 0.2, "optimizer": 0.05}, wall_ms=200.0)  # idle 25%
+    _jsonl(tmp_path / "bench-llama3.1-8b-b2-s8192.jsonl", [
+        _row("llama3.1-8b", "compile+planned+bf16", 2, mfu=0.63, tokens_per_s_per_gpu=5_000.0, breakdown=step),
+        _row("llama3.1-8b", "compile+planned+bf16+fp8", 2, mfu=0.55, achieved_tflops_per_gpu=781.0, tokens_per_s_per_gpu=6_000.0, breakdown=step)])
+    for model in ("1b", "3b"):
+        _jsonl(tmp_path / f"bench-{model}-b4-s4096.jsonl", [
+            _row(model, "compile", 4, mfu=0.5, tokens_per_s_per_gpu=10_000.0, breakdown=step),
+            _row(model, "compile+bf16", 4, mfu=0.62, tokens_per_s_per_gpu=11_000.0, breakdown=step)])
+    for model in ("125m", "1b"):
+        (tmp_path / f"parity-{model}-b4-s1024.json").write_text(json.dumps(_parity("compile+bf16", "compile+bf16+fp8", 0.00249, 300)))
+    rc, lines = verdicts(tmp_path)
+    assert [line for line in lines if line.endswith("MISSED")] == []
+    assert rc == 0
+    assert "llama3.1-8b seq 8192 bf16: compile+planned+bf16 batch 2 MFU 63.0% (target 63%): met" in lines
+    assert "llama3.1-8b seq 8192 fp8: compile+planned+bf16+fp8 batch 2 781 model TFLOP/s per GPU (target 780): met" in lines
+    assert "llama3.1-8b batch 2 compile+planned+bf16: loss 12.000 -> 11.000 finite and falling: met" in lines
+    assert "1b seq 4096: compile+bf16 MFU 62.0% (target 62%): met" in lines
+    assert "3b seq 4096: best mode compile+bf16 / compile tokens/s = 1.100 (target 1.1): met" in lines
+    assert "time breakdown on every measured row (6 of 6): met" in lines
+    assert "fp8 parity 125m compile+bf16 vs compile+bf16+fp8: relative loss gap after 300 steps 0.249% (target 0.25%): met" in lines
+    # the fastest 8B row's three largest costs: GEMM 50%, idle 25%, attention backward 20%
+    at = lines.index("largest costs on llama3.1-8b (compile+planned+bf16+fp8, batch 2, 200 ms per step):")
+    assert lines[at + 1].startswith("  GEMM: 50.0% of the step, 100.0 ms; to remove: float8")
+    assert lines[at + 2].startswith("  idle: 25.0% of the step, 50.0 ms; to remove: CUDA graphs")
+    assert lines[at + 3].startswith("  attention backward: 20.0% of the step, 40.0 ms; to remove:")
+    assert len(lines) == at + 4
+
+
+def test_each_target_missed_on_figures_made_here(tmp_path):
+    """Each figure just under its target, a loss that rose, a row without its breakdown, a parity
+    gap of exactly 0.25% (the target is strictly under), and a missing 3b run."""
+    _jsonl(tmp_path / "bench-llama3.1-8b-b2-s8192.jsonl", [
+        _row("llama3.1-8b", "compile+planned+bf16", 2, mfu=0.629, tokens_per_s_per_gpu=5_000.0),
+        _row("llama3.1-8b", "compile+planned+bf16+fp8", 2, mfu=0.55, achieved_tflops_per_gpu=779.0, tokens_per_s_per_gpu=6_000.0,
+             loss_final=12.5)])
+    _jsonl(tmp_path / "bench-1b-b4-s4096.jsonl", [_row("1b", "compile", 4, mfu=0.5, tokens_per_s_per_gpu=10_000.0),
+                                                  _row("1b", "compile+bf16", 4, mfu=0.619, tokens_per_s_per_gpu=10_990.0)])
+    (tmp_path / "parity-125m-b4-s1024.json").write_text(json.dumps(_parity("compile+bf16", "compile+bf16+fp8", 0.0025, 300)))
+    rc, lines = verdicts(tmp_path)
+    assert rc == 1
+    assert "llama3.1-8b seq 8192 bf16: compile+planned+bf16 batch 2 MFU 62.9% (target 63%): MISSED" in lines
+    assert "llama3.1-8b seq 8192 fp8: compile+planned+bf16+fp8 batch 2 779 model TFLOP/s per GPU (target 780): MISSED" in lines
+    assert "llama3.1-8b batch 2 compile+planned+bf16+fp8: loss 12.000 -> 12.500 finite and falling: MISSED" in lines
+    assert "llama3.1-8b batch 2 compile+planned+bf16: loss 12.000 -> 11.000 finite and falling: met" in lines
+    assert "1b seq 4096: compile+bf16 MFU 61.9% (target 62%): MISSED" in lines
+    assert "1b seq 4096: best mode compile+bf16 / compile tokens/s = 1.099 (target 1.1): MISSED" in lines
+    assert "3b seq 4096: not measured: MISSED" in lines
+    assert ("time breakdown on every measured row (0 of 4; without: 1b compile, 1b compile+bf16, "
+            "llama3.1-8b compile+planned+bf16, llama3.1-8b compile+planned+bf16+fp8): MISSED") in lines
+    assert "fp8 parity 125m compile+bf16 vs compile+bf16+fp8: relative loss gap after 300 steps 0.250% (target 0.25%): MISSED" in lines
+    assert "fp8 parity 1b: not measured: MISSED" in lines
+    assert "largest costs on llama3.1-8b: no breakdown measured" in lines

@@ -4,6 +4,7 @@ output, then its result line; its log grows as the output comes."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -13,28 +14,56 @@ from trainstack.builder import steps
 from trainstack.builder.steps import Steps
 
 
+# The step goes on only when told: after its first line it waits until a heartbeat has shown
+# that line, after its second until one has shown the second; no sleep decides the order.
+WAITING_STEP = """import sys, time
+from pathlib import Path
+def wait_for(name):
+    for _ in range(3000):
+        if Path(name).exists():
+            return
+        time.sleep(0.01)
+    sys.exit('never told to go on: ' + name)
+print('compiling unit 1 of 2', flush=True)
+wait_for('shown-1')
+print('linking', file=sys.stderr, flush=True)
+wait_for('shown-2')
+"""
+
+
 def test_a_long_step_prints_a_line_while_it_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(steps, "HEARTBEAT_S", 0.4)
-    script = "import sys, time\nprint('compiling unit 1 of 2', flush=True)\ntime.sleep(1.2)\nprint('linking', file=sys.stderr, flush=True)\ntime.sleep(0.6)"
+    monkeypatch.setattr(steps, "HEARTBEAT_S", 0.05)
     log = tmp_path / "logs" / "01-slow-step.log"
     seen: list[str] = []
-    original = steps.proc.run
+    original_run, original_print = steps.proc.run, steps.err.print
 
     def watching(*args, **kwargs):  # the log as it stands while the step runs
         def line(text: str) -> None:
             seen.append(log.read_text())
             kwargs["on_line"](text)
 
-        return original(*args, **{**kwargs, "on_line": line})
+        return original_run(*args, **{**kwargs, "on_line": line})
+
+    def printing(*args, **kwargs):  # the step goes on once a heartbeat line showed its last line
+        original_print(*args, **kwargs)
+        text = str(args[0]) if args else ""
+        if text.endswith("; last: compiling unit 1 of 2"):
+            (tmp_path / "shown-1").touch()
+        elif text.endswith("; last: linking"):
+            (tmp_path / "shown-2").touch()
 
     monkeypatch.setattr(steps.proc, "run", watching)
-    result = Steps(tmp_path).run("slow-step", [sys.executable, "-c", script])
-    assert result.ok and result.stdout == "compiling unit 1 of 2\n" and result.stderr == "linking\n"
+    monkeypatch.setattr(steps.err, "print", printing)
+    result = Steps(tmp_path).run("slow-step", [sys.executable, "-c", WAITING_STEP], cwd=tmp_path)
+    assert result.ok and result.stdout == "compiling unit 1 of 2\n" and result.stderr == "linking\n", result.stderr
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("… slow-step (log: ") and lines[0].endswith("01-slow-step.log)")
     running = [line for line in lines if line.startswith("  slow-step: running for ")]
-    assert len(running) >= 2, lines  # at 0.4, 0.8, 1.2, 1.6 s
-    assert running[0].endswith("; last: compiling unit 1 of 2") and running[-1].endswith("; last: linking"), running
+    assert all(re.fullmatch(r"  slow-step: running for \d+ s(; last: (compiling unit 1 of 2|linking))?", line) for line in running), running
+    # each output line was shown while the step ran, in the order it came
+    lasts = [line.split("; last: ")[1] for line in running if "; last: " in line]
+    assert "compiling unit 1 of 2" in lasts and "linking" in lasts, running
+    assert lasts.index("linking") > max(i for i, last in enumerate(lasts) if last == "compiling unit 1 of 2"), running
     assert lines[-1].startswith("✓ slow-step ") and lines.index(running[-1]) < len(lines) - 1
     # the log grows while the step runs: the first line is there before the step ends
     assert "compiling unit 1 of 2" in seen[0] and "[exit" not in seen[0]

@@ -17,7 +17,7 @@ from trainstack.health.fleet_schema import FleetReport
 from trainstack.health.reason import prolog_exit, reason_line
 from trainstack.health.schema import Check, HealthReport, Status, worst
 
-H200 = Path(__file__).parent.parent / "benchmarks" / "results" / "health_h200" / "health_h200_level2.json"
+H200 = Path(__file__).parent / "data" / "recorded" / "health_h200" / "health_h200_level2.json"
 SCHEMA = Path(__file__).parent / "data" / "health" / "fleet.schema.json"
 
 

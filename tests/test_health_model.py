@@ -9,7 +9,7 @@ import pytest
 
 from trainstack.health.schema import Check, HealthReport, Status, worst
 
-RESULTS = Path(__file__).parent.parent / "benchmarks" / "results" / "health_h200"
+RESULTS = Path(__file__).parent / "data" / "recorded" / "health_h200"
 SCHEMA = Path(__file__).parent / "data" / "health" / "report.schema.json"
 
 

@@ -106,7 +106,19 @@ def test_beginning_and_end_ids_outside_a_small_vocabulary_are_left_alone() -> No
     """GPT2Config(vocab_size=256) keeps GPT-2's end id 50256: training never looks it up."""
     from trainstack.nn.hf_check import check_config
 
-    check_config({"model_type": "gpt2", "vocab_size": 256, "n_embd": 64, "n_layer": 2, "n_head": 4, "bos_token_id": 50256, "eos_token_id": 50256}, "gpt2/config.json")
+    from trainstack.errors import SpecError
+
+    small = {"model_type": "gpt2", "vocab_size": 256, "n_embd": 64, "n_layer": 2, "n_head": 4, "bos_token_id": 50256, "eos_token_id": 50256}
+    assert check_config(dict(small), "gpt2/config.json") is None
+    # the padding id is the one the embedding is built with: the same id there is refused, naming
+    # the field and the ids the vocabulary holds; one inside it passes
+    with pytest.raises(SpecError) as refused:
+        check_config(small | {"pad_token_id": 50256}, "gpt2/config.json")
+    assert refused.value.message == ("gpt2/config.json: field 'pad_token_id' is 50256; "
+                                     "accepted: null, -1 (none) or 0 to 255 (vocab_size 256)")
+    assert check_config(small | {"pad_token_id": 255}, "gpt2/config.json") is None
+    with pytest.raises(SpecError, match="field 'eos_token_id' is -2; accepted: null, -1"):
+        check_config(small | {"eos_token_id": -2}, "gpt2/config.json")
 
 
 # The sizes of published configs (their config.json's size fields): none is refused, and the
