@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -65,10 +66,41 @@ HOSTILE_LINES: dict[str, Callable[[str], str]] = {
 }
 
 
+def _pins(text: str) -> dict[str, set[str]]:
+    """name==version -> its sha256 hashes, for each pin of a requirements text as uv writes it."""
+    found: dict[str, set[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if pin := re.match(r"([A-Za-z0-9_.\-\[\]]+)==(\S+)", line):
+            current = f"{pin.group(1).lower()}=={pin.group(2)}"
+            found[current] = set()
+        elif current and (digest := re.search(r"--hash=(sha256:[0-9a-f]{64})", line)):
+            found[current].add(digest.group(1))
+        elif not line.startswith(" "):
+            current = None
+    return found
+
+
 def test_the_real_lock_renders(locked: Path, tmp_path: Path) -> None:
-    stack, _ = _copy(locked, tmp_path / "clean")
+    """What render writes is the lock folder's content: each pin of the flavour's lock, with
+    every one of its hashes, in exactly one of torch.txt and extras.txt, the toolchain's pins in
+    toolchain.txt, and a Dockerfile installing both with --require-hashes."""
+    stack, folder = _copy(locked, tmp_path / "clean")
     assert main(["render", str(stack), "--out", str(tmp_path / "out")]) == 0
-    assert (tmp_path / "out" / SLUG / "Dockerfile").is_file()
+    rendered = tmp_path / "out" / SLUG
+    entry = json.loads((folder / "stack.lock.json").read_text())["flavours"][SLUG]
+    lock = _pins((folder / entry["lock_file"]).read_text())
+    torch_pins, extras = _pins((rendered / "torch.txt").read_text()), _pins((rendered / "extras.txt").read_text())
+    assert len(lock) >= 2 and all(lock.values()), lock  # numpy and pytest's packages, each with hashes
+    assert torch_pins.keys().isdisjoint(extras.keys())
+    assert torch_pins | extras == lock
+    assert {f"{name}=={version}" for name, version in entry["packages"].items()} == set(lock)
+    toolchain = _pins((folder / entry["layers"]["toolchain"]).read_text())
+    assert toolchain and _pins((rendered / "toolchain.txt").read_text()) == toolchain
+    dockerfile = (rendered / "Dockerfile").read_text()
+    for name in ("torch.txt", "extras.txt"):
+        assert f"COPY {name} /opt/trainstack/locks/{name}" in dockerfile
+        assert f"--require-hashes --no-cache --python /opt/venv/bin/python -r /opt/trainstack/locks/{name}" in dockerfile
 
 
 @pytest.mark.parametrize("what", list(HOSTILE_LINES))
