@@ -25,6 +25,7 @@ from trainstack.bench.report import explain, results_table  # noqa: E402
 from trainstack.bench.runner import Measured, RunSpec, summarise  # noqa: E402
 from trainstack.cli import main  # noqa: E402
 from trainstack.errors import UsageError  # noqa: E402
+from tests.clirun import assert_no_traceback  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "data" / "recorded" / "bench_h200" / "fp8"  # a copy of the H200 run's rows
 # ffn_dim 8200: the down projection's input (8200) is not a multiple of 16, the fused gate/up (16400) is
@@ -173,7 +174,7 @@ def test_cli_refuses_fp8_in_one_line_on_a_cpu(capsys):
     assert main(["bench", "--preset", "tiny", "--modes", "compile+bf16+fp8", "--device", "cpu"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "--modes compile+bf16+fp8: float8 training needs an NVIDIA GPU of compute capability sm89" in err
-    assert "Traceback" not in err
+    assert_no_traceback(err)
 
 
 def test_cli_names_the_extra_when_torchao_is_missing(monkeypatch, capsys):
@@ -184,7 +185,7 @@ def test_cli_names_the_extra_when_torchao_is_missing(monkeypatch, capsys):
     assert main(["bench", "--preset", "tiny", "--parity", "bf16,bf16+fp8"]) == 6
     err = " ".join(capsys.readouterr().err.split())
     assert "float8 training needs the 'torchao' package" in err and "trainstack[fp8]" in err
-    assert "Traceback" not in err
+    assert_no_traceback(err)
 
 
 def test_fp8_peaks():

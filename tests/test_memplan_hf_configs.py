@@ -12,7 +12,6 @@ config in one line and lets the job run as built.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,16 +21,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import trainstack  # noqa: E402
 from trainstack.cli import main  # noqa: E402
 
-from tests.test_run_hook import clean_env  # noqa: E402
+from tests.clirun import assert_no_traceback, run_cli  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parent / "data" / "corpus" / "hf_configs"
 CONFIGS = sorted(CORPUS.glob("*.json"))
 FAMILIES = ("llama", "qwen2", "mistral", "gemma", "phi3", "gpt_neox", "gpt2")
 SECONDS = 30.0  # a refused config never reaches a model of its sizes
-SRC = str(Path(trainstack.__file__).resolve().parent.parent)
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -57,7 +54,7 @@ def _one_line(capsys, argv: list[str], path: Path) -> str:
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert code == 2, (path.name, code, captured.err[-2000:])
     assert len(lines) == 1 and lines[0].startswith("error: "), (path.name, captured.err[-2000:])
-    assert "Traceback" not in captured.err + captured.out
+    assert_no_traceback(captured.err, captured.out)
     assert elapsed < SECONDS, (path.name, elapsed)
     assert str(path) in lines[0], lines[0]
     field = _case(path)["_field"]
@@ -72,19 +69,15 @@ def test_memplan_and_bench_refuse_in_one_line_naming_the_field(path: Path, capsy
     _one_line(capsys, ["bench", "--hf-config", str(path), "--device", "cpu", "--batch", "1", "--seq", "8", "--steps", "2", "--warmup", "1", "--modes", "eager"], path)
 
 
-def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trainstack.cli", *argv], capture_output=True, text=True, timeout=120, env=clean_env(PYTHONPATH=SRC))
-
-
 @pytest.mark.parametrize("name", ["phi3-pad-outside-vocab", "llama-layers-billion"])
 def test_the_real_cli_refuses_in_one_line(name: str) -> None:
     path = CORPUS / f"{name}.json"
     for verb in (["memplan", "--budget", "1GiB"], ["bench", "--device", "cpu", "--steps", "2", "--modes", "eager"]):
-        result = _cli(*verb, "--hf-config", str(path), "--seq", "8")
+        result = run_cli(*verb, "--hf-config", str(path), "--seq", "8")
         lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
         assert result.returncode == 2, (verb, result.stderr[-2000:])
         assert len(lines) == 1 and f"field '{_case(path)['_field']}'" in lines[0], result.stderr[-2000:]
-        assert "Traceback" not in result.stderr + result.stdout
+        assert_no_traceback(result.stderr, result.stdout)
 
 
 def test_run_memplan_names_a_job_models_inconsistent_config_and_the_job_runs_as_built(tmp_path: Path) -> None:
@@ -93,13 +86,12 @@ def test_run_memplan_names_a_job_models_inconsistent_config_and_the_job_runs_as_
     job runs as it built the model, with its own exit code."""
     path = CORPUS / "llama-architectures-int.json"
     job = [sys.executable, str(Path(__file__).parent / "data" / "run" / "hf_config_job.py"), str(path)]
-    done = subprocess.run([sys.executable, "-m", "trainstack.cli", "run", "--out", "o", "--memplan", "1GiB", "--", *job],
-                          capture_output=True, text=True, env=clean_env(PYTHONPATH=SRC), cwd=tmp_path, timeout=240)
+    done = run_cli("run", "--out", "o", "--memplan", "1GiB", "--", *job, cwd=tmp_path, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("loss") == 2
     reason = [line for line in done.stderr.splitlines() if line.startswith("trainstack run: memplan: ")]
     assert len(reason) == 1 and "field 'architectures'" in reason[0] and reason[0].endswith("; the model runs as the job built it"), done.stderr[-2000:]
-    assert "Traceback" not in done.stderr
+    assert_no_traceback(done.stderr)
 
 
 def test_beginning_and_end_ids_outside_a_small_vocabulary_are_left_alone() -> None:
