@@ -94,8 +94,9 @@ def test_run_memplan_names_a_job_models_inconsistent_config_and_the_job_runs_as_
     assert_no_traceback(done.stderr)
 
 
-def test_beginning_and_end_ids_outside_a_small_vocabulary_are_left_alone() -> None:
-    """GPT2Config(vocab_size=256) keeps GPT-2's end id 50256: training never looks it up."""
+def test_beginning_and_end_ids_outside_a_small_vocabulary_are_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """GPT2Config(vocab_size=256) keeps GPT-2's end id 50256: training never looks it up, and
+    memplan plans the model its config builds."""
     from trainstack.nn.hf_check import check_config
 
     from trainstack.errors import SpecError
@@ -111,6 +112,10 @@ def test_beginning_and_end_ids_outside_a_small_vocabulary_are_left_alone() -> No
     assert check_config(small | {"pad_token_id": 255}, "gpt2/config.json") is None
     with pytest.raises(SpecError, match="field 'eos_token_id' is -2; accepted: null, -1"):
         check_config(small | {"eos_token_id": -2}, "gpt2/config.json")
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt2" / "config.json").write_text(json.dumps(small | {"architectures": ["GPT2LMHeadModel"]}))
+    assert main(["memplan", "--hf-config", str(tmp_path / "gpt2"), "--batch", "1", "--seq", "8", "--budget", "1GiB"]) == 0
+    assert capsys.readouterr().out.startswith("predicted peak ")
 
 
 # The sizes of published configs (their config.json's size fields): none is refused, and the
