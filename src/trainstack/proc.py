@@ -20,7 +20,8 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -229,6 +230,13 @@ def _collect(
                     timed_out = True
             _end(child, tree, new_session)
             child.wait()
+    except BaseException:
+        # Ctrl-C (or any error) while it runs: the command and all it started end with trainstack,
+        # never left running as orphans that go on writing where trainstack is cleaning up
+        with no_interrupt():
+            _end(child, tree, new_session)
+            child.wait()
+        raise
     finally:
         selector.close()
         for stream in streams:
@@ -237,6 +245,21 @@ def _collect(
         if partial[key]:
             _line(partial[key])
     return "".join(kept["out"]), "".join(kept["err"]), timed_out
+
+
+@contextmanager
+def no_interrupt() -> Iterator[None]:
+    """SIGINT held back (in the main thread) while a cleanup that must finish runs; a Ctrl-C
+    that came meanwhile is raised after it, as KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
 
 
 def _feed(stdin: IO[bytes] | None, data: bytes) -> None:

@@ -20,11 +20,13 @@ from trainstack.builder.backend import Backend, BuildJob
 from trainstack.attest.provenance import load_signer
 from trainstack.builder.cpu import effective_cpus
 from trainstack.builder.evidence import FILES_RECORD, write_provenance
+from trainstack.builder.extensions import require_venv_nvcc
 from trainstack.buildenv import budget_for, max_jobs
 from trainstack.builder.record import BuildRecord
 from trainstack.builder.steps import Steps
 from trainstack.builder.swap import swap_into_place
 from trainstack.console import err
+from trainstack.proc import no_interrupt
 from trainstack.errors import BuildError, DiskSpaceError, OutputError, SpecError, TrainstackError, UsageError
 from trainstack.fsutil import atomic_write_json, describe_os_error
 from trainstack.render.inputs import Inputs, load_inputs
@@ -64,6 +66,8 @@ def build_stack(
     if chosen.name == "venv":
         for layers in inputs.layers:
             _require_this_machine(layers.flavour)
+            if not skip_sources and inputs.stack.toolchain.nvcc:
+                require_venv_nvcc(inputs.stack.rules_in_effect, layers)
     tools = chosen.tools()
     cpus = effective_cpus()
     return [
@@ -128,6 +132,10 @@ def _build_locked(inputs: Inputs, layers: FlavourLayers, backend: Backend, tools
             if signer is not None:
                 write_provenance(staging, inputs, layers, record, signer)
             swap_into_place(staging, final)
+        except KeyboardInterrupt:
+            with no_interrupt():  # a second Ctrl-C does not leave the half-built staging folder behind
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
         except BaseException as exc:
             full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
             error = DiskSpaceError(

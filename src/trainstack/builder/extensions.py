@@ -24,7 +24,7 @@ from trainstack.builder.record import ExtensionKey, ExtensionRecord
 from trainstack.builder.resume import KeptBuild, Units, ninja_units, toolchain_identity
 from trainstack.builder.steps import Steps
 from trainstack.console import err
-from trainstack.errors import BuildError
+from trainstack.errors import BuildError, ToolMissingError
 from trainstack.fsutil import atomic_write_json
 from trainstack.lock.lockfile import parse_lock
 from trainstack.hostnvcc import find_host_nvcc
@@ -34,7 +34,7 @@ from trainstack.rules.toolchain import toolchain_rules
 if TYPE_CHECKING:
     from trainstack.rules.schema import Rules
     from trainstack.builder.backend import BuildJob
-    from trainstack.lock.layers import SourceBuild
+    from trainstack.lock.layers import FlavourLayers, SourceBuild
     from trainstack.stackfile.schema import Component
 
 PROBE_KERNEL = "__global__ void trainstack_probe(float* x) { x[threadIdx.x] *= 2.0f; }\n"
@@ -63,6 +63,22 @@ def cuda_home(venv: Path, dest: Path) -> Path | None:
         if not plain.exists():
             plain.symlink_to(versioned.name)
     return dest
+
+
+def require_venv_nvcc(rules: Rules, layers: FlavourLayers) -> None:
+    """Before a venv build downloads anything: a CUDA flavour that compiles extensions with no
+    nvcc wheel of its CUDA needs the host's of that release; ToolMissingError naming the ways
+    out (--skip-sources, --backend oci, CUDA_HOME) when the host has none."""
+    flavour = layers.flavour
+    if flavour.cuda == "cpu" or not layers.sources or wheel_route(rules, flavour.cuda) is not None:
+        return
+    host = find_host_nvcc()
+    if venv_route(rules, flavour.cuda, host) is not None and host.home is not None:
+        return
+    sources = ", ".join(s.component.key for s in layers.sources)
+    raise ToolMissingError(f"flavour {flavour.slug}: {no_route(rules, flavour.cuda, flavour.os, host)}; nothing was "
+                           "downloaded", hint=f"or build it without {sources} with --skip-sources, or as an image with "
+                                              "--backend oci (trainstack check --backend oci says whether that can)")
 
 
 def host_cuda_home(rules: Rules, slug: str, cuda: str, os_name: str) -> Path:

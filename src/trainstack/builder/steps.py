@@ -231,6 +231,9 @@ class Steps:
             self.last_output = ""
             with err.status(Text.assemble((name, "bold"), (where, "dim"))) as status, _heartbeat(name, where, start, status, lambda: self.last_output):
                 value = fn()
+        except KeyboardInterrupt:
+            self._record(name, start, "interrupted", log, free_disk_gb, detail)
+            raise
         except BaseException:
             self._record(name, start, "failed", log, free_disk_gb, detail)
             raise
@@ -242,7 +245,7 @@ class Steps:
         rel = str(log.relative_to(self.root)) if log is not None else None
         self.records.append(StepRecord(name=name, seconds=round(seconds, 3), status=status, log=rel, free_disk_gb=free_disk_gb, detail=detail))
         mark = Text("✓", style="green") if status == "ok" else Text("✗", style="bold red")
-        err.print(Text.assemble(mark, " ", name, " ", (f"{seconds:.1f}s" + ("" if status == "ok" else " failed"), "dim")), highlight=False)
+        err.print(Text.assemble(mark, " ", name, " ", (f"{seconds:.1f}s" + ("" if status == "ok" else f" {status}"), "dim")), highlight=False)
 
     def skipped(self, name: str, why: str) -> None:
         self.records.append(StepRecord(name=name, seconds=0.0, status="skipped", detail=why))

@@ -245,6 +245,13 @@ def verification_lines(notes: ReleaseNotes) -> list[str]:
         if v.reasons:
             lines += ["", reasons_heading(v.slug, v.verdict) + ":", "", *(f"- {text(r, line_start=True)}" for r in shown_reasons(v.reasons))]
     for v in notes.verification:
+        if v.failures:
+            lines += ["", failures_heading(v.slug) + ":", "",
+                      *(f"- {code(item.test)} ({text(item.suite)})" + (f": {text(item.reason)}" if item.reason else "")
+                        for item in shown_excluded(v.failures))]
+            if len(v.failures) > EXCLUDED_SHOWN:
+                lines.append(f"- … and {len(v.failures) - EXCLUDED_SHOWN} more in verify.json")
+    for v in notes.verification:
         if v.excluded:
             lines += ["", excluded_heading(v.slug) + ":", "",
                       *(f"- {code(item.test)}: {text(item.reason)}" for item in shown_excluded(v.excluded))]
@@ -254,6 +261,10 @@ def verification_lines(notes: ReleaseNotes) -> list[str]:
 
 
 EXCLUDED_SHOWN = 50  # excluded tests listed per flavour; the rest are counted
+
+
+def failures_heading(slug: str) -> str:
+    return f"Tests failing in {text(slug)}'s gate"
 
 
 def excluded_heading(slug: str) -> str:

@@ -53,7 +53,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from trainstack.errors import SpecError
 from trainstack.fsutil import loads_strict, read_text
-from trainstack.release.schema import FIGURE_MAX, SCHEMA_VERSION, ExcludedTest, KnownIssue, ReleaseNotes, Verification
+from trainstack.release.schema import FIGURE_MAX, SCHEMA_VERSION, ExcludedTest, FailedTest, KnownIssue, ReleaseNotes, Verification
 from trainstack import grammar
 
 VERIFY_NAME = "verify.json"
@@ -89,8 +89,10 @@ class _Excluded(_Tolerant):
 
 
 class _Suite(_Tolerant):
+    name: Line = ""
     tests: Count | None = None
-    failed: list[Line] = []
+    failed: Annotated[list[Line], Field(max_length=MAX_EXCLUDED)] = []
+    failure_reasons: Annotated[dict[Line, Line], Field(max_length=MAX_EXCLUDED)] = {}
     known: list[_KnownHit] = []
     excluded: Annotated[list[_Excluded], Field(max_length=MAX_EXCLUDED)] = []
 
@@ -223,6 +225,8 @@ def parse_verify(text: str, slug: str, where: Path, source: str, expected: Verif
         "known_issues": [KnownIssue(title=f"{hit.test}: {hit.reason}" if hit.reason else hit.test, link=hit.link)
                          for hit in known] + links,
         "excluded": [ExcludedTest(test=item.test, reason=item.reason) for suite in gate.suites for item in suite.excluded],
+        "failures": [FailedTest(suite=suite.name, test=test, reason=suite.failure_reasons.get(test, ""))
+                     for suite in gate.suites for test in suite.failed],
     })
 
 

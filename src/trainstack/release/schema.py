@@ -112,6 +112,12 @@ class ExcludedTest(Frozen):
     reason: str
 
 
+class FailedTest(Frozen):
+    suite: str
+    test: str  # a test still failing after its rerun, not accepted by the known-issues file
+    reason: str  # why it failed, one line as pytest's short summary gives it ('' where none was recorded)
+
+
 class Verification(Frozen):
     slug: str
     measured: bool  # False: no verify result was found for this flavour
@@ -123,6 +129,7 @@ class Verification(Frozen):
     tests_allowed: int | None = None  # failures the known-issues file accepts
     known_issues: list[KnownIssue] = []
     excluded: list[ExcludedTest] = []  # tests not run: the stack's suites exclude them, each for its reason
+    failures: list[FailedTest] = []  # tests that failed the gate, each with why
     source: str | None = None  # the file it was read from, relative to the results directory
 
 

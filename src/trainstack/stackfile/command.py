@@ -11,6 +11,9 @@ def command(
     stack: Path = typer.Argument(..., metavar="STACK", help="The stack.toml to check.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="Print every finding as JSON on stdout instead of the lines."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write every finding as JSON to this file."),
+    backend: str = typer.Option("venv", "--backend",
+                                help="The backend the stack will be built with, as build's --backend: venv (build's "
+                                     "default) or oci; a flavour it cannot compile is a broken rule."),
 ) -> None:
     """Check each flavour against the rules data (torch CUDA variants and Pythons, driver,
     GPU architectures, flash-attn, DeepSpeed ops, the nvcc of its extensions); exit 3 when
@@ -21,7 +24,8 @@ def command(
     Its route: the PyPI wheel where it holds nvcc (CUDA 13); for OCI builds on a Debian
     base, Debian's non-free nvidia-cuda-toolkit (11.8 on debian12, 12.4 on debian13).
 
-    For venv builds, the host's nvcc (CUDA_HOME, else PATH). A flavour with no route is refused.
+    For venv builds, the host's nvcc (CUDA_HOME, else PATH). A flavour with no route is refused,
+    and so is one that --backend (venv unless given, as build's) cannot compile while the other can.
 
     Also shows what the stack will run: its test-suite commands (those that are not pytest
     run only with verify --trust) and its build environment variables.
@@ -33,21 +37,23 @@ def command(
     from rich.markup import escape
 
     from trainstack.console import out, verbosity
-    from trainstack.errors import RuleViolation
+    from trainstack.errors import RuleViolation, UsageError
     from trainstack.fsutil import check_output
     from trainstack.hostnvcc import find_host_nvcc
     from trainstack.redact import redact
-    from trainstack.stackfile.compat import check_stack, errors, needs_host_nvcc
+    from trainstack.stackfile.compat import BACKENDS, check_stack, errors, needs_host_nvcc
     from trainstack.stackfile import expand_flavours, load_stack
     from trainstack.grammar import shown as one_line
     from trainstack.trust import what_it_runs
 
+    if backend not in BACKENDS:
+        raise UsageError(f"--backend: unknown backend '{backend}'", hint=f"one of: {', '.join(BACKENDS)}")
     if output is not None:
         check_output(output, "--output")
     verbose = verbosity() > 0
 
     spec = load_stack(stack)
-    findings = check_stack(spec, find_host_nvcc() if needs_host_nvcc(spec) else None)
+    findings = check_stack(spec, find_host_nvcc() if needs_host_nvcc(spec) else None, backend)
     broken = errors(findings)
     flavours = len(expand_flavours(spec))
     runs = what_it_runs(spec.verify.suite, spec.components, spec.env)

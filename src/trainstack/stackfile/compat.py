@@ -29,10 +29,15 @@ class Finding:
     source: str
 
 
-def check_stack(stack: Stack, host: HostNvcc | None = None) -> list[Finding]:
+BACKENDS = ("venv", "oci")  # build's backends; venv is build's default
+
+
+def check_stack(stack: Stack, host: HostNvcc | None = None, backend: str | None = None) -> list[Finding]:
     """Every flavour's findings. ``host``: the host's nvcc as found (trainstack.hostnvcc), which
-    venv builds of a flavour with no nvcc wheel compile with; None when not looked at (lock)."""
-    return [finding for flavour in expand_flavours(stack) for finding in check_flavour(stack, flavour, host)]
+    venv builds of a flavour with no nvcc wheel compile with; None when not looked at (lock).
+    ``backend``: the backend the stack will be built with (check's --backend); a flavour that
+    backend cannot compile while the other can is an error (toolchain.backend). None: not judged."""
+    return [finding for flavour in expand_flavours(stack) for finding in check_flavour(stack, flavour, host, backend)]
 
 
 def needs_host_nvcc(stack: Stack) -> bool:
@@ -80,13 +85,13 @@ def errors(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.level == "error"]
 
 
-def check_flavour(stack: Stack, flavour: Flavour, host: HostNvcc | None = None) -> list[Finding]:
+def check_flavour(stack: Stack, flavour: Flavour, host: HostNvcc | None = None, backend: str | None = None) -> list[Finding]:
     components = {c.key: c for c in components_for(stack, flavour)}
     checks = (_os, _cuda, _torch, _compile_needs, _flash_attn, _arch_lists, _deepspeed, _toolchain, _allowed_env)
     found: list[Finding] = []
     for check in checks:
         found.extend(check(stack, flavour, components))
-    found.extend(_nvcc_route(stack, flavour, components, host))
+    found.extend(_nvcc_route(stack, flavour, components, host, backend))
     return found
 
 
@@ -294,7 +299,8 @@ def _toolchain(stack: Stack, flavour: Flavour, components: dict[str, Component])
     return found
 
 
-def _nvcc_route(stack: Stack, flavour: Flavour, components: dict[str, Component], host: HostNvcc | None) -> list[Finding]:
+def _nvcc_route(stack: Stack, flavour: Flavour, components: dict[str, Component], host: HostNvcc | None,
+                backend: str | None = None) -> list[Finding]:
     """Where the nvcc of a flavour that builds extensions comes from, per backend (toolchain.route);
     none for either backend is an error once the host was looked at (toolchain.nvcc)."""
     rules = stack.rules_in_effect
@@ -317,13 +323,31 @@ def _nvcc_route(stack: Stack, flavour: Flavour, components: dict[str, Component]
         source = cuda_rules.debian.source if cuda_rules.debian is not None else cuda_rules.nvcc.source
     text = nvcc.routes_text(rules, flavour.cuda, flavour.os, host, base, declared)
     found = [_finding(flavour, "toolchain.route", "info", text, source)]
-    if oci is not None or nvcc.venv_route(rules, flavour.cuda, host) is not None:
+    venv = nvcc.venv_route(rules, flavour.cuda, host)
+    if host is not None and backend is not None and (oci is None) != (venv is None):
+        able, unable = ("oci", "venv") if venv is None else ("venv", "oci")
+        if backend == unable:
+            found.append(_finding(flavour, "toolchain.backend", "error",
+                                  _backend_text(flavour, components, unable, able), source))
+    if oci is not None or venv is not None:
         return found
     if host is None:  # lock: the host is not looked at, the wheels' refusal says what to do
         refusal = data.nvcc_refusal(rules, flavour.cuda) or nvcc.debian_offers(rules)
         return found + [_finding(flavour, "toolchain.nvcc", "info", refusal, cuda_rules.nvcc.source)]
     text = nvcc.no_route(rules, flavour.cuda, flavour.os, host, base)
     return found + [_finding(flavour, "toolchain.nvcc", "error", text, source)]
+
+
+def _backend_text(flavour: Flavour, components: dict[str, Component], unable: str, able: str) -> str:
+    """One line: which backend builds the flavour and which cannot, and the ways out."""
+    sources = ", ".join(sorted(c.key for c in components.values() if c.is_source_build))
+    default = " (build's default)" if unable == BACKENDS[0] else ""
+    fixes = [f"build with --backend {able} (check --backend {able} checks that)",
+             f"or build with --skip-sources (leaves out {sources})"]
+    if unable == "venv":
+        fixes.append(f"or set CUDA_HOME to a CUDA {flavour.cuda} toolkit")
+    return (f"builds: {able} can, {unable}{default} cannot: no nvcc of CUDA {flavour.cuda} for {sources} "
+            f"there (see toolchain.route); {', '.join(fixes)}")
 
 
 _ARCH_TOKEN = re.compile(r"^(?:sm_|compute_)?(\d+)\.?(\d*)([af]?)(?:\+PTX)?$", re.IGNORECASE)

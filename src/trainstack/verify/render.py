@@ -94,11 +94,13 @@ def render_gate(gate: GateResult, console: Console) -> None:
     console.print(out)
     for suite in gate.suites:
         for test in suite.failed[:20]:
-            console.print(f"  [red]failing[/] {suite.name}: {escape(test)}", highlight=False)
+            console.print(f"  [red]failing[/] {suite.name}: {escape(test)}{_why(suite.failure_reasons, test)}",
+                          highlight=False, soft_wrap=True)
         if len(suite.failed) > 20:
             console.print(f"  ... and {len(suite.failed) - 20} more in {suite.name}", highlight=False)
         for test in suite.flaky:
-            console.print(f"  [yellow]flaky[/]   {suite.name}: {escape(test)} (failed, then passed on rerun)", highlight=False)
+            console.print(f"  [yellow]flaky[/]   {suite.name}: {escape(test)} (failed, then passed on rerun)"
+                          f"{_why(suite.failure_reasons, test)}", highlight=False, soft_wrap=True)
         for hit in suite.known:
             console.print(f"  [dim]known[/]   {suite.name}: {escape(hit.test)}: {escape(hit.reason)} ({hit.link})", highlight=False)
         for item in suite.excluded:
@@ -108,6 +110,11 @@ def render_gate(gate: GateResult, console: Console) -> None:
             console.print(f"  [bold red]{suite.name}: {escape(suite.reason)}[/]", highlight=False)
     for warning in gate.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+
+
+def _why(reasons: dict[str, str], test: str) -> str:
+    """' - AssertionError: assert 1 == 2', as pytest's short summary ends a failure's line."""
+    return f" - {escape(reasons[test])}" if reasons.get(test) else ""
 
 
 def render_verdict(result: VerifyResult, console: Console) -> None:

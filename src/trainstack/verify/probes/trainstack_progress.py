@@ -9,6 +9,10 @@ The number of tests collected ("collected") lets trainstack show the run's progr
 $TRAINSTACK_EXCLUDE, when set, is a JSON list of fnmatch patterns (the suite's exclusions):
 each collected test whose id (relative or absolute) matches one is deselected before the run,
 and an "excluded" event names it with the index of the first pattern it matched.
+
+A failed report carries "message": why it failed in one line, as pytest's short summary shows
+it (the assertion or the exception's line; for a module that fails to import, the "E" line of
+its error), cut at MESSAGE_CHARS.
 """
 
 import json
@@ -17,6 +21,21 @@ from fnmatch import fnmatchcase
 
 _PATH = os.environ.get("TRAINSTACK_PROGRESS")
 _EXCLUDE = os.environ.get("TRAINSTACK_EXCLUDE")
+MESSAGE_CHARS = 500
+
+
+def _message(report):
+    """The one line pytest's short summary gives a failure (reprcrash), else the last 'E' line
+    of its text (a collection error's longrepr is a plain string), else its last line."""
+    longrepr = report.longrepr
+    crash = getattr(longrepr, "reprcrash", None)
+    text = getattr(crash, "message", None) if crash is not None else None
+    if not text:
+        lines = [line.strip() for line in str(longrepr or "").splitlines() if line.strip()]
+        marked = [line[1:].strip() for line in lines if line.startswith("E ")]
+        text = marked[-1] if marked else (lines[-1] if lines else "")
+    first = " ".join(text.split())
+    return first if len(first) <= MESSAGE_CHARS else first[:MESSAGE_CHARS - 3] + "..."
 
 
 def _write(record):
@@ -64,14 +83,20 @@ def pytest_collection_finish(session):
 
 def pytest_runtest_logreport(report):
     if report.failed or report.when == "call" or report.skipped:
-        _write({"event": "report", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
-                "xfail": hasattr(report, "wasxfail")})
+        record = {"event": "report", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+                  "xfail": hasattr(report, "wasxfail")}
+        if report.failed:
+            record["message"] = _message(report)
+        _write(record)
 
 
 def pytest_collectreport(report):
     # a module that fails to import (a collection error) or skips itself as a whole
     if report.failed or report.skipped:
-        _write({"event": "collect", "nodeid": report.nodeid or str(report.fspath), "outcome": report.outcome})
+        record = {"event": "collect", "nodeid": report.nodeid or str(report.fspath), "outcome": report.outcome}
+        if report.failed:
+            record["message"] = _message(report)
+        _write(record)
 
 
 def pytest_runtest_logfinish(nodeid, location):

@@ -17,6 +17,7 @@ from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Skipped
 from trainstack.fsutil import describe_os_error, read_regular
 
 MAX_XML_BYTES = 256 * 2**20  # a JUnit report larger than this is not read
+MESSAGE_CHARS = 500  # a failure's reason, as kept and shown: one line at most this long
 
 
 class JunitUnreadable(ValueError):
@@ -34,6 +35,7 @@ class XmlCounts:
     errors: int = 0
     skipped: int = 0
     failed_ids: list[str] = field(default_factory=list)  # "classname::name" of failures and errors
+    messages: dict[str, str] = field(default_factory=dict)  # "classname::name" -> its failure's message
 
     @property
     def failed(self) -> int:
@@ -75,8 +77,30 @@ def read_junit(path: Path) -> XmlCounts:
             else:
                 counts.skipped += any(isinstance(r, Skipped) for r in results)
                 continue
-            counts.failed_ids.append(f"{case.classname}::{case.name}")
+            test_id = f"{case.classname}::{case.name}"
+            counts.failed_ids.append(test_id)
+            message = next((r.message for r in results if isinstance(r, (Failure, Error)) and r.message), None)
+            if message:
+                counts.messages[test_id] = one_line(message)
     return counts
+
+
+def one_line(text: str) -> str:
+    """A failure's message as kept: its words on one line, at most MESSAGE_CHARS."""
+    words = " ".join(text.split())
+    return words if len(words) <= MESSAGE_CHARS else words[:MESSAGE_CHARS - 3] + "..."
+
+
+def error_line(output: str) -> str:
+    """The line that says why pytest stopped before running tests (exit 2 to 4), as it prints
+    it: the last 'E   ...' line (a conftest that fails to import), else the last 'ERROR:' or
+    'error:' line, else ''."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    marked = [line[1:].strip() for line in lines if line.startswith("E ")]
+    if marked:
+        return one_line(marked[-1])
+    stated = [line for line in lines if line.lower().startswith("error:")]
+    return one_line(stated[-1]) if stated else ""
 
 
 @dataclass
@@ -117,6 +141,7 @@ class Progress:
     recorded: bool = False  # the plugin wrote events (else only the XML can tell)
     excluded: dict[str, int] = field(default_factory=dict)  # nodeid -> index of the exclusion that left it out
     exclusions_applied: bool = False  # the plugin read the suite's exclusions (so unmatched ones are known)
+    messages: dict[str, str] = field(default_factory=dict)  # nodeid -> why it failed first (one line)
 
     @property
     def ran(self) -> int:
@@ -165,6 +190,10 @@ def read_progress(path: Path) -> Progress:
             progress.collect_errors.append(nodeid)
         if kind == "report" and event.get("outcome") == "failed" and nodeid not in progress.failed:
             progress.failed.append(nodeid)
+        if kind in ("report", "collect") and event.get("outcome") == "failed":
+            message = event.get("message")
+            if isinstance(message, str) and message and nodeid not in progress.messages:
+                progress.messages[nodeid] = one_line(message)
         key = summary_key(event) if kind in ("report", "collect") else None
         if key:
             progress.counts[key] = progress.counts.get(key, 0) + 1

@@ -21,7 +21,8 @@ from trainstack.errors import SpecError
 from trainstack.fsutil import atomic_write_json
 from trainstack.stackfile.schema import Suite
 from trainstack.trust import is_pytest_command
-from trainstack.verify.suites.junit import JunitUnreadable, Progress, Summary, read_junit, read_progress, read_summary
+from trainstack.verify.suites.junit import (JunitUnreadable, Progress, Summary, XmlCounts, error_line, read_junit,
+                                            read_progress, read_summary)
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.live import SuiteProgress
 from trainstack.verify.suites.schema import ExcludedTest, KnownHit, SuiteResult
@@ -150,7 +151,7 @@ def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: 
         return SuiteResult(status="timeout", exit_code=None, reason=f"timed out after {suite.timeout:.0f} s"
                            + (f" in {progress.running}" if progress.running else "") + "; its process group was killed",
                            crashed_in=progress.running, failed=failed, collection_errors=progress.collect_errors,
-                           counts=progress.counts, ran=progress.ran, **base)
+                           counts=progress.counts, ran=progress.ran, failure_reasons=failure_reasons(failed, progress), **base)
     if result.returncode == 125 and run.isolation.sandboxed and result.stderr.startswith("sandbox:"):
         return SuiteResult(status="error", exit_code=125, reason=result.stderr.strip().splitlines()[0][:300], **base)
     if not run.is_pytest(words):
@@ -201,7 +202,9 @@ def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, pro
               f"{len(flaky)} flaky, {len(hits) + len(collect_hits)} known, {len(progress.excluded)} excluded; "
               f"{ran} test(s) ran")
     if interrupted:
-        status, reason = "error", f"pytest exit {result.returncode}: {PYTEST_EXIT[result.returncode]}; {reason}"
+        why = error_line(result.stderr) or error_line(result.stdout)
+        status, reason = "error", (f"pytest exit {result.returncode}: {PYTEST_EXIT[result.returncode]}"
+                                   + (f" ({why})" if why else "") + f"; {reason}")
     elif ran == 0 and not suite.allow_no_tests:
         status, reason = "failed", f"no test ran ({reason}); a suite that may run none says allow_no_tests = true"
     if xml_counts.tests < ran:
@@ -214,7 +217,9 @@ def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, pro
                        xml_failed=xml_counts.failed, summary_failed=summary.failed if summary else None,
                        summary_line=summary.line if summary else "", cross_check=cross, counts=progress.counts,
                        ran=ran, collection_errors=progress.collect_errors, failed=failed, flaky=flaky,
-                       known=hits + collect_hits, **base)
+                       known=hits + collect_hits,
+                       failure_reasons=failure_reasons([*failed, *flaky, *(h.test for h in hits + collect_hits)],
+                                                       progress, xml_counts), **base)
 
 
 def _crashed(result: proc.Result, progress: Progress, base: dict, why: str = "no JUnit XML written") -> SuiteResult:
@@ -228,7 +233,14 @@ def _crashed(result: proc.Result, progress: Progress, base: dict, why: str = "no
     reason = f"crashed ({how}){where}; {why}" + (f": {last}" if last and not where and why == "no JUnit XML written" else "")
     return SuiteResult(status="crashed", exit_code=result.returncode, reason=reason, crashed_in=progress.running,
                        failed=failed, collection_errors=progress.collect_errors, counts=progress.counts,
-                       ran=progress.ran, **base)
+                       ran=progress.ran, failure_reasons=failure_reasons(failed, progress), **base)
+
+
+def failure_reasons(tests: list[str], progress: Progress, xml: XmlCounts | None = None) -> dict[str, str]:
+    """Why each of ``tests`` failed, one line each: the plugin's events, else (a run whose ids
+    came from the JUnit XML) the XML's message; tests with neither are left out."""
+    messages = {**(xml.messages if xml is not None else {}), **progress.messages}
+    return {test: messages[test] for test in tests if messages.get(test)}
 
 
 def _rerun(run: SuiteRun, words: list[str], failing: list[str], progress: Progress) -> tuple[list[str], list[str]]:

@@ -42,6 +42,8 @@ class SuiteResult(BaseModel):
     ran: int = 0  # tests that ran (passed, failed, xfailed, xpassed)
     excluded: list[ExcludedTest] = []  # left out by the suite's exclude list, not run, each with its reason
     unmatched_exclusions: list[ExcludedTest] = []  # exclude entries that matched no collected test
+    # why each failing test (failed, collection errors, known, flaky) failed: one line, as pytest's short summary
+    failure_reasons: dict[str, str] = {}
 
     @property
     def remaining(self) -> int:
