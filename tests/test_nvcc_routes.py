@@ -65,9 +65,9 @@ def write(tmp_path: Path, cuda: str, os_name: str, python: str = "3.11", rules: 
     return path
 
 
-def check(path: Path, cuda_home: Path) -> subprocess.CompletedProcess[str]:
+def check(path: Path, cuda_home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CUDA_HOME": str(cuda_home), "COLUMNS": "400"}
-    return subprocess.run([sys.executable, "-m", "trainstack", "check", str(path), "-v"],
+    return subprocess.run([sys.executable, "-m", "trainstack", "check", str(path), "-v", *args],
                           check=False, capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -79,13 +79,13 @@ def route_line(out: str) -> str:
 def test_debian_bases_take_the_toolkit_their_archive_packages(tmp_path: Path) -> None:
     empty = tmp_path / "no-cuda"
     empty.mkdir()
-    trixie = check(write(tmp_path, "12.4", "debian13", "3.13"), empty)
+    trixie = check(write(tmp_path, "12.4", "debian13", "3.13"), empty, "--backend", "oci")
     assert trixie.returncode == 0, trixie.stdout + trixie.stderr
     line = route_line(trixie.stdout)
     assert "oci builds: debian13 (trixie) packages nvcc of CUDA 12.4 as nvidia-cuda-toolkit=12.4.131~12.4.1-2" in line
     assert f"venv builds: none (needs nvcc 12.4; the host has no nvcc at CUDA_HOME/bin/nvcc (CUDA_HOME={empty}))" in line
     assert line.endswith("<https://packages.debian.org/trixie/nvidia-cuda-toolkit>")
-    bookworm = check(write(tmp_path, "11.8", "debian12"), empty)
+    bookworm = check(write(tmp_path, "11.8", "debian12"), empty, "--backend", "oci")
     assert bookworm.returncode == 0, bookworm.stdout + bookworm.stderr
     assert "nvidia-cuda-toolkit=11.8.89~11.8.0-5~deb12u1 in its non-free archive" in route_line(bookworm.stdout)
 

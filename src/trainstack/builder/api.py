@@ -52,17 +52,20 @@ def build_stack(
     stack_path: Path,
     *,
     flavour: str | None = None,
-    backend: str = "venv",
+    backend: str | None = None,
     build_dir: Path = Path("build"),
     skip_sources: bool = False,
     force: bool = False,
     signing_key: Path | None = None,
 ) -> list[BuildRecord]:
     """Build the selected flavours; a failure leaves each flavour's previous good build in place.
-    ``signing_key``: an ed25519 private key; each build's provenance is signed with it."""
+    ``signing_key``: an ed25519 private key; each build's provenance is signed with it. ``backend``:
+    None takes the stack's [build] backend."""
     signer = load_signer(signing_key) if signing_key is not None else None  # a bad key is refused before any work
-    chosen = make_backend(backend)
+    if backend is not None and backend not in BACKENDS:
+        make_backend(backend)  # refused, naming the backends, before anything is read
     inputs = load_inputs(stack_path, flavour)
+    chosen = make_backend(backend or inputs.stack.build.backend)
     if chosen.name == "venv":
         for layers in inputs.layers:
             _require_this_machine(layers.flavour)

@@ -10,7 +10,9 @@ import typer
 def command(
     stack: Path = typer.Argument(..., help="The stack file (its lock must be current)."),
     flavour: str | None = typer.Option(None, "--flavour", help="Build one flavour (its slug); default: all."),
-    backend: str = typer.Option("venv", "--backend", help="venv (uv, needs only Python) or oci (buildah or docker buildx)."),
+    backend: str | None = typer.Option(None, "--backend", show_default=False,
+                                       help="venv (uv, needs only Python) or oci (buildah or docker buildx); default: "
+                                            "the stack's [build] backend, venv unless it says."),
     build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Outputs go to BUILD_DIR/<flavour>/."),
     skip_sources: bool = typer.Option(
         False, "--skip-sources", help="Leave out components built from source (recorded in build.json)."

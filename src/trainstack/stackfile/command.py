@@ -11,9 +11,10 @@ def command(
     stack: Path = typer.Argument(..., metavar="STACK", help="The stack.toml to check.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="Print every finding as JSON on stdout instead of the lines."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write every finding as JSON to this file."),
-    backend: str = typer.Option("venv", "--backend",
-                                help="The backend the stack will be built with, as build's --backend: venv (build's "
-                                     "default) or oci; a flavour it cannot compile is a broken rule."),
+    backend: str | None = typer.Option(None, "--backend", show_default=False,
+                                       help="The backend the stack will be built with, as build's --backend: venv or "
+                                            "oci; default: the stack's [build] backend (venv unless it says). A flavour "
+                                            "that backend cannot compile is a broken rule."),
 ) -> None:
     """Check each flavour against the rules data (torch CUDA variants and Pythons, driver,
     GPU architectures, flash-attn, DeepSpeed ops, the nvcc of its extensions); exit 3 when
@@ -25,7 +26,8 @@ def command(
     base, Debian's non-free nvidia-cuda-toolkit (11.8 on debian12, 12.4 on debian13).
 
     For venv builds, the host's nvcc (CUDA_HOME, else PATH). A flavour with no route is refused,
-    and so is one that --backend (venv unless given, as build's) cannot compile while the other can.
+    and so is one that the backend build takes (--backend, else the stack's [build] backend, else
+    venv) cannot compile while the other can.
 
     Also shows what the stack will run: its test-suite commands (those that are not pytest
     run only with verify --trust) and its build environment variables.
@@ -46,14 +48,14 @@ def command(
     from trainstack.grammar import shown as one_line
     from trainstack.trust import what_it_runs
 
-    if backend not in BACKENDS:
+    if backend is not None and backend not in BACKENDS:
         raise UsageError(f"--backend: unknown backend '{backend}'", hint=f"one of: {', '.join(BACKENDS)}")
     if output is not None:
         check_output(output, "--output")
     verbose = verbosity() > 0
 
     spec = load_stack(stack)
-    findings = check_stack(spec, find_host_nvcc() if needs_host_nvcc(spec) else None, backend)
+    findings = check_stack(spec, find_host_nvcc() if needs_host_nvcc(spec) else None, backend or spec.build.backend)
     broken = errors(findings)
     flavours = len(expand_flavours(spec))
     runs = what_it_runs(spec.verify.suite, spec.components, spec.env)

@@ -320,6 +320,8 @@ class Build(Strict):
     # a base image whose tag does not say it is NVIDIA's CUDA devel image (a vendor's own, built on
     # one): the CUDA release its toolkit is of, per OS, its nvcc at the rules' devel cuda_home
     base_cuda: dict[str, Annotated[str, Field(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]] = {}
+    # what build and check take when no --backend is given: a stack shipped as images says "oci"
+    backend: Literal["venv", "oci"] = "venv"
     system_packages: list[str] = []
     min_free_disk_gb: Annotated[float, Field(ge=0, le=MAX_DISK_GB, allow_inf_nan=False)] = 10.0
     compiler_cache: CompilerCache = CompilerCache()
