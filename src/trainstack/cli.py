@@ -22,7 +22,7 @@ import typer
 from trainstack import __version__
 from trainstack import console
 from trainstack.console import print_error, print_hint
-from trainstack.errors import EXIT_TABLE, TrainstackError, UsageError, bad_input_code, exit_codes_line
+from trainstack.errors import EXIT_TABLE, INTERRUPTED, TrainstackError, UsageError, bad_input_code, exit_codes_line
 
 # verb -> module exposing `command`, in the order a release flows through them.
 VERBS: dict[str, str] = {
@@ -259,6 +259,8 @@ def _run(argv: list[str]) -> int:
     _plain_help(command)
     # without standalone mode click returns a command's typer.Exit code instead of exiting
     code = command.main(args=argv, prog_name=PROG, standalone_mode=False)
+    if code == INTERRUPTED:  # typer turns a Ctrl-C inside a verb into this code, silently
+        print_error("interrupted")
     return code if isinstance(code, int) else 0
 
 
@@ -281,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         return missing.exit_code
     except KeyboardInterrupt:
         print_error("interrupted")
-        return 130
+        return INTERRUPTED
     except _markup_error() as exc:
         # a message that reached rich's markup parser unescaped: still one line, never a traceback
         print_error(f"a message could not be printed ({exc}); this is a bug in trainstack")
