@@ -181,23 +181,40 @@ def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None, parity: dict
             out.print(line, highlight=False, soft_wrap=True)
     if out_dir is None:
         return
-    stem = out_dir / f"{stem_prefix}-{spec.model}-b{spec.batch}-s{spec.seq}"
+    name, kept = free_name(out_dir, f"{stem_prefix}-{spec.model}-b{spec.batch}-s{spec.seq}")
+    jsonl = out_dir / f"{name}.jsonl"  # the whole name: 'llama3.2-1b' is no suffix to replace
     try:
-        write_jsonl(stem.with_suffix(".jsonl"), rows)
+        write_jsonl(jsonl, rows)
     except OSError as exc:  # a finished benchmark is never lost: its rows go elsewhere, and that is said
         import json
 
         text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
-        raise OutputError(f"{stem.with_suffix('.jsonl')}: cannot write ({exc.strerror or exc}); "
-                          f"the results are in {rescue(text, stem.name + '.jsonl')}") from None
-    out.print(f"wrote {stem.with_suffix('.jsonl')}", highlight=False)
+        raise OutputError(f"{jsonl}: cannot write ({exc.strerror or exc}); "
+                          f"the results are in {rescue(text, name + '.jsonl')}") from None
+    if kept is not None:
+        out.print(Text(f"{kept} holds an earlier run's results: kept; this run's are in {jsonl.name}"), highlight=False,
+                  soft_wrap=True)
+    out.print(f"wrote {jsonl}", highlight=False)
     if parity is not None:
-        path = out_dir / f"parity-{spec.model}-b{spec.batch}-s{spec.seq}.json"
+        path = out_dir / f"{name.replace(stem_prefix, 'parity', 1)}.json"
         atomic_write_json(path, parity)
         out.print(f"wrote {path}", highlight=False)
     if len(rows) > 1 or parity is not None:
-        write_chart(stem.with_suffix(".png"), rows, title, parity=parity)
-        out.print(f"wrote {stem.with_suffix('.png')}", highlight=False)
+        chart = out_dir / f"{name}.png"
+        write_chart(chart, rows, title, parity=parity)
+        out.print(f"wrote {chart}", highlight=False)
+
+
+def free_name(out_dir: Path, name: str) -> tuple[str, Path | None]:
+    """``name`` when no ``<name>.jsonl`` is in ``out_dir``, else the first free ``<name>-2``,
+    ``<name>-3``, ...: a finished run's results are never replaced. (name, the file kept or None)"""
+    first = out_dir / f"{name}.jsonl"
+    if not (first.exists() or first.is_symlink()):
+        return name, None
+    number = 2
+    while (out_dir / f"{name}-{number}.jsonl").exists() or (out_dir / f"{name}-{number}.jsonl").is_symlink():
+        number += 1
+    return f"{name}-{number}", first
 
 
 def exit_code(rows: list[dict], ablation: bool, parity_rows: int = 0) -> int:
