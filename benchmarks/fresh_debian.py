@@ -1,15 +1,18 @@
-"""The README's two commands on a fresh Debian 12, run as written: a new root made with debootstrap,
-a clean checkout (git archive HEAD) copied in, then inside it (chroot) the README's prerequisite
-line, its first command (install, lock, build, verify) and, unless --skip-tests, its second
+"""The README's two commands on a fresh Debian 12, Debian 13 or Ubuntu 24.04, run as written: a new
+root made with debootstrap, a clean checkout (git archive HEAD) copied in, then inside it (chroot)
+the README's first command (bootstrap, lock, build, verify) and, unless --skip-tests, its second
 (bash .ci/run: the whole test suite as CI runs it).
 
-    sudo python3 benchmarks/fresh_debian.py [--tests-k EXPR | --skip-tests] [--find-links DIR] [--keep]
+    sudo python3 benchmarks/fresh_debian.py [--suite bookworm|trixie|noble] [--tests-k EXPR | --skip-tests]
+                                            [--find-links DIR] [--keep]
 
-Needs root (debootstrap, chroot, mounts). The new root starts with what a Debian 12 install
-holds before anyone touches it (python3 and ca-certificates, nothing else of Python): no pip,
-no venv, no compiler, no pip configuration. The host's CA bundle is copied into its trust store
-and the proxy and CA variables of this environment are passed through, so that a machine behind
-a TLS-intercepting proxy can reach PyPI; nothing else of the host goes in.
+Needs root (debootstrap, chroot, mounts); noble needs Ubuntu's archive keyring (the ubuntu-keyring
+package of Debian) or --no-check-gpg. The new root starts with what debootstrap's minbase
+variant holds and ca-certificates: no Python at all, no pip, no venv, no compiler, no pip
+configuration; the first command's bootstrap installs what it needs. The host's CA bundle is
+copied into its trust store and the proxy and CA variables of this environment are passed
+through, so that a machine behind a TLS-intercepting proxy can reach PyPI; nothing else of the
+host goes in.
 
 --tests-k EXPR runs the second command as `bash .ci/run -k EXPR`: .ci/run hands its arguments
 to pytest after the README's test command, so only that subset of the suite runs (not
@@ -18,7 +21,7 @@ PIP_FIND_LINKS to it for the second command: a local wheel folder standing in fo
 CPU-only index where that index cannot be reached.
 
 Each command's seconds, exit status and last output go to benchmarks/results/fresh_debian/
-(result.txt, result.json), and a row to that folder's README.md.
+(result-<suite>.txt, result-<suite>.json), and a row to that folder's README.md.
 """
 
 from __future__ import annotations
@@ -41,10 +44,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from resultfile import RESULTS, ROOT, Run  # noqa: E402
 
-SUITE = "bookworm"
-MIRROR = "http://deb.debian.org/debian"
-# what a fresh Debian 12 server holds of Python: the interpreter, not its venv module nor pip
-BASE_PACKAGES = ("python3", "ca-certificates")
+# suite -> (the system it is, its archive, debootstrap's script for it, its components)
+SUITES = {
+    "bookworm": ("Debian 12", "http://deb.debian.org/debian", "bookworm", "main"),
+    "trixie": ("Debian 13", "http://deb.debian.org/debian", "trixie", "main"),
+    "noble": ("Ubuntu 24.04", "http://archive.ubuntu.com/ubuntu", "gutsy", "main,universe"),
+}
+UBUNTU_KEYRING = Path("/usr/share/keyrings/ubuntu-archive-keyring.gpg")
+# nothing of Python: bootstrap, the README's first command, installs what it needs
+BASE_PACKAGES = ("ca-certificates",)
 CHECKOUT = "/root/trainstack"
 HOSTS = ("127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n\n::1\tlocalhost ip6-localhost ip6-loopback\n"
          "ff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n")
@@ -53,15 +61,12 @@ CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 OUT = RESULTS / "fresh_debian"
 
 
-def readme_commands(readme: str) -> tuple[str, str, str]:
-    """(the prerequisite line, the first command, the second) as the README writes them."""
+def readme_commands(readme: str) -> tuple[str, str]:
+    """(the first command, the second) as the README writes them."""
     fences = re.findall(r"^```bash\n(.*?)\n```$", readme, flags=re.M | re.S)
     if len(fences) < 2:
         sys.exit("the README has fewer than two ```bash blocks")
-    prerequisite = re.search(r"`(apt-get install -y [a-z0-9. -]+)`", readme)
-    if prerequisite is None:
-        sys.exit("the README names no `apt-get install -y ...` prerequisite")
-    return prerequisite.group(1), fences[0].strip(), fences[1].strip()
+    return fences[0].strip(), fences[1].strip()
 
 
 def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
@@ -126,23 +131,30 @@ def main() -> int:
     parser.add_argument("--find-links", type=Path, help="a local wheel folder for the second command (PIP_FIND_LINKS)")
     parser.add_argument("--keep", action="store_true", help="keep the new root (its path is printed)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds each command may run")
+    parser.add_argument("--suite", choices=sorted(SUITES), default="bookworm", help="the release to make the root of")
+    parser.add_argument("--no-check-gpg", action="store_true", help="debootstrap without checking the archive's signature")
     args = parser.parse_args()
+    system, mirror, script, components = SUITES[args.suite]
     if os.geteuid() != 0:
         sys.exit("needs root: debootstrap, chroot and mounts")
     for tool in ("debootstrap", "chroot", "git"):
         if shutil.which(tool) is None:
             sys.exit(f"needs {tool}")
-    record = Run("result", folder="fresh_debian")
-    prerequisite, first, second = readme_commands((ROOT / "README.md").read_text(encoding="utf-8"))
+    record = Run(f"result-{args.suite}", folder="fresh_debian")
+    first, second = readme_commands((ROOT / "README.md").read_text(encoding="utf-8"))
     work = Path(tempfile.mkdtemp(prefix="fresh-debian-"))
     root = work / "root"
     logs = work / "logs"
     logs.mkdir()
     steps: dict[str, dict] = {}
     try:
-        print(f"debootstrap {SUITE} into {root}", flush=True)
+        print(f"debootstrap {args.suite} ({system}) into {root}", flush=True)
         start = time.perf_counter()
-        made = run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(root), MIRROR])
+        trust = ["--no-check-gpg"] if args.no_check_gpg else (
+            [f"--keyring={UBUNTU_KEYRING}"] if args.suite == "noble" else [])
+        made = run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
+                    f"--components={components}", *trust, args.suite, str(root), mirror,
+                    f"/usr/share/debootstrap/scripts/{script}"])
         if made.returncode != 0:
             sys.exit(f"debootstrap failed ({made.returncode}):\n{made.stderr[-2000:]}")
         steps["debootstrap"] = {"seconds": round(time.perf_counter() - start, 1), "exit": 0, "passed": True}
@@ -158,7 +170,7 @@ def main() -> int:
         subprocess.run(["tar", "-x", "-C", str(checkout)], input=archive, check=True)
         env = chroot_env({})
         with mounted(root, args.find_links):
-            for name, command, extra in (("prerequisite", prerequisite, {}), ("first command", first, {}),
+            for name, command, extra in (("first command", first, {}),
                                          ("second command", _subset(second, args.tests_k), _test_env(args))):
                 if name == "second command" and args.skip_tests:
                     continue
@@ -188,7 +200,7 @@ def _test_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def write(record: Run, steps: dict[str, dict], args: argparse.Namespace) -> None:
-    lines = [f"Debian 12 ({SUITE}) made with debootstrap --variant=minbase --include={','.join(BASE_PACKAGES)}",
+    lines = [f"{SUITES[args.suite][0]} ({args.suite}) made with debootstrap --variant=minbase --include={','.join(BASE_PACKAGES)}",
              "host CA bundle copied in; proxy and CA variables passed through", ""]
     for name, step in steps.items():
         verdict = "pass" if step["passed"] else f"FAIL (exit {step['exit']})"
@@ -200,14 +212,15 @@ def write(record: Run, steps: dict[str, dict], args: argparse.Namespace) -> None
     text = "\n".join(lines)
     print(text)
     record.write(text, steps)
-    _readme_row(record, steps)
+    _readme_row(record, steps, SUITES[args.suite][0])
 
 
-def _readme_row(record: Run, steps: dict[str, dict]) -> None:
+def _readme_row(record: Run, steps: dict[str, dict], system: str) -> None:
     readme = OUT / "README.md"
-    head = ("# The README's commands on a fresh Debian 12\n\n"
-            "Written by `benchmarks/fresh_debian.py`; the newest run first. `result.txt` and `result.json`\n"
-            "hold the newest run's output.\n\n"
+    head = ("# The README's commands on a fresh Debian 12, Debian 13 or Ubuntu 24.04\n\n"
+            "Written by `benchmarks/fresh_debian.py`; the newest run first. `result-<suite>.txt` and\n"
+            "`result-<suite>.json` hold the newest run's output on each (`result.txt`: runs before the suite\n"
+            "was named, all on Debian 12).\n\n"
             "| date | commit | machine | command | seconds | result |\n|---|---|---|---|---|---|\n")
     rows = readme.read_text(encoding="utf-8").split("|---|---|---|---|---|---|\n", 1)[1] if readme.exists() else ""
     new = ""
@@ -219,7 +232,7 @@ def _readme_row(record: Run, steps: dict[str, dict]) -> None:
         result = "pass" if step["passed"] else f"fail (exit {step['exit']})"
         cell = shown.replace("|", "\\|")
         new += (f"| {record.meta['date']} | {record.meta['commit']} | {record.meta['machine']} | "
-                f"{name}: `{cell}` | {step['seconds']} | {result} |\n")
+                f"{system}, {name}: `{cell}` | {step['seconds']} | {result} |\n")
     OUT.mkdir(parents=True, exist_ok=True)
     readme.write_text(head + new + rows, encoding="utf-8")
     print(json.dumps({name: step["seconds"] for name, step in steps.items()}))

@@ -34,10 +34,11 @@ RUN = [
 ]
 
 SKIPPED = {
-    "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && trainstack lock examples/stacks/cpu-minimal.toml && trainstack build examples/stacks/cpu-minimal.toml && trainstack verify examples/stacks/cpu-minimal.toml":
+    "sh bootstrap && . .venv/bin/activate && trainstack lock examples/stacks/cpu-minimal.toml && trainstack build examples/stacks/cpu-minimal.toml && trainstack verify examples/stacks/cpu-minimal.toml":
         "makes a virtual environment and installs trainstack from PyPI's packages; its lock and build run above, "
         "verify runs numpy's test suite (tests/test_release_verify.py runs verify on this stack), and "
-        "benchmarks/fresh_debian.py runs the whole command on a fresh Debian 12",
+        "benchmarks/fresh_debian.py runs the whole command on a fresh Debian 12, Debian 13 and Ubuntu 24.04 "
+        "(tests/test_bootstrap.py runs bootstrap's refusals)",
     "bash .ci/run": "the whole CI: installs system packages and runs every test",
     "trainstack bench --preset llama3.1-8b --batch 1 --modes compile+bf16+planned --health health.json":
         "GPU only: trains Llama-3.1 8B at sequence 8192 on one H200 (tests/test_reference_preset.py plans it on CPU)",
