@@ -143,7 +143,7 @@ class BuildahBackend:
 
     def build(self, job: BuildJob, steps: Steps) -> BuildOutput:
         secrets = secret_option("ca", job.ca_bundle) if job.ca_bundle else []  # refused before anything runs
-        base = base_for(job.inputs.stack, job.layers.flavour.os)
+        base = base_for(job.inputs.stack, job.layers.flavour)
         if base.debootstrap_suite and not self._exists(base.ref):
             self._import_base(steps, base, job.staging / "base")
         context = write_context(job)
@@ -223,7 +223,7 @@ class DockerBackend:
 
     def build(self, job: BuildJob, steps: Steps) -> BuildOutput:
         secrets = secret_option("ca", job.ca_bundle) if job.ca_bundle else []  # refused before anything runs
-        base = base_for(job.inputs.stack, job.layers.flavour.os)
+        base = base_for(job.inputs.stack, job.layers.flavour)
         if base.debootstrap_suite and not proc.run(["docker", "image", "inspect", base.ref], echo=False).ok:
             tar = debootstrap_rootfs(steps, base.debootstrap_suite, job.staging / "base")
             steps.run("base-import", ["docker", "import", tar, base.ref])

@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-from trainstack.stackfile.matrix import Flavour, components_for
+from trainstack.stackfile.matrix import Flavour, base_of, components_for
 from trainstack.stackfile.schema import Stack
 
 # Bumped when the rendered build (Dockerfile layers, build scripts) changes in a way
@@ -42,7 +42,8 @@ def image_name(image: str) -> str:
 
 
 def base_image(stack: Stack, flavour: Flavour) -> str:
-    return stack.build.base.get(flavour.os, flavour.os)
+    found = base_of(stack, flavour)
+    return found[1] if found is not None else flavour.os
 
 
 def build_args(stack: Stack, flavour: Flavour) -> dict[str, str]:

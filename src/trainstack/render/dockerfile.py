@@ -27,6 +27,7 @@ from trainstack.rules.nvcc import Route, debian_route, devel_route, wheel_route
 from trainstack.render import quote
 from trainstack.lock.layers import FlavourLayers, SourceBuild
 from trainstack import grammar
+from trainstack.stackfile.matrix import Flavour, base_of
 from trainstack.stackfile.schema import PYTHON_RE, CompilerCache, Stack
 
 VENV = "/opt/venv"
@@ -55,19 +56,20 @@ class Base:
     debootstrap_suite: str | None  # set when the base is built locally with debootstrap
 
 
-def base_for(stack: Stack, os_name: str) -> Base:
-    value = stack.build.base.get(os_name)
-    if value is None:
+def base_for(stack: Stack, flavour: Flavour) -> Base:
+    found = base_of(stack, flavour)
+    if found is None:
         known = ", ".join(sorted(stack.build.base)) or "none"
         raise SpecError(
-            f"build.base: no base image for os '{os_name}' (bases given for: {known})",
-            hint=f'add build.base."{os_name}" = "debootstrap:bookworm" or a registry ref',
+            f"build.base: no base image for flavour {flavour.slug} (keys given: {known})",
+            hint=f'add build.base."{flavour.os}" = "debootstrap:bookworm" or a registry ref',
         )
-    value = quote.one_line(value, f"build.base.{grammar.shown(os_name)}")
+    key, value = found
+    value = quote.one_line(value, f"build.base.{grammar.shown(key)}")
     try:
         grammar.base_image(value)
     except ValueError as exc:
-        raise SpecError(f"build.base.{grammar.shown(os_name)}: {exc}") from None
+        raise SpecError(f"build.base.{grammar.shown(key)}: {exc}") from None
     if value.startswith(DEBOOTSTRAP_PREFIX):
         suite = value.removeprefix(DEBOOTSTRAP_PREFIX)
         return Base(f"localhost/trainstack-base:{suite}", suite)
@@ -105,7 +107,7 @@ def labels(stack: Stack, layers: FlavourLayers) -> dict[str, str]:
 
 
 def render_dockerfile(stack: Stack, layers: FlavourLayers, uv_version: str) -> str:
-    base = base_for(stack, layers.flavour.os)
+    base = base_for(stack, layers.flavour)
     parts = [_header(base), _system(stack, layers, uv_version), _torch(), _extras()]
     toolchain = _debian_toolchain(layers, stack)
     if toolchain:
@@ -315,7 +317,9 @@ def _home(layers: FlavourLayers, stack: Stack) -> str | None:
     flavour = layers.flavour
     if flavour.cuda == "cpu" or not stack.toolchain.nvcc or not layers.sources or wheel_route(stack.rules_in_effect, flavour.cuda):
         return None
-    route = devel_route(stack.rules_in_effect, flavour.cuda, stack.build.base.get(flavour.os), stack.build.base_cuda.get(flavour.os))
+    found = base_of(stack, flavour)
+    route = devel_route(stack.rules_in_effect, flavour.cuda, found[1] if found is not None else None,
+                        stack.build.base_cuda.get(flavour.os))
     if route is None or route.home is None:
         return None
     return quote.matching(route.home, grammar.ABSOLUTE_DIR, "rules cuda.devel_image.cuda_home", "an absolute folder")

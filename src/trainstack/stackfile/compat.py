@@ -14,7 +14,7 @@ from trainstack.rules import data, nvcc, toolchain
 from trainstack.rules.nvcc import HostNvcc
 from trainstack.rules.schema import fill
 from trainstack import grammar
-from trainstack.stackfile.matrix import Flavour, components_for, expand_flavours
+from trainstack.stackfile.matrix import Flavour, base_of, components_for, expand_flavours
 from trainstack.stackfile.schema import Component, Stack
 
 Level = Literal["error", "info"]
@@ -312,7 +312,8 @@ def _nvcc_route(stack: Stack, flavour: Flavour, components: dict[str, Component]
     if not stack.toolchain.nvcc:
         text = "[toolchain] nvcc = false: the base image's nvcc (oci builds) or the host's (venv builds) compiles, unchecked"
         return [_finding(flavour, "toolchain.route", "info", text, cuda_rules.nvcc.source)]
-    base = stack.build.base.get(flavour.os)
+    found = base_of(stack, flavour)
+    base = found[1] if found is not None else None
     declared = stack.build.base_cuda.get(flavour.os)
     oci = nvcc.oci_route(rules, flavour.cuda, flavour.os, base, declared)
     if oci is not None and oci.debian is not None:

@@ -16,7 +16,7 @@ from trainstack.rules.data import shipped_rules
 from trainstack.rules.schema import Rules
 from trainstack.rules.stack import stack_rules
 from trainstack import grammar
-from trainstack.stackfile.matrix import expand_flavours
+from trainstack.stackfile.matrix import base_of, expand_flavours
 from trainstack.stackfile.schema import TAG_AXES, Stack
 from trainstack.stackfile.paths import stack_path
 from trainstack.stackfile.tags import axes_of, flavour_tags, pinned_versions, tag_template
@@ -110,16 +110,22 @@ def _refuse_control_characters(data: object, text: str, path: Path, loc: tuple[s
 
 
 def _require_bases(stack: Stack, text: str, path: Path) -> None:
-    """With bases given (an image is meant to be built), each OS of the matrix needs one."""
+    """With bases given (an image is meant to be built), each flavour needs one, and exactly one
+    (stackfile.bases: keyed by OS or by any axis of the matrix)."""
     bases = stack.build.base
     if not bases:
         return
-    for os_name in [*stack.matrix.os, *(cell.os for cell in stack.matrix.include)]:
-        if os_name not in bases:
+    for flavour in expand_flavours(stack):
+        try:
+            found = base_of(stack, flavour)
+        except SpecError as exc:
+            raise _located(text, path, ("build", "base"), exc.message.removeprefix("build.base: ")) from None
+        if found is None:
             raise _located(
                 text, path, ("build", "base"),
-                f"no base image for os '{os_name}' (bases given for: {', '.join(sorted(bases))}); "
-                f'add "{os_name}" = "debootstrap:SUITE" or an image reference such as "docker.io/library/debian:12"',
+                f"no base image for flavour {flavour.slug} (keys given: {', '.join(sorted(bases))}); "
+                f'add "{flavour.os}" = "debootstrap:SUITE" or an image reference such as "docker.io/library/debian:12", '
+                f'or a key of its other axes such as "cuda={flavour.cuda}"',
             )  # fmt: skip
 
 
@@ -199,10 +205,27 @@ def _describe(exc: ValidationError, text: str, path: Path) -> str:
         return f"{where}: {field}: unknown field{_suggest(loc)}"
     if kind == "missing":
         return f"{where}: {field}: required field is missing"
+    dotted = _dotted_key(loc, error.get("input")) if kind in ("string_type", "int_type", "float_type", "bool_type") else None
+    if dotted is not None:
+        return (f"{where}: {field}: a table where a value belongs: TOML reads the bare key {grammar.shown(dotted)} as "
+                f"nested keys split at each dot; a key with a dot needs quotes (accepted: "
+                f"\"{grammar.shown(dotted)}\" = \"...\")")
     message = grammar.shown(str(error["msg"]).removeprefix("Value error, "), 400)
     if kind == "finite_number":
         message += " (a number such as 10; inf and nan are not accepted)"
     return f"{where}: {field}: {message}"
+
+
+def _dotted_key(loc: tuple[str, ...], value: object) -> str | None:
+    """'ubuntu22.04' where a text was wanted and TOML gave a table, from the bare dotted key
+    ubuntu22.04 (read as ubuntu22 -> 04); None for any other error."""
+    if not loc or not isinstance(value, dict) or len(value) != 1:
+        return None
+    parts = [loc[-1]]
+    while isinstance(value, dict) and len(value) == 1:
+        key, value = next(iter(value.items()))
+        parts.append(str(key))
+    return ".".join(parts) if isinstance(value, (str, int, float, bool)) else None
 
 
 def _suggest(loc: tuple[str, ...]) -> str:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from trainstack.errors import UsageError
+from trainstack.errors import SpecError, UsageError
+from trainstack.stackfile.bases import base_key
 from trainstack.stackfile.schema import Component, Stack
 
 
@@ -87,3 +88,13 @@ def component_applies(component: Component, flavour: Flavour) -> bool:
 
 def components_for(stack: Stack, flavour: Flavour) -> list[Component]:
     return [c for c in stack.components.values() if component_applies(c, flavour)]
+
+
+def base_of(stack: Stack, flavour: Flavour) -> tuple[str, str] | None:
+    """(its key in [build] base, the image) the flavour builds on (stackfile.bases: the matching
+    key naming the most axes); None when no key matches it. SpecError when two keys tie."""
+    try:
+        key = base_key(stack.build.base, flavour)
+    except ValueError as exc:
+        raise SpecError(f"build.base: {exc}") from None
+    return None if key is None else (key, stack.build.base[key])

@@ -18,6 +18,7 @@ from trainstack.redact import credential_variable, strip_userinfo
 from trainstack.trust import is_pytest_command
 
 from trainstack import grammar
+from trainstack.stackfile.bases import parse_key as parse_base_key
 
 CUDA_RE = re.compile(r"^(cpu|\d+\.\d+)\Z")
 PYTHON_RE = re.compile(r"^3\.\d+\Z")
@@ -356,8 +357,8 @@ class Build(Strict):
     @field_validator("base")
     @classmethod
     def _bases(cls, v: dict[str, str]) -> dict[str, str]:
-        for os_name, ref in v.items():
-            _os(os_name)
+        for key, ref in v.items():
+            parse_base_key(key)  # an OS, or axis=value pairs (stackfile.bases)
             grammar.base_image(ref)
         return v
 
