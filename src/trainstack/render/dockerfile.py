@@ -290,12 +290,15 @@ def _compile(src: SourceBuild, layers: FlavourLayers, stack: Stack, parent: str 
     target = f"/src/{name}" if src.component.git is not None else f"/src/{name}/*"
     return (
         f"FROM {parent} AS compile-{name}\n"
-        f"# MAX_JOBS: the build passes the cgroup-aware CPU count / {budget.divisor}, capped at {budget.cap}\n"
-        f"ARG {arg}=1\n"
+        f"# MAX_JOBS: trainstack build passes its cgroup-aware CPU count / {budget.divisor}, capped at {budget.cap};\n"
+        f"# any other build (docker buildx bake, docker build) takes the same budget of the CPUs it sees (nproc)\n"
+        f"ARG {arg}=\n"
         f"{tool}"
         f"RUN --mount=type=bind,from=fetch-{name},source=/src/{name},target=/src/{name},rw \\\n"
         f"{_cache_mount(cache)}"
-        f"    {_cuda_home(layers, stack)}MAX_JOBS=${arg} {_cache_env(cache)}{env} \\\n"
+        f"    jobs=$(( $(nproc) / {budget.divisor} )); [ \"$jobs\" -le {budget.cap} ] || jobs={budget.cap}; "
+        f"[ \"$jobs\" -ge 1 ] || jobs=1; \\\n"
+        f"    {_cuda_home(layers, stack)}MAX_JOBS=${{{arg}:-$jobs}} {_cache_env(cache)}{env} \\\n"
         f"    {UV} build --wheel --no-build-isolation --python {VENV}/bin/python --out-dir /wheels/{name} {target}\n"
     )
 
