@@ -52,7 +52,7 @@ def _fragments(project: Path) -> list[str]:
 
 def test_writes_the_three_outputs_and_consumes_fragments_once(project):
     outcome = release(project)
-    assert sorted(p.name for p in (project / "out").iterdir()) == sorted(OUTPUTS)
+    assert sorted(p.name for p in (project / "out").iterdir()) == sorted([*OUTPUTS, "stack.lock.json"])
     notes = ReleaseNotes.model_validate_json((project / "out" / "release.json").read_text())
     assert notes == outcome.notes
     assert [c.kind for c in notes.updates.common] == ["added", "upgraded", "upgraded", "added", "removed"]

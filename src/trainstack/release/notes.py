@@ -94,8 +94,11 @@ def performance(current: Mapping[BenchKey, BenchResult], previous: Mapping[Bench
     return rows
 
 
-def quick_start(images: list[FlavourImage], components: Collection[str]) -> list[QuickStart]:
-    """Pull, then run a first command in the image: torch's view of the GPU where torch is shipped."""
+def quick_start(images: list[FlavourImage], components: Collection[str], built: Built | None = None) -> list[QuickStart]:
+    """Per flavour, what was built: pull, then run a first command in the image (torch's view
+    of the GPU where torch is shipped); or activate the venv and run it there. ``built``: None
+    when not known (every flavour's image is shown); else a flavour with no build record shows
+    its image only where the stack ships images ([build] backend = "oci"), and none otherwise."""
     check = (
         "python -c 'import torch; print(torch.__version__, torch.cuda.is_available())'"
         if "torch" in components
@@ -103,12 +106,25 @@ def quick_start(images: list[FlavourImage], components: Collection[str]) -> list
     )
     found = []
     for image in images:
-        gpus = "" if image.cuda == "cpu" else " --gpus all"
-        found.append(QuickStart(slug=image.slug, commands=[
-            f"docker pull {image.image}",
-            f"docker run --rm -it{gpus} --ipc=host {image.image} {check}",
-        ]))
+        kinds = built.records.get(image.slug, frozenset()) if built is not None else frozenset({"oci"})
+        if "oci" in kinds or (not kinds and built is not None and built.backend == "oci"):
+            gpus = "" if image.cuda == "cpu" else " --gpus all"
+            found.append(QuickStart(slug=image.slug, commands=[
+                f"docker pull {image.image}",
+                f"docker run --rm -it{gpus} --ipc=host {image.image} {check}",
+            ]))
+        elif "venv" in kinds and built is not None:
+            found.append(QuickStart(slug=image.slug, commands=[f". {built.folder}/{image.slug}/venv/bin/activate", check]))
     return found
+
+
+@dataclass(frozen=True)
+class Built:
+    """What the results folder's build records say was built: slug -> {"venv", "oci"}."""
+
+    records: Mapping[str, frozenset[str]]
+    backend: str = "venv"  # the stack's [build] backend: what a flavour with no record was meant to be
+    folder: str = "build"  # the results folder as given, for the venv's activation line
 
 
 @dataclass(frozen=True)
@@ -126,6 +142,7 @@ class Inputs:
     rules: Rules = field(default_factory=shipped_rules)  # the stack's rules in effect
     images: dict[str, str] = field(default_factory=dict)  # slug -> image:tag from [stack] tag
     advisories: list[OsvAdvisory] | None = None  # an OSV folder's advisories (None: none given)
+    built: Built | None = None  # the build records found beside the results; None: not looked for
 
 
 def make_notes(inputs: Inputs, drivers: DriverLookup) -> ReleaseNotes:
@@ -145,7 +162,7 @@ def make_notes(inputs: Inputs, drivers: DriverLookup) -> ReleaseNotes:
         verification=inputs.verification,
         performance=performance(inputs.bench, inputs.previous_bench),
         fragments=inputs.fragments,
-        quick_start=quick_start(images, inputs.components),
+        quick_start=quick_start(images, inputs.components, inputs.built),
         advisories=advisory_changes(inputs.current, inputs.previous, inputs.advisories or []) if inputs.advisories is not None else [],
         advisories_read=len(inputs.advisories) if inputs.advisories is not None else None,
     )

@@ -6,6 +6,7 @@ one unit, and fragments are consumed only after that.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -15,22 +16,23 @@ from packaging.version import InvalidVersion, Version
 from trainstack.attest.advisories import Advisory as OsvAdvisory
 from trainstack.attest.advisories import load_advisories
 from trainstack.errors import SpecError, UsageError
-from trainstack.fsutil import dump_json, replace_tree
+from trainstack.fsutil import dump_json, read_text, replace_tree
 from trainstack.lock import check_lock_current
-from trainstack.lock.manifest import Manifest, load_manifest
+from trainstack.lock.manifest import Manifest, load_manifest, manifest_path
 from trainstack.lock.tags import stack_image_refs
 from trainstack.release.drivers import rules_lookup
 from trainstack.release.fragments import consume_fragments, release_fragments
 from trainstack.release.html import render_html
 from trainstack.release.markdown import render_markdown
 from trainstack.release.schema import ReleaseNotes
-from trainstack.release.notes import DriverLookup, Inputs, check_same_stack, make_notes
+from trainstack.release.notes import Built, DriverLookup, Inputs, check_same_stack, make_notes
 from trainstack.release.plots import charts
 from trainstack.release.results import BenchKey, BenchResult, Verified, bench_of_release, read_bench, read_verification
 from trainstack.stackfile import Stack, load_stack
 from trainstack.stackfile.paths import stack_path as confined_path
 
 OUTPUTS = ("RELEASE.md", "release.json", "release.html")
+MANIFEST_COPY = "stack.lock.json"  # the release's lock manifest, kept: the next release's --previous
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def make_release(
                         "its own (its fragments are read and moved there), or give one with --changes DIR")
     inputs = gather(stack_path, previous_path, results_dir, previous_results_dir, changes_dir, advisories)
     notes = make_notes(inputs, drivers if drivers is not None else partial(rules_lookup, inputs.rules))
-    texts = render_all(notes)
+    texts = {**render_all(notes), MANIFEST_COPY: read_text(manifest_path(stack_path), "lock manifest")}
     written = write_outputs(out if out is not None else default_out(stack_path, notes.release), texts)
     return Outcome(notes=notes, written=written, consumed_to=consume_fragments(changes_dir, notes.fragments, notes.release))
 
@@ -130,6 +132,7 @@ def gather(
         rules=stack.rules_in_effect,
         images=stack_image_refs(stack, current.flavours, stack_path),
         advisories=_advisories(stack, stack_path, advisories),
+        built=read_built(results, current.flavours, stack.build.backend),
     )
 
 
@@ -144,6 +147,24 @@ def _advisories(stack: Stack, stack_file: Path, given: Path | None) -> list[OsvA
     except ValueError as exc:
         raise SpecError(f"{stack_file}: verify.advisories: {exc}") from None
     return load_advisories(folder)
+
+
+def read_built(results: Path | None, slugs: Collection[str], backend: str) -> Built | None:
+    """The build records beside the results (build writes <slug>/build.json for a venv and
+    <slug>.oci/build.json for an image); None without a results folder."""
+    if results is None:
+        return None
+    records = {}
+    for slug in slugs:
+        kinds = frozenset(kind for kind, folder in (("venv", slug), ("oci", f"{slug}.oci"))
+                          if _regular_file(results / folder / "build.json"))
+        if kinds:
+            records[slug] = kinds
+    return Built(records, backend, str(results))
+
+
+def _regular_file(path: Path) -> bool:
+    return not path.is_symlink() and not path.parent.is_symlink() and path.is_file()
 
 
 def load_previous(path: Path) -> Manifest:
@@ -177,8 +198,9 @@ def write_outputs(target: Path, texts: dict[str, str]) -> list[Path]:
     finds the previous three files or the new three, never a mix."""
     _check_own_directory(target)
     # pages to publish: readable by a web server, not private temp files
-    replace_tree(target, {name: texts[name].encode("utf-8") for name in OUTPUTS}, mode=0o644)
-    return [target / name for name in OUTPUTS]
+    names = [*OUTPUTS, *([MANIFEST_COPY] if MANIFEST_COPY in texts else [])]
+    replace_tree(target, {name: texts[name].encode("utf-8") for name in names}, mode=0o644)
+    return [target / name for name in names]
 
 
 def _check_own_directory(target: Path) -> None:
@@ -187,7 +209,7 @@ def _check_own_directory(target: Path) -> None:
     if target.is_symlink() or not target.is_dir():
         raise UsageError(f"--out {target}: is not a directory", hint="give a directory for the release notes alone")
     for entry in sorted(target.iterdir()):
-        if entry.name not in OUTPUTS or entry.is_symlink() or not entry.is_file():
+        if entry.name not in (*OUTPUTS, MANIFEST_COPY) or entry.is_symlink() or not entry.is_file():
             raise UsageError(
                 f"--out {target}: {entry} is not a release output",
                 hint="give a directory for the release notes alone: it is replaced as a whole",

@@ -1,0 +1,53 @@
+"""Release notes show what was built: after a venv-only build no `docker pull` of an image that
+was never made, but the venv's activation; the release folder keeps its lock manifest, which
+the next release takes as --previous as it is.
+
+Real: a small stack locked and built (venv) from a loopback index, then released twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.test_build_interrupt import STACK, stalling_index  # noqa: F401 (a fixture)
+
+SLUG = "cpu-debian12-py311-release"
+
+
+def cli(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "UV_CACHE_DIR": str(project.parent / "uv-cache"), "COLUMNS": "300"}
+    return subprocess.run([sys.executable, "-m", "trainstack", *args], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_notes_of_a_venv_build_show_no_image_and_the_folder_keeps_the_manifest(stalling_index, tmp_path: Path) -> None:
+    url, _ = stalling_index
+    project = tmp_path / "project"
+    project.mkdir()
+    stack = project / "stall.toml"
+    stack.write_text(STACK.format(index=url), encoding="utf-8")
+    for args in (("lock", "stall.toml"), ("build", "stall.toml"), ("release", "stall.toml", "--results", "build", "--out", "r1")):
+        done = cli(project, *args)
+        assert done.returncode == 0, (args, done.stderr)
+    notes = (project / "r1" / "RELEASE.md").read_text()
+    assert "docker pull" not in notes and "docker run" not in notes
+    assert f". build/{SLUG}/venv/bin/activate" in notes
+    kept = project / "r1" / "stack.lock.json"
+    assert kept.read_bytes() == (project / "stall.lock" / "stack.lock.json").read_bytes()
+    assert json.loads((project / "r1" / "release.json").read_text())["quick_start"][0]["commands"][0].startswith(". build/")
+
+    # the next release takes the kept manifest as it is
+    stack.write_text(STACK.format(index=url).replace('release = "1"', 'release = "2"'), encoding="utf-8")
+    assert cli(project, "lock", "stall.toml").returncode == 0
+    done = cli(project, "release", "stall.toml", "--previous", "r1/stack.lock.json", "--out", "r2")
+    assert done.returncode == 0, done.stderr
+    assert "following 1" in (project / "r2" / "RELEASE.md").read_text()
+    # a stack shipped as images, not built here: its image is what the notes show
+    stack.write_text(stack.read_text().replace("[build]\n", '[build]\nbackend = "oci"\n'), encoding="utf-8")
+    (tmp_path / "elsewhere").mkdir()
+    done = cli(project, "release", "stall.toml", "--results", str(tmp_path / "elsewhere"), "--out", "r3")
+    assert done.returncode == 0, done.stderr
+    assert "docker pull" in (project / "r3" / "RELEASE.md").read_text()
