@@ -128,6 +128,11 @@ def stack_inputs_hash(stack: Stack, all_requests: list[FlavourRequests]) -> str:
 
 
 def _variant_index(stack: Stack, flavour: Flavour) -> str | None:
+    """PyTorch's index of the flavour's torch variant, as the stack reaches it ([index] pytorch)."""
+    return stack.index.variant_index(_pytorch_index(stack, flavour))
+
+
+def _pytorch_index(stack: Stack, flavour: Flavour) -> str | None:
     if flavour.channel == "nightly":
         has_torch = any(c.key == "torch" for c in components_for(stack, flavour))
         return rules.index_for(stack.rules_in_effect, "", flavour.cuda_tag, "nightly") if has_torch else None

@@ -137,10 +137,23 @@ class StackInfo(Strict):
         return f"{self.registry.rstrip('/')}/{self.image}" if self.registry else self.image
 
 
+PYTORCH_INDEXES = "https://download.pytorch.org/whl"  # PyTorch's variant indexes: /cpu, /cu128, /nightly/cu128
+
+
 class Indexes(Strict):
     url: Annotated[str, AfterValidator(grammar.index_url)] | None = None
     extra: list[str] = []
     find_links: list[str] = []
+    # PyTorch's variant indexes (https://download.pytorch.org/whl/<variant>): a mirror of them
+    # (its URL in their place: <pytorch>/cpu, <pytorch>/nightly/cu128), or false: none, the
+    # stack's own index and find_links serve torch's variants
+    pytorch: Annotated[str, AfterValidator(grammar.index_url)] | Literal[False] | None = None
+
+    def variant_index(self, url: str | None) -> str | None:
+        """The variant index ``url`` (one of PyTorch's) as this stack reaches it."""
+        if url is None or self.pytorch is None or not url.startswith(PYTORCH_INDEXES + "/"):
+            return url
+        return None if self.pytorch is False else self.pytorch.rstrip("/") + url[len(PYTORCH_INDEXES):]
 
     _urls = _every(grammar.index_url, "extra", "find_links")
 
