@@ -90,6 +90,12 @@ class ProvenanceError(TrainstackError):
     exit_code = 1
 
 
+class BusyError(TrainstackError):
+    """Another trainstack run holds what this one would change (a build of the same flavour); nothing was done."""
+
+    exit_code = 11
+
+
 class NotBuiltError(VerifyError):
     """The environment to verify is not there: its flavour was never built (or was removed)."""
 
@@ -115,7 +121,7 @@ EXIT_TABLE: dict[str, tuple[str, tuple[tuple[int, str], ...]]] = {
                         (10, "not written (the previous files kept)"), (2, BAD_INPUT))),
     "build": ("built", ((7, "a step failed (its log kept)"), (5, "network failure"), (6, "a tool missing"),
                         (4, "stale lock"), (10, "build folder not writable (the previous build kept)"),
-                        (2, BAD_INPUT))),
+                        (11, "another build of the flavour is running (nothing done)"), (2, BAD_INPUT))),
     "report": ("reported", ((8, "the flavour is not built (with --stack)"), (10, "--output not written (disk full)"),
                             (2, "bad input (a path that is not a working Python included)"))),
     "linkcheck": ("nothing broken", ((1, "a link is broken"), (10, "--output not written (disk full)"), (2, BAD_INPUT))),

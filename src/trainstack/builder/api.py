@@ -27,7 +27,7 @@ from trainstack.builder.steps import Steps
 from trainstack.builder.swap import swap_into_place
 from trainstack.console import err
 from trainstack.proc import no_interrupt
-from trainstack.errors import BuildError, DiskSpaceError, OutputError, SpecError, TrainstackError, UsageError
+from trainstack.errors import BuildError, BusyError, DiskSpaceError, OutputError, SpecError, TrainstackError, UsageError
 from trainstack.fsutil import atomic_write_json, describe_os_error
 from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.lock.layers import FlavourLayers
@@ -281,5 +281,6 @@ def _flavour_lock(build_dir: Path, slug: str) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise BuildError(f"{build_dir / slug}: another build of this flavour is running") from None
+            raise BusyError(f"{build_dir / slug}: another build of this flavour is running; nothing was done",
+                            hint="wait for it to finish, or build into another --build-dir") from None
         yield

@@ -9,7 +9,7 @@ import typer
 
 def command(
     stack: Path = typer.Argument(..., help="The stack file (its lock must be current)."),
-    flavour: str | None = typer.Option(None, "--flavour", help="Build one flavour (its slug); default: all."),
+    flavour: str | None = typer.Option(None, "--flavour", "--flavor", help="Build one flavour (its slug); default: all."),
     backend: str | None = typer.Option(None, "--backend", show_default=False,
                                        help="venv (uv, needs only Python) or oci (buildah or docker buildx); default: "
                                             "the stack's [build] backend, venv unless it says."),

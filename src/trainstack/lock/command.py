@@ -9,7 +9,7 @@ import typer
 
 def command(
     stack: Path = typer.Argument(..., metavar="STACK", help="The stack.toml to lock.", show_default=False),
-    flavour: str | None = typer.Option(None, "--flavour", metavar="SLUG", help="Lock only this flavour (its slug)."),
+    flavour: str | None = typer.Option(None, "--flavour", "--flavor", metavar="SLUG", help="Lock only this flavour (its slug)."),
     upgrade_package: list[str] = typer.Option(
         [], "--upgrade-package", "-P", metavar="NAME", help="Let this package move to its newest allowed version (repeatable)."
     ),

@@ -65,7 +65,7 @@ def compile_request(
         argv += index_argv
 
         def step() -> Compiled:
-            result = proc.run(argv, env={**UV_ENV, **index_env}, cwd=work)
+            result = proc.run(argv, env={**UV_ENV, **index_env}, cwd=work, echo=False)  # shown with -v
             if result.ok:
                 text = (work / "out.txt").read_text(encoding="utf-8")
                 return Compiled(without_credentials(text), result.seconds)

@@ -10,7 +10,7 @@ import typer
 def command(
     stack: Path = typer.Argument(..., help="The stack file (its lock must be current)."),
     out: Path = typer.Option(Path("build/render"), "--out", metavar="DIR", help="Directory for the rendered files."),
-    flavour: str | None = typer.Option(None, "--flavour", help="Render one flavour (its slug); default: all."),
+    flavour: str | None = typer.Option(None, "--flavour", "--flavor", help="Render one flavour (its slug); default: all."),
     json_out: bool = typer.Option(False, "--json", help="Print the files changed as JSON on stdout."),
     cluster: str | None = typer.Option(None, "--cluster", help="Also the files a cluster runs, per flavour: slurm "
                                        "(prolog, epilog, sbatch for fleet health and bench) or kubernetes (DaemonSet, "

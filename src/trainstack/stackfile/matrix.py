@@ -53,12 +53,14 @@ def expand_flavours(stack: Stack) -> list[Flavour]:
 
 
 def select_flavour(stack: Stack, name: str | None) -> list[Flavour]:
-    """All flavours, or the one whose slug is ``name`` (UsageError with the closest slug)."""
+    """All flavours, or the one whose slug is ``name`` (UsageError with the closest slug). The
+    slug may be written with the matrix's own dots: cu126-ubuntu22.04-py3.12-release is
+    cu126-ubuntu2204-py312-release."""
     flavours = expand_flavours(stack)
     if name is None:
         return flavours
     for flavour in flavours:
-        if name == flavour.slug:
+        if name.replace(".", "") == flavour.slug:
             return [flavour]
     import difflib
 

@@ -9,7 +9,7 @@ import typer
 
 def command(
     stack: Path | None = typer.Argument(None, help="The stack file; its flavour's venv under BUILD_DIR is verified."),
-    flavour: str | None = typer.Option(None, "--flavour", help="Flavour slug (needed when the stack has several)."),
+    flavour: str | None = typer.Option(None, "--flavour", "--flavor", help="Flavour slug (needed when the stack has several)."),
     python: Path | None = typer.Option(None, "--python", help="Verify this interpreter's environment instead of a built venv."),
     build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Where 'trainstack build' put the flavours."),
     skip: list[str] = typer.Option(

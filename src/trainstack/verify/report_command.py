@@ -11,7 +11,7 @@ import typer
 def command(
     python: Path = typer.Option(Path(sys.executable), "--python", help="Interpreter of the environment to report on."),
     stack: Path | None = typer.Option(None, "--stack", help="Report on this stack's built flavour (venv, lock, build.json)."),
-    flavour: str | None = typer.Option(None, "--flavour", help="Flavour slug, with --stack."),
+    flavour: str | None = typer.Option(None, "--flavour", "--flavor", help="Flavour slug, with --stack."),
     build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Where 'trainstack build' put the flavours."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (every field always present)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write the report as JSON to this file."),

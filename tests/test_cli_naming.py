@@ -1,0 +1,61 @@
+"""Names and noise as a new user meets them: --flavor (the American spelling uv and pip users
+type) and a slug written with the matrix's own dots select a flavour; a second build of a
+flavour while one runs exits with a code of its own (11), having done nothing; lock shows its
+uv command only with -v.
+
+Real: the CLI as a process on the committed lock of an example, a real flock held by this test,
+and a lock from a loopback index."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.test_build_interrupt import STACK, stalling_index  # noqa: F401 (a fixture)
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "stacks" / "deepspeed-cuda12-debian.toml"
+SLUG = "cu124-debian13-py313-release"
+
+
+def cli(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trainstack", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "COLUMNS": "300", **(env or {})})
+
+
+def test_flavor_and_a_dotted_slug_select_the_flavour() -> None:
+    plain = cli("keys", str(EXAMPLE), "--flavour", SLUG)
+    assert plain.returncode == 0, plain.stderr
+    for args in (("--flavor", SLUG), ("--flavour", "cu124-debian13-py3.13-release"),
+                 ("--flavor", "cu124-debian13-py3.13-release")):
+        done = cli("keys", str(EXAMPLE), *args)
+        assert done.returncode == 0 and done.stdout == plain.stdout, (args, done.stderr)
+
+
+def test_a_second_build_of_a_flavour_exits_11_and_does_nothing(tmp_path: Path) -> None:
+    build_dir = tmp_path / "build"
+    build_dir.mkdir()
+    with (build_dir / f".{SLUG}.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as the first build holds it
+        done = cli("build", str(EXAMPLE), "--backend", "venv", "--skip-sources", "--build-dir", str(build_dir))
+    assert done.returncode == 11, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: {build_dir / SLUG}: another build of this flavour is running; nothing was done (wait for it to "
+        "finish, or build into another --build-dir)")
+    assert sorted(p.name for p in build_dir.iterdir()) == [f".{SLUG}.lock"]
+    assert "11 another build of the flavour is running" in cli("build", "--help").stdout
+
+
+def test_lock_shows_its_uv_command_only_with_verbose(stalling_index, tmp_path: Path) -> None:
+    url, _ = stalling_index
+    (tmp_path / "stall.toml").write_text(STACK.format(index=url), encoding="utf-8")
+    env = {"UV_CACHE_DIR": str(tmp_path / "uv-cache")}
+    quiet = cli("lock", "stall.toml", cwd=tmp_path, env=env)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "uv pip compile" not in quiet.stderr
+    loud = cli("lock", "stall.toml", "-v", "-P", "tinypkg", cwd=tmp_path, env=env)
+    assert loud.returncode == 0, loud.stderr
+    assert "$ " in loud.stderr and "uv pip compile" in loud.stderr
