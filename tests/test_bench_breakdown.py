@@ -218,7 +218,7 @@ def test_every_row_carries_its_breakdown_in_json_report_and_chart(cli_ablation):
 def test_report_shows_the_classes_and_both_flop_counts(cli_ablation):
     *_, out = cli_ablation
     text = " ".join(out.split())
-    assert "time per step by class" in text and "attention backward" in text and "recompute" in text and "idle" in text
+    assert "time per step by class" in text and "profiled step ms" in text and "attention backward" in text and "recompute" in text and "idle" in text
     assert "as Megatron-LM and NeMo count it" in text and "causal half: 6*N + 6*L*d*T" in text
     assert "GEMM: 6 * N * tokens" in text
 

@@ -115,9 +115,11 @@ def breakdown_table(rows: list[dict]) -> Table | None:
     if not found:
         return None
     present = [c for c in CLASSES if any(c in r["breakdown"].get("classes", {}) for r in found)]
-    table = Table(title=Text("time per step by class: share of the step; achieved rate (of its ceiling)"))
+    table = Table(title=Text("time per step by class, of a profiled step (the profiler slows it; the timed median "
+                             "is the table above's): share of the step; achieved rate (of its ceiling)"))
     table.add_column("mode")
-    table.add_column("step ms", justify="right")
+    # a profiled step (after the timed ones, under the profiler): not the timed steps' median
+    table.add_column("profiled step ms", justify="right")
     for name in (*present, IDLE):
         table.add_column(name, justify="right")
     for r in found:

@@ -108,7 +108,8 @@ def render_links(report: LinkReport, console: Console, *, show_notes: bool = Fal
     verdict = "[bold green]OK[/]" if report.ok else f"[bold red]FAILED: {len(report.errors)} error(s)[/]"
     console.print(
         f"linkcheck {verdict}: {report.files_checked} ELF files, {report.needed_resolved} links resolved, "
-        f"{len(report.issues) - notes - len(report.errors) - len(report.accepted)} warning(s), {notes} note(s), "
+        f"{len(report.issues) - notes - len(report.errors) - len(report.accepted)} warning(s), {notes} note(s)"
+        f"{' (linkcheck --notes lists them)' if notes and not show_notes else ''}, "
         + (f"{len(report.accepted)} accepted (\\[verify.links] accept), " if report.accepted else "")
         + f"{len(report.candidates)} dlopen candidate(s) ({len(unresolved)} not found here), "
         f"{report.seconds:.2f} s on {report.workers} process(es)"
