@@ -49,6 +49,9 @@ def stack_files(inputs: Inputs) -> dict[str, str]:
         slug = quote.matching(layers.flavour.slug, SLUG, "matrix", "a flavour name of letters, digits, '.' and '-'")
         for name, text in flavour_files(inputs, layers).items():
             files[f"{slug}/{name}"] = text
+        # each flavour's own conda environment (its Python, its pins), named apart
+        files[f"{slug}/environment.yml"] = render_environment(inputs.stack, inputs.manifest, layers,
+                                                              name=f"{inputs.stack.stack.name}-{layers.flavour.slug}")
     files["docker-bake.hcl"] = render_bake(inputs.stack, inputs.layers, inputs.images)
     files["workflow.yml"] = render_workflow(inputs.stack, inputs.layers)
     default = next((lay for lay in inputs.layers if lay.flavour.channel == "release"), inputs.layers[0])

@@ -91,8 +91,9 @@ jobs:
 """
 
 
-def render_environment(stack: Stack, manifest: Manifest, layers: FlavourLayers) -> str:
-    """A conda environment with the flavour's Python and its locked packages from pip."""
+def render_environment(stack: Stack, manifest: Manifest, layers: FlavourLayers, name: str | None = None) -> str:
+    """A conda environment with the flavour's Python and its locked packages from pip; ``name``:
+    the environment's (the stack's name unless given)."""
     pins = [f"{name}=={version}" for name, version in sorted(layers.locked.packages.items())]
     sources = {s.component.key for s in layers.sources}
     pip = [p for p in pins if p.split("==", 1)[0] not in sources]
@@ -100,7 +101,7 @@ def render_environment(stack: Stack, manifest: Manifest, layers: FlavourLayers) 
     lines = [
         f"# conda env create -f environment.yml: {quote.comment(stack.stack.name)} {quote.comment(manifest.release)}, "
         f"flavour {quote.comment(layers.flavour.slug)}",
-        f"name: {_y(stack.stack.name)}",
+        f"name: {_y(name or stack.stack.name)}",
         "channels:",
         "  - conda-forge",
         "dependencies:",
