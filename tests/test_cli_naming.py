@@ -59,3 +59,22 @@ def test_lock_shows_its_uv_command_only_with_verbose(stalling_index, tmp_path: P
     loud = cli("lock", "stall.toml", "-v", "-P", "tinypkg", cwd=tmp_path, env=env)
     assert loud.returncode == 0, loud.stderr
     assert "$ " in loud.stderr and "uv pip compile" in loud.stderr
+
+
+def test_dry_runs_check_and_say_what_would_happen_and_write_nothing(stalling_index, tmp_path: Path) -> None:
+    url, _ = stalling_index
+    (tmp_path / "stall.toml").write_text(STACK.format(index=url), encoding="utf-8")
+    env = {"UV_CACHE_DIR": str(tmp_path / "uv-cache")}
+    done = cli("lock", "stall.toml", "--dry-run", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "cpu-debian12-py311-release: tinypkg (none) -> 1.0" in done.stdout
+    assert "dry run: nothing written" in done.stdout and not (tmp_path / "stall.lock").exists()
+    build_dir = tmp_path / "build"
+    done = cli("build", str(EXAMPLE), "--backend", "venv", "--skip-sources", "--dry-run", "--build-dir", str(build_dir))
+    assert done.returncode == 0, done.stderr
+    assert f"{SLUG}: would build with venv into {build_dir / SLUG}: install " in done.stderr
+    assert "left out (--skip-sources): deepspeed (MAX_JOBS " in done.stderr
+    assert not build_dir.exists() or list(build_dir.iterdir()) == []
+    refused = cli("build", str(EXAMPLE), "--backend", "venv", "--dry-run", "--build-dir", str(build_dir),
+                  env={"CUDA_HOME": str(tmp_path)})
+    assert refused.returncode == 6 and "--skip-sources" in refused.stderr  # the same refusals as a build

@@ -57,6 +57,7 @@ def build_stack(
     skip_sources: bool = False,
     force: bool = False,
     signing_key: Path | None = None,
+    dry_run: bool = False,
 ) -> list[BuildRecord]:
     """Build the selected flavours; a failure leaves each flavour's previous good build in place.
     ``signing_key``: an ed25519 private key; each build's provenance is signed with it. ``backend``:
@@ -73,10 +74,28 @@ def build_stack(
                 require_venv_nvcc(inputs.stack.rules_in_effect, layers)
     tools = chosen.tools()
     cpus = effective_cpus()
+    if dry_run:
+        for layers in inputs.layers:
+            _plan(layers, chosen.name, build_dir.absolute(), cpus, skip_sources, force)
+        return []
     return [
         _build_one(inputs, layers, chosen, tools, build_dir.absolute(), cpus, skip_sources, force, signer)
         for layers in inputs.layers
     ]
+
+
+def _plan(layers: FlavourLayers, backend: str, build_dir: Path, cpus: float, skip_sources: bool, force: bool) -> None:
+    """One line per flavour: what build would do (nothing is downloaded, nothing written)."""
+    final = flavour_dir(build_dir, layers.flavour.slug, backend)
+    if not force and _up_to_date(final, layers, backend, skip_sources) is not None:
+        err.print(f"{layers.flavour.slug}: up to date ({final / 'build.json'}); would do nothing", highlight=False)
+        return
+    installs = ", ".join(f"{name} {len(layer.entries)}" for name, layer in
+                         (("toolchain", layers.toolchain), ("torch", layers.torch), ("extras", layers.extras)) if layer.entries)
+    compiles = ("left out (--skip-sources): " if skip_sources else "compile: ") + ", ".join(
+        f"{s.component.key} (MAX_JOBS {max_jobs(cpus, budget_for(s.component))})" for s in layers.sources)
+    err.print(f"{layers.flavour.slug}: would build with {backend} into {final}: install {installs or 'nothing'} package(s)"
+              + (f"; {compiles}" if layers.sources else ""), highlight=False, soft_wrap=True)
 
 
 def _require_this_machine(flavour: Flavour) -> None:

@@ -22,6 +22,8 @@ def command(
         None, "--signing-key", metavar="KEY",
         help="An ed25519 private key (PEM, mode 600): sign each build's provenance (BUILD_DIR/<flavour>/provenance.intoto.json).",
     ),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="Check the lock, the backend and its tools, and say what would be built; download and write nothing."),
     json_out: bool = typer.Option(False, "--json", help="Print the build records (build.json of each flavour) as a JSON list on stdout."),
     offline: bool = typer.Option(
         False, "--offline",
@@ -45,7 +47,11 @@ def command(
     records = build_stack(
         stack, flavour=flavour, backend=backend, build_dir=build_dir, skip_sources=skip_sources, force=force,
         signing_key=signing_key,
+        dry_run=dry_run,
     )
+    if dry_run:
+        out.print("dry run: nothing built, nothing written", highlight=False)
+        return
     if json_out:
         from trainstack.console import emit_json
 

@@ -17,6 +17,7 @@ def command(
     offline: bool = typer.Option(
         False, "--offline", help="Resolve from uv's cache only, never the network (as UV_OFFLINE=1 does)."
     ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Resolve and show what would change; write nothing."),
 ) -> None:
     """Resolve every flavour with uv (hashes, per-flavour Python and platform) and write
     <stack>.lock/stack.lock.json and locks/<flavour>.txt; unchanged inputs change no file.
@@ -31,7 +32,11 @@ def command(
         go_offline()
     from trainstack.lock.manifest import manifest_path
 
-    manifest = lock_stack(stack, flavour=flavour, upgrade=upgrade_package)
+    from trainstack.lock.manifest import load_manifest
+
+    before = manifest_path(stack)
+    previous = load_manifest(before) if dry_run and before.is_file() else None
+    manifest = lock_stack(stack, flavour=flavour, upgrade=upgrade_package, dry_run=dry_run)
     if json_out:
         from trainstack.console import emit_json
 
@@ -40,4 +45,13 @@ def command(
     for slug, locked in manifest.flavours.items():
         line = f"{slug}: {len(locked.packages)} packages, {len(locked.sources)} sources, key {locked.cache_key}"
         out.print(line, highlight=False, soft_wrap=True)
-    out.print(f"wrote {manifest_path(stack)}", highlight=False, soft_wrap=True)
+    if not dry_run:
+        out.print(f"wrote {manifest_path(stack)}", highlight=False, soft_wrap=True)
+        return
+    for slug, locked in manifest.flavours.items():
+        old = previous.flavours[slug].packages if previous is not None and slug in previous.flavours else {}
+        for name in sorted(set(old) | set(locked.packages)):
+            if old.get(name) != locked.packages.get(name):
+                out.print(f"  {slug}: {name} {old.get(name, '(none)')} -> {locked.packages.get(name, '(removed)')}",
+                          highlight=False, soft_wrap=True)
+    out.print(f"dry run: nothing written ({manifest_path(stack)} unchanged)", highlight=False, soft_wrap=True)

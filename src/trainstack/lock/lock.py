@@ -49,17 +49,19 @@ from trainstack.console import err
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)", re.MULTILINE)
 
 
-def lock_stack(stack_path: Path, *, flavour: str | None = None, upgrade: Sequence[str] = ()) -> Manifest:
-    """Resolve the stack (or one flavour of it) and replace its lock directory as one unit.
+def lock_stack(stack_path: Path, *, flavour: str | None = None, upgrade: Sequence[str] = (),
+               dry_run: bool = False) -> Manifest:
+    """Resolve the stack (or one flavour of it) and replace its lock directory as one unit;
+    ``dry_run``: resolve, write nothing, and return the manifest it would write.
 
     One lock of a stack runs at a time: a second waits, then starts from the first's result.
     """
     stack_path = Path(stack_path)
     with _one_at_a_time(stack_path):
-        return _lock(stack_path, flavour, upgrade)
+        return _lock(stack_path, flavour, upgrade, dry_run)
 
 
-def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str]) -> Manifest:
+def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str], dry_run: bool = False) -> Manifest:
     stack = load_stack(stack_path)
     chosen = select_flavour(stack, flavour)
     # the whole matrix must hold: the inputs hash covers every flavour, not just ``chosen``
@@ -95,7 +97,8 @@ def _lock(stack_path: Path, flavour: str | None, upgrade: Sequence[str]) -> Mani
     stack_image_refs(stack, manifest.flavours, Path(stack_path))  # every flavour's tag made, none shared, before a byte is written
     tree.update({relative: text.encode("utf-8") for relative, text in files.items()})
     tree[MANIFEST_NAME] = dump_json(manifest.model_dump(mode="json")).encode("utf-8")
-    replace_tree(directory, tree)
+    if not dry_run:
+        replace_tree(directory, tree)
     return manifest
 
 
