@@ -14,30 +14,40 @@ import sys
 import time
 from pathlib import Path
 
-from tests.test_nvcc_routes import check, write
+from tests.test_nvcc_routes import write
+from trainstack.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "stacks" / "deepspeed-cuda12-debian.toml"
 
 
-def test_check_fails_a_flavour_the_default_backend_cannot_build_and_says_which_can(tmp_path: Path) -> None:
+def test_check_fails_a_flavour_the_default_backend_cannot_build_and_says_which_can(tmp_path: Path, capsys, monkeypatch) -> None:
     empty = tmp_path / "no-cuda"
     empty.mkdir()
+    monkeypatch.setenv("CUDA_HOME", str(empty))
+    monkeypatch.setenv("COLUMNS", "400")
     stack = write(tmp_path, "12.4", "debian13", "3.13")
-    done = check(stack, empty)
-    assert done.returncode == 3, done.stdout + done.stderr
-    [error] = [line for line in done.stdout.splitlines() if line.startswith("error ")]
+
+    def check(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(["check", str(stack), "-v", *args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    code, stdout, stderr = check()
+    assert code == 3, stdout + stderr
+    [error] = [line for line in stdout.splitlines() if line.startswith("error ")]
     assert " toolchain.backend: builds: oci can, venv (build's default) cannot: no nvcc of CUDA 12.4 for deepspeed" in error
     assert "--backend oci" in error and "--skip-sources (leaves out deepspeed)" in error and "CUDA_HOME" in error
-    assert "all rules hold" not in done.stdout
-    assert check(stack, empty, "--backend", "oci").returncode == 0
+    assert "all rules hold" not in stdout
+    assert check("--backend", "oci")[0] == 0
     # a stack shipped as images says so once: check (and build) take its backend
     stack.write_text(stack.read_text().replace("[build]\n", '[build]\nbackend = "oci"\n'), encoding="utf-8")
-    assert check(stack, empty).returncode == 0
-    refused = check(stack, empty, "--backend", "venv")
-    assert refused.returncode == 3 and "toolchain.backend" in refused.stdout
-    bad = check(stack, empty, "--backend", "conda")
-    assert bad.returncode == 2 and "error: --backend: unknown backend 'conda'" in bad.stderr
+    assert check()[0] == 0
+    code, stdout, _ = check("--backend", "venv")
+    assert code == 3 and "toolchain.backend" in stdout
+    code, _, stderr = check("--backend", "conda")
+    assert code == 2 and "error: --backend: unknown backend 'conda'" in stderr
 
 
 def test_build_refuses_before_downloading_anything_and_names_skip_sources(tmp_path: Path) -> None:

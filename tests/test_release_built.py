@@ -58,9 +58,3 @@ def test_notes_of_a_venv_build_show_no_image_and_the_folder_keeps_the_manifest(s
     done = cli(project, "release", "stall.toml", "--previous", "r1/stack.lock.json", "--out", "r2")
     assert done.returncode == 0, done.stderr
     assert "following 1" in (project / "r2" / "RELEASE.md").read_text()
-    # a stack shipped as images, not built here: its image is what the notes show
-    stack.write_text(stack.read_text().replace("[build]\n", '[build]\nbackend = "oci"\n'), encoding="utf-8")
-    (tmp_path / "elsewhere").mkdir()
-    done = cli(project, "release", "stall.toml", "--results", str(tmp_path / "elsewhere"), "--out", "r3")
-    assert done.returncode == 0, done.stderr
-    assert "docker pull" in (project / "r3" / "RELEASE.md").read_text()

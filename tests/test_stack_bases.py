@@ -4,13 +4,11 @@ reads as two nested keys) refused in one line that says the key needs quotes."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from trainstack.cli import main
 from trainstack.errors import SpecError
 from trainstack.stackfile import expand_flavours, load_stack
 from trainstack.stackfile.matrix import base_of
@@ -41,10 +39,14 @@ DEVEL_126 = "docker.io/nvidia/cuda:12.6.3-devel-ubuntu24.04"
 DEVEL_128 = "docker.io/nvidia/cuda:12.8.1-devel-ubuntu24.04"
 
 
-def cli(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "400", "CUDA_HOME": str(path.parent / "no-cuda")}
-    return subprocess.run([sys.executable, "-m", "trainstack", *args, str(path)], capture_output=True, text=True,
-                          env=env, timeout=120)
+def cli(path: Path, capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of the CLI, in this process (no interpreter to start)."""
+    monkeypatch.setenv("CUDA_HOME", str(path.parent / "no-cuda"))
+    monkeypatch.setenv("COLUMNS", "400")
+    capsys.readouterr()
+    code = main([*args, str(path)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def write(tmp_path: Path, base: str) -> Path:
@@ -53,15 +55,15 @@ def write(tmp_path: Path, base: str) -> Path:
     return path
 
 
-def test_each_cuda_release_gets_its_own_devel_image(tmp_path: Path) -> None:
+def test_each_cuda_release_gets_its_own_devel_image(tmp_path: Path, capsys, monkeypatch) -> None:
     path = write(tmp_path, f'base = {{ "cuda=12.6" = "{DEVEL_126}", "os=ubuntu24.04,cuda=12.8" = "{DEVEL_128}", '
                            '"os=ubuntu24.04,cuda=12.8,python=3.11" = "docker.io/library/ubuntu:24.04" }')
     stack = load_stack(path)
     chosen = {f.cuda: base_of(stack, f) for f in expand_flavours(stack)}
     assert chosen == {"12.6": ("cuda=12.6", DEVEL_126), "12.8": ("os=ubuntu24.04,cuda=12.8", DEVEL_128)}
-    done = cli(path, "check", "-v", "--backend", "oci")
-    assert done.returncode == 0, done.stdout + done.stderr
-    routes = [line for line in done.stdout.splitlines() if " toolchain.route: " in line]
+    code, stdout, stderr = cli(path, capsys, monkeypatch, "check", "-v", "--backend", "oci")
+    assert code == 0, stdout + stderr
+    routes = [line for line in stdout.splitlines() if " toolchain.route: " in line]
     assert any(line.startswith("info cu126-") and f"oci builds: the base image {DEVEL_126}" in line for line in routes), routes
     assert any(line.startswith("info cu128-") and f"oci builds: the base image {DEVEL_128}" in line for line in routes), routes
 
@@ -79,11 +81,12 @@ def test_each_cuda_release_gets_its_own_devel_image(tmp_path: Path) -> None:
     (f'base = {{ "cuda=12.6" = "{DEVEL_126}" }}',
      'build.base: no base image for flavour cu128-ubuntu2404-py312-release (keys given: cuda=12.6)'),
 ])
-def test_a_key_that_cannot_be_used_is_one_line_naming_what_is_accepted(tmp_path: Path, base: str, message: str) -> None:
+def test_a_key_that_cannot_be_used_is_one_line_naming_what_is_accepted(tmp_path: Path, base: str, message: str,
+                                                                       capsys, monkeypatch) -> None:
     path = write(tmp_path, base)
     with pytest.raises(SpecError) as info:
         load_stack(path)
     assert message in info.value.message, info.value.message
     assert f"{path}:16:" in info.value.message
-    done = cli(path, "check")
-    assert done.returncode == 2 and done.stderr.count("error:") == 1 and "Traceback" not in done.stderr
+    code, _, stderr = cli(path, capsys, monkeypatch, "check")
+    assert code == 2 and stderr.count("error:") == 1 and "Traceback" not in stderr
