@@ -368,7 +368,7 @@ def test_kill_at_every_write_of_release(project_copy: Path) -> None:
 
     def check() -> None:
         now = tree(project / "out")
-        assert sorted(now) == ["RELEASE.md", "release.html", "release.json"]
+        assert sorted(now) == ["RELEASE.md", "release.html", "release.json", "stack.lock.json"]
         states.assert_whole(now)
 
     total = kill_everywhere(project, args, check)
