@@ -21,6 +21,8 @@ from trainstack.lock.lockfile import hashes, parse_lock
 from trainstack.lock.manifest import manifest_path
 from trainstack.render.inputs import Inputs
 from trainstack.rules.nvcc import oci_route, venv_route
+from trainstack.stackfile.matrix import Flavour, base_of
+from trainstack.stackfile.schema import Stack
 from trainstack.verify.linkcheck.check import find_elf_files
 from trainstack.verify.linkcheck.elf import read_many
 from trainstack.verify.linkcheck.resolve import Resolver
@@ -59,9 +61,15 @@ def sbom_inputs(job: BuildJob, backend: str, installed: dict[str, str], extensio
         stack=stack.stack.name, release=stack.stack.release, flavour=layers.flavour.slug, backend=backend,
         python=layers.flavour.python, lock=layers.full, installed=installed, sources=sources, extension_wheels=wheels,
         cuda=cuda_toolkit(job, backend),
-        base_image=(layers.locked.base_image or stack.build.base.get(layers.flavour.os, "")) if backend == "oci" else "",
+        base_image=(layers.locked.base_image or _base(stack, layers.flavour)) if backend == "oci" else "",
         native=native, trainstack_version=_version(),
     )
+
+
+def _base(stack: Stack, flavour: Flavour) -> str:
+    """The flavour's base image ([build] base, keyed by any axis of the matrix); '' when none."""
+    found = base_of(stack, flavour)
+    return found[1] if found is not None else ""
 
 
 def cuda_toolkit(job: BuildJob, backend: str) -> CudaToolkit | None:
@@ -73,7 +81,7 @@ def cuda_toolkit(job: BuildJob, backend: str) -> CudaToolkit | None:
     if backend == "venv":
         route = venv_route(rules, flavour.cuda, find_host_nvcc()) if job.layers.sources else None
     else:
-        route = oci_route(rules, flavour.cuda, flavour.os, stack.build.base.get(flavour.os)) if job.layers.sources else None
+        route = oci_route(rules, flavour.cuda, flavour.os, _base(stack, flavour) or None) if job.layers.sources else None
     if route is None:
         return CudaToolkit(flavour.cuda, "wheels", "the CUDA runtime libraries of the locked nvidia-* wheels; no nvcc")
     return CudaToolkit(flavour.cuda, route.kind, route.text)

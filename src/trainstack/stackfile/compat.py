@@ -75,7 +75,8 @@ def oci_refusal(stack: Stack, flavour: Flavour) -> str | None:
         return None
     if not any(compiles(stack, c) for c in components_for(stack, flavour)):
         return None
-    base = stack.build.base.get(flavour.os)
+    found = base_of(stack, flavour)
+    base = found[1] if found is not None else None
     if nvcc.oci_route(rules, flavour.cuda, flavour.os, base, stack.build.base_cuda.get(flavour.os)) is not None:
         return None
     return nvcc.no_oci_route(rules, flavour.cuda, flavour.os, base)
