@@ -246,10 +246,11 @@ class _Bytes:
     params: int
     grads: int
     states: int
+    master: int = 0
 
 
 def _param_bytes(params: list[Any], optimizer: OptimizerSpec, precision: PrecisionSpec) -> _Bytes:
-    stored = grads = states = 0
+    stored = grads = states = master = 0
     for p in params:
         itemsize = precision.param_itemsize if precision.param_itemsize and p.is_floating_point() else p.element_size()
         nbytes = p.numel() * itemsize
@@ -258,7 +259,8 @@ def _param_bytes(params: list[Any], optimizer: OptimizerSpec, precision: Precisi
             grads += nbytes
             state_itemsize = precision.state_itemsize or itemsize
             states += optimizer.state_bytes(tuple(p.shape), state_itemsize) + p.numel() * precision.master_itemsize
-    return _Bytes(stored, grads, states)
+            master += p.numel() * precision.master_itemsize
+    return _Bytes(stored, grads, states, master)
 
 
 def _unique(tensors: Any) -> list[Any]:
@@ -846,6 +848,8 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
         other_grad_bytes=others[1],
         block_state_bytes=block_params.states,
         other_state_bytes=others[2],
+        block_master_bytes=block_params.master,
+        other_master_bytes=total.master - n * block_params.master,
         step_scratch=int(optimizer.step_scratch * total.grads),
         blocks=run.path,
         first_block=run.first,

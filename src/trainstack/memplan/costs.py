@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class Choice(str, Enum):
@@ -110,6 +111,9 @@ class Profile:
     block_state_bytes: int | None = None
     other_state_bytes: int | None = None
     step_scratch: int = 0  # what the optimizer step allocates and frees (foreach temporaries)
+    # of the optimizer-state bytes, the fp32 master weights kept beside bf16 parameters
+    block_master_bytes: int = 0
+    other_master_bytes: int = 0
     blocks: str | None = None  # dotted name of the module list holding the blocks (None: the model's ``layers``)
     first_block: int = 0  # the first planned block in that list
     optimizer: str = "AdamW"
@@ -159,6 +163,9 @@ class Breakdown:
     allocated_peak: int  # predicted torch.cuda.max_memory_allocated
     allocator_overhead: int
     reserved_peak: int  # predicted torch.cuda.max_memory_reserved: what must fit the budget
+    host_bytes: int = 0  # what one rank keeps in the host's memory (offloaded state, staging chunks)
+    # per kind of state (params, grads, master, optimizer): where it lives and one rank's bytes there
+    per_kind: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,10 @@ class Plan:
     # For compiled blocks: torch.compile's activation memory budget for the kept blocks (the
     # partitioner recomputes cheap ops inside them down to this fraction); None: not chosen.
     compiler_budget: float | None = None
+    layout: Any = None  # placement.Layout: the sharding and what lives on the host (None: as world_size implies)
+    accum: int = 1  # micro-batches per optimizer step
+    step_cost: Any = None  # offload.StepCost: the step's estimated time, copies and CPU step included
+    why: str = ""  # why this plan: what did not fit, what was faster
 
     @property
     def blocks(self) -> str | None:

@@ -162,6 +162,8 @@ def stored_as(profile: Profile, precision: PrecisionSpec, cfg: ModelConfig, *, c
         other_grad_bytes=other,
         block_state_bytes=states * fp32_block,
         other_state_bytes=states * fp32_other,
+        block_master_bytes=fp32_block * precision.master_itemsize // 4,
+        other_master_bytes=fp32_other * precision.master_itemsize // 4,
         step_scratch=0 if compiled else MASTER_UPDATE_TEMPORARIES * largest,
         precision=precision.name,
     )

@@ -14,28 +14,73 @@ from dataclasses import replace
 from itertools import accumulate
 
 from trainstack.memplan.costs import BlockCost, Breakdown, Choice, Overheads, Profile
+from trainstack.memplan.placement import CHUNK_BYTES, KINDS, SHARDED_KINDS, Layout, Where, layout_for
+from trainstack.memplan.placement import shard as _shard
 
 # FSDP keeps this many blocks' parameters unsharded at once (the one computing, the one prefetched).
 FSDP_UNSHARDED_BLOCKS = 2
 
 
-def _shard(nbytes: int, world_size: int) -> int:
-    return -(-nbytes // world_size)
+def state_totals(profile: Profile) -> dict[str, int]:
+    """The whole model's bytes of each kind of state (placement.KINDS), before any sharding."""
+    block_state, other_state = profile.state_bytes()
+    block_grad, other_grad = profile.grad_bytes()
+    n = profile.n_blocks
+    master = n * profile.block_master_bytes + profile.other_master_bytes
+    return {
+        "params": n * profile.block_param_bytes + profile.other_param_bytes,
+        "grads": n * block_grad + other_grad,
+        "master": master,
+        "optimizer": n * block_state + other_state - master,
+    }
 
 
-def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 1, overheads: Overheads = Overheads()) -> Breakdown:
-    """Predicted peak of one step (after the first, once optimizer state exists)."""
+def host_bytes(profile: Profile, layout: Layout) -> int:
+    """What one rank keeps in host memory: its offloaded state, and where the CPU steps the
+    optimizer on gradients kept on the GPU, two fp32 chunks of them in flight (never a full copy)."""
+    totals = state_totals(profile)
+    held = sum(layout.host_bytes(k, totals[k]) for k in KINDS)
+    if layout.cpu_step and "grads" not in layout.offload:
+        held += min(2 * CHUNK_BYTES, layout.host_bytes("master", totals["master"]))
+    return held
+
+
+def per_kind(profile: Profile, layout: Layout) -> dict[str, dict]:
+    totals = state_totals(profile)
+    return {k: {"where": str(layout.where(k)), "gpu_bytes": layout.gpu_bytes(k, totals[k]), "host_bytes": layout.host_bytes(k, totals[k]), "total_bytes": totals[k]}
+            for k in KINDS}
+
+
+def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 1, overheads: Overheads = Overheads(),
+              layout: Layout | None = None, accum: int = 1) -> Breakdown:
+    """Predicted peak of one step (after the first, once optimizer state exists) on one rank.
+
+    ``layout``: the sharding and the kinds of state on the host (default: FSDP2 over
+    ``world_size`` ranks, nothing on the host); ``accum``: micro-batches per optimizer step
+    (after the first, every micro-batch runs with the gradients accumulated so far)."""
     if len(choices) != profile.n_blocks:
         raise ValueError(f"{len(choices)} choices for {profile.n_blocks} blocks")
+    layout = layout or layout_for(None, world_size)
+    world_size = layout.world_size
     pb = profile.block_param_bytes
-    weights = _shard(profile.n_blocks * pb + profile.other_param_bytes, world_size)
-    block_state, other_state = profile.state_bytes()
-    optimizer = _shard(profile.n_blocks * block_state + other_state, world_size)
-    block_grad_bytes, other_grad_bytes = profile.grad_bytes()
-    block_grad = _shard(block_grad_bytes, world_size)
-    all_grads = _shard(profile.n_blocks * block_grad_bytes + other_grad_bytes, world_size)
-    # FSDP gathers a block's parameters for its forward and backward, and reduces its gradients.
-    gathered = 0 if world_size == 1 else FSDP_UNSHARDED_BLOCKS * pb + pb
+    totals = state_totals(profile)
+    weights = layout.gpu_bytes("params", totals["params"])
+    optimizer = layout.gpu_bytes("master", totals["master"]) + layout.gpu_bytes("optimizer", totals["optimizer"])
+    block_grad_bytes, _ = profile.grad_bytes()
+    grads_where = layout.where("grads")
+    block_grad = 0 if grads_where is Where.HOST else layout.gpu_bytes("grads", block_grad_bytes)
+    # gradients on the host: one block's in flight on the GPU until copied down
+    all_grads = _shard(block_grad_bytes, world_size) if grads_where is Where.HOST else layout.gpu_bytes("grads", totals["grads"])
+    accumulated = all_grads if accum > 1 and grads_where is not Where.HOST else 0
+    # sharded or offloaded parameters are gathered (copied up) a block at a time for its forward
+    # and backward, the one computing and the one prefetched, and its gradients reduced
+    gathered = FSDP_UNSHARDED_BLOCKS * pb + pb if layout.gathers_params else 0
+    if "optimizer" not in layout.offload:
+        step_transient = _shard(profile.step_scratch, world_size) if "optimizer" in SHARDED_KINDS[layout.shard] else profile.step_scratch
+    elif not layout.cpu_step:  # the state streams up to the GPU's step, two chunks in flight
+        step_transient = min(2 * CHUNK_BYTES, layout.host_bytes("optimizer", totals["optimizer"]))
+    else:
+        step_transient = 0
     static = weights + optimizer + profile.buffer_bytes
     cost = [profile.options[c] for c in choices]
     saved = [c.saved for c in cost]
@@ -47,23 +92,23 @@ def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 
     phases: list[tuple[str, int, int, int]] = []  # (name, grads, saved, transient)
     shared = head.shared  # masks and position embeddings the blocks are given
     for i, c in enumerate(cost):
-        phases.append((f"forward of block {i}", 0, held[i], shared + c.fwd_peak + gathered))
+        phases.append((f"forward of block {i}", accumulated, held[i], shared + c.fwd_peak + gathered))
     # what the blocks are handed but kept blocks do not save, a recomputing block holds until its backward
     holding = list(accumulate((c is not Choice.KEEP for c in choices), operator.or_))  # any of blocks 0..i recomputes
     unkept = [head.unkept_shared if h else 0 for h in holding]
     # the blocks' input, once: where the head holds it and the first block saves it too
     twice = min(head.holds_input, cost[0].saved_input) if cost else 0
-    phases.append(("loss forward", 0, held[-1] - twice, head.fwd_peak + (head.unkept_loss if holding[-1] else 0)))
-    phases.append(("loss backward", 0, total_saved - twice, head.bwd_peak + unkept[-1]))
+    phases.append(("loss forward", accumulated, held[-1] - twice, head.fwd_peak + (head.unkept_loss if holding[-1] else 0)))
+    phases.append(("loss backward", accumulated, total_saved - twice, head.bwd_peak + unkept[-1]))
     for i in reversed(range(len(cost))):
-        grads = (len(cost) - 1 - i) * block_grad
+        grads = max(accumulated, (len(cost) - 1 - i) * block_grad)
         # the gradient the blocks accumulate for a shared input: from the second block's backward on
         # (the first's is part of its own backward's bytes)
         shared_grad = head.shared_grad if i < len(cost) - 1 else 0
         phases.append((f"backward of block {i}", grads, before[i] - (twice if i else 0),
                        head.after_bwd + shared_grad + unkept[i] + cost[i].bwd_peak - (0 if i else twice) + gathered))
-    phases.append(("embedding backward", len(cost) * block_grad, 0, head.embed_bwd_peak))
-    phases.append(("optimizer step", all_grads, 0, _shard(profile.step_scratch, world_size)))
+    phases.append(("embedding backward", max(accumulated, len(cost) * block_grad), 0, head.embed_bwd_peak))
+    phases.append(("optimizer step", all_grads, 0, step_transient))
     name, grads, live_saved, transient = max(phases, key=lambda p: p[1] + p[2] + p[3])
 
     allocated = static + grads + live_saved + transient + overheads.workspace
@@ -81,6 +126,8 @@ def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 
         allocated_peak=allocated,
         allocator_overhead=overhead,
         reserved_peak=allocated + overhead,
+        host_bytes=host_bytes(profile, layout),
+        per_kind=per_kind(profile, layout),
     )
 
 
@@ -93,8 +140,9 @@ def _largest_transients(profile: Profile) -> dict[str, int]:
     }
 
 
-def peak_bytes(profile: Profile, choices: Sequence[Choice], *, world_size: int = 1, overheads: Overheads = Overheads()) -> int:
-    return breakdown(profile, choices, world_size=world_size, overheads=overheads).reserved_peak
+def peak_bytes(profile: Profile, choices: Sequence[Choice], *, world_size: int = 1, overheads: Overheads = Overheads(),
+               layout: Layout | None = None, accum: int = 1) -> int:
+    return breakdown(profile, choices, world_size=world_size, overheads=overheads, layout=layout, accum=accum).reserved_peak
 
 
 def with_measured_memory(profile: Profile, blocks: dict[Choice, BlockCost]) -> Profile:

@@ -21,6 +21,7 @@ from dataclasses import replace
 from trainstack.errors import BudgetError
 from trainstack.memplan.memory import breakdown, peak_bytes, recompute_fractions, step_seconds
 from trainstack.memplan.costs import CHOICE_ORDER, Choice, Overheads, Plan, Profile
+from trainstack.memplan.placement import Layout, layout_for
 
 GiB = 1 << 30
 ProfileAt = Callable[[int], Profile]
@@ -92,6 +93,8 @@ def choose(
     world_size: int = 1,
     overheads: Overheads = Overheads(),
     profile_at: ProfileAt | None = None,
+    layout: Layout | None = None,
+    accum: int = 1,
 ) -> Plan:
     """The plan of least recompute cost whose predicted reserved peak fits ``budget_bytes``.
 
@@ -101,9 +104,11 @@ def choose(
     the largest batch that would fit.
     """
     n = profile.n_blocks
+    layout = layout or layout_for(None, world_size)
+    world_size = layout.world_size
 
     def peak(choices: tuple[Choice, ...]) -> int:
-        return peak_bytes(profile, choices, world_size=world_size, overheads=overheads)
+        return peak_bytes(profile, choices, overheads=overheads, layout=layout, accum=accum)
 
     candidates = [choices_for(*counts) for counts in all_counts(n)]
     candidates += [every_nth(n, every) for every in range(1, n + 1)]
@@ -117,9 +122,10 @@ def choose(
         if best is None or key < best[0]:
             best = (key, counts)
     if best is None:
-        raise BudgetError(_shortfall(profile, budget_bytes, world_size, overheads, profile_at))
+        default = layout == layout_for(None, world_size) and accum == 1
+        raise BudgetError(_shortfall(profile, budget_bytes, world_size, overheads, profile_at if default else None, layout=layout, accum=accum))
     chosen = next(c for c in placements(*best[1]) if peak(c) <= budget_bytes)
-    return make_plan(profile, chosen, budget_bytes=budget_bytes, world_size=world_size, overheads=overheads)
+    return make_plan(profile, chosen, budget_bytes=budget_bytes, world_size=world_size, overheads=overheads, layout=layout, accum=accum)
 
 
 def choose_over_budgets(profiles: dict[float, Profile], **kwargs: object) -> Plan:
@@ -137,21 +143,26 @@ def choose_over_budgets(profiles: dict[float, Profile], **kwargs: object) -> Pla
     return min(plans, key=lambda p: (step_seconds(p.profile, p.counts), p.peak_bytes, -(p.compiler_budget or 0.0)))
 
 
-def make_plan(profile: Profile, choices: tuple[Choice, ...], *, budget_bytes: int, world_size: int = 1, overheads: Overheads = Overheads()) -> Plan:
+def make_plan(profile: Profile, choices: tuple[Choice, ...], *, budget_bytes: int, world_size: int = 1, overheads: Overheads = Overheads(),
+              layout: Layout | None = None, accum: int = 1) -> Plan:
     flops_fraction, time_fraction = recompute_fractions(profile, choices)
+    layout = layout or layout_for(None, world_size)
     return Plan(
         choices=choices,
-        breakdown=breakdown(profile, choices, world_size=world_size, overheads=overheads),
+        breakdown=breakdown(profile, choices, overheads=overheads, layout=layout, accum=accum),
+        layout=layout,
+        accum=accum,
         budget_bytes=budget_bytes,
-        world_size=world_size,
+        world_size=layout.world_size,
         recompute_flops_fraction=flops_fraction,
         recompute_time_fraction=time_fraction,
         profile=profile,
     )
 
 
-def _shortfall(profile: Profile, budget: int, world_size: int, overheads: Overheads, profile_at: ProfileAt | None) -> str:
-    least = peak_bytes(profile, choices_for(profile.n_blocks, 0, 0), world_size=world_size, overheads=overheads)
+def _shortfall(profile: Profile, budget: int, world_size: int, overheads: Overheads, profile_at: ProfileAt | None,
+               *, layout: Layout | None = None, accum: int = 1) -> str:
+    least = peak_bytes(profile, choices_for(profile.n_blocks, 0, 0), world_size=world_size, overheads=overheads, layout=layout, accum=accum)
     label = f"{profile.label}: " if profile.label else ""
     msg = (
         f"{label}budget {human(budget)} is {human(least - budget)} short of the smallest plan "
