@@ -18,6 +18,7 @@ from trainstack.memplan.costs import Choice, Overheads, Plan, Profile
 from trainstack.memplan.anymodel import batch_rows, calibrate_model, default_loss, find_blocks
 from trainstack.memplan.budget import gpu_memory_bytes, parse_budget
 from trainstack.memplan.memory import with_measured_memory, with_measured_times
+from trainstack.memplan.offload import Placement, choose_with_offload
 from trainstack.memplan.optim import optimizer_spec, precision_spec
 from trainstack.memplan.overheads import default_overheads
 from trainstack.memplan.planner import choose_over_budgets
@@ -150,11 +151,16 @@ def compiled_graphs_allowed(n: int) -> Any:
 
 
 def choose_plan(
-    profiles: dict[float, Profile], *, budget_bytes: int, world_size: int, overheads: Overheads | None, profile_at: Callable[[int], Profile], compiled: bool
+    profiles: dict[float, Profile], *, budget_bytes: int, world_size: int, overheads: Overheads | None, profile_at: Callable[[int], Profile], compiled: bool,
+    placement: Placement | None = None,
 ) -> Plan:
     """The plan of least recompute cost over ``profiles`` (one per compiler budget) that fits
     ``budget_bytes``; ``profile_at(rows)`` calibrates another batch, for the error that says
-    which batch would fit. An eager plan names no compiler budget."""
+    which batch would fit. An eager plan names no compiler budget. ``placement``: plan the
+    sharding and offload it asks for (offload.choose_with_offload), the least estimated step
+    time over the profiles winning."""
+    if placement is not None:
+        return _choose_placed(profiles, budget_bytes=budget_bytes, world_size=world_size, overheads=overheads, compiled=compiled, placement=placement)
     chosen = choose_over_budgets(
         profiles,
         budget_bytes=budget_bytes,
@@ -163,6 +169,26 @@ def choose_plan(
         profile_at=cache(profile_at),
     )
     return chosen if compiled else replace(chosen, compiler_budget=None)
+
+
+def _choose_placed(profiles: dict[float, Profile], *, budget_bytes: int, world_size: int, overheads: Overheads | None, compiled: bool, placement: Placement) -> Plan:
+    from trainstack.errors import BudgetError
+
+    plans, error = [], None
+    for budget, profile in profiles.items():
+        try:
+            found = choose_with_offload(
+                profile, budget_bytes=budget_bytes, host_budget_bytes=placement.host_budget_bytes, shard=placement.shard or ("fsdp2" if world_size > 1 else "none"),
+                world_size=world_size, accum=placement.accum, rates=placement.rates, offload=placement.offload, ranks_per_host=placement.ranks_per_host,
+                overheads=overheads if overheads is not None else default_overheads(),
+            )
+        except BudgetError as exc:
+            error = error or exc
+            continue
+        plans.append(replace(found, compiler_budget=budget if compiled else None))
+    if not plans:
+        raise error or ValueError("no profile to plan from")
+    return min(plans, key=lambda p: (p.step_cost.total_s, p.peak_bytes, -(p.compiler_budget or 0.0)))
 
 
 def plan(
@@ -180,6 +206,7 @@ def plan(
     overheads: Overheads | None = None,
     label: str = "",
     compiled: bool = False,
+    placement: Placement | None = None,
 ) -> Plan:
     """The plan of least recompute cost whose predicted peak fits ``budget`` (bytes, or a
     string such as "60GiB" or "0.9" of the GPU) for ``model`` training on ``example_batch``;
@@ -196,4 +223,5 @@ def plan(
         overheads=overheads,
         profile_at=lambda rows: calibrate_any(model, batch_rows(example_batch, rows), measure=False, **kwargs),
         compiled=compiled,
+        placement=placement,
     )

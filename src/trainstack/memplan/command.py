@@ -12,7 +12,11 @@ def command(
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Sequences per GPU per step."),
     seq: int | None = typer.Option(None, "--seq", "-s", min=1, help="Sequence length [default: 8192 for a llama3.x preset, else 2048 or the preset's max_seq if smaller]."),
     budget: str = typer.Option("0.9", "--budget", help="Memory per GPU: bytes with a unit ('60GiB', '80GB') or a fraction of the GPU's memory ('0.8'; of the host's where there is no GPU)."),
-    world_size: int = typer.Option(1, "--world-size", min=1, help="GPUs the model is sharded over with FSDP."),
+    world_size: int = typer.Option(1, "--world-size", min=1, help="Ranks (GPUs) the model is sharded over; the prediction is per rank."),
+    shard: str | None = typer.Option(None, "--shard", help="How the state is sharded over --world-size ranks: fsdp2, zero1 (optimizer state and master weights), zero2 (and gradients), zero3 (and parameters) or none [default: fsdp2 over several ranks]."),
+    offload: str = typer.Option("none", "--offload", help="State in the host's memory: 'auto' (the plan moves what the budget needs, recompute or offload, whichever is faster), 'none', or kinds joined by commas: optimizer, master, params, grads."),
+    accum: int = typer.Option(1, "--accum", min=1, help="Micro-batches (of --batch sequences) per optimizer step: the gradients stay between them."),
+    host_budget: str = typer.Option("0.9", "--host-budget", help="Host memory for offloaded state on each host: bytes with a unit or a fraction of this host's memory."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout instead of the tables."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write the plan as JSON to this file."),
     compiled: bool = typer.Option(False, "--compiled", help="Plan for torch.compile'd blocks: on a GPU, kept blocks are also measured under the compiler's activation memory budgets, and the plan names one."),
@@ -73,21 +77,48 @@ def command(
         from trainstack.console import err
 
         err.print(f"note: no GPU here: --budget {budget} is of this host's memory ({budget_bytes / 2**30:.1f} GiB)", highlight=False, soft_wrap=True)
+    placement = _placement(shard, offload, accum, host_budget, world_size)
     require("torch", "trainstack memplan")
     check_torch("memplan")  # from its metadata: a torch outside the range is refused before it is imported
     require_importable("torch", "trainstack memplan")
     if any_model:
         _plan_any_model(hf_config, model_factory, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size,
-                        optimizer=optimizer, precision=precision, blocks=blocks, json_out=json_out, output=output)
+                        optimizer=optimizer, precision=precision, blocks=blocks, json_out=json_out, output=output, placement=placement)
         return
 
     from trainstack.memplan import plan_memory
     from trainstack.memplan.report import to_json
 
     plan = plan_memory(get_preset(preset), batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled,
-                       precision=precision)
+                       precision=precision, placement=_with_rates(placement))
     document = {"preset": preset, "batch": batch, "seq": seq, "compiled": compiled, "precision": precision, **to_json(plan)}
     _emit(plan, document, json_out=json_out, output=output)
+
+
+def _placement(shard: str | None, offload: str, accum: int, host_budget: str, world_size: int):
+    """The placement asked for (offload.Placement), or None where the flags ask for none of it."""
+    if shard is None and offload.strip().lower() == "none" and accum == 1:
+        return None
+    from trainstack.memplan.budget import host_memory_bytes, parse_budget
+    from trainstack.memplan.offload import Placement
+    from trainstack.memplan.placement import Layout, parse_offload
+
+    auto = offload.strip().lower() == "auto"
+    kinds = None if auto else parse_offload(offload)
+    Layout(shard or ("fsdp2" if world_size > 1 else "none"), world_size, kinds or frozenset())  # refuses a bad sharding or kind now
+    host = parse_budget(host_budget, host_memory_bytes) if (auto or kinds) else None
+    return Placement(shard=shard, offload=kinds, accum=accum, host_budget_bytes=host)
+
+
+def _with_rates(placement):
+    """``placement`` with the copy and CPU-step rates measured here, where it may offload."""
+    if placement is None or placement.offload == frozenset():
+        return placement
+    from dataclasses import replace
+
+    from trainstack.memplan.rates import measure_rates
+
+    return replace(placement, rates=measure_rates())
 
 
 def _is_fraction(budget: str) -> bool:
@@ -97,7 +128,7 @@ def _is_fraction(budget: str) -> bool:
         return False
 
 
-def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, seq: int, budget_bytes: int, world_size: int, optimizer: str, precision: str, blocks: str | None, json_out: bool, output: Path | None) -> None:
+def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, seq: int, budget_bytes: int, world_size: int, optimizer: str, precision: str, blocks: str | None, json_out: bool, output: Path | None, placement=None) -> None:
     from trainstack.memplan import plan as plan_model
     from trainstack.memplan.report import to_json
     from trainstack.memplan.sources import from_factory, from_hf_config
@@ -108,7 +139,7 @@ def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, 
     try:
         plan = plan_model(
             source.model, source.example_batch, budget=budget_bytes, optimizer=optimizer, precision=precision,
-            world_size=world_size, blocks=blocks, loss_fn=source.loss_fn, label=source.name,
+            world_size=world_size, blocks=blocks, loss_fn=source.loss_fn, label=source.name, placement=_with_rates(placement),
         )
     except UnplannableModel as exc:
         if hf_config is None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainstack.memplan.api import COMPILER_BUDGETS, calibrate_any_compiled, choose_plan, cuda_available, measured_profiles
 from trainstack.memplan.costs import Choice, Overheads, Plan, Profile
+from trainstack.memplan.offload import Placement
 from trainstack.memplan.optim import OptimizerSpec, PrecisionSpec, precision_spec
 from trainstack.memplan.tracking import Roofline
 from trainstack.memplan.anymodel import autocast_for, calibrate_model, default_loss, fake_copy, fake_like, find_blocks, measure_block, record_call
@@ -100,6 +101,7 @@ def plan_memory(
     time_blocks: bool | None = None,
     compiled: bool = False,
     precision: str = "autocast-bf16",
+    placement: Placement | None = None,
 ) -> Plan:
     """The plan of least recompute cost whose predicted peak fits ``budget_bytes``.
 
@@ -139,6 +141,7 @@ def plan_memory(
         overheads=overheads,
         profile_at=lambda rows: profiles_at(rows, False)[1.0],
         compiled=compiled,
+        placement=placement,
     )
 
 

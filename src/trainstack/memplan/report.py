@@ -23,7 +23,8 @@ def headline(plan: Plan) -> str:
         f"(allocated {_gib(b.allocated_peak)}, set by {b.transient_phase}); "
         f"plan: {plan.summary()}; recompute overhead {plan.recompute_flops_fraction:.1%} of step FLOPs "
         f"(est. {plan.recompute_time_fraction:.1%} of step time)"
-    )
+    ) + (f"; {plan.layout.name()}, host {_gib(b.host_bytes)} per rank" if plan.layout is not None and (plan.layout.offload or plan.world_size > 1) else "") + (
+        f"\nwhy: {plan.why}" if plan.why else "")
 
 
 def blocks_table(plan: Plan) -> Table:
@@ -61,6 +62,12 @@ def breakdown_table(plan: Plan) -> Table:
         ("allocator overhead", b.allocator_overhead),
         ("reserved peak (must fit the budget)", b.reserved_peak),
     ]
+    for kind, placed in b.per_kind.items():
+        rows.append((f"{kind}: {placed['where']} (GPU / host bytes per rank)", placed["gpu_bytes"]))
+        if placed["host_bytes"]:
+            rows.append((f"  {kind} on the host", placed["host_bytes"]))
+    if b.host_bytes:
+        rows.append(("host memory per rank (offloaded state, staging)", b.host_bytes))
     for name, value in rows:
         table.add_row(name, _gib(value))
     return table
@@ -90,4 +97,10 @@ def to_json(plan: Plan) -> dict[str, Any]:
         "recompute_flops_fraction": plan.recompute_flops_fraction,
         "recompute_time_fraction": plan.recompute_time_fraction,
         "compiler_budget": plan.compiler_budget,
+        "layout": plan.layout.to_json() if plan.layout is not None else None,
+        "accum": plan.accum,
+        "per_rank": b.per_kind,
+        "host_bytes_per_rank": b.host_bytes,
+        "step_cost": plan.step_cost.to_json() if plan.step_cost is not None else None,
+        "why": plan.why or None,
     }
