@@ -45,6 +45,7 @@ class BenchOptions:
     parity: tuple[Mode, Mode] | None = None  # --parity A,B: train both on the learnable task, compare the loss curves
     parity_seeds: int = 1  # --parity-seeds: each mode once per seed, the mean curves compared
     health: dict | None = None  # --health: the GPU's measured ceilings (bench.ceilings.read_health)
+    accum: int = 1  # --accum: micro-batches per optimizer step
 
 
 def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig | HfShape]:
@@ -60,6 +61,7 @@ def make_spec(opts: BenchOptions) -> RunSpec:
     seq = opts.seq if opts.seq is not None else (min(2048, cfg.max_seq) if opts.hf_config is not None else default_seq(opts.model))
     checks = (
         (opts.batch >= 1, f"--batch {opts.batch}: accepted: 1 or more"),
+        (opts.accum >= 1, f"--accum {opts.accum}: accepted: 1 or more micro-batches per optimizer step"),
         (2 <= seq <= cfg.max_seq, f"--seq {seq}: accepted: 2 to {cfg.max_seq} (the model's max_seq)"),
         (opts.steps >= 2, f"--steps {opts.steps}: accepted: 2 or more timed steps"),
         (opts.warmup >= 1, f"--warmup {opts.warmup}: accepted: 1 or more (the first step compiles)"),
@@ -74,7 +76,7 @@ def make_spec(opts: BenchOptions) -> RunSpec:
     cap = int(opts.memory_cap_gib * 2**30) if opts.memory_cap_gib else None
     profile = str(opts.profile.resolve()) if opts.profile is not None else None
     return RunSpec(label, cfg, batch=opts.batch, seq=seq, steps=opts.steps, warmup=opts.warmup, device=opts.device, memory_cap_bytes=cap,
-                   profile_dir=profile, health=opts.health)
+                   profile_dir=profile, health=opts.health, accum=opts.accum)
 
 
 def parse_parity(text: str) -> tuple[Mode, Mode]:

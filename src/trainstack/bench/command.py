@@ -19,7 +19,8 @@ def command(
     seq: int | None = typer.Option(None, "--seq", "-s", help="Sequence length [default: 8192 for a llama3.x preset, else 2048 or the model's max_seq if smaller]."),
     steps: int | None = typer.Option(None, "--steps", help="Timed steps [default: 20; 300 with --parity]."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed steps first (compilation happens here)."),
-    modes: str | None = typer.Option(None, "--modes", help="A mode, or modes with --ablation (commas): eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, ac-none, ac-full, ac-every-N, ac-selective, planned; join by '+'."),
+    accum: int = typer.Option(1, "--accum", help="Micro-batches (of --batch sequences) per optimizer step; a step's figures are the optimizer step's."),
+    modes: str | None = typer.Option(None, "--modes", help="A mode, or modes with --ablation (commas): eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, ac-none, ac-full, ac-every-N, ac-selective, planned; fsdp2, zero1, zero2, zero3 (DeepSpeed), offload; join by '+'."),
     ablation: bool = typer.Option(False, "--ablation", help="Run each mode in a fresh process; one table, JSON lines and a PNG chart."),
     out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Folder for bench-<model>-b<batch>-s<seq>.jsonl (and .png for several modes)."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
@@ -88,7 +89,7 @@ def command(
     steps = steps if steps is not None else (300 if parity else 20)
     opts = api.BenchOptions(
         model=model, hf_config=hf_config, batch=batch, seq=seq, steps=steps, warmup=warmup,
-        modes=tuple(parse_modes(chosen)), ablation=ablation, out=out, device=device, memory_cap_gib=memory_cap_gib,
+        modes=tuple(parse_modes(chosen)), ablation=ablation, accum=accum, out=out, device=device, memory_cap_gib=memory_cap_gib,
         timeout_s=timeout_s, profile=profile, parity=api.parse_parity(parity) if parity else None, parity_seeds=parity_seeds, health=ceilings,
     )
     with _tables_to_stderr(json_out):

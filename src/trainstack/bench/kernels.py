@@ -43,10 +43,15 @@ OTHER = "other"
 # The classes of a step's time, in the order reports show them; IDLE is time no kernel ran.
 GEMM, ATTN_FWD, ATTN_BWD, ELEMENTWISE, OPTIMIZER = "GEMM", "attention forward", "attention backward", "norm / elementwise", "optimizer"
 RECOMPUTE, COMM, IDLE = "recompute", "communication", "idle"
-CLASSES = (GEMM, ATTN_FWD, ATTN_BWD, ELEMENTWISE, OPTIMIZER, RECOMPUTE, COMM, OTHER)
+# copies between the host's memory and the GPU's (offloaded state going up and down)
+H2D, D2H = "copy host to device", "copy device to host"
+CLASSES = (GEMM, ATTN_FWD, ATTN_BWD, ELEMENTWISE, OPTIMIZER, RECOMPUTE, COMM, H2D, D2H, OTHER)
 PHASES = ("forward", "backward", "recompute", "optimizer")
 
 _COMM = re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|c10d::|broadcast", re.I)
+# the CUDA runtime's copies across the bus (a trace names them "Memcpy HtoD (Pinned -> Device)")
+_H2D = re.compile(r"memcpy\s*htod", re.I)
+_D2H = re.compile(r"memcpy\s*dtoh", re.I)
 # cuDNN's and flash attention's backward kernels (dO.O, dQ's conversion, the KV heads' reduction of dK, dV)
 _BACKWARD = re.compile(r"bprop|bwd|backward|dot_do_o|convert_dq|reduce_head|dkdv|dq_dk", re.I)
 # the optimizer's kernels: fused or foreach AdamW, and a compiled AdamW update (the only lerp of a step)
@@ -112,6 +117,10 @@ def class_of(name: str, phase: str = "", *, cpu: bool = False) -> str:
     in ``phase`` (one of PHASES, or "" when unknown: the name alone decides)."""
     if _COMM.search(name):
         return COMM
+    if _H2D.search(name):
+        return H2D
+    if _D2H.search(name):
+        return D2H
     if phase == "recompute":
         return RECOMPUTE
     if phase == "optimizer" or (not phase and _OPTIMIZER.search(name)):

@@ -27,15 +27,18 @@ def apply_checkpointing(model: nn.Module, mode: Mode) -> None:
             wrap(block, Choice.SELECTIVE if mode.ac == "selective" else Choice.FULL)
 
 
-def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: int, world_size: int, compiled: bool = False, precision: str = "autocast-bf16"):
+def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: int, world_size: int, compiled: bool = False, precision: str = "autocast-bf16",
+                  placement=None):
     """Let memplan choose what to recompute for ``budget_bytes`` (for compiled blocks when
     ``compiled``; ``precision`` as memplan names the mode's weights, gradients and optimizer
     state); returns (model, plan)."""
     try:
         if hasattr(model, "example_batch"):  # a Hugging Face model: planned from the model itself
-            plan = plan_model(model, model.example_batch(batch, seq), budget=budget_bytes, world_size=world_size, precision=precision, compiled=compiled)
+            plan = plan_model(model, model.example_batch(batch, seq), budget=budget_bytes, world_size=world_size, precision=precision, compiled=compiled,
+                              placement=placement)
         else:
-            plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled, precision=precision)
+            plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled, precision=precision,
+                               placement=placement)
     except TrainstackError as exc:
         raise ModeUnavailable(f"memplan: {exc}") from None
     return apply(model, plan), plan

@@ -14,13 +14,14 @@ import socket
 import statistics
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 
 import torch
 from torch.profiler import record_function
 
 from trainstack.bench import device as dev, flash, fp8
+from trainstack.bench.frameworks import Trainer, deepspeed_engine, ensure_group, fsdp2, needs_group, plain
 from trainstack.bench.mfu import class_work, flops_per_token, flops_per_token_causal, mfu, mfu_causal, mfu_fp8
 from trainstack.bench.peaks import peak_for
 from trainstack.nn.hf import HfShape, build_hf_model
@@ -55,6 +56,7 @@ class RunSpec:
     lr_schedule: bool = False  # bench.parity's warm-up and cosine decay over warmup + steps; else constant
     breakdown: bool = True  # profile PROFILE_STEPS more steps: the row's time per class (bench.kernels)
     health: dict | None = None  # the GPU's measured ceilings (bench.ceilings.read_health)
+    accum: int = 1  # micro-batches of ``batch`` sequences per optimizer step (a timed step is one optimizer step)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -87,6 +89,8 @@ def run(spec: RunSpec) -> dict:
     dist = dev.dist_from_env()
     device = dev.pick_device(spec.device, dist)
     dev.init_process_group(dist, device)
+    if needs_group(spec.mode) or spec.mode.ac == "planned" and spec.accum > 1:
+        ensure_group(device)
     row = _base_row(spec, device, dist)
     try:
         measured = measure(spec, device, dist)
@@ -102,26 +106,29 @@ def run(spec: RunSpec) -> dict:
 def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
     dev.cap_memory(device, spec.memory_cap_bytes)
     torch.manual_seed(spec.seed)  # the same initial weights on every rank; data differs by rank
-    mode = spec.mode
-    model, plan, fp8_note = build(spec, mode, device, dist)
-    opt = optimizer(model, mode, spec.lr, device, dist)
+    model, plan, fp8_note, mode = build(spec, spec.mode, device, dist)
+    trainer = make_trainer(model, mode, spec, device, dist)
     batches = synthetic_batches(spec, device, dist)
-    autocast = device.type == "cuda" and not dist.enabled and not mode.bf16
+    autocast = device.type == "cuda" and not dist.enabled and not mode.bf16 and not (mode.framework or mode.offload)
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if autocast else nullcontext()
+    accum = spec.accum
 
     def step(i: int) -> torch.Tensor:
         # the ranges name each phase for the breakdown (bench.profile); a few microseconds unprofiled
-        tokens = batches[i % len(batches)]
-        with record_function("trainstack.forward"), amp:
-            loss = model(tokens[:, :-1], tokens[:, 1:])
-        with record_function("trainstack.backward"):
-            loss.backward()
+        losses = []
+        for j in range(accum):
+            tokens = batches[(i * accum + j) % len(batches)]
+            last = j == accum - 1
+            with record_function("trainstack.forward"), amp:
+                loss = trainer.forward(tokens[:, :-1], tokens[:, 1:], last)
+            with record_function("trainstack.backward"):
+                trainer.backward(loss, last)
+            losses.append(loss.detach().float())
         with record_function("trainstack.optimizer"):
             if spec.lr_schedule:
-                set_lr(opt, spec.lr * lr_factor(i, spec.warmup + spec.steps))
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        return loss.detach()
+                set_lr(trainer.opt, spec.lr * lr_factor(i, spec.warmup + spec.steps))
+            trainer.step()
+        return torch.stack(losses).mean() if accum > 1 else losses[0]
 
     losses: list[torch.Tensor] = []
     cfg = spec.cfg
@@ -145,10 +152,37 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
         allocated, reserved = dev.peak_memory(device)
         extra = _profile(spec, step, device, dist) if spec.profile_dir or spec.breakdown else {}
     local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
-    extra |= {"params_per_rank": local, "sdpa_ms": {name.lower(): ms for name, ms in sdpa_ms.items()}}
+    extra |= {"params_per_rank": local, "sdpa_ms": {name.lower(): ms for name, ms in sdpa_ms.items()},
+              "framework": mode.framework or ("fsdp2" if dist.enabled else "none"), "accum": accum,
+              "state_lived": trainer.where(), "optimizer": trainer.optimizer}
+    if trainer.cpu_step_seconds:
+        timed = trainer.cpu_step_seconds[spec.warmup:spec.warmup + spec.steps] or trainer.cpu_step_seconds
+        extra["cpu_optimizer_ms_per_step"] = statistics.median(timed) * 1e3
     if fp8_note:
         extra["fp8"] = fp8_note
-    return Measured(seconds, warmup_seconds, torch.stack(losses).tolist(), allocated, reserved, sdpa, plan, extra)
+    return Measured(seconds, warmup_seconds, _mean_over_ranks(torch.stack(losses), dist), allocated, reserved, sdpa, plan, extra)
+
+
+def _mean_over_ranks(losses: torch.Tensor, dist: dev.Dist) -> list[float]:
+    """Each step's loss over all the ranks' sequences (the ranks' means averaged: equal shares)."""
+    if not dist.enabled:
+        return losses.tolist()
+    t = losses.to(torch.float64)
+    if torch.distributed.get_backend() != "nccl":
+        t = t.cpu()
+    torch.distributed.all_reduce(t)
+    return (t / dist.world_size).tolist()
+
+
+def make_trainer(model: torch.nn.Module, mode: Mode, spec: RunSpec, device: torch.device, dist: dev.Dist) -> Trainer:
+    """The mode's framework around ``model``: DeepSpeed ZeRO, FSDP2 (under torchrun, or on one
+    process where the mode names it or offloads), or none."""
+    if mode.zero_stage:
+        return deepspeed_engine(model, mode, spec.lr, device, dist, batch=spec.batch, accum=spec.accum)
+    if dist.enabled or mode.framework == "fsdp2" or mode.offload:
+        return fsdp2(model, mode, spec.lr, device, dist, spec.accum)
+    opt = optimizer(model, mode, spec.lr, device, dist)
+    return plain(model, opt, spec.accum, master=master_weights(mode, dist))
 
 
 def _profile(spec: RunSpec, step, device: torch.device, dist: dev.Dist) -> dict:
@@ -172,14 +206,18 @@ def synthetic_batches(spec: RunSpec, device: torch.device, dist: dev.Dist) -> to
     batches, cycled), or for the ``markov`` task one learnable batch per step."""
     if spec.task == "markov":
         return markov_tokens(spec.cfg.vocab_size, (spec.warmup + spec.steps, spec.batch, spec.seq + 1), device=device, seed=spec.seed + dist.rank)
-    # a generator of its own: the same tokens in every mode, whatever a mode draws from the global one
-    gen = torch.Generator(device).manual_seed(spec.seed + dist.rank)
-    return torch.randint(0, spec.cfg.vocab_size, (_BATCHES, spec.batch, spec.seq + 1), device=device, generator=gen)
+    # a generator of its own: the same tokens in every mode, whatever a mode draws from the global one;
+    # the ranks take their shares of one global batch, so N ranks see what one process of N times the batch sees
+    gen = torch.Generator(device).manual_seed(spec.seed)
+    n = max(_BATCHES, spec.accum)
+    tokens = torch.randint(0, spec.cfg.vocab_size, (n, dist.world_size * spec.batch, spec.seq + 1), device=device, generator=gen)
+    return tokens[:, dist.rank * spec.batch:(dist.rank + 1) * spec.batch].contiguous()
 
 
-def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None, str | None]:
-    """The model on ``device`` with float8 layers, checkpointing, compile and sharding applied,
-    in that order; returns it, memplan's plan and what float8 converted (None when unused)."""
+def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None, str | None, Mode]:
+    """The model on ``device`` with float8 layers, checkpointing and compile applied, in that
+    order (the framework shards it: make_trainer); returns it, memplan's plan, what float8
+    converted (None when unused) and the mode as planned (``offload`` where the plan chose it)."""
     fp8_note = None
     if mode.fp8:
         fp8.require(device)
@@ -195,17 +233,44 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
         budget = dev.memory_budget(device, spec.memory_cap_bytes)
         model, chosen = apply_planned(
             model, spec.cfg, batch=spec.batch, seq=spec.seq, budget_bytes=budget, world_size=dist.world_size,
-            compiled=mode.compile, precision="bf16" if master_weights(mode, dist) else "autocast-bf16",
+            compiled=mode.compile, precision=planned_precision(mode, dist, device), placement=bench_placement(spec, mode, dist, device),
         )
         plan = chosen.summary() if hasattr(chosen, "summary") else _first_line(chosen)
         keep_budget = getattr(chosen, "compiler_budget", None)
+        layout = getattr(chosen, "layout", None)
+        if layout is not None and layout.offload and not mode.offload:
+            mode = replace(mode, offload=True, framework=mode.framework or "fsdp2")
+            plan += f" ({_first_line(chosen.why)})"
     else:
         apply_checkpointing(model, mode)
     if mode.compile:
         apply_compile(model, keep_budget)
-    if dist.enabled:
-        shard(model, device)
-    return model, plan, fp8_note
+    return model, plan, fp8_note, mode
+
+
+def planned_precision(mode: Mode, dist: dev.Dist, device: torch.device) -> str:
+    """How memplan names the mode's weights: bf16 parameters with fp32 master weights (a bf16
+    mode on one process, or a framework's mixed precision on a GPU), else fp32 under autocast."""
+    framework = mode.framework or mode.offload or dist.enabled
+    return "bf16" if master_weights(mode, dist) or (framework and device.type == "cuda") else "autocast-bf16"
+
+
+def bench_placement(spec: RunSpec, mode: Mode, dist: dev.Dist, device: torch.device):
+    """What memplan places for a planned mode: the framework's sharding, its accumulation,
+    and the offload the framework can run (FSDP2's CPUOffloadPolicy: every kind on the host;
+    ZeRO-Offload: gradients, master weights and optimizer state), chosen where the budget
+    needs it or fixed by ``offload``; rates measured here."""
+    from trainstack.memplan.budget import host_memory_bytes
+    from trainstack.memplan.offload import Placement
+    from trainstack.memplan.placement import KINDS
+    from trainstack.memplan.rates import measure_rates
+
+    shard = mode.framework or ("fsdp2" if dist.enabled or mode.offload else "none")
+    kinds = frozenset({"optimizer", "master", "grads"}) if mode.zero_stage else frozenset(KINDS)
+    host = host_memory_bytes()
+    return Placement(shard=shard, offload=kinds if mode.offload else None, accum=spec.accum, ladder=(frozenset(), kinds),
+                     host_budget_bytes=int(host * 0.9) if host else None,
+                     rates=measure_rates(device))
 
 
 def master_weights(mode: Mode, dist: dev.Dist) -> bool:
@@ -253,7 +318,7 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
     allocated, reserved = (_max_over_ranks([float(x)], dist)[0] if x is not None else None for x in (m.mem_allocated, m.mem_reserved))
     median = statistics.median(seconds)
     deciles = statistics.quantiles(seconds, n=10, method="inclusive") if len(seconds) > 1 else [median] * 9
-    per_gpu = spec.batch * spec.seq / median
+    per_gpu = spec.batch * spec.accum * spec.seq / median
     peak = peak_for(row["device_name"]) if row["device_type"] == "cuda" else None
     fraction = mfu(per_gpu, spec.cfg, spec.seq, peak)
     fp8_basis = {"mfu_fp8": mfu_fp8(per_gpu, spec.cfg, spec.seq, peak), "peak_fp8_tflops": peak.fp8_tflops if peak else None}
@@ -318,6 +383,10 @@ def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
 
 
 def _precision(device: torch.device, dist: dev.Dist, mode: Mode) -> str:
+    if mode.framework or mode.offload:
+        name = {"fsdp2": "FSDP2", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}[mode.framework or "fsdp2"]
+        return f"{name}{' with offload' if mode.offload else ''} over {dist.world_size} rank{'s' if dist.world_size > 1 else ''}, " + (
+            "bf16 params, fp32 master and optimizer state" if device.type == "cuda" else "fp32")
     if dist.enabled:
         return f"FSDP2 over {dist.world_size} ranks, " + ("bf16 params, fp32 master and reduction" if device.type == "cuda" else "fp32")
     fp8 = f" + float8 linear layers ({mode.fp8} scaling)" if mode.fp8 else ""

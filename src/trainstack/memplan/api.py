@@ -179,7 +179,7 @@ def _choose_placed(profiles: dict[float, Profile], *, budget_bytes: int, world_s
         try:
             found = choose_with_offload(
                 profile, budget_bytes=budget_bytes, host_budget_bytes=placement.host_budget_bytes, shard=placement.shard or ("fsdp2" if world_size > 1 else "none"),
-                world_size=world_size, accum=placement.accum, rates=placement.rates, offload=placement.offload, ranks_per_host=placement.ranks_per_host,
+                world_size=world_size, accum=placement.accum, rates=placement.rates, offload=placement.offload, ranks_per_host=placement.ranks_per_host, ladder=placement.ladder,
                 overheads=overheads if overheads is not None else default_overheads(),
             )
         except BudgetError as exc:

@@ -54,6 +54,7 @@ class Placement:
     host_budget_bytes: int | None = None
     rates: Rates = Rates()
     ranks_per_host: int | None = None
+    ladder: tuple[frozenset[str], ...] | None = None  # the rungs a framework can run (default: OFFLOAD_LADDER)
 
 
 @dataclass(frozen=True)
@@ -124,11 +125,12 @@ def choose_with_offload(
     offload: frozenset[str] | None = None,
     ranks_per_host: int | None = None,
     overheads: Overheads = Overheads(),
+    ladder: tuple[frozenset[str], ...] | None = None,
 ) -> Plan:
     """The fastest plan over the offload ladder (or the one ``offload`` names) that fits
     ``budget_bytes`` per GPU and ``host_budget_bytes`` per host (``ranks_per_host`` ranks on
     each, default all); its ``why`` says what each rung came to."""
-    rungs = OFFLOAD_LADDER if offload is None else (frozenset(offload),)
+    rungs = (ladder or OFFLOAD_LADDER) if offload is None else (frozenset(offload),)
     per_host = ranks_per_host or world_size
     reasons: list[str] = []
     fitting: list[tuple[tuple[float, int], Plan]] = []

@@ -14,6 +14,13 @@ The part ``flash`` runs the decoder's attention through flash-attn's kernels
 (``flash_attn_func``, an installed flash-attn on a CUDA GPU) instead of torch's
 scaled_dot_product_attention, e.g. ``compile+bf16+flash``; memplan plans SDPA only, so
 ``flash`` does not go with ``planned``.
+
+Distributed frameworks (under torchrun, or one process in a group of its own): ``fsdp2``
+(FSDP2's ``fully_shard``, what torchrun gets without a part), ``zero1``, ``zero2``, ``zero3``
+(DeepSpeed ZeRO stages); ``offload`` moves state to the host and steps the optimizer on the
+CPU (FSDP2's CPUOffloadPolicy; with a ZeRO stage, ZeRO-Offload), e.g. ``zero2+offload``.
+With ``planned``, memplan also decides whether the framework offloads (where the budget
+needs it).
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from dataclasses import dataclass
 
 from trainstack.errors import UsageError
 
-ACCEPTED = "eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, flash, ac-none, ac-full, ac-every-N, ac-selective, planned, or parts joined by '+'"
+ACCEPTED = ("eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, flash, ac-none, ac-full, ac-every-N, ac-selective, planned, "
+            "fsdp2, zero1, zero2, zero3, offload, or parts joined by '+'")
+FRAMEWORKS = ("fsdp2", "zero1", "zero2", "zero3")
 DEFAULT_ABLATION = ("eager", "compile", "compile+bf16", "ac-full", "ac-every-2", "ac-selective", "compile+ac-selective", "planned")
 
 _AC_PART = re.compile(r"^ac-(none|full|selective|every-([1-9][0-9]*))$")
@@ -40,6 +49,13 @@ class Mode:
     bf16: bool = False  # bf16 parameters, fp32 master weights and optimizer state
     fp8: str = ""  # "" (off) or a recipe of bench.fp8 (tensorwise, rowwise, tensorwise-fastacc): float8 linear layers
     flash: bool = False  # attention through flash-attn's flash_attn_func instead of SDPA
+    framework: str = ""  # "" (FSDP2 under torchrun, none on one process) or one of FRAMEWORKS
+    offload: bool = False  # state on the host, the optimizer's step on the CPU
+
+    @property
+    def zero_stage(self) -> int:
+        """The DeepSpeed ZeRO stage (0: not DeepSpeed)."""
+        return int(self.framework[4:]) if self.framework.startswith("zero") else 0
 
     @property
     def name(self) -> str:
@@ -48,12 +64,23 @@ class Mode:
         parts = (parts or ["eager"]) + (["bf16"] if self.bf16 else [])
         parts += [FP8_NAMES[self.fp8]] if self.fp8 else []
         parts += ["flash"] if self.flash else []
+        if (self.framework or self.offload) and parts == ["eager"]:
+            parts = []  # "zero2", not "zero2+eager"
+        parts = ([self.framework] if self.framework else []) + parts + (["offload"] if self.offload else [])
         return "+".join(parts)
 
 
 def parse_mode(text: str) -> Mode:
-    compiled, ac, every, seen_ac, bf16, fp8, flash = False, "none", 0, False, False, "", False
+    compiled, ac, every, seen_ac, bf16, fp8, flash, framework, offload = False, "none", 0, False, False, "", False, "", False
     for part in text.strip().lower().split("+"):
+        if part in FRAMEWORKS:
+            if framework:
+                raise UsageError(f"--modes: '{text}' names more than one framework; accepted: at most one of {', '.join(FRAMEWORKS)}")
+            framework = part
+            continue
+        if part == "offload":
+            offload = True
+            continue
         if part in FP8_PARTS:
             if fp8:
                 raise UsageError(f"--modes: '{text}' names more than one fp8 part; accepted: at most one of {', '.join(FP8_PARTS)}")
@@ -86,7 +113,9 @@ def parse_mode(text: str) -> Mode:
         raise UsageError(f"--modes: '{text}' is both eager and compile; accepted: {ACCEPTED}")
     if flash and ac == "planned":
         raise UsageError(f"--modes: '{text}' joins flash and planned, but memplan plans SDPA's attention only; accepted: flash with ac-* parts or none")
-    return Mode(compile=compiled, ac=ac, every=every, bf16=bf16, fp8=fp8, flash=flash)
+    if (framework or offload) and (fp8 or flash):
+        raise UsageError(f"--modes: '{text}' joins a framework or offload with fp8 or flash; accepted: those on one process or FSDP2 under torchrun")
+    return Mode(compile=compiled, ac=ac, every=every, bf16=bf16, fp8=fp8, flash=flash, framework=framework, offload=offload)
 
 
 def parse_modes(text: str) -> list[Mode]:
