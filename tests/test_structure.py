@@ -44,7 +44,7 @@ def test_the_committed_import_graph_is_the_sources() -> None:
 
 def test_a_stale_graph_is_refused_in_one_line_naming_the_line(tmp_path) -> None:
     stale = tmp_path / "structure.md"
-    stale.write_text(DOC.read_text(encoding="utf-8").replace("| `memory` | `costs` |", "| `memory` | `costs`, `planner` |"), encoding="utf-8")
+    stale.write_text(DOC.read_text(encoding="utf-8").replace("| `memory` | `costs`, `placement` |", "| `memory` | `costs` |"), encoding="utf-8")
     done = check(stale)
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"error: {stale}: the import graph of trainstack.memplan is stale at its line ")

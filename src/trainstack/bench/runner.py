@@ -22,6 +22,10 @@ from torch.profiler import record_function
 
 from trainstack.bench import device as dev, flash, fp8
 from trainstack.bench.frameworks import Trainer, deepspeed_engine, ensure_group, fsdp2, needs_group, plain
+from trainstack.memplan.budget import host_memory_bytes
+from trainstack.memplan.offload import Placement
+from trainstack.memplan.placement import KINDS
+from trainstack.memplan.rates import measure_rates
 from trainstack.bench.mfu import class_work, flops_per_token, flops_per_token_causal, mfu, mfu_causal, mfu_fp8
 from trainstack.bench.peaks import peak_for
 from trainstack.nn.hf import HfShape, build_hf_model
@@ -260,11 +264,6 @@ def bench_placement(spec: RunSpec, mode: Mode, dist: dev.Dist, device: torch.dev
     and the offload the framework can run (FSDP2's CPUOffloadPolicy: every kind on the host;
     ZeRO-Offload: gradients, master weights and optimizer state), chosen where the budget
     needs it or fixed by ``offload``; rates measured here."""
-    from trainstack.memplan.budget import host_memory_bytes
-    from trainstack.memplan.offload import Placement
-    from trainstack.memplan.placement import KINDS
-    from trainstack.memplan.rates import measure_rates
-
     shard = mode.framework or ("fsdp2" if dist.enabled or mode.offload else "none")
     kinds = frozenset({"optimizer", "master", "grads"}) if mode.zero_stage else frozenset(KINDS)
     host = host_memory_bytes()

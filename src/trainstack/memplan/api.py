@@ -14,6 +14,7 @@ from dataclasses import replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from trainstack.errors import BudgetError
 from trainstack.memplan.costs import Choice, Overheads, Plan, Profile
 from trainstack.memplan.anymodel import batch_rows, calibrate_model, default_loss, find_blocks
 from trainstack.memplan.budget import gpu_memory_bytes, parse_budget
@@ -172,8 +173,6 @@ def choose_plan(
 
 
 def _choose_placed(profiles: dict[float, Profile], *, budget_bytes: int, world_size: int, overheads: Overheads | None, compiled: bool, placement: Placement) -> Plan:
-    from trainstack.errors import BudgetError
-
     plans, error = [], None
     for budget, profile in profiles.items():
         try:
