@@ -93,8 +93,6 @@ def run(spec: RunSpec) -> dict:
     dist = dev.dist_from_env()
     device = dev.pick_device(spec.device, dist)
     dev.init_process_group(dist, device)
-    if needs_group(spec.mode) or spec.mode.ac == "planned" and spec.accum > 1:
-        ensure_group(device)
     row = _base_row(spec, device, dist)
     try:
         measured = measure(spec, device, dist)
@@ -180,7 +178,9 @@ def _mean_over_ranks(losses: torch.Tensor, dist: dev.Dist) -> list[float]:
 
 def make_trainer(model: torch.nn.Module, mode: Mode, spec: RunSpec, device: torch.device, dist: dev.Dist) -> Trainer:
     """The mode's framework around ``model``: DeepSpeed ZeRO, FSDP2 (under torchrun, or on one
-    process where the mode names it or offloads), or none."""
+    process where the mode names it or offloads, in a group of its own), or none."""
+    if needs_group(mode):
+        ensure_group(device)
     if mode.zero_stage:
         return deepspeed_engine(model, mode, spec.lr, device, dist, batch=spec.batch, accum=spec.accum)
     if dist.enabled or mode.framework == "fsdp2" or mode.offload:
@@ -263,7 +263,10 @@ def bench_placement(spec: RunSpec, mode: Mode, dist: dev.Dist, device: torch.dev
     """What memplan places for a planned mode: the framework's sharding, its accumulation,
     and the offload the framework can run (FSDP2's CPUOffloadPolicy: every kind on the host;
     ZeRO-Offload: gradients, master weights and optimizer state), chosen where the budget
-    needs it or fixed by ``offload``; rates measured here."""
+    needs it or fixed by ``offload``; rates measured here. None (recompute alone, as memplan
+    plans one process) for a plain mode on one process without accumulation."""
+    if not (mode.framework or mode.offload or dist.enabled or spec.accum > 1):
+        return None
     shard = mode.framework or ("fsdp2" if dist.enabled or mode.offload else "none")
     kinds = frozenset({"optimizer", "master", "grads"}) if mode.zero_stage else frozenset(KINDS)
     host = host_memory_bytes()

@@ -47,16 +47,17 @@ def _cpu_fused_available() -> bool:
 
 
 def measure_rates(device: object = None) -> Rates:
-    """The rates on ``device`` (default: the first GPU): copies only where there is a CUDA
-    GPU; the CPU step everywhere."""
+    """The rates on ``device`` (default: the first GPU); where it is no CUDA GPU, nothing is
+    measured (no bus between host and device to cost), and the plan offloads only what the
+    budget needs."""
     import torch
 
-    cpu_rate, cpu_name = cpu_adamw_seconds_per_byte()
     if device is None:
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     device = torch.device(device)
     if device.type != "cuda":
-        return Rates(None, None, cpu_rate, f"no GPU: copies not measured; CPU step {cpu_name} timed, {1 / cpu_rate / 1e9:.2f} GB/s of state")
+        return Rates(source="no GPU: copies and the CPU step not measured")
+    cpu_rate, cpu_name = cpu_adamw_seconds_per_byte()
     h2d = host_copy(device, "h2d", nbytes=COPY_BYTES).rate.value * 1e9
     d2h = host_copy(device, "d2h", nbytes=COPY_BYTES).rate.value * 1e9
     return Rates(h2d, d2h, cpu_rate, f"pinned H2D {h2d / 1e9:.1f} GB/s and D2H {d2h / 1e9:.1f} GB/s (health's copy measurement); "
