@@ -28,7 +28,7 @@ def bench(tmp_path, *args: str, ranks: int = 1, env: dict | None = None) -> list
         torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
         launcher = [torchrun, "--nnodes", "1", "--nproc-per-node", str(ranks), "--master-addr", "127.0.0.1",
                     "--master-port", str(_free_port()), "-m", "trainstack.cli"]
-    done = subprocess.run([*launcher, "bench", *COMMON, *args], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    done = subprocess.run([*launcher, "bench", *COMMON, *args], capture_output=True, text=True, timeout=1200, cwd=tmp_path,
                           env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout[done.stdout.index("{"):])["rows"]

@@ -6,6 +6,8 @@ into one folder for the module."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.test_bench_frameworks import bench
@@ -15,7 +17,10 @@ pytest.importorskip("deepspeed")
 
 @pytest.fixture(scope="module")
 def extensions(tmp_path_factory) -> dict:
-    return {"TORCH_EXTENSIONS_DIR": str(tmp_path_factory.mktemp("torch_extensions")), "DS_ACCELERATOR": "cpu"}
+    """One folder for DeepSpeed's JIT builds: the one the environment names (a cache kept
+    between runs), else a folder of this module's."""
+    folder = os.environ.get("TORCH_EXTENSIONS_DIR") or str(tmp_path_factory.mktemp("torch_extensions"))
+    return {"TORCH_EXTENSIONS_DIR": folder, "DS_ACCELERATOR": "cpu"}
 
 
 @pytest.mark.slow

@@ -40,6 +40,12 @@ SKIPPED = {
         "benchmarks/fresh_debian.py runs the whole command on a fresh Debian 12, Debian 13 and Ubuntu 24.04 "
         "(tests/test_bootstrap.py runs bootstrap's refusals)",
     "bash .ci/run": "the whole CI: installs system packages and runs every test",
+    "trainstack memplan --preset llama3.1-8b --precision bf16 --accum 16 --budget 76GiB --offload auto":
+        "plans the 8B at sequence 8192 (seconds of fake-tensor calibration); tests/test_memplan_offload.py runs --offload, --accum and the ladder on smaller presets",
+    "trainstack memplan --preset 8b --world-size 4 --shard zero2 --json":
+        "tests/test_memplan_offload.py runs --world-size, --shard and --json through the CLI on the tiny preset",
+    "torchrun --nproc-per-node 8 -m trainstack.cli bench --preset llama3.1-8b --batch 1 --accum 16 --ablation --modes fsdp2,zero2,zero3,zero2+offload":
+        "GPU only: 8 GPUs; tests/test_bench_frameworks.py and tests/test_bench_zero.py run these modes on 2 CPU ranks",
     "trainstack bench --preset llama3.1-8b --batch 1 --modes compile+bf16+planned --health health.json":
         "GPU only: trains Llama-3.1 8B at sequence 8192 on one H200 (tests/test_reference_preset.py plans it on CPU)",
     "trainstack build examples/stacks/cpu-minimal.toml --backend oci":
