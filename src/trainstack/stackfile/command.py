@@ -76,8 +76,12 @@ def command(
             out.print(escape(f"runs: components.{entry['component']}.build_env: "
                              f"{one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}"), highlight=False, soft_wrap=True)
         for entry in runs["image_env"]:
-            out.print(escape(f"sets: env {one_line(entry['variable'], 80)}={one_line(entry['value'], 300)} "
-                             "(the image's ENV and the venv's activation)"), highlight=False, soft_wrap=True)
+            setting = f"env {one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}"
+            if entry["runs"] is not None:
+                line = f"runs: {setting} (allowed by [env] allow: {entry['runs']}; the image's ENV and the venv's activation)"
+            else:
+                line = f"sets: {setting} (the image's ENV and the venv's activation)"
+            out.print(escape(line), highlight=False, soft_wrap=True)
     if broken:
         raise RuleViolation(f"{stack}: {len(broken)} rule(s) broken across {flavours} flavour(s)")
     if not json_out:
