@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from packaging.utils import canonicalize_name
+
 from trainstack import proc
 from trainstack.buildenv import arch_env, budget_for, compiler_cache_env, nvcc_arch_flags, probe_arch
 from trainstack.builder.cpu import available_memory, bound_jobs, unit_memory
@@ -185,6 +187,8 @@ class WheelCache:
         name, digest = (meta.get("wheel"), meta.get("sha256")) if isinstance(meta, dict) else (None, None)
         if not isinstance(name, str) or not isinstance(digest, str) or not _WHEEL_NAME.fullmatch(name):
             return None  # written before wheels were recorded by hash: built again
+        if canonicalize_name(name.split("-", 1)[0]) != canonicalize_name(key.package):
+            return self._stale(key, f"its record names {name}, a wheel of another package than {key.package}")
         try:
             copy = _copy_hashed(folder / name, dest / name)
         except OSError as exc:
