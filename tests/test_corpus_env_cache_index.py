@@ -386,7 +386,7 @@ def test_index_wrong_password_at_sign(index: str, tmp_path: Path) -> None:
 
 # a base image of the host's own bash and sleep: its apt-get says whether the netrc secret is
 # mounted, then waits, so that the image step is running when the build is killed
-APT_GET = """#!/bin/bash
+APT_GET = """#!{bash}
 if [ -s /root/.netrc ]; then echo CORPUS-NETRC-MOUNTED; fi
 echo CORPUS-APT-STARTED
 exec sleep 300
@@ -398,12 +398,15 @@ def _base_image(work: Path, buildah: list[str]) -> None:
     root = work / "rootfs"
     programs = [shutil.which("bash"), shutil.which("sleep")]
     libs = subprocess.run(["ldd", *programs], capture_output=True, text=True, check=True).stdout.split()
-    for path in {*programs, *(w for w in libs if w.startswith("/"))}:
+    for path in {*programs, *(w for w in libs if w.startswith("/") and not w.endswith(":"))}:
         dest = root / path.lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, dest)
+    (root / "bin").mkdir(parents=True, exist_ok=True)
+    if not (root / "bin/sh").exists():
+        (root / "bin/sh").symlink_to(shutil.which("bash"))  # RUN's shell in an OCI-format image
     (root / "usr/bin").mkdir(parents=True, exist_ok=True)
-    (root / "usr/bin/apt-get").write_text(APT_GET)
+    (root / "usr/bin/apt-get").write_text(APT_GET.format(bash=shutil.which("bash")))
     (root / "usr/bin/apt-get").chmod(0o755)
     (root / "root").mkdir()
     container = subprocess.run([*buildah, "from", "scratch"], capture_output=True, text=True, check=True).stdout.strip()
@@ -441,13 +444,15 @@ def test_index_netrc_kill9(index: str, containers_store: Path, tmp_path: Path) -
     env = {**index_env("index_netrc_kill9", index), "TMPDIR": str(temporary)}
     assert cli("lock", str(stack), env=env, timeout=BUILD_SECONDS).rc == 0
     build = tmp_path / "build"
-    child = subprocess.Popen([sys.executable, "-m", "trainstack", "build", str(stack), "--backend", "oci", "--build-dir", str(build)],
-                             env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    said = tmp_path / "build.err"
+    with open(said, "wb") as err:
+        child = subprocess.Popen([sys.executable, "-m", "trainstack", "build", str(stack), "--backend", "oci", "--build-dir", str(build)],
+                                 env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
         log = ""
         while "CORPUS-APT-STARTED" not in log:
-            assert child.poll() is None and time.monotonic() < deadline, f"the image step never started: {log[-2000:]}"
+            assert child.poll() is None and time.monotonic() < deadline, f"the image step never started: {said.read_text()[-2000:]}"
             time.sleep(0.2)
             log = "".join(p.read_text(errors="replace") for p in build.glob(".*staging/logs/*image*.log"))
         assert "CORPUS-NETRC-MOUNTED" in log  # the credentials did reach the step
