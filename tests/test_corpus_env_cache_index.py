@@ -35,6 +35,7 @@ from trainstack.builder.activation import activation_block
 from trainstack.cli import main
 from trainstack.errors import SpecError
 from trainstack.indexauth import name_indexes
+from trainstack.trust import VARIABLES, credential_name, holds_userinfo, runs_code
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 ENV_CASES = sorted(CORPUS.glob("env_*.toml"))
@@ -171,6 +172,26 @@ def test_env_case(case: Path, env_checks: dict[str, tuple[Path, Run]], capsys: p
             assert TOKEN not in captured.out + captured.err
     assert sorted(p.name for p in stack.parent.iterdir()) == ["stack.toml"]  # no lock, no build folder
     assert not MARK.exists()
+
+
+def test_one_list_with_a_reason_each_shared_by_build_env_and_env() -> None:
+    """code_variables.toml: every entry has a reason and appears once; the families hold."""
+    import tomllib
+
+    data = tomllib.loads(VARIABLES.read_text(encoding="utf-8"))
+    for kind in ("runs", "credential", "reserved"):
+        patterns = [entry["pattern"] for entry in data[kind]]
+        assert len(patterns) == len(set(patterns)) and all(len(entry["reason"]) > 3 for entry in data[kind]), kind
+    for name in ("LD_PRELOAD", "PYTHONSTARTUP", "BASH_ENV", "PROMPT_COMMAND", "PS1", "LESSOPEN", "OPENSSL_CONF",
+                 "CUDA_INJECTION64_PATH", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NVCC_PREPEND_FLAGS", "XDG_CONFIG_HOME"):
+        assert runs_code(name), name
+    for name in ("NCCL_SOCKET_IFNAME", "CUDA_MODULE_LOADING", "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS"):
+        assert runs_code(name) is None and credential_name(name) is None, name
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "WANDB_API_KEY", "DB_PASSWORD", "GH_TOKEN_FILE"):
+        assert credential_name(name), name
+    for value, held in [("u:p@proxy:3128", True), ("http://proxy:3128", False), ("https://t@h/x", True),
+                        ("a,https://u:p@h", True), ("ops@example.com", False), ("http://h/p?q=a@b", False)]:
+        assert holds_userinfo(value) is held, value
 
 
 def test_the_activation_refuses_its_own_names_even_unchecked() -> None:
