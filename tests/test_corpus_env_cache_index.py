@@ -405,6 +405,23 @@ def test_index_wrong_password_at_sign(index: str, tmp_path: Path) -> None:
     assert [p for p in pieces() + ["wrong@"] if p in shown] == [] and files_holding(tmp_path, *pieces()) == []
 
 
+def test_index_password_in_output(index: str, tmp_path: Path) -> None:
+    """One masking pass over every line a console writes and every JSON result."""
+    fields = note(CORPUS / "index_password_in_output.env")
+    stack = tmp_path / "private.toml"
+    stack.write_text(demo_stack("private", index, tail=f'\n[verify]\nsuite = [{{ name = "unit", command = "pytest -k {PASSWORD}" }}]\n'))
+    env = index_env("index_password_in_output", index)
+    text = cli("check", str(stack), env=env)
+    document = cli("check", str(stack), "--json", env=env)
+    written = cli("check", str(stack), "-o", str(tmp_path / "check.json"), env=env)
+    assert text.rc == document.rc == written.rc == 0, text.err
+    assert f"pytest -k {fields['expect']}" in text.out
+    assert json.loads(document.out)["runs"]["suites"][0]["command"] == f"pytest -k {fields['expect']}"
+    assert json.loads((tmp_path / "check.json").read_text())["runs"] == json.loads(document.out)["runs"]
+    shown = text.out + text.err + document.out + document.err + written.out + written.err
+    assert [p for p in pieces() if p in shown] == [] and files_holding(tmp_path, *pieces()) == [str(stack)]
+
+
 # a base image of the host's own bash and sleep: its apt-get says whether the netrc secret is
 # mounted, then waits, so that the image step is running when the build is killed
 APT_GET = """#!{bash}
