@@ -194,6 +194,23 @@ def test_one_list_with_a_reason_each_shared_by_build_env_and_env() -> None:
         assert holds_userinfo(value) is held, value
 
 
+def test_build_env_shares_the_list_and_check_shows_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hostile = Path(__file__).parent / "data" / "corpus" / "hostile" / "build-env-ld-library-path.toml"
+    stack = tmp_path / "stack.toml"
+    text = hostile.read_text().replace("min_free_disk_gb = 1\n", 'min_free_disk_gb = 1\nallow_env = ["LD_LIBRARY_PATH"]\n')
+    stack.write_text(text)
+    assert main(["check", str(stack)]) == 0
+    assert ("runs: components.tsdemo.build_env: LD_LIBRARY_PATH=/tmp/INJECTED (allowed by [build] allow_env: the dynamic "
+            "loader preloads") in capsys.readouterr().out
+    stack.write_text(text.replace('build_env = { ', 'build_env = { NVCC_PREPEND_FLAGS = "-ccbin /tmp/INJECTED", '))
+    assert main(["check", str(stack)]) == 2
+    assert "build_env.NVCC_PREPEND_FLAGS: 'NVCC_PREPEND_FLAGS' makes the build's processes" in capsys.readouterr().err
+    stack.write_text(text.replace('build_env = { ', f'build_env = {{ AWS_ACCESS_KEY_ID = "{TOKEN}", '))
+    assert main(["check", str(stack)]) == 2
+    err = capsys.readouterr().err
+    assert "AWS_ACCESS_KEY_ID: a credential's name" in err and TOKEN not in err
+
+
 def test_the_activation_refuses_its_own_names_even_unchecked() -> None:
     """A stack built without validation (model_construct) still cannot write a saved-value name."""
     for name in ("_TRAINSTACK_HAD_NCCL_DEBUG", "_OLD_VIRTUAL_PATH", "VIRTUAL_ENV"):

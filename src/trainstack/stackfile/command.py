@@ -40,7 +40,7 @@ def command(
     from trainstack.stackfile.compat import check_stack, errors, needs_host_nvcc
     from trainstack.stackfile import expand_flavours, load_stack
     from trainstack.grammar import shown as one_line
-    from trainstack.trust import what_it_runs
+    from trainstack.trust import runs_code, what_it_runs
 
     if output is not None:
         check_output(output, "--output")
@@ -73,8 +73,10 @@ def command(
             out.print(escape(f"runs: verify.suite {suite['name']}: {one_line(suite['command'], 300)} ({how})"),
                       highlight=False, soft_wrap=True)
         for entry in runs["build_env"]:
+            reason = runs_code(entry["variable"])
+            why = f" (allowed by [build] allow_env: {reason})" if reason is not None else ""
             out.print(escape(f"runs: components.{entry['component']}.build_env: "
-                             f"{one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}"), highlight=False, soft_wrap=True)
+                             f"{one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}{why}"), highlight=False, soft_wrap=True)
         for entry in runs["image_env"]:
             setting = f"env {one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}"
             if entry["runs"] is not None:
