@@ -44,7 +44,7 @@ def test_the_in_place_key_changes_with_torch_and_build_env(tmp_path: Path) -> No
     other_env = bench().apex_key(ExtensionKey, apex.model_copy(update={"build_env": {"APEX_CPP_EXT": "1"}}), "2.11.0+cu130", "13.0", "9.0", "13.0", "3.12")
     assert len({key.digest(), other_torch.digest(), other_env.digest()}) == 3
     cache = WheelCache(tmp_path)
-    assert cache.folder(key).name == f"apex-{key.digest()}" and cache.lookup(key) is None
+    assert cache.folder(key).name == f"apex-{key.digest()}" and cache.lookup(key, tmp_path / "out") is None
 
 
 @pytest.mark.skipif(shutil.which("ninja") is None, reason="needs ninja")

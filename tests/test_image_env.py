@@ -57,9 +57,12 @@ def stack_text(url: str = "http://127.0.0.1:1/simple", *, release: str = "1.0", 
         ('[env]\nHF_TOKEN = "abc"\n', "", "env: HF_TOKEN: a credential's name"),
         ('[env]\nWANDB_API_KEY = "abc"\n', "", "env: WANDB_API_KEY: a credential's name"),
         ('[env]\nLD_PRELOAD = "/opt/x.so"\n', "", "env.LD_PRELOAD: 'LD_PRELOAD' makes every program"),
+        ('[env]\nLD_PRELOAD = "/opt/x.so"\n', 'allow_env = ["LD_PRELOAD"]', "set it only by naming it in [env] allow"),
+        ('[env]\nallow = ["NCCL_DEBUG"]\nNCCL_DEBUG = "WARN"\n', "", "env.allow: 'NCCL_DEBUG' is not a variable [env] refuses"),
+        ('[env]\n_TRAINSTACK_HAD_NCCL_DEBUG = "1"\n', "", "a name the venv's activation keeps to itself"),
         ('[env]\nNCCL_DEBUG = "two\\nlines"\n', "", "holds the control character"),
         ('[env]\nNCCL_DEBUG = "caf\u00e9"\n', "", "is not an environment value trainstack bakes in"),
-        ('[env]\nMIRROR = "https://u:p@mirror.example/x"\n', "", "env: MIRROR: a URL with 'user:password@'"),
+        ('[env]\nMIRROR = "https://u:p@mirror.example/x"\n', "", "env: MIRROR: a URL or host with 'user:password@'"),
         ('[env]\nNCCL_DEBUG = "' + "x" * 2001 + '"\n', "", "at most 2000 characters"),
         ('[env]\n"9LIVES" = "1"\n', "", "is not an environment variable name"),
         ('[env]\nNCCL_DEBUG = 3\n', "", "env"),
@@ -78,16 +81,19 @@ def test_bad_env_is_one_line_naming_file_line_and_field(tmp_path: Path, env: str
 def test_a_loader_variable_named_in_allow_env_is_accepted_and_check_shows_every_variable(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stack = tmp_path / "envs.toml"
-    stack.write_text(stack_text(env='[env]\nLD_LIBRARY_PATH = "/opt/nccl/lib"\nNCCL_DEBUG = "WARN"\n',
-                                build_extra='allow_env = ["LD_LIBRARY_PATH"]'))
+    stack.write_text(stack_text(env='[env]\nallow = ["LD_LIBRARY_PATH"]\nLD_LIBRARY_PATH = "/opt/nccl/lib"\nNCCL_DEBUG = "WARN"\n'))
     assert main(["check", str(stack)]) == 0
     out = capsys.readouterr().out
-    assert "sets: env LD_LIBRARY_PATH=/opt/nccl/lib (the image's ENV and the venv's activation)" in out
+    assert ("runs: env LD_LIBRARY_PATH=/opt/nccl/lib (allowed by [env] allow: the dynamic loader preloads, audits or "
+            "searches the libraries it names (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH); the image's ENV and the venv's "
+            "activation)") in out
     assert "sets: env NCCL_DEBUG=WARN (the image's ENV and the venv's activation)" in out
     assert main(["check", str(stack), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["runs"]["image_env"] == [{"variable": "LD_LIBRARY_PATH", "value": "/opt/nccl/lib"},
-                                             {"variable": "NCCL_DEBUG", "value": "WARN"}]
+    assert document["runs"]["image_env"] == [
+        {"variable": "LD_LIBRARY_PATH", "value": "/opt/nccl/lib", "runs": document["runs"]["image_env"][0]["runs"]},
+        {"variable": "NCCL_DEBUG", "value": "WARN", "runs": None}]
+    assert document["runs"]["image_env"][0]["runs"].startswith("the dynamic loader")
 
 
 def image_env(instruction: str, context: Path, store: Path) -> dict[str, str]:

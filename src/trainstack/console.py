@@ -8,6 +8,10 @@ Every verb's ``-q``/``-v`` and ``--color`` land here (``configure``): ``-q`` lea
 warnings and the verb's result; ``-v`` adds every command trainstack runs; ``--color auto``
 colours a terminal unless NO_COLOR is set (FORCE_COLOR colours anything), ``always`` and
 ``never`` decide alone.
+
+Every line either console writes, and every JSON result (``emit_json``), goes through one
+masking pass (trainstack.redact): URL user info and the environment's credential values never
+reach a terminal, a log that captures it, or a result file.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import TextIO
 
 from rich.console import Console
 from rich.text import Text
+
+from trainstack.redact import redact
 
 # Width given to a console that writes to no terminal: wide enough that no table is squeezed.
 UNWRAPPED_WIDTH = 10_000
@@ -65,6 +71,7 @@ def make_console(stream: TextIO | None = None, *, stderr: bool = False, quiet: b
     coloured as ``color_wanted`` says."""
     target = stream if stream is not None else (sys.stderr if stderr else sys.stdout)
     terminal = _is_terminal(target)
+    stream = _Masked(target)
     if not color_wanted(target):
         styling: dict = {"no_color": True, "color_system": None}
     else:  # colour named outright where no terminal is: colours, but no spinners in a log
@@ -73,6 +80,44 @@ def make_console(stream: TextIO | None = None, *, stderr: bool = False, quiet: b
     if terminal:
         return Console(file=stream, stderr=stderr, quiet=quiet, **styling)
     return Console(file=stream, stderr=stderr, width=_columns() or UNWRAPPED_WIDTH, soft_wrap=True, quiet=quiet, **styling)
+
+
+class _Masked:
+    """A text stream whose every write is masked by trainstack.redact first (rich writes a whole
+    print at once, so a credential is never split between two writes)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _masked_json(document: str) -> str:
+    """``document`` with every credential masked inside its strings: a value that only looks like
+    a credential (a number, a key) is left as it is, and the document stays JSON."""
+    if redact(document) == document:
+        return document
+    import json
+
+    def walk(value: object) -> object:
+        if isinstance(value, str):
+            return redact(value)
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        if isinstance(value, dict):
+            return {redact(key): walk(item) for key, item in value.items()}
+        return value
+
+    try:
+        parsed = json.loads(document)
+    except ValueError:
+        return redact(document)
+    return json.dumps(walk(parsed), indent=2, ensure_ascii=False)
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -143,7 +188,8 @@ def print_hint(message: str) -> None:
 
 def emit_json(document: str, *, to_stdout: bool, output: Path | None) -> None:
     """A verb's result: ``--output FILE`` writes the JSON document (atomically), ``--json`` prints it on stdout."""
-    text = document if document.endswith("\n") else document + "\n"
+    text = _masked_json(document)
+    text = text if text.endswith("\n") else text + "\n"
     if output is not None:
         from trainstack.errors import OutputError
         from trainstack.fsutil import atomic_write_text, describe_os_error

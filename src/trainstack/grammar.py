@@ -262,26 +262,6 @@ def image_tag(value: str) -> str:
     return value
 
 
-# Variables that make a program load or run other code, or look elsewhere for what it installs:
-# the dynamic loader's, interpreters' start-up hooks, shells' start-up files and trace prompts,
-# glibc's module paths, and the package tools' own settings (which would bypass the lock's
-# indexes). A stack's build_env may set them only when [build] allow_env names them.
-LOADER_PREFIXES = ("LD_", "DYLD_", "PYTHON", "UV_", "PIP_", "GIT_", "BASH_FUNC_")
-LOADER_NAMES = frozenset({
-    "BASH_ENV", "ENV", "PS4", "SHELLOPTS", "BASHOPTS", "IFS", "PATH", "GCONV_PATH", "GLIBC_TUNABLES", "NLSPATH",
-    "LOCPATH", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "NODE_OPTIONS", "NODE_PATH", "PERL5OPT", "PERL5LIB",
-    "PERLLIB", "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "SSL_CERT_FILE",
-    "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "TMPDIR",
-})  # fmt: skip
-
-
-def loader_variable(name: str) -> bool:
-    """Whether setting ``name`` makes the build's processes load or run code the stack names
-    (LD_PRELOAD, PYTHONSTARTUP, BASH_ENV, ...) or install from elsewhere (UV_*, PIP_*)."""
-    upper = name.upper()
-    return upper in LOADER_NAMES or upper.startswith(LOADER_PREFIXES)
-
-
 def commit(value: str) -> str:
     return matching(value, HEX_COMMIT, "a git commit (7 to 40 lowercase hex digits)")
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
+
+from trainstack.trust import credential_name
 
 MASK = "***"
 # scheme://userinfo@ : the userinfo is dropped, whatever it holds (a token is often the user name)
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s@'\"<>]+)@")
+# (up to the authority's last '@', as URL parsers read it: a password may hold an '@' of its own)
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s'\"<>]+)@")
 # environment variables whose values are credentials: uv's per-index ones and the usual names
 _SECRET_VAR = re.compile(r"(^UV_INDEX_.+_(USERNAME|PASSWORD)$)|PASSWORD|PASSWD|TOKEN|SECRET|_KEY$|^NETRC$", re.I)
 _INDEX_VARS = ("UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
@@ -37,14 +40,17 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     found = {
         v
         for k, v in environ.items()
-        if _SECRET_VAR.search(k) and len(v) >= (MIN_SECRET if k.upper().startswith("UV_INDEX_") else MIN_OTHER_SECRET)
+        if (_SECRET_VAR.search(k) or credential_name(k))
+        and len(v) >= (MIN_SECRET if k.upper().startswith("UV_INDEX_") else MIN_OTHER_SECRET)
     }
     for name in _INDEX_VARS:
         for word in environ.get(name, "").split():
             parts = urlsplit(word.split("=", 1)[-1] if "=" in word.split("://", 1)[0] else word)
             for value in (parts.username, parts.password):
                 if value and len(value) >= MIN_SECRET:
-                    found.add(value)
+                    found.update({value, unquote(value)})
+    # as written, and as a URL or a tool's message carries it ('p@ss' as 'p%40ss')
+    found |= {quote(value, safe="") for value in found} | {quote(value) for value in found}
     return sorted(found, key=len, reverse=True)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from trainstack import grammar
 from trainstack.errors import BuildError, SpecError
 from trainstack.fsutil import atomic_write_text
+from trainstack.trust import reserved_name
 
 BEGIN = "# trainstack: the stack's [env] (set in the image too)"
 END = "# trainstack: end of [env]"
@@ -29,6 +30,8 @@ def activation_block(env: Mapping[str, str]) -> str:
         if not grammar.ENV_NAME.fullmatch(name) or not grammar.ENV_VALUE.fullmatch(value):
             raise SpecError(f"env.{grammar.shown(name)}: '{grammar.shown(value)}' cannot be written into an activation "
                             "script (accepted: a variable name and printable ASCII on one line)")
+        if reserved_name(name) is not None:  # it would overwrite a value kept for deactivate
+            raise SpecError(f"env.{grammar.shown(name)}: a name the activation keeps to itself ({reserved_name(name)})")
         kept, was_set = f"_TRAINSTACK_OLD_{name}", f"_TRAINSTACK_HAD_{name}"
         lines.append(f'if [ -n "${{{name}+x}}" ]; then {was_set}=1; {kept}="${name}"; fi')
         lines.append(f"export {name}={shlex.quote(value)}")

@@ -8,24 +8,29 @@ it instead of compiling again.
 
 from __future__ import annotations
 
-import json
+import contextlib
+import errno
+import hashlib
 import os
 import re
 import shutil
+import stat
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from packaging.utils import canonicalize_name
+
 from trainstack import proc
 from trainstack.buildenv import arch_env, budget_for, compiler_cache_env, nvcc_arch_flags, probe_arch
 from trainstack.builder.cpu import available_memory, bound_jobs, unit_memory
 from trainstack.builder.record import ExtensionKey, ExtensionRecord
-from trainstack.builder.resume import KeptBuild, Units, ninja_units, toolchain_identity
+from trainstack.builder.resume import KeptBuild, Units, ninja_units, refuse_links, toolchain_identity
 from trainstack.builder.steps import Steps
 from trainstack.console import err
 from trainstack.errors import BuildError, ToolMissingError
-from trainstack.fsutil import atomic_write_json
+from trainstack.fsutil import atomic_write_json, loads_strict, read_regular
 from trainstack.lock.lockfile import parse_lock
 from trainstack.hostnvcc import find_host_nvcc
 from trainstack.rules.nvcc import no_route, venv_route, wheel_route
@@ -165,10 +170,17 @@ def hit_rate(before: dict[str, int], after: dict[str, int]) -> float | None:
 
 
 class WheelCache:
-    """build/.extensions/<package>-<key>/: one built wheel and the record of its build."""
+    """build/.extensions/<package>-<key>/: one built wheel and the record of its build.
 
-    def __init__(self, root: Path) -> None:
+    Content-addressed on the way back out: build.json records the wheel's name and sha256, and a
+    hit copies that wheel alone out of the entry, hashing it as it reads, into a folder of the
+    flavour's own; the copy is what gets installed. A wheel swapped after the build, or another
+    wheel placed beside it, is never installed: a wheel that differs from its record makes the
+    entry a miss (removed, built again). No path of the cache is a link (refuse_links)."""
+
+    def __init__(self, root: Path, build_root: Path | None = None) -> None:
         self.root = root
+        self.build_root = build_root if build_root is not None else root.parent
 
     def folder(self, key: ExtensionKey) -> Path:
         return self.root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', key.package)}-{key.digest()}"
@@ -178,26 +190,72 @@ class WheelCache:
         folder = self.folder(key)
         return folder.with_name(folder.name + ".partial")
 
-    def lookup(self, key: ExtensionKey) -> tuple[Path, dict] | None:
+    def lookup(self, key: ExtensionKey, dest: Path) -> tuple[Path, dict] | None:
+        """The recorded wheel of ``key``, copied into ``dest`` once its bytes match the recorded
+        sha256, and the record; None on a miss (no entry, an entry of an older layout, or one whose
+        wheel no longer matches: removed, with one line saying so)."""
         folder = self.folder(key)
-        wheels = sorted(folder.glob("*.whl"))
+        refuse_links(self.build_root, folder)
         try:
-            meta = json.loads((folder / "build.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            meta = loads_strict(read_regular(folder / "build.json", "cache record", inside=folder, links=False).decode("utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
             return None
-        return (wheels[0], meta) if len(wheels) == 1 else None
+        name, digest = (meta.get("wheel"), meta.get("sha256")) if isinstance(meta, dict) else (None, None)
+        if not isinstance(name, str) or not isinstance(digest, str) or not _WHEEL_NAME.fullmatch(name):
+            return None  # written before wheels were recorded by hash: built again
+        if canonicalize_name(name.split("-", 1)[0]) != canonicalize_name(key.package):
+            return self._stale(key, f"its record names {name}, a wheel of another package than {key.package}")
+        try:
+            copy = _copy_hashed(folder / name, dest / name)
+        except OSError as exc:
+            return self._stale(key, f"its wheel {name} cannot be read ({exc.strerror or exc})")
+        if copy != digest:
+            (dest / name).unlink(missing_ok=True)
+            return self._stale(key, f"its wheel {name} has sha256 {copy[:16]}..., not the {digest[:16]}... it was stored with")
+        return dest / name, meta
+
+    def _stale(self, key: ExtensionKey, why: str) -> None:
+        folder = self.folder(key)
+        err.print(f"extension cache: {folder.name}: {why}; building it again", highlight=False, markup=False)
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
 
     def store(self, key: ExtensionKey, wheel: Path, meta: dict) -> Path:
-        """Move ``wheel`` in under a staging name, then rename: a killed build leaves no half entry."""
+        """Move ``wheel`` in under a staging name, then rename: a killed build leaves no half entry.
+        The record names the wheel and its sha256, which a hit checks."""
         folder = self.folder(key)
         staging = folder.with_name(folder.name + f".tmp{os.getpid()}")
+        refuse_links(self.build_root, folder, staging)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         shutil.move(str(wheel), staging / wheel.name)
-        atomic_write_json(staging / "build.json", {**meta, "key": asdict(key)})
+        digest = _copy_hashed(staging / wheel.name, None)
+        atomic_write_json(staging / "build.json", {**meta, "key": asdict(key), "wheel": wheel.name, "sha256": digest})
+        refuse_links(self.build_root, folder)
         shutil.rmtree(folder, ignore_errors=True)
         staging.rename(folder)
         return folder / wheel.name
+
+
+_WHEEL_NAME = re.compile(r"^[A-Za-z0-9_.+!-]{1,200}\.whl\Z")  # a file name: no '/', never '..' alone
+
+
+def _copy_hashed(source: Path, dest: Path | None) -> str:
+    """The sha256 of regular file ``source`` (opened without following a link), its bytes copied to
+    ``dest`` as they are hashed, so that what is installed is what was hashed."""
+    digest = hashlib.sha256()
+    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as reader:
+        if not stat.S_ISREG(os.fstat(reader.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if dest is not None:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(dest, "wb") if dest is not None else contextlib.nullcontext() as writer:
+            while chunk := reader.read(1 << 20):
+                digest.update(chunk)
+                if writer is not None:
+                    writer.write(chunk)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -233,10 +291,12 @@ def build_wheel(
     build stopped at any point goes on from the units ninja finished; the folder goes once the
     wheel is stored."""
     build = _WheelBuild(name, target, python, env, out, free_disk_gb)
-    found = cache.lookup(key) if cache is not None else None
+    if cache is not None:
+        _clear_wheels(out)
+    found = cache.lookup(key, out) if cache is not None else None
     if found is not None and cache is not None:
         wheel, meta = found
-        shutil.rmtree(cache.kept_folder(key), ignore_errors=True)  # left by a build killed right after storing
+        KeptBuild(cache.kept_folder(key), key, {}, cache.build_root).discard()  # left by a build killed right after storing
         steps.timed(f"compile-{build.name}", lambda: None, detail=f"cache hit {cache.folder(key).name}")
         record = ExtensionRecord(
             key=key.digest(), cache="hit", compile_seconds=0.0, ccache_hit_rate=None,
@@ -245,7 +305,7 @@ def build_wheel(
         return wheel, record
     if cache is None or not (Path(build.target).is_dir() or str(build.target).endswith((".tar.gz", ".zip"))):
         return _compile(steps, cache, key, build)
-    kept = KeptBuild(cache.kept_folder(key), key, toolchain_identity({**os.environ, **build.env}))
+    kept = KeptBuild(cache.kept_folder(key), key, toolchain_identity({**os.environ, **build.env}), cache.build_root)
     with kept.held():
         earlier = kept.open(Path(build.target))
         if earlier is not None:
@@ -262,9 +322,7 @@ def _compile(
     steps: Steps, cache: WheelCache | None, key: ExtensionKey, build: _WheelBuild, earlier: Units | None = None
 ) -> tuple[Path, ExtensionRecord]:
     name, target, env, out = build.name, build.target, build.env, build.out
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("*.whl"):  # an interrupted run's
-        stale.unlink()
+    _clear_wheels(out)
     before = ccache_counts(env)
     start = time.perf_counter()
     steps.run(
@@ -291,6 +349,13 @@ def _compile(
     return stored, record
 
 
+def _clear_wheels(out: Path) -> None:
+    """``out`` made (or kept) empty of wheels: an interrupted run's, or a cache hit's copy."""
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.whl"):
+        stale.unlink()
+
+
 def toolchain_pins(pins: dict[str, str]) -> tuple[tuple[str, str], ...]:
     """The pins of the toolchain that matter to a compiled wheel: CUDA components and build tools."""
     names = {n for majors in toolchain_rules().release.components.values() for n in majors}
@@ -304,7 +369,7 @@ class ExtensionBuilder:
     def __init__(self, job: BuildJob, steps: Steps, venv: Path) -> None:
         self.job, self.steps, self.venv = job, steps, venv
         self.work = job.staging / "src"
-        self.cache = WheelCache(job.final.parent / ".extensions")
+        self.cache = WheelCache(job.final.parent / ".extensions", job.final.parent)
         self.home: Path | None = None
         self.records: dict[str, ExtensionRecord] = {}
 

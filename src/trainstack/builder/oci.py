@@ -2,8 +2,10 @@
 
 A ``debootstrap:<suite>`` base is made from the distribution's archive with debootstrap and
 imported as a local image first. The CA bundle is handed over as the build secret "ca", the
-index credentials (from the environment, trainstack.indexauth) as the build secret "netrc": a
-file in a private temporary directory that exists for the build only and is in no layer.
+index credentials (from the environment, trainstack.indexauth) as the build secret "netrc",
+read by the image builder from a variable of its own environment (``--secret id=netrc,env=...``):
+no file of it is ever written, so none is left behind by a build killed at any point (SIGKILL
+included), and it is in no layer.
 """
 
 from __future__ import annotations
@@ -13,9 +15,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from trainstack import proc
@@ -87,20 +86,16 @@ def secret_option(secret_id: str, path: str | Path) -> list[str]:
     return ["--secret", f"id={secret_id},src={text}"]
 
 
-@contextmanager
-def netrc_secret(job: BuildJob) -> Iterator[list[str]]:
-    """``--secret id=netrc,src=FILE`` for the build command: the credentials of the lock's indexes
-    found in the environment (none: an empty file), readable by this user only, removed afterwards."""
+NETRC_VARIABLE = "TRAINSTACK_NETRC_SECRET"  # in the image builder's environment only
+
+
+def netrc_secret(job: BuildJob) -> tuple[list[str], dict[str, str]]:
+    """``--secret id=netrc,env=TRAINSTACK_NETRC_SECRET`` for the build command and the environment
+    that carries it to the image builder alone: the credentials of the lock's indexes found in the
+    environment (none: an empty netrc). Nothing is written to disk."""
     default, extras = lock_index_urls(job.layers.full.options)
     text = netrc_text(([default] if default else []) + extras, os.environ)
-    folder = Path(tempfile.mkdtemp(prefix="trainstack-netrc-"))
-    try:
-        path = folder / "netrc"
-        path.touch(mode=0o600)
-        path.write_text(text, encoding="utf-8")
-        yield secret_option("netrc", path)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    return ["--secret", f"id=netrc,env={NETRC_VARIABLE}"], {NETRC_VARIABLE: text}
 
 
 def debootstrap_rootfs(steps: Steps, suite: str, work: Path) -> Path:
@@ -153,8 +148,8 @@ class BuildahBackend:
         argv += secrets
         for key, value in build_args(job).items():
             argv += ["--build-arg", f"{key}={value}"]
-        with netrc_secret(job) as secret:
-            steps.run("image", [*argv, *secret, "-f", context / "Dockerfile", context], network=True)
+        secret, secret_env = netrc_secret(job)
+        steps.run("image", [*argv, *secret, "-f", context / "Dockerfile", context], env=secret_env, network=True)
         steps.timed("sbom", lambda: self._attach_sbom(job, tag))
         return self._describe(tag)
 
@@ -234,8 +229,8 @@ class DockerBackend:
         argv += platform_option(job.layers.flavour.arch)
         for key, value in build_args(job).items():
             argv += ["--build-arg", f"{key}={value}"]
-        with netrc_secret(job) as secret:
-            steps.run("image", [*argv, *secret, "-f", context / "Dockerfile", context], network=True)
+        secret, secret_env = netrc_secret(job)
+        steps.run("image", [*argv, *secret, "-f", context / "Dockerfile", context], env=secret_env, network=True)
         result = proc.run(["docker", "image", "inspect", tag], echo=False)
         data = json.loads(result.stdout)[0]
         return BuildOutput(

@@ -90,6 +90,21 @@ def toolchain_identity(env: Mapping[str, str]) -> dict[str, str]:
     return {**found, **{f"env {v}": env[v] for v in COMPILE_VARIABLES if v in env}}
 
 
+def refuse_links(root: Path, *paths: Path) -> None:
+    """BuildError when ``root`` or any component of ``paths`` below it is a symbolic link: the
+    extension cache writes, removes and reads only inside the build folder, through no link."""
+    for path in paths:
+        for part in (path, *path.parents):
+            if part.is_symlink():
+                raise BuildError(
+                    f"{part}: a link in the extension cache (to {os.readlink(part)}); the cache follows no link, "
+                    "so that a build neither writes outside its folder nor installs what it did not build",
+                    hint=f"remove the link ({part}); the next build makes the entry again",
+                )
+            if part == root:
+                break
+
+
 def _inside(path: Path, root: Path) -> bool:
     """``path`` (links resolved) lies under ``root``: nothing is read through a link that leaves it."""
     try:
@@ -152,8 +167,9 @@ def _logged(log: Path) -> dict[str, float]:
 class KeptBuild:
     """build/.extensions/<package>-<key>.partial/: an unfinished build of one wheel-cache key."""
 
-    def __init__(self, folder: Path, key: ExtensionKey, toolchain: Mapping[str, str]) -> None:
+    def __init__(self, folder: Path, key: ExtensionKey, toolchain: Mapping[str, str], root: Path | None = None) -> None:
         self.folder = folder
+        self.root = root if root is not None else folder.parent  # the build folder: no link below it
         self.expected = {"key": json.loads(json.dumps(asdict(key))), "toolchain": dict(toolchain)}
 
     @property
@@ -164,9 +180,12 @@ class KeptBuild:
     def held(self) -> Iterator[None]:
         """One build of a key at a time: two flavours with the same key share its folder."""
         lock = self.folder.with_name(self.folder.name + ".lock")
+        refuse_links(self.root, lock, self.folder)
         lock.parent.mkdir(parents=True, exist_ok=True)
-        lock.touch(exist_ok=True)
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)  # never through a link
+        os.close(fd)
         with exclusive(lock):
+            refuse_links(self.root, lock, self.folder)
             yield
 
     def _matches(self) -> bool:
@@ -200,6 +219,7 @@ class KeptBuild:
         return None
 
     def discard(self) -> None:
+        refuse_links(self.root, self.folder)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

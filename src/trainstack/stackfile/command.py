@@ -46,7 +46,7 @@ def command(
     from trainstack.stackfile.compat import BACKENDS, check_stack, errors, needs_host_nvcc
     from trainstack.stackfile import expand_flavours, load_stack
     from trainstack.grammar import shown as one_line
-    from trainstack.trust import what_it_runs
+    from trainstack.trust import runs_code, what_it_runs
 
     if backend is not None and backend not in BACKENDS:
         raise UsageError(f"--backend: unknown backend '{backend}'", hint=f"one of: {', '.join(BACKENDS)}")
@@ -81,11 +81,17 @@ def command(
             out.print(escape(f"runs: verify.suite {suite['name']}: {one_line(suite['command'], 300)} ({how})"),
                       highlight=False, soft_wrap=True)
         for entry in runs["build_env"]:
+            reason = runs_code(entry["variable"])
+            why = f" (allowed by [build] allow_env: {reason})" if reason is not None else ""
             out.print(escape(f"runs: components.{entry['component']}.build_env: "
-                             f"{one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}"), highlight=False, soft_wrap=True)
+                             f"{one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}{why}"), highlight=False, soft_wrap=True)
         for entry in runs["image_env"]:
-            out.print(escape(f"sets: env {one_line(entry['variable'], 80)}={one_line(entry['value'], 300)} "
-                             "(the image's ENV and the venv's activation)"), highlight=False, soft_wrap=True)
+            setting = f"env {one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}"
+            if entry["runs"] is not None:
+                line = f"runs: {setting} (allowed by [env] allow: {entry['runs']}; the image's ENV and the venv's activation)"
+            else:
+                line = f"sets: {setting} (the image's ENV and the venv's activation)"
+            out.print(escape(line), highlight=False, soft_wrap=True)
     if broken:
         raise RuleViolation(f"{stack}: {len(broken)} rule(s) broken across {flavours} flavour(s)")
     if not json_out:

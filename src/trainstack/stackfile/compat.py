@@ -16,6 +16,7 @@ from trainstack.rules.schema import fill
 from trainstack import grammar
 from trainstack.stackfile.matrix import Flavour, base_of, components_for, expand_flavours
 from trainstack.stackfile.schema import Component, Stack
+from trainstack.trust import runs_code
 
 Level = Literal["error", "info"]
 
@@ -377,7 +378,7 @@ def _allowed_env(stack: Stack, flavour: Flavour, components: dict[str, Component
     build_env sets reaches every process of its build (the compiler, uv, Python)."""
     found = []
     for component in components.values():
-        names = sorted(name for name in component.build_env if grammar.loader_variable(name))
+        names = sorted(name for name in component.build_env if runs_code(name) is not None)
         if names:
             text = (f"{component.name}.build_env sets {', '.join(names)}, allowed by [build] allow_env: "
                     f"every process of its build sees {'it' if len(names) == 1 else 'them'}")

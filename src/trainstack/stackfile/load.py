@@ -20,6 +20,7 @@ from trainstack.stackfile.matrix import base_of, expand_flavours
 from trainstack.stackfile.schema import TAG_AXES, Stack
 from trainstack.stackfile.paths import stack_path
 from trainstack.stackfile.tags import axes_of, flavour_tags, pinned_versions, tag_template
+from trainstack.trust import runs_code
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -171,24 +172,27 @@ def _tag_fields_known(stack: Stack, text: str, path: Path) -> None:
 
 
 def _trusted_env(stack: Stack, text: str, path: Path) -> None:
-    """A component's build_env, or the image's [env], sets a loader variable (LD_PRELOAD, PYTHONPATH,
-    BASH_ENV, ...) only when [build] allow_env names it: else it would load or run code in every
-    build process (or every program of the image)."""
+    """A component's build_env sets a variable that loads or runs code (trust.runs_code:
+    LD_PRELOAD, PYTHONPATH, BASH_ENV, ...) only when [build] allow_env names it, the image's [env]
+    (PROMPT_COMMAND, OPENSSL_CONF, NCCL_NET_PLUGIN, ...) only when [env] allow names it: else it
+    would load or run code in every build process, or every program of the image or venv."""
     allowed = set(stack.build.allow_env)
     for key, component in stack.components.items():
         for name in component.build_env:
-            if grammar.loader_variable(name) and name not in allowed:
+            reason = runs_code(name)
+            if reason is not None and name not in allowed:
                 raise _located(
                     text, path, ("components", key, "build_env", name),
-                    f"'{grammar.shown(name)}' makes the build's processes load or run other code; set it only by "
-                    f'naming it in [build] allow_env (allow_env = ["{grammar.shown(name)}"]), or leave it out',
+                    f"'{grammar.shown(name)}' makes the build's processes load or run other code ({reason}); set it "
+                    f'only by naming it in [build] allow_env (allow_env = ["{grammar.shown(name)}"]), or leave it out',
                 )  # fmt: skip
     for name in stack.env:
-        if grammar.loader_variable(name) and name not in allowed:
+        reason = runs_code(name)
+        if reason is not None and name not in stack.env_allow:
             raise _located(
                 text, path, ("env", name),
-                f"'{grammar.shown(name)}' makes every program of the image or venv load or run other code; set it "
-                f'only by naming it in [build] allow_env (allow_env = ["{grammar.shown(name)}"]), or leave it out',
+                f"'{grammar.shown(name)}' makes every program of the image or venv load or run other code ({reason}); "
+                f'set it only by naming it in [env] allow (allow = ["{grammar.shown(name)}"]), or leave it out',
             )  # fmt: skip
 
 
@@ -197,6 +201,8 @@ def _describe(exc: ValidationError, text: str, path: Path) -> str:
     # an unknown field usually explains a "missing" one beside it (a typo), so name it first
     error = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
     loc = tuple(str(part) for part in error["loc"] if not str(part).startswith("function-"))
+    if loc[:1] == ("env_allow",):  # [env] allow, moved out of [env] by the schema
+        loc = ("env", "allow", *loc[1:])
     field = ".".join(grammar.shown(part) for part in loc) or "(top level)"
     line = locate(text, loc)
     where = f"{path}:{line}" if line else str(path)

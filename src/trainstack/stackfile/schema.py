@@ -14,8 +14,7 @@ from trainstack.nn.presets import SHAPES
 from trainstack.errors import SpecError, UsageError
 from trainstack.rules.data import shipped_rules
 from trainstack.rules.schema import Rules
-from trainstack.redact import credential_variable, strip_userinfo
-from trainstack.trust import is_pytest_command
+from trainstack.trust import credential_name, holds_userinfo, is_pytest_command, reserved_name, runs_code
 
 from trainstack import grammar
 from trainstack.stackfile.bases import parse_key as parse_base_key
@@ -210,6 +209,13 @@ class Component(Strict):
 
     _env = _every(grammar.env_name, "build_env")
 
+    @field_validator("build_env")
+    @classmethod
+    def _no_credential(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, setting in v.items():
+            no_credential(name, setting, "a build's environment, its logs and the lock")
+        return v
+
     @model_validator(mode="after")
     def _one_source(self) -> Component:
         given = [k for k in ("version", "git", "path") if getattr(self, k) is not None]
@@ -341,21 +347,14 @@ class Build(Strict):
     compiler_cache: CompilerCache = CompilerCache()
     retries: Annotated[int, Field(ge=1, le=20)] = 4
     ca_bundle: str | None = None
-    # loader variables (LD_*, PYTHON*, BASH_ENV, ...: grammar.loader_variable) a component's
+    # variables that load or run code (trust.runs_code: LD_*, PYTHON*, BASH_ENV, ...) a component's
     # build_env may set; every other one is refused, since it would run code in the build's tools
     allow_env: list[str] = []
 
     @field_validator("allow_env")
     @classmethod
     def _allowed(cls, v: list[str]) -> list[str]:
-        for name in v:
-            grammar.env_name(name)
-            if not grammar.loader_variable(name):
-                raise ValueError(
-                    f"'{grammar.shown(name)}' is not a variable build_env refuses; allow_env lists only loader "
-                    "variables (LD_*, PYTHON*, UV_*, PIP_*, GIT_*, BASH_ENV, ENV, PS4, GCONV_PATH, NODE_OPTIONS, ...)"
-                )
-        return v
+        return allowed_names(v, "build_env")
 
     @field_validator("base_cuda")
     @classmethod
@@ -552,23 +551,48 @@ class Cluster(Strict):
 
 
 MAX_IMAGE_ENV = 200  # variables baked into an image: more than any image sets
+ENV_ALLOW = "allow"  # [env] allow = [...]: the variables that run code the stack may set
+
+
+def allowed_names(names: list[str], where: str) -> list[str]:
+    """An allow list ([build] allow_env, [env] allow): each a variable trust.runs_code knows, since
+    naming any other allows nothing (a typo)."""
+    for name in names:
+        grammar.env_name(name)
+        if runs_code(name) is None:
+            raise ValueError(
+                f"'{grammar.shown(name)}' is not a variable {where} refuses; the allow list names only variables "
+                "that load or run code (LD_*, PYTHON*, PROMPT_COMMAND, OPENSSL_CONF, NCCL_NET_PLUGIN, ...: "
+                "code_variables.toml)"
+            )
+    return names
+
+
+def no_credential(name: str, setting: object, where: str) -> None:
+    """ValueError when ``name`` says its value is a credential, or the value holds 'user:password@'."""
+    what = credential_name(name)
+    if what is not None:
+        raise ValueError(f"{name}: a credential's name ({what}); {where} never holds one: pass it to the job's "
+                         "environment when it runs")
+    if isinstance(setting, str) and holds_userinfo(setting):
+        raise ValueError(f"{name}: a URL or host with 'user:password@' in it; {where} never holds credentials")
 
 
 def image_env(value: dict[str, str]) -> dict[str, str]:
     """[env]: variables set in the image (ENV) and the venv's activation, checked by their grammar.
-    A credential never belongs there: it would sit in an image layer or a file for anyone to read."""
+    A credential never belongs there: it would sit in an image layer or a file for anyone to read;
+    nor a name the activation keeps its own state in."""
     if len(value) > MAX_IMAGE_ENV:
         raise ValueError(f"{len(value)} variables, more than the {MAX_IMAGE_ENV} accepted")
     for name, setting in value.items():
         grammar.env_name(name)
-        if credential_variable(name):
-            raise ValueError(f"{name}: a credential's name (password, token, secret or key); an image or a venv never "
-                             "holds one: pass it to the job's environment when it runs")
+        reserved = reserved_name(name)
+        if reserved is not None:
+            raise ValueError(f"{name}: a name the venv's activation keeps to itself ({reserved})")
+        no_credential(name, setting, "an image or a venv")
         if not isinstance(setting, str):
             raise ValueError(f"{name}: accepted: a string value, such as \"eth0\"")
         grammar.env_value(setting)
-        if strip_userinfo(setting) != setting:
-            raise ValueError(f"{name}: a URL with 'user:password@' in it; an image or a venv never holds credentials")
     return value
 
 
@@ -580,6 +604,8 @@ class Stack(Strict):
     build: Build = Build()
     # environment variables baked into the image (ENV) and the venv's activation: NCCL_*, CUDA_MODULE_LOADING
     env: dict[str, str] = {}
+    # [env] allow: the variables of [env] that load or run code (trust.runs_code) it may set
+    env_allow: list[str] = []
     toolchain: Toolchain = Toolchain()
     verify: Verify = Verify()
     bench: Bench = Bench()
@@ -610,6 +636,25 @@ class Stack(Strict):
         return expanded
 
     _env = field_validator("env")(lambda v: image_env(v))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _env_allow_list(cls, data: object) -> object:
+        """[env] allow = [...] is the allow list, not a variable: it moves to ``env_allow``."""
+        if not isinstance(data, dict):
+            return data
+        if "env_allow" in data:
+            raise ValueError("env_allow: unknown field (the variables [env] may set that run code go in [env] allow)")
+        env = data.get("env")
+        if isinstance(env, dict) and isinstance(env.get(ENV_ALLOW), list):
+            rest = {k: v for k, v in env.items() if k != ENV_ALLOW}
+            return {**data, "env": rest, "env_allow": env[ENV_ALLOW]}
+        return data
+
+    @field_validator("env_allow")
+    @classmethod
+    def _env_allowed(cls, v: list[str]) -> list[str]:
+        return allowed_names(v, "[env]")
 
     @model_validator(mode="after")
     def _unique_component_keys(self) -> Stack:
