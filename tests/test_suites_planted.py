@@ -83,8 +83,8 @@ def test_timeout_kills_the_whole_process_group(state: Path) -> None:
     assert suite.status == "timeout" and "process group was killed" in suite.reason
     assert suite.failed == ["tests/data/planted_suite/hang/planted_hang.py::test_hangs_with_a_child_process"]
     assert suite.crashed_in == "tests/data/planted_suite/hang/planted_hang.py::test_hangs_with_a_child_process"
-    child = int((state / "child.pid").read_text())
-    assert not _alive(child)
+    assert (state / "child.pid").is_file()  # the child started (its pid is one of the suite's own PID namespace)
+    assert _alive_of(state) == []
 
 
 def test_timeout_ends_children_that_left_the_process_group(state: Path) -> None:
@@ -92,8 +92,8 @@ def test_timeout_ends_children_that_left_the_process_group(state: Path) -> None:
     suite = gate("tests/data/planted_suite/escape -k holds_the_pipes", timeout=5)
     assert time.monotonic() - start < 5 + 15  # the timeout, pytest's start and the kill
     assert suite.status == "timeout"
-    escaped = int((state / "escaped.pid").read_text())
-    assert not _alive(escaped)
+    assert (state / "escaped.pid").is_file()
+    assert _alive_of(state) == []
 
 
 def test_a_daemon_left_by_a_finished_suite_neither_holds_verify_nor_survives(state: Path) -> None:
@@ -101,7 +101,8 @@ def test_a_daemon_left_by_a_finished_suite_neither_holds_verify_nor_survives(sta
     suite = gate("tests/data/planted_suite/escape -k leaves_a_daemon", timeout=300)
     assert time.monotonic() - start < 20
     assert suite.status == "passed" and suite.ran == 1, suite.reason
-    assert not _alive(int((state / "daemon.pid").read_text()))
+    assert (state / "daemon.pid").is_file()
+    assert _alive_of(state) == []
 
 
 def test_crash_is_counted_with_the_test_it_happened_in(state: Path) -> None:
@@ -119,11 +120,22 @@ def test_rerun_keeps_the_invocation_and_parametrised_ids() -> None:
                                       "-k", "linalg", "-q", *ids]
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie left to a parent that does not reap counts as dead)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    state = next(line for line in status.splitlines() if line.startswith("State:"))
-    return "Z" not in state.split()[1] and os.path.exists(f"/proc/{pid}")
+def _alive_of(state: Path) -> list[int]:
+    """The running processes a planted suite started (found by the PLANTED_STATE of their
+    environment: the pids they write are those of the suite's own PID namespace); a zombie
+    left to a parent that does not reap counts as dead."""
+    mark = f"PLANTED_STATE={state}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if mark not in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
+                continue
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        state_line = next(line for line in status.splitlines() if line.startswith("State:"))
+        if "Z" not in state_line.split()[1]:
+            found.append(int(entry))
+    return found

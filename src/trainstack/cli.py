@@ -23,6 +23,7 @@ from trainstack import __version__
 from trainstack import console
 from trainstack.console import print_error, print_hint
 from trainstack.errors import EXIT_TABLE, INTERRUPTED, TrainstackError, UsageError, bad_input_code, exit_codes_line
+from trainstack.redact import masked
 
 # verb -> module exposing `command`, in the order a release flows through them.
 VERBS: dict[str, str] = {
@@ -268,6 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: one place where user errors become a one-line message and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     console.configure(color="auto", verbosity=0)  # each call starts from the defaults
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = masked(sys.stdout), masked(sys.stderr)  # every line out goes through the masking pass
+    try:
+        return _main(args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _main(args: list[str]) -> int:
     try:
         return _run(args)
     except TrainstackError as exc:

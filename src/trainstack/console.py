@@ -24,7 +24,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
-from trainstack.redact import redact
+from trainstack.redact import masked, redact
 
 # Width given to a console that writes to no terminal: wide enough that no table is squeezed.
 UNWRAPPED_WIDTH = 10_000
@@ -69,32 +69,16 @@ def _dumb_terminal() -> bool:
 def make_console(stream: TextIO | None = None, *, stderr: bool = False, quiet: bool = False) -> Console:
     """A console on ``stream`` (default stdout, or stderr): terminal-width in a terminal, unwrapped elsewhere;
     coloured as ``color_wanted`` says."""
-    target = stream if stream is not None else (sys.stderr if stderr else sys.stdout)
+    target = masked(stream if stream is not None else (sys.stderr if stderr else sys.stdout))  # no credential shown
     terminal = _is_terminal(target)
-    stream = _Masked(target)
     if not color_wanted(target):
         styling: dict = {"no_color": True, "color_system": None}
     else:  # colour named outright where no terminal is: colours, but no spinners in a log
         # asked for outright (FORCE_COLOR, --color always): colours even where TERM=dumb, which rich's own detection would drop
         styling = {"no_color": False, "color_system": "auto" if terminal and not _dumb_terminal() else "standard"}
     if terminal:
-        return Console(file=stream, stderr=stderr, quiet=quiet, **styling)
-    return Console(file=stream, stderr=stderr, width=_columns() or UNWRAPPED_WIDTH, soft_wrap=True, quiet=quiet, **styling)
-
-
-class _Masked:
-    """A text stream whose every write is masked by trainstack.redact first (rich writes a whole
-    print at once, so a credential is never split between two writes)."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        self._stream.write(redact(text))
-        return len(text)
-
-    def __getattr__(self, name: str):
-        return getattr(self._stream, name)
+        return Console(file=target, stderr=stderr, quiet=quiet, **styling)
+    return Console(file=target, stderr=stderr, width=_columns() or UNWRAPPED_WIDTH, soft_wrap=True, quiet=quiet, **styling)
 
 
 def _masked_json(document: str) -> str:
@@ -199,5 +183,5 @@ def emit_json(document: str, *, to_stdout: bool, output: Path | None) -> None:
         except OSError as exc:  # checked before the work, then the disk filled: one line, exit 10
             raise OutputError(f"{output}: cannot write: {describe_os_error(exc)}", hint="a previous file there is unchanged") from None
     if to_stdout:
-        sys.stdout.write(text)
+        masked(sys.stdout).write(text)
         sys.stdout.flush()

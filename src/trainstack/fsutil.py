@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from trainstack.errors import OutputError, SpecError, UsageError
+from trainstack.redact import redact
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -50,7 +51,8 @@ def _umask() -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+    """``text`` written as one unit, through the masking pass: no credential reaches a file."""
+    atomic_write_bytes(path, redact(text).encode("utf-8"))
 
 
 def dump_json(data: Any, *, allow_nan: bool = False) -> str:

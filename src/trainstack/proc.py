@@ -10,12 +10,14 @@ process still holds them."""
 from __future__ import annotations
 
 import codecs
+import errno
 import ctypes
 import os
 import selectors
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -102,11 +104,11 @@ def run(
 
         err.print(f"[dim]$ {escape(render(args))}[/dim]", highlight=False)
     full_env = {**os.environ, **(env or {})}
+    sink = _Log(log, args) if log is not None else None
     tree = Tree.start() if (new_session or log is not None) else None
     if tree is not None:
         full_env[TOKEN_VARIABLE] = tree.token
     start = time.perf_counter()
-    sink = _Log(log, args) if log is not None else None
     try:
         child = subprocess.Popen(
             args, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -121,6 +123,10 @@ def run(
         raise
     try:
         out, err_text, timed_out = _collect(child, timeout, input, tree, new_session, sink, on_line)
+    except BaseException:  # a full disk under the log, an interrupt: nothing it started outlives the call
+        _end(child, tree, new_session)
+        child.wait()
+        raise
     finally:
         if tree is not None:
             tree.close()
@@ -141,7 +147,7 @@ class _Log:
 
     def __init__(self, path: Path, args: list[str]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.fh = path.open("a", encoding="utf-8")
+        self.fh = open(_append_no_link(path), "a", encoding="utf-8")
         self.fh.write(f"$ {render(args)}\n")
         self.fh.flush()
         self.ends_line = True
@@ -156,6 +162,22 @@ class _Log:
         end = f"[exit {code} after {seconds:.1f}s]" if code is not None else f"[timed out after {seconds:.1f}s]"
         self.fh.write(f"{tail}{end}\n")
         self.fh.close()
+
+
+def _append_no_link(path: Path) -> int:
+    """A descriptor appending to ``path``, a regular file: neither it nor its folder may be a
+    symbolic link (what a command could put in their place is never written through)."""
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o644, dir_fd=folder)
+    finally:
+        os.close(folder)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _collect(

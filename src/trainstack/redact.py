@@ -1,14 +1,23 @@
 """Credentials out of everything trainstack shows or writes: echoed commands, logs, errors, lock files.
 
 Index credentials reach uv and image builds only through the environment and build secrets
-(trainstack.indexauth); this is the last line, applied to any text on its way out. Pure.
+(trainstack.indexauth); this is the last line, applied to any text on its way out: ``redact``
+is the one masking pass, and it runs where text leaves trainstack — every write to stdout and
+stderr (``MaskedStream``, around the consoles and, for the command line, the process's own
+streams), every file written as one unit (``fsutil.atomic_write_text``, the release notes),
+every line of a command's log (``proc``). A credential is masked as written, JSON-escaped and
+HTML-escaped, so that a test id, a failure message or a log line carrying one (``test_x[<token>]``)
+reaches no output and no result file. Pure but for reading the environment.
 """
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import TextIO
 from urllib.parse import quote, unquote, urlsplit
 
 from trainstack.trust import credential_name
@@ -55,8 +64,58 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """``text`` with URL user info and every credential value of the environment masked."""
+    """``text`` with URL user info and every credential value of the environment masked, in
+    each form it may take on its way out (as written, JSON-escaped, HTML-escaped)."""
     text = _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
     for value in secret_values(environ):
-        text = text.replace(value, MASK)
+        for form in _forms(value):
+            text = text.replace(form, MASK)
     return text
+
+
+def _forms(value: str) -> list[str]:
+    """``value`` as written and as JSON and HTML write it, longest first."""
+    forms = {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1],
+             html.escape(value), html.escape(value, quote=False)}
+    return sorted(forms, key=len, reverse=True)
+
+
+def redact_data(data: object, environ: Mapping[str, str] | None = None) -> object:
+    """``data`` (parsed JSON: dicts, lists, strings, numbers) with every string redacted, keys too:
+    what a result file read back holds, masked before any renderer escapes it its own way."""
+    if isinstance(data, str):
+        return redact(data, environ)
+    if isinstance(data, list):
+        return [redact_data(item, environ) for item in data]
+    if isinstance(data, dict):
+        return {redact(str(key), environ) if isinstance(key, str) else key: redact_data(value, environ)
+                for key, value in data.items()}
+    return data
+
+
+class MaskedStream:
+    """A text stream whose every write goes through ``redact`` (a write is one print: a
+    credential is never split between two)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    @property
+    def masked(self) -> TextIO:
+        return self._stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+def masked(stream: TextIO) -> TextIO:
+    """``stream`` behind the masking pass (once: a masked stream is returned as it is)."""
+    return stream if isinstance(stream, MaskedStream) else MaskedStream(stream)  # type: ignore[return-value]

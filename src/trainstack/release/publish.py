@@ -17,6 +17,7 @@ from trainstack.attest.advisories import Advisory as OsvAdvisory
 from trainstack.attest.advisories import load_advisories
 from trainstack.errors import SpecError, UsageError
 from trainstack.fsutil import dump_json, read_text, replace_tree
+from trainstack.redact import redact
 from trainstack.lock import check_lock_current
 from trainstack.lock.manifest import Manifest, load_manifest, manifest_path
 from trainstack.lock.tags import stack_image_refs
@@ -199,7 +200,7 @@ def write_outputs(target: Path, texts: dict[str, str]) -> list[Path]:
     _check_own_directory(target)
     # pages to publish: readable by a web server, not private temp files
     names = [*OUTPUTS, *([MANIFEST_COPY] if MANIFEST_COPY in texts else [])]
-    replace_tree(target, {name: texts[name].encode("utf-8") for name in names}, mode=0o644)
+    replace_tree(target, {name: redact(texts[name]).encode("utf-8") for name in names}, mode=0o644)
     return [target / name for name in names]
 
 

@@ -55,6 +55,7 @@ from trainstack.errors import SpecError
 from trainstack.fsutil import loads_strict, read_text
 from trainstack.release.schema import FIGURE_MAX, SCHEMA_VERSION, ExcludedTest, FailedTest, KnownIssue, ReleaseNotes, Verification
 from trainstack import grammar
+from trainstack.redact import redact_data
 
 VERIFY_NAME = "verify.json"
 PARTIAL_VERIFY_NAME = "verify.partial.json"  # verify --skip: beside the full gate's result, read only without it
@@ -170,7 +171,7 @@ def _first_error(exc: ValidationError) -> str:
 def _json(text: str, where: str, one_line: bool = False) -> Any:
     """Strict JSON: NaN, Infinity and nesting too deep for Python are refused with the place."""
     try:
-        return loads_strict(text)
+        return redact_data(loads_strict(text))  # a credential a result carries is masked before any renderer escapes it
     except json.JSONDecodeError as exc:
         place = where if one_line else f"{where}:{exc.lineno}"
         raise SpecError(f"{place}: not valid JSON: {exc.msg}") from None

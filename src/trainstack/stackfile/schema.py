@@ -500,7 +500,10 @@ class Verify(Strict):
 
 
 class Bench(Strict):
-    """How ``trainstack bench --stack`` measures the stack's flavours (its flags win)."""
+    """How ``trainstack bench --stack`` measures the stack's flavours (its flags win). Strict
+    types: ``batch = true`` or ``steps = "20"`` is refused, never converted."""
+
+    model_config = ConfigDict(strict=True)
 
     preset: str = "1b"
     batch: Annotated[int, Field(ge=1, le=65536)] = 4

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from trainstack.verify.envvars import EnvSetting
 from trainstack.verify.advisories import render_advisories
@@ -81,52 +82,56 @@ def render_smoke(results: list[SmokeResult], console: Console) -> None:
 
 
 def render_gate(gate: GateResult, console: Console) -> None:
+    """Every name, test id, reason and link from the suites as plain Text: never read as markup."""
     if gate.isolation:
-        console.print(f"suites isolation: {escape(gate.isolation)}", highlight=False, soft_wrap=True)
+        console.print(Text(f"suites isolation: {gate.isolation}"), highlight=False, soft_wrap=True)
     out = Table(title="test suites")
     for column in ("suite", "status", "ran", "failing", "collection errors", "flaky", "known", "excluded",
                    "counts vs pytest's summary", "seconds"):
         out.add_column(column, overflow="fold")
     for suite in gate.suites:
-        out.add_row(suite.name, SUITE[suite.status], str(suite.ran), f"{suite.remaining} (max {suite.max_failed})",
+        out.add_row(Text(suite.name), SUITE[suite.status], str(suite.ran), f"{suite.remaining} (max {suite.max_failed})",
                     str(len(suite.collection_errors)), str(len(suite.flaky)), str(len(suite.known)),
-                    str(len(suite.excluded)), escape(suite.cross_check or "-"), f"{suite.seconds:.1f}")
+                    str(len(suite.excluded)), Text(suite.cross_check or "-"), f"{suite.seconds:.1f}")
     console.print(out)
     for suite in gate.suites:
         for test in suite.failed[:20]:
-            console.print(f"  [red]failing[/] {suite.name}: {escape(test)}{_why(suite.failure_reasons, test)}",
-                          highlight=False, soft_wrap=True)
+            _line(console, ("  failing", "red"), f" {suite.name}: {test}{_why(suite.failure_reasons, test)}")
         if len(suite.failed) > 20:
-            console.print(f"  ... and {len(suite.failed) - 20} more in {suite.name}", highlight=False)
+            _line(console, f"  ... and {len(suite.failed) - 20} more in {suite.name}")
         for test in suite.flaky:
-            console.print(f"  [yellow]flaky[/]   {suite.name}: {escape(test)} (failed, then passed on rerun)"
-                          f"{_why(suite.failure_reasons, test)}", highlight=False, soft_wrap=True)
+            _line(console, ("  flaky", "yellow"), f"   {suite.name}: {test} (failed, then passed on rerun)"
+                                                 f"{_why(suite.failure_reasons, test)}")
         for hit in suite.known:
-            console.print(f"  [dim]known[/]   {suite.name}: {escape(hit.test)}: {escape(hit.reason)} ({hit.link})", highlight=False)
+            _line(console, ("  known", "dim"), f"   {suite.name}: {hit.test}: {hit.reason} ({hit.link})")
         for item in suite.excluded:
-            console.print(f"  [dim]excluded[/] {suite.name}: {escape(item.test)}: {escape(item.reason)} (not run)",
-                          highlight=False)
+            _line(console, ("  excluded", "dim"), f" {suite.name}: {item.test}: {item.reason} (not run)")
         if suite.status in ("crashed", "timeout", "error"):
-            console.print(f"  [bold red]{suite.name}: {escape(suite.reason)}[/]", highlight=False)
+            _line(console, (f"  {suite.name}: {suite.reason}", "bold red"))
     for warning in gate.warnings:
-        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+        _line(console, ("warning:", "yellow"), f" {warning}")
+
+
+def _line(console: Console, *parts: str | tuple[str, str]) -> None:
+    """One line of plain parts and (text, style) parts: what they hold is printed as written."""
+    console.print(Text.assemble(*parts), highlight=False, soft_wrap=True)
 
 
 def _why(reasons: dict[str, str], test: str) -> str:
     """' - AssertionError: assert 1 == 2', as pytest's short summary ends a failure's line."""
-    return f" - {escape(reasons[test])}" if reasons.get(test) else ""
+    return f" - {reasons[test]}" if reasons.get(test) else ""
 
 
 def render_verdict(result: VerifyResult, console: Console) -> None:
-    where = escape(f"{result.stack} [{result.flavour}]" if result.stack else result.target)
+    where = f"{result.stack} [{result.flavour}]" if result.stack else result.target
     skipped = f" (skipped: {', '.join(result.skipped)})" if result.skipped else ""
     if result.not_built:
-        console.print(f"not built (build --skip-sources): {escape(', '.join(result.not_built))}: not checked, not failures",
-                      highlight=False)
+        _line(console, f"not built (build --skip-sources): {', '.join(result.not_built)}: not checked, not failures")
     if result.verdict == "pass":
-        console.print(Panel(f"[bold green]VERIFY PASSED[/] {where} in {result.seconds:.1f} s{skipped}", expand=False))
+        console.print(Panel(Text.assemble(("VERIFY PASSED", "bold green"), f" {where} in {result.seconds:.1f} s{skipped}"),
+                            expand=False))
         return
-    lines = "\n".join(f"- {escape(reason)}" for reason in result.reasons[:30])
+    lines = "\n".join(f"- {reason}" for reason in result.reasons[:30])
     more = f"\n... and {len(result.reasons) - 30} more" if len(result.reasons) > 30 else ""
-    console.print(Panel(f"[bold red]VERIFY FAILED[/] {where}{skipped}\n{lines}{more}", border_style="red", expand=False),
-                  highlight=False)
+    console.print(Panel(Text.assemble(("VERIFY FAILED", "bold red"), f" {where}{skipped}\n{lines}{more}"),
+                        border_style="red", expand=False), highlight=False)

@@ -7,7 +7,8 @@ import tempfile
 from pathlib import Path
 
 from trainstack.console import err
-from trainstack.errors import SpecError
+from trainstack.errors import SpecError, VerifyError
+from trainstack.fsutil import describe_os_error
 from trainstack.stackfile.schema import Suite
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.schema import GateResult, SuiteResult
@@ -38,14 +39,20 @@ def run_gate(
     refuse_untrusted(suites, where, trust)
     isolation = Isolation.probe() if isolate else NO_ISOLATION
     err.print(f"suites: isolation: {isolation.text}", highlight=False, soft_wrap=True)
-    with tempfile.TemporaryDirectory(prefix="trainstack-suites-") as tmp:
-        directory = workdir or Path(tmp)
-        directory.mkdir(parents=True, exist_ok=True)
-        results = [
-            run_suite(target, suite, workdir=directory, cwd=cwd, where=where.get(suite.name, suite.name),
-                      known=known, target_name=target_name, isolation=isolation, writable=writable)
-            for suite in suites
-        ]
+    try:
+        with tempfile.TemporaryDirectory(prefix="trainstack-suites-") as tmp:
+            directory = workdir or Path(tmp)
+            directory.mkdir(parents=True, exist_ok=True)
+            results = [
+                run_suite(target, suite, workdir=directory, cwd=cwd, where=where.get(suite.name, suite.name),
+                          known=known, target_name=target_name, isolation=isolation, writable=writable)
+                for suite in suites
+            ]
+    except OSError as exc:  # the work folder (under $TMPDIR) full, gone or not writable: no suite verdict
+        place = exc.filename or workdir or tempfile.gettempdir()
+        raise VerifyError(f"{place}: {describe_os_error(exc)} (while running the suites, their work folder under "
+                          f"{workdir or tempfile.gettempdir()})",
+                          hint="free space there or point TMPDIR at a folder with room; no suite verdict was made") from None
     return judge(results, max_failed_tests, isolation.text)
 
 

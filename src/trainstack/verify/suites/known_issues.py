@@ -93,16 +93,65 @@ def load_known_issues(path: Path, folder: Path | None = None) -> KnownIssues:
     inside = folder if folder is not None and _within(path, folder) else path.parent
     text = read_text(path, "known-issues file", inside=inside, missing="no such known-issues file",
                      hint="expected a known-issues file in TOML")
+    if len(text) > MAX_BYTES:
+        raise SpecError(f"{path}: {len(text)} characters, more than a known-issues file holds "
+                        f"(accepted: at most {MAX_BYTES} characters, {MAX_ENTRIES} [[known]] entries)")
+    depth = nesting(text)
+    if depth > MAX_DEPTH:
+        raise SpecError(f"{path}: arrays or tables nested {depth} deep; accepted: at most {MAX_DEPTH} "
+                        "(a known-issues file needs three)")
+    try:
+        return _parse(text, path)
+    except RecursionError:  # what the count above could not see: still one line
+        raise SpecError(f"{path}: arrays or tables nested too deeply; accepted: at most {MAX_DEPTH}") from None
+
+
+MAX_BYTES = 4 << 20
+MAX_ENTRIES = 100_000
+MAX_DEPTH = 16
+
+
+def _parse(text: str, path: Path) -> KnownIssues:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         line = re.search(r"line (\d+)", str(exc))
         where = f"{path}:{line.group(1)}" if line else str(path)
         raise SpecError(f"{where}: TOML syntax error: {str(exc).split(' (at line')[0]}") from None
+    if isinstance(data.get("known"), list) and len(data["known"]) > MAX_ENTRIES:
+        raise SpecError(f"{path}: known: {len(data['known'])} entries; accepted: at most {MAX_ENTRIES}")
     try:
         return KnownIssues.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_describe(exc, text, path)) from None
+
+
+def nesting(text: str) -> int:
+    """The deepest nesting of arrays and inline tables in TOML ``text``, strings and comments
+    left out (a bound checked before the parser recurses)."""
+    deepest = depth = 0
+    quote: str | None = None
+    escaped = comment = False
+    for char in text:
+        if comment:
+            comment = char != "\n"
+        elif quote is not None:
+            if escaped:
+                escaped = False
+            elif char == "\\" and quote == '"':
+                escaped = True
+            elif char == quote or char == "\n":
+                quote = None
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            comment = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def _within(path: Path, folder: Path) -> bool:

@@ -25,6 +25,7 @@ from trainstack.verify.suites.junit import (JunitUnreadable, Progress, Summary, 
                                             read_progress, read_summary)
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.live import SuiteProgress
+from trainstack.verify.suites.sandbox import MOUNT_POLICY, TIMED_OUT
 from trainstack.verify.suites.schema import ExcludedTest, KnownHit, SuiteResult
 from trainstack.verify.target import Target, probe_path
 
@@ -36,6 +37,7 @@ VALUED = ("-p", "-o", "-W", "-c", "-k", "-m", "-r", "-n", "--rootdir", "--confcu
 
 
 SANDBOX = Path(__file__).with_name("sandbox.py")
+LOGS = "logs"  # beside the suites' own folders, in none of them: a suite cannot replace its log
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,20 @@ class Isolation:
         try:
             result = proc.run([sys.executable, "-I", str(SANDBOX), "--check"], echo=False, timeout=30)
         except (subprocess.TimeoutExpired, OSError) as exc:
-            return cls(False, f"none: the sandbox check failed ({exc}); suites could write anywhere this user can")
+            return cls(False, f"none: the sandbox check failed ({exc}); {UNPROTECTED}")
         if result.ok:
-            return cls(True, "mount namespace: a read-only view of the machine; writable only each suite's own work "
-                             "folder ($HOME and $TMPDIR point there)")
+            return cls(True, f"mount namespace and PID namespace: {MOUNT_POLICY}; $HOME and $TMPDIR in the suite's "
+                             "work folder; the suite sees and signals no process outside, dies with verify whatever "
+                             "ends it, and is killed at its timeout even while verify is stopped")
         why = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1].removeprefix("sandbox: ")
-        return cls(False, f"none ({why}): suites could write anywhere this user can")
+        return cls(False, f"none ({why}): {UNPROTECTED}")
+
+
+# what is off where the machine allows no namespace (not root): said in verify's output and verify.json
+UNPROTECTED = ("protections off: read-only view (suites could write anywhere this user can, /dev/shm and /proc/sys "
+               "included); PID namespace (a suite can signal verify, a daemon it starts can outlive a verify that is "
+               "killed, and a stopped verify holds no timeout)")
+WARDEN_GRACE = 15.0  # verify's own timeout past the sandbox's: the sandbox ends a suite first
 
 
 NO_ISOLATION = Isolation(False, "none: not asked for")
@@ -72,6 +82,7 @@ class SuiteRun:
         self.where = where  # "stack.toml:12" for error messages
         self.isolation = isolation
         self.writable = writable  # more folders left writable in the sandbox (a caller's state folder)
+        self.log = workdir / LOGS / f"{suite.name}.log"  # verify's own, outside every writable folder
         for folder in (self.workdir / "home", self.workdir / "tmp"):
             folder.mkdir(parents=True, exist_ok=True)
 
@@ -115,7 +126,8 @@ class SuiteRun:
         if not self.isolation.sandboxed:
             return argv
         writable = [str(self.workdir)] + [str(p) for p in self.writable]
-        return [sys.executable, "-I", str(SANDBOX), *(w for folder in writable for w in ("--writable", folder)), "--", *argv]
+        return [sys.executable, "-I", str(SANDBOX), "--timeout", str(self.suite.timeout),
+                *(w for folder in writable for w in ("--writable", folder)), "--", *argv]
 
     def execute(self, words: list[str], tag: str) -> tuple[proc.Result | None, Path, Path, float]:
         xml = self.workdir / f"{self.suite.name}.{tag}.xml"
@@ -128,10 +140,14 @@ class SuiteRun:
         start = time.perf_counter()
         try:
             with SuiteProgress(label, progress if pytest else None):
-                result = proc.run(self.contained(argv), cwd=self.cwd, env=self.env(progress), timeout=self.suite.timeout,
-                                  log=self.workdir / f"{self.suite.name}.log", new_session=True)
+                timeout = self.suite.timeout + (WARDEN_GRACE if self.isolation.sandboxed else 0)
+                result = proc.run(self.contained(argv), cwd=self.cwd, env=self.env(progress), timeout=timeout,
+                                  log=self.log, new_session=True)
         except subprocess.TimeoutExpired:
             result = None
+        if result is not None and self.isolation.sandboxed and result.returncode == TIMED_OUT \
+                and (result.stderr.strip().splitlines() or [""])[-1].startswith("sandbox: timed out"):
+            result = None  # the sandbox's warden ended it at its timeout
         return result, xml, progress, time.perf_counter() - start
 
 

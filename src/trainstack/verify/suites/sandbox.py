@@ -1,15 +1,30 @@
-"""Run a command with a read-only view of the machine and only its own folders writable.
+"""Run a command with a read-only view of the machine, only its own folders writable, in a
+PID namespace of its own that dies with the caller and at its timeout.
 
 Run as a script by the suite runner (stdlib only, so any Python can run it):
 
-    python -I sandbox.py --writable DIR [--writable DIR ...] -- PROGRAM ARGS...
+    python -I sandbox.py [--timeout S] --writable DIR [--writable DIR ...] -- PROGRAM ARGS...
     python -I sandbox.py --check        # exit 0 when this machine lets it isolate
 
-In a mount namespace of its own (unshare(CLONE_NEWNS), nothing propagated back), every mount
-but /proc, /dev and their sub-mounts is remounted read-only, each --writable folder is bound
-over itself writable, the capabilities that could undo that (mounting, raw devices, device
-nodes, tracing) are dropped from the bounding set and no new privileges can be gained; then it
-execs PROGRAM. Where any step fails it exits 125 with one line on stderr and runs nothing.
+Process lifetime (enforced by the kernel, not by handlers the command could reach):
+
+- this process (the *warden*) dies with its parent, the caller (PR_SET_PDEATHSIG), whatever
+  signal ended the caller, SIGKILL included;
+- the command runs under an *init* of its own PID namespace, which dies with the warden
+  (PR_SET_PDEATHSIG again); when an init ends, the kernel kills every process of its
+  namespace, daemons that double-forked and called setsid() included;
+- the command can see and signal no process outside its namespace (the caller neither), and
+  its init ignores every signal sent from inside;
+- the warden, outside the namespace, holds the timeout: at ``--timeout`` seconds it kills the
+  init (so the namespace), whether or not the caller is stopped. It then prints
+  ``sandbox: timed out after S s`` and exits 124.
+
+Mount policy (MOUNT_POLICY below, in one place): every mount read-only but each --writable
+folder; a fresh /proc of the namespace with /proc/sys and the other kernel knobs read-only;
+/dev read-only (its device nodes still usable) with a private tmpfs on /dev/shm. The
+capabilities that could undo that (mounting, raw devices, device nodes, tracing) are dropped
+from the bounding set and no new privileges can be gained; then it execs PROGRAM. Where any
+step fails it exits 125 with one line on stderr and runs nothing.
 """
 
 from __future__ import annotations
@@ -17,17 +32,28 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import select
+import signal
 import sys
+import time
 
-CLONE_NEWNS = 0x00020000
+CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
 # CAP_DAC_READ_SEARCH (open_by_handle_at), CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_PTRACE,
 # CAP_SYS_ADMIN (mount), CAP_SYS_BOOT, CAP_MKNOD
 DROPPED_CAPS = (2, 16, 17, 19, 21, 22, 27)
-LEFT_WRITABLE = ("/proc", "/dev")  # what a process needs to run (/dev/null, /dev/shm, its own /proc)
-REFUSED = 125
+REFUSED, TIMED_OUT = 125, 124
+
+# The mount policy of the suite sandbox, all of it.
+READ_ONLY_PROC = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+LEFT_AS_IS = ("/proc", "/dev/pts")  # /proc is mounted afresh; a terminal's pseudo-devices stay usable
+PRIVATE_TMPFS = {"/dev/shm": "mode=1777,size=1g"}  # the suite's own, gone with its namespace
+MOUNT_POLICY = (
+    "read-only: every mount but the suite's own work folder; a fresh /proc of its PID namespace with "
+    + ", ".join(READ_ONLY_PROC) + " read-only; /dev read-only; private tmpfs: " + ", ".join(PRIVATE_TMPFS)
+)
 
 
 class Refused(Exception):
@@ -35,7 +61,10 @@ class Refused(Exception):
 
 
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    return libc
 
 
 def _call(what: str, result: int) -> None:
@@ -66,17 +95,20 @@ def _flags(options: set[str]) -> int:
     return flags
 
 
+def _under(point: str, folders: tuple[str, ...] | list[str]) -> bool:
+    return any(point == p or point.startswith(p.rstrip("/") + "/") for p in folders)
+
+
 def isolate(writable: list[str]) -> None:
+    """The mount policy, applied in this (new) mount namespace by the init of the new PID namespace."""
     libc = _libc()
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-    _call("unshare(CLONE_NEWNS)", libc.unshare(CLONE_NEWNS))
     _call("making / private", libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None))
     folders = [os.path.realpath(w) for w in writable]
     for folder in folders:  # bound before the remount: a bind mount of its own, left writable below
         _call(f"binding {folder}", libc.mount(folder.encode(), folder.encode(), None, MS_BIND | MS_REC, None))
     seen: set[str] = set()
     for point, options in _mount_points():
-        if point in seen or point in folders or any(point == p or point.startswith(p + "/") for p in LEFT_WRITABLE):
+        if point in seen or point in folders or _under(point, LEFT_AS_IS):
             continue
         seen.add(point)
         if "ro" in options:
@@ -87,33 +119,162 @@ def isolate(writable: list[str]) -> None:
         options = next((o for p, o in reversed(_mount_points()) if p == folder), set())
         flags = (_flags(options) & ~MS_RDONLY)
         _call(f"keeping {folder} writable", libc.mount(b"none", folder.encode(), None, flags, None))
-    probe = os.path.join(folders[0], ".trainstack-sandbox-probe") if folders else None
-    try:
-        with open("/.trainstack-sandbox-probe", "w"):
+    _call("mounting a /proc of its own", libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None))
+    for knob in READ_ONLY_PROC:
+        if not os.path.exists(knob):
+            continue
+        _call(f"binding {knob}", libc.mount(knob.encode(), knob.encode(), None, MS_BIND | MS_REC, None))
+        _call(f"remounting {knob} read-only", libc.mount(b"none", knob.encode(), None,
+                                                         MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None))
+    for place, options in PRIVATE_TMPFS.items():
+        if os.path.isdir(place):
+            _call(f"mounting a private tmpfs on {place}",
+                  libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()))
+    _confirm(folders)
+    for cap in DROPPED_CAPS:
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # a kernel without one of them has nothing to drop
+    _call("no new privileges", libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+
+
+def _confirm(folders: list[str]) -> None:
+    """What the policy promises, tried: / and /proc/sys refuse a write, the work folder takes one."""
+    for place in ("/.trainstack-sandbox-probe", "/dev/.trainstack-sandbox-probe"):
+        try:
+            with open(place, "w"):
+                pass
+            os.unlink(place)
+            raise Refused(f"{os.path.dirname(place)} is still writable after the remount")
+        except OSError:
             pass
-        os.unlink("/.trainstack-sandbox-probe")
-        raise Refused("/ is still writable after the remount")
-    except OSError:
-        pass
-    if probe is not None:
+    if os.path.exists("/proc/sys/kernel/core_pattern"):
+        try:
+            os.close(os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY))
+            raise Refused("/proc/sys is still writable")
+        except OSError:
+            pass
+    if folders:
+        probe = os.path.join(folders[0], ".trainstack-sandbox-probe")
         try:
             with open(probe, "w"):
                 pass
             os.unlink(probe)
         except OSError as exc:
             raise Refused(f"the work folder is not writable in the sandbox: {exc.strerror}") from None
-    for cap in DROPPED_CAPS:
-        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # a kernel without one of them has nothing to drop
-    _call("no new privileges", libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+
+
+def _die_with_parent(libc: ctypes.CDLL, alive: int | None) -> None:
+    """SIGKILL this process when its parent ends; end now if it already has (``alive``: the
+    read end of a pipe whose writer is the parent: readable once the parent is gone)."""
+    _call("PR_SET_PDEATHSIG", libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0))
+    gone = os.getppid() == 1 if alive is None else bool(select.select([alive], [], [], 0)[0])
+    if gone:
+        os._exit(REFUSED)
+
+
+def _init(command: list[str] | None, writable: list[str], status: int, alive: int) -> None:
+    """PID 1 of the namespace: set up the mounts, run the command, reap every orphan until the
+    command ends, then report its wait status and end (the kernel kills what is left)."""
+    try:
+        libc = _libc()
+        _die_with_parent(libc, alive)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a signal from inside reaches no handler here
+        isolate(writable)
+    except (Refused, OSError, ValueError) as exc:
+        print(f"sandbox: cannot isolate here: {exc}", file=sys.stderr, flush=True)
+        os._exit(REFUSED)
+    if command is None:
+        os.write(status, b"0\n")
+        os._exit(0)
+    child = os.fork()
+    if child == 0:
+        os.close(status)
+        try:
+            os.execvp(command[0], command)
+        except OSError as exc:
+            print(f"sandbox: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr, flush=True)
+        os._exit(127)
+    while True:
+        try:
+            pid, code = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(0)
+        if pid == child:
+            os.write(status, f"{code}\n".encode())
+            os._exit(0)
+
+
+def warden(command: list[str] | None, writable: list[str], timeout: float | None) -> int:
+    """Make the namespaces, start their init, wait for it (at most ``timeout`` seconds), end as the command ended."""
+    libc = _libc()
+    try:
+        _die_with_parent(libc, None)
+        _call("unshare(CLONE_NEWNS | CLONE_NEWPID)", libc.unshare(CLONE_NEWNS | CLONE_NEWPID))
+    except (Refused, OSError) as exc:
+        print(f"sandbox: cannot isolate here: {exc}", file=sys.stderr)
+        return REFUSED
+    status_read, status_write = os.pipe()
+    alive_read, alive_write = os.pipe()
+    init = os.fork()
+    if init == 0:
+        os.close(status_read)
+        os.close(alive_write)
+        _init(command, writable, status_write, alive_read)
+    os.close(status_write)
+    os.close(alive_read)
+    start = time.monotonic()
+    init_code = _wait(init, None if timeout is None else start + timeout)
+    if init_code is None:
+        os.kill(init, signal.SIGKILL)  # the init's end is the end of every process in its namespace
+        os.waitpid(init, 0)
+        print(f"sandbox: timed out after {time.monotonic() - start:.0f} s: every process of the command was killed",
+              file=sys.stderr, flush=True)
+        return TIMED_OUT
+    reported = os.read(status_read, 64).decode().strip()
+    if not reported:
+        return os.waitstatus_to_exitcode(init_code) if os.WIFEXITED(init_code) else REFUSED
+    code = os.waitstatus_to_exitcode(int(reported))
+    if code < 0:  # end as the command ended: killed by the same signal
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code
+    return code
+
+
+def _wait(pid: int, deadline: float | None) -> int | None:
+    """The wait status of ``pid`` (a child), or None when it still runs at ``deadline``."""
+    try:
+        handle = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # a kernel before 5.3: polled
+        handle = None
+    try:
+        while True:
+            done, code = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return code
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            if handle is not None:
+                select.select([handle], [], [], left)
+            else:
+                time.sleep(0.05 if left is None else min(0.05, left))
+    finally:
+        if handle is not None:
+            os.close(handle)
 
 
 def main(argv: list[str]) -> int:
     writable: list[str] = []
     check = False
+    timeout: float | None = None
     i = 0
     while i < len(argv) and argv[i] != "--":
-        if argv[i] == "--writable" and i + 1 < len(argv):
-            writable.append(argv[i + 1])
+        if argv[i] in ("--writable", "--timeout") and i + 1 < len(argv):
+            if argv[i] == "--writable":
+                writable.append(argv[i + 1])
+            else:
+                timeout = float(argv[i + 1])
             i += 2
         elif argv[i] == "--check":
             check = True
@@ -125,19 +286,7 @@ def main(argv: list[str]) -> int:
     if not check and not command:
         print("sandbox: no command after --", file=sys.stderr)
         return REFUSED
-    try:
-        isolate(writable)
-    except (Refused, OSError, ValueError) as exc:
-        print(f"sandbox: cannot isolate here: {exc}", file=sys.stderr)
-        return REFUSED
-    if check:
-        return 0
-    try:
-        os.execvp(command[0], command)
-    except OSError as exc:
-        print(f"sandbox: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
-        return 127
-    return 127  # not reached
+    return warden(None if check else command, writable, timeout)
 
 
 if __name__ == "__main__":
