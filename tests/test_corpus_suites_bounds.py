@@ -252,7 +252,8 @@ def test_without_the_sandbox_a_log_link_stops_verify_with_one_line(case: Case, t
     assert "corpus.log" in str(info.value) and "symbolic links" in str(info.value) and "\n" not in str(info.value)
 
 
-def test_a_token_in_test_ids_messages_and_logs_reaches_no_output_and_no_file(case: Case, tmp_path: Path) -> None:
+def test_a_token_in_test_ids_messages_and_logs_reaches_no_output_and_no_file(case: Case, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     token = f"tok-{uuid.uuid4().hex}"
     case.env["CORPUS_SECRET_TOKEN"] = token
     stack = case.stack("suites_secret_id.py")
@@ -267,20 +268,28 @@ def test_a_token_in_test_ids_messages_and_logs_reaches_no_output_and_no_file(cas
     assert files and not [p for p in files if token.encode() in p.read_bytes()]
     suite = _suite(case)
     assert "suites_secret_id.py::test_x[***]" in suite["failed"], suite["failed"]
+    monkeypatch.setenv("CORPUS_SECRET_TOKEN", token)  # the release runs where the credential is set too
     notes = _release_test_section(case, tmp_path, token)
     assert token not in notes and "***" in notes
 
 
 def _release_test_section(case: Case, tmp_path: Path, token: str) -> str:
-    """The verify result as the release notes read it back (their test section), rendered."""
-    from trainstack.release.results import read_verification
+    """The release notes' test section (Markdown) from a verify.json that carries the token
+    unmasked in its reasons, a failing id and an excluded test (as a hostile results folder brings it)."""
+    from types import SimpleNamespace
 
-    raw = case.folder / "raw-verify.json"
+    from trainstack.release.markdown import verification_lines
+    from trainstack.release.results import parse_verify
+
     document = json.loads((case.folder / "verify.json").read_text())
-    document["gate"]["suites"][0]["failed"].append(f"suites_secret_id.py::test_x[{token}]")  # as a hostile file brings it
-    raw.write_bytes(json.dumps(document).encode())
-    verification = read_verification(raw)
-    return json.dumps(verification.model_dump(mode="json") if hasattr(verification, "model_dump") else str(verification))
+    document["reasons"].append(f"suite corpus: failed: suites_secret_id.py::test_x[{token}]")
+    document["gate"]["suites"][0]["failed"].append(f"suites_secret_id.py::test_x[{token}_more]")
+    document["gate"]["suites"][0]["excluded"] = [{"test": f"test_z[{token}]", "reason": f"because {token}"}]
+    raw = tmp_path / "hostile-verify.json"
+    raw.write_text(json.dumps(document))
+    verification = parse_verify(raw.read_text(), "cpu", raw, "cpu/verify.json")
+    raw.unlink()
+    return "\n".join(verification_lines(SimpleNamespace(verification=[verification])))
 
 
 # --- class 5: bounds and tracebacks ----------------------------------------------------------
@@ -304,7 +313,7 @@ def test_markup_in_a_known_issue_is_printed_as_written(case: Case) -> None:
 
 
 def test_a_full_tmpdir_during_a_suite_is_one_error_line(case: Case, tmp_path: Path) -> None:
-    from mounts import tmpfs
+    from tests.mounts import tmpfs
 
     with tmpfs(tmp_path / "small", "size=4m") as small:
         case.env["TMPDIR"] = str(small)
@@ -313,7 +322,8 @@ def test_a_full_tmpdir_during_a_suite_is_one_error_line(case: Case, tmp_path: Pa
     _holds(ran, seconds=60)
     lines = ran.stderr.strip().splitlines()
     assert ran.code == 8, ran.text[-2000:]
-    assert lines[-2].startswith("error: ") and "No space left on device" in lines[-2], lines[-3:]
+    assert lines[-1].startswith("error: ") and "No space left on device" in lines[-1], lines[-3:]
+    assert sum(line.startswith("error: ") for line in lines) == 1
     assert left == []
 
 

@@ -68,7 +68,9 @@ def _dumb_terminal() -> bool:
 
 def make_console(stream: TextIO | None = None, *, stderr: bool = False, quiet: bool = False) -> Console:
     """A console on ``stream`` (default stdout, or stderr): terminal-width in a terminal, unwrapped elsewhere;
-    coloured as ``color_wanted`` says."""
+    coloured as ``color_wanted`` says. Markup is off: a string printed (a table cell, a title, a
+    line) is printed as written, whatever brackets a file put in it; styles come from ``styled``
+    (trusted markup) or rich Text."""
     target = masked(stream if stream is not None else (sys.stderr if stderr else sys.stdout))  # no credential shown
     terminal = _is_terminal(target)
     if not color_wanted(target):
@@ -77,8 +79,9 @@ def make_console(stream: TextIO | None = None, *, stderr: bool = False, quiet: b
         # asked for outright (FORCE_COLOR, --color always): colours even where TERM=dumb, which rich's own detection would drop
         styling = {"no_color": False, "color_system": "auto" if terminal and not _dumb_terminal() else "standard"}
     if terminal:
-        return Console(file=target, stderr=stderr, quiet=quiet, **styling)
-    return Console(file=target, stderr=stderr, width=_columns() or UNWRAPPED_WIDTH, soft_wrap=True, quiet=quiet, **styling)
+        return Console(file=target, stderr=stderr, quiet=quiet, markup=False, **styling)
+    return Console(file=target, stderr=stderr, width=_columns() or UNWRAPPED_WIDTH, soft_wrap=True, quiet=quiet, markup=False,
+                   **styling)
 
 
 def _masked_json(document: str) -> str:
@@ -154,6 +157,12 @@ class _LazyConsole:
 out: Console = _LazyConsole(stderr=False)  # type: ignore[assignment]
 err: Console = _LazyConsole(stderr=True, quietened=True)  # progress, commands and notes: silent under -q
 _alerts: Console = _LazyConsole(stderr=True)  # errors and warnings: shown even under -q
+
+
+def styled(markup: str) -> Text:
+    """Rich markup written in trainstack's own code (a status word, a label), as Text; a value
+    from a file or a command goes in it only through ``rich.markup.escape``, or beside it as Text."""
+    return Text.from_markup(markup)
 
 
 def print_error(message: str, *, prefix: str = "error:") -> None:

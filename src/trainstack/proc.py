@@ -100,9 +100,9 @@ def run(
 
     if echo or verbosity() > 0:  # -v shows every command, the quiet probes too
 
-        from rich.markup import escape
+        from rich.text import Text
 
-        err.print(f"[dim]$ {escape(render(args))}[/dim]", highlight=False)
+        err.print(Text(f"$ {render(args)}", style="dim"), highlight=False)
     full_env = {**os.environ, **(env or {})}
     sink = _Log(log, args) if log is not None else None
     tree = Tree.start() if (new_session or log is not None) else None

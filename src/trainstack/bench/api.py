@@ -153,7 +153,7 @@ def _starting(spec: RunSpec, modes: list[str]) -> None:
 
 def _progress(row: dict) -> None:
     speed = f"{row['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if row.get("status") == "ok" else row.get("error", "")
-    err.print(f"[dim]{row['mode']}: {row['status']} {speed}[/dim]", highlight=False)
+    err.print(Text(f"{row['mode']}: {row['status']} {speed}", style="dim"), highlight=False)
 
 
 def _with_parity(opts: BenchOptions, spec: RunSpec, parity_modes: tuple[Mode, Mode], lead: bool) -> list[dict]:

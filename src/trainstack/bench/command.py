@@ -6,8 +6,12 @@ import contextlib
 import math
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from trainstack.bench.compare import Matched
 
 
 def command(
@@ -51,12 +55,13 @@ def command(
         print_error("bench --model is now --preset (a preset name); --model will go", prefix="warning:")
         model = old_model
     if compare is not None:
-        from trainstack.bench.compare import print_compare
+        from trainstack.bench.compare import Matched, print_compare
 
+        matched = Matched.read(*compare)  # each file read once, for the tables and the document
         with _tables_to_stderr(json_out):
-            print_compare(*compare)
+            print_compare(*compare, matched=matched)
         if json_out or output is not None:
-            _emit(_compare_document(*compare), json_out, output)
+            _emit(_compare_document(matched), json_out, output)
         return
     if stack is not None:
         table = _stack_table(ctx, stack)
@@ -160,21 +165,18 @@ def _finite(value: object) -> object:
     return value
 
 
-def _compare_document(path_a: Path, path_b: Path) -> dict:
+def _compare_document(matched: Matched) -> dict:
     """The rows of A and B matched as the A/B table matches them, with B/A of tokens/s and memory."""
-    from trainstack.bench.compare import breakdown_shares, read_rows
-
-    def key(row: dict) -> tuple:
-        return (row["model"], row["mode"], row.get("batch"), row.get("seq"), row.get("world_size", 1))
+    from trainstack.bench.compare import breakdown_shares
 
     def ratio(ra: dict | None, rb: dict | None, field: str) -> float | None:
         a, b = ((r or {}).get(field) if (r or {}).get("status") == "ok" else None for r in (ra, rb))
         return round(b / a, 4) if a and b is not None else None
 
-    a, b = {key(r): r for r in read_rows(path_a)}, {key(r): r for r in read_rows(path_b)}
+    a, b = matched.a, matched.b
     pairs = [{"model": k[0], "mode": k[1], "batch": k[2], "seq": k[3], "world_size": k[4], "a": a.get(k), "b": b.get(k),
               "tokens_per_s_b_over_a": ratio(a.get(k), b.get(k), "tokens_per_s_per_gpu"),
               "memory_b_over_a": ratio(a.get(k), b.get(k), "mem_allocated_gib"),
               "breakdown_shares": breakdown_shares(a.get(k), b.get(k))}
-             for k in list(a) + [k for k in b if k not in a]]
-    return {"a": str(path_a), "b": str(path_b), "pairs": pairs}
+             for k in matched.keys()]
+    return {"a": str(matched.path_a), "b": str(matched.path_b), "pairs": pairs}

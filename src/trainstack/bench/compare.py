@@ -6,6 +6,8 @@ Reads JSON lines only: nothing here imports torch, so a comparison takes well un
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich import box
@@ -85,8 +87,6 @@ def _check_breakdown(path: Path, number: int, b: object) -> None:
 
 
 def _number(value: object) -> bool:
-    import math
-
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -119,12 +119,44 @@ def fmt(value: float | None, spec: str = ",.0f", missing: str = "-") -> str:
     return missing if value is None else format(value, spec)
 
 
-def print_compare(path_a: Path, path_b: Path, console: Console | None = None) -> None:
-    """The A/B table on stdout: fitted to a terminal's width, unwrapped in a log."""
-    (console or out).print(compare_table(path_a, path_b))
-    split = breakdown_compare_table(path_a, path_b)
+MAX_SHOWN = 200  # pairs a table shows; --json lists them all (a table of 200,000 rows is no reading)
+
+
+@dataclass(frozen=True)
+class Matched:
+    """The rows of A and B, each file read once, keyed as the tables match them."""
+
+    path_a: Path
+    path_b: Path
+    a: dict[tuple, dict]
+    b: dict[tuple, dict]
+
+    @classmethod
+    def read(cls, path_a: Path, path_b: Path) -> Matched:
+        return cls(path_a, path_b, {_key(r): r for r in read_rows(path_a)}, {_key(r): r for r in read_rows(path_b)})
+
+    def keys(self) -> list[tuple]:
+        """A's keys in its order, then those only B has."""
+        return list(self.a) + [k for k in self.b if k not in self.a]
+
+
+def print_compare(path_a: Path, path_b: Path, console: Console | None = None, matched: Matched | None = None) -> None:
+    """The A/B table on stdout: fitted to a terminal's width, unwrapped in a log; at most
+    MAX_SHOWN pairs in each table, the number left out said after it."""
+    console = console or out
+    matched = matched or Matched.read(path_a, path_b)
+    console.print(compare_table(matched))
+    _more(console, len(matched.keys()))
+    split = breakdown_compare_table(matched)
     if split is not None:
-        (console or out).print(split)
+        console.print(split)
+        _more(console, sum(1 for k in matched.keys() if breakdown_shares(matched.a.get(k), matched.b.get(k))))
+
+
+def _more(console: Console, count: int) -> None:
+    if count > MAX_SHOWN:
+        console.print(Text(f"... and {count - MAX_SHOWN:,} more pair(s), not shown: --json lists every pair"),
+                      highlight=False, soft_wrap=True)
 
 
 def _key(row: dict) -> tuple:
@@ -159,15 +191,14 @@ def _pair(ra: dict | None, rb: dict | None, field: str, spec: str, *, ratio: boo
 COLUMNS = ("model", "mode", "batch x seq", "GPUs", "tok/s/GPU A → B (B/A)", "MFU A → B", "mem GiB A → B (B/A)")
 
 
-def compare_table(path_a: Path, path_b: Path) -> Table:
-    a = {_key(r): r for r in read_rows(path_a)}
-    b = {_key(r): r for r in read_rows(path_b)}
+def compare_table(matched: Matched) -> Table:
+    a, b, path_a, path_b = matched.a, matched.b, matched.path_a, matched.path_b
     # light rules, cells that wrap between words: in a narrow terminal every figure stays whole
     # names as plain text: a '[' in a file's, a model's or a mode's name is no rich markup
     table = Table(title=Text(f"A = {path_a.name}   B = {path_b.name}"), box=box.SIMPLE_HEAD)
     for name in COLUMNS:
         table.add_column(name, justify="left" if name in ("model", "mode") else "right", overflow="fold")
-    for key in list(a) + [k for k in b if k not in a]:
+    for key in matched.keys()[:MAX_SHOWN]:
         ra, rb = a.get(key), b.get(key)
         table.add_row(*(Text(cell) for cell in (
             str(key[0]), str(key[1]), f"{key[2]} x {key[3]}", str(key[4]),
@@ -191,11 +222,11 @@ def breakdown_shares(ra: dict | None, rb: dict | None) -> dict[str, dict[str, fl
     return {name: {"a": a.get(name), "b": b.get(name)} for name in (*CLASSES, IDLE) if name in a or name in b}
 
 
-def breakdown_compare_table(path_a: Path, path_b: Path) -> Table | None:
-    """Each matched row's time per class, A beside B; None when no row has a breakdown."""
-    a = {_key(r): r for r in read_rows(path_a)}
-    b = {_key(r): r for r in read_rows(path_b)}
-    keys = [k for k in list(a) + [k for k in b if k not in a] if breakdown_shares(a.get(k), b.get(k))]
+def breakdown_compare_table(matched: Matched) -> Table | None:
+    """Each matched row's time per class, A beside B (the first MAX_SHOWN pairs with a
+    breakdown); None when no row has a breakdown."""
+    a, b = matched.a, matched.b
+    keys = [k for k in matched.keys() if breakdown_shares(a.get(k), b.get(k))][:MAX_SHOWN]
     if not keys:
         return None
     table = Table(title=Text("time per step by class, A → B: share of the step; achieved rate (of its ceiling)"), box=box.SIMPLE_HEAD)

@@ -142,7 +142,7 @@ def _build_locked(inputs: Inputs, layers: FlavourLayers, backend: Backend, tools
     with _flavour_lock(build_dir, final.name):
         current = _up_to_date(final, layers, backend.name, skip_sources)
         if current is not None and not force and (signer is None or (final / FILES_RECORD).is_file()):
-            err.print(f"[green]✓[/] {slug}: up to date ({final / 'build.json'})", highlight=False)
+            err.print(Text.assemble(("✓", "green"), f" {slug}: up to date ({final / 'build.json'})"), highlight=False)
             if signer is not None:  # the build as recorded (files.json) is what the statement names
                 err.print(f"signed {write_provenance(final, inputs, layers, current, signer)}", highlight=False)
             return current
@@ -219,7 +219,7 @@ def _run(
     jobs = {s.component.key: max_jobs(cpus, budget_for(s.component)) for s in layers.sources}
     job = BuildJob(inputs, layers, staging, final, skip_sources, _ca_bundle(inputs), cpus, jobs)
     steps = Steps(staging, retries=inputs.stack.build.retries, shown_root=final)
-    err.print(f"[bold]{layers.flavour.slug}[/] ({backend.name}): {cpus:g} CPUs", highlight=False)
+    err.print(Text.assemble((layers.flavour.slug, "bold"), f" ({backend.name}): {cpus:g} CPUs"), highlight=False)
     err.print(Text(f"logs: {final / 'logs'} once built (while building: {staging / 'logs'}; "
                    f"a failed build's under {final / 'logs'}/failed-<time>/)", style="dim"), highlight=False, soft_wrap=True)
     output = backend.build(job, steps)

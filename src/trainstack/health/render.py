@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from trainstack.health.schema import HealthReport, Status
 
@@ -10,10 +11,10 @@ STYLE = {Status.skip: "dim", Status.ok: "green", Status.warn: "yellow", Status.c
 
 
 def table(report: HealthReport) -> Table:
-    title = (
-        f"health level {report.level}: [{STYLE[report.status]}]{report.status.value}[/] "
-        f"(exit {report.exit_code}) · {report.gpu_model or 'no GPU seen'} · thresholds {report.thresholds_profile} "
-        f"· {report.seconds:.1f} s"
+    title = Text.assemble(
+        f"health level {report.level}: ", (report.status.value, STYLE[report.status]),
+        f" (exit {report.exit_code}) · {report.gpu_model or 'no GPU seen'} · thresholds {report.thresholds_profile} "
+        f"· {report.seconds:.1f} s",
     )
     t = Table(title=title, title_justify="left")
     for column in ("check", "gpu", "status", "value", "unit", "threshold", "note"):
@@ -22,7 +23,7 @@ def table(report: HealthReport) -> Table:
         t.add_row(
             c.name,
             "" if c.gpu is None else str(c.gpu),
-            f"[{STYLE[c.status]}]{c.status.value}[/]",
+            Text(c.status.value, style=STYLE[c.status]),
             "" if c.value is None else f"{c.value:,.6g}" if isinstance(c.value, float) else str(c.value),
             c.unit,
             c.threshold or "",

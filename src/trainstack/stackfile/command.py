@@ -36,7 +36,7 @@ def command(
 
     Example: trainstack check examples/stacks/torch-cuda.toml --verbose
     """
-    from rich.markup import escape
+    from rich.text import Text
 
     from trainstack.console import out, verbosity
     from trainstack.errors import RuleViolation, UsageError
@@ -73,25 +73,25 @@ def command(
     shown = [] if json_out else findings if verbose else broken
     for f in shown:
         style = "red" if f.level == "error" else "dim"
-        line = f"[{style}]{f.level}[/] {escape(f'{f.flavour} {f.rule}: {f.message} <{f.source}>')}"
+        line = Text.assemble((f.level, style), f" {f.flavour} {f.rule}: {f.message} <{f.source}>")
         out.print(line, highlight=False, soft_wrap=True)
     if not json_out:
         for suite in runs["suites"]:
             how = "pytest" if suite["pytest"] else "not pytest: runs only with verify --trust"
-            out.print(escape(f"runs: verify.suite {suite['name']}: {one_line(suite['command'], 300)} ({how})"),
+            out.print(f"runs: verify.suite {suite['name']}: {one_line(suite['command'], 300)} ({how})",
                       highlight=False, soft_wrap=True)
         for entry in runs["build_env"]:
             reason = runs_code(entry["variable"])
             why = f" (allowed by [build] allow_env: {reason})" if reason is not None else ""
-            out.print(escape(f"runs: components.{entry['component']}.build_env: "
-                             f"{one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}{why}"), highlight=False, soft_wrap=True)
+            out.print(f"runs: components.{entry['component']}.build_env: "
+                      f"{one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}{why}", highlight=False, soft_wrap=True)
         for entry in runs["image_env"]:
             setting = f"env {one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}"
             if entry["runs"] is not None:
                 line = f"runs: {setting} (allowed by [env] allow: {entry['runs']}; the image's ENV and the venv's activation)"
             else:
                 line = f"sets: {setting} (the image's ENV and the venv's activation)"
-            out.print(escape(line), highlight=False, soft_wrap=True)
+            out.print(line, highlight=False, soft_wrap=True)
     if broken:
         raise RuleViolation(f"{stack}: {len(broken)} rule(s) broken across {flavours} flavour(s)")
     if not json_out:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from pydantic import BaseModel
 from rich.console import Console
-from rich.markup import escape
 
 from trainstack.attest.advisories import Finding, above, findings, load_advisories
 from trainstack.errors import SpecError
@@ -44,9 +43,9 @@ def check_advisories(settings: Verify, stack_file: Path, locked: dict[str, str])
 
 def render_advisories(check: AdvisoryCheck, console: Console) -> None:
     gate = f", the gate fails above {check.max_severity}" if check.max_severity else ""
-    console.print(f"advisories: {len(check.affecting)} of {check.advisories} in {escape(check.folder)} affect the lock{gate}",
+    console.print(f"advisories: {len(check.affecting)} of {check.advisories} in {check.folder} affect the lock{gate}",
                   highlight=False, soft_wrap=True)
     for f in check.affecting:
         fixed = f"; fixed in {', '.join(f.fixed)}" if f.fixed else ""
-        console.print(f"  {escape(f.id)} {f.severity}: {escape(f.package)} {escape(f.version)}{escape(fixed)} {escape(f.summary[:100])}",
+        console.print(f"  {f.id} {f.severity}: {f.package} {f.version}{fixed} {f.summary[:100]}",
                       highlight=False, soft_wrap=True)

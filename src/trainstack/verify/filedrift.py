@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from trainstack.attest.files import FileDrift, FilesRecord, against_record_files, compare
 from trainstack.errors import VerifyError
@@ -40,8 +40,8 @@ def load_files_record(path: Path) -> FilesRecord:
 def render_files(drift: FileDrift, console: Console) -> None:
     basis = f"the build's record {drift.record}" if drift.basis == "build record" else "each distribution's RECORD"
     if not drift.reasons:
-        console.print(f"files: {drift.checked} checked against {escape(basis)}: [green]unchanged[/]", highlight=False)
+        console.print(Text.assemble(f"files: {drift.checked} checked against {basis}: ", ("unchanged", "green")), highlight=False)
         return
-    console.print(f"files: {drift.checked} checked against {escape(basis)}:", highlight=False)
+    console.print(f"files: {drift.checked} checked against {basis}:", highlight=False)
     for line in drift.reasons:
-        console.print(f"  [red]{escape(line.removeprefix('files: '))}[/]", highlight=False, soft_wrap=True)
+        console.print(Text(f"  {line.removeprefix('files: ')}", style="red"), highlight=False, soft_wrap=True)

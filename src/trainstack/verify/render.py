@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from trainstack.console import styled
 from trainstack.verify.envvars import EnvSetting
 from trainstack.verify.advisories import render_advisories
 from trainstack.verify.filedrift import render_files
@@ -44,19 +44,19 @@ def render_verify(result: VerifyResult, console: Console) -> None:
 
 
 def render_environment(settings: list[EnvSetting], console: Console) -> None:
-    out = Table(title=escape("environment ([env] of the stack)"))
+    out = Table(title="environment ([env] of the stack)")
     for column in ("variable", "stack", "activation sets", "status"):
         out.add_column(column, overflow="fold")
     for item in settings:
         found = "-" if not item.checked else (item.found if item.found is not None else "(not set)")
-        status = "not checked (no bin/activate)" if not item.checked else ("ok" if item.ok else "[red]DIFFERS[/]")
-        out.add_row(escape(item.name), escape(item.declared), escape(found), status)
+        status = "not checked (no bin/activate)" if not item.checked else ("ok" if item.ok else styled("[red]DIFFERS[/]"))
+        out.add_row(item.name, item.declared, found, status)
     console.print(out)
 
 
 def render_ops(table: OpTable, console: Console) -> None:
     if table.error:
-        console.print(f"[yellow]op table: probe failed: {escape(table.error)}[/]", highlight=False)
+        console.print(Text(f"op table: probe failed: {table.error}", style="yellow"), highlight=False)
         return
     if table.rows:
         out = Table(title="ops")
@@ -64,10 +64,10 @@ def render_ops(table: OpTable, console: Console) -> None:
             out.add_column(column, overflow="fold")
         for row in table.rows:
             out.add_row(row.package, row.name, render_value(row.installed), render_value(row.compatible, "not run"),
-                        " ".join(row.archs), escape(row.why_not))
+                        " ".join(row.archs), row.why_not)
         console.print(out)
     for line in table.unbuilt:
-        console.print(f"[red]prebuilt op missing:[/] {escape(line)}", highlight=False)
+        console.print(Text.assemble(("prebuilt op missing:", "red"), f" {line}"), highlight=False)
     if table.absent:
         console.print(f"ops: not installed: {', '.join(table.absent)}", highlight=False)
 
@@ -77,7 +77,7 @@ def render_smoke(results: list[SmokeResult], console: Console) -> None:
     for column in ("check", "status", "seconds", "reason"):
         out.add_column(column, overflow="fold")
     for item in results:
-        out.add_row(escape(item.name), STATUS[item.status], f"{item.seconds:.2f}", escape(item.reason))
+        out.add_row(item.name, styled(STATUS[item.status]), f"{item.seconds:.2f}", item.reason)
     console.print(out)
 
 
@@ -90,7 +90,7 @@ def render_gate(gate: GateResult, console: Console) -> None:
                    "counts vs pytest's summary", "seconds"):
         out.add_column(column, overflow="fold")
     for suite in gate.suites:
-        out.add_row(Text(suite.name), SUITE[suite.status], str(suite.ran), f"{suite.remaining} (max {suite.max_failed})",
+        out.add_row(Text(suite.name), styled(SUITE[suite.status]), str(suite.ran), f"{suite.remaining} (max {suite.max_failed})",
                     str(len(suite.collection_errors)), str(len(suite.flaky)), str(len(suite.known)),
                     str(len(suite.excluded)), Text(suite.cross_check or "-"), f"{suite.seconds:.1f}")
     console.print(out)

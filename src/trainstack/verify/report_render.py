@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from trainstack.verify.report_schema import NOT_FOUND, EnvReport
 
@@ -37,29 +37,30 @@ def render_report(report: EnvReport, console: Console) -> None:
     rows += [(name, value) for name, value in report.allocator_env.items() if value != "not set"]
     rows.append(("packages", f"{len(report.packages)} installed"))
     for label, value in rows:
-        table.add_row(label, escape(str(value)))
+        table.add_row(label, str(value))
     console.print(table)
     _render_drift(report, console)
     _render_build(report, console)
     for section, message in report.errors.items():
-        console.print(f"[yellow]probe {section}:[/] {escape(message)}", highlight=False)
+        console.print(Text.assemble((f"probe {section}:", "yellow"), f" {message}"), highlight=False)
 
 
 def _render_drift(report: EnvReport, console: Console) -> None:
     drift = report.drift
     if drift.lock.startswith(NOT_FOUND):
-        console.print(f"drift: {escape(drift.lock)}", highlight=False)
+        console.print(f"drift: {drift.lock}", highlight=False)
         return
     if not (drift.missing or drift.different or drift.extra):
-        console.print(f"drift: [green]none[/] against {escape(drift.lock)}", highlight=False)
+        console.print(Text.assemble("drift: ", ("none", "green"), f" against {drift.lock}"), highlight=False)
         return
-    console.print(f"drift against {escape(drift.lock)}:", highlight=False)
+    console.print(f"drift against {drift.lock}:", highlight=False)
     for name in drift.missing:
-        console.print(f"  [red]missing[/]   {name}", highlight=False)
+        console.print(Text.assemble(("  missing", "red"), f"   {name}"), highlight=False)
     for change in drift.different:
-        console.print(f"  [red]different[/] {change.name}: locked {change.locked}, installed {change.installed}", highlight=False)
+        console.print(Text.assemble(("  different", "red"), f" {change.name}: locked {change.locked}, installed {change.installed}"),
+                      highlight=False)
     if drift.extra:
-        console.print(f"  [yellow]extra[/]     {', '.join(drift.extra)}", highlight=False)
+        console.print(Text.assemble(("  extra", "yellow"), f"     {', '.join(drift.extra)}"), highlight=False)
 
 
 def _render_build(report: EnvReport, console: Console) -> None:
@@ -68,5 +69,5 @@ def _render_build(report: EnvReport, console: Console) -> None:
         console.print(f"build record: {report.build.record}{recorded}", highlight=False)
         return
     for fact in report.build.facts:
-        mark = {True: "[green]same[/]", False: "[red]DIFFERENT[/]"}.get(fact.match, "unknown")  # type: ignore[arg-type]
-        console.print(f"built with {fact.name} {fact.built}, runs {fact.runtime}: {mark}", highlight=False)
+        mark = {True: ("same", "green"), False: ("DIFFERENT", "red")}.get(fact.match, "unknown")  # type: ignore[arg-type]
+        console.print(Text.assemble(f"built with {fact.name} {fact.built}, runs {fact.runtime}: ", mark), highlight=False)

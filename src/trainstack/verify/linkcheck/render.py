@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
+
+from trainstack.console import styled
 
 from trainstack.verify.linkcheck.check import LinkIssue, LinkReport
 
@@ -89,28 +92,28 @@ def render_links(report: LinkReport, console: Console, *, show_notes: bool = Fal
             table.add_column(column, overflow="fold")
         for cause in causes:
             first = cause.issues[0]
-            status = STATUS.get(cause.status, f"[{STYLE[cause.severity]}]{cause.status}[/] {cause.kind}")
-            chain = [escape(chain_text(first))] if chains else []
-            table.add_row(status, escape(cause.library), escape(needed_by(cause, report)), *chain,
-                          escape(provided_by(cause)), escape(first.reason or first.detail))
+            status = styled(STATUS.get(cause.status, f"[{STYLE[cause.severity]}]{escape(cause.status)}[/] {escape(cause.kind)}"))
+            chain = [chain_text(first)] if chains else []
+            table.add_row(status, cause.library, needed_by(cause, report), *chain,
+                          provided_by(cause), first.reason or first.detail)
         console.print(table)
     for issue in report.accepted:
         link = f" ({issue.accepted_link})" if issue.accepted_link else ""
-        console.print(f"  [dim]accepted[/] {escape(short(issue.file, report))} needs {escape(issue.library)}: "
-                      f"{escape(issue.accepted)}{escape(link)}", highlight=False)
+        console.print(Text.assemble(("  accepted", "dim"), f" {short(issue.file, report)} needs {issue.library}: "
+                                    f"{issue.accepted}{link}"), highlight=False)
     if blocked:
         console.print(f"linkcheck: {len(blocked)} more finding(s) of installed libraries follow from the broken ones "
                       "(their package does not import); --notes lists them", highlight=False)
     if report.confirmation:
-        console.print(f"linkcheck: {escape(report.confirmation)}", highlight=False)
+        console.print(f"linkcheck: {report.confirmation}", highlight=False)
     unresolved = [c for c in report.candidates if c.resolved is None]
     notes = sum(1 for i in report.issues if i.severity == "note")
     verdict = "[bold green]OK[/]" if report.ok else f"[bold red]FAILED: {len(report.errors)} error(s)[/]"
     console.print(
-        f"linkcheck {verdict}: {report.files_checked} ELF files, {report.needed_resolved} links resolved, "
+        styled(f"linkcheck {verdict}: ") + f"{report.files_checked} ELF files, {report.needed_resolved} links resolved, "
         f"{len(report.issues) - notes - len(report.errors) - len(report.accepted)} warning(s), {notes} note(s)"
         f"{' (linkcheck --notes lists them)' if notes and not show_notes else ''}, "
-        + (f"{len(report.accepted)} accepted (\\[verify.links] accept), " if report.accepted else "")
+        + (f"{len(report.accepted)} accepted ([verify.links] accept), " if report.accepted else "")
         + f"{len(report.candidates)} dlopen candidate(s) ({len(unresolved)} not found here), "
         f"{report.seconds:.2f} s on {report.workers} process(es)"
         + (f", confirmed in {report.confirm_seconds:.2f} s" if report.confirmed_in else ""),
@@ -123,5 +126,5 @@ def render_candidates(report: LinkReport, console: Console) -> None:
     for column in ("library", "found in", "resolves to"):
         table.add_column(column, overflow="fold")
     for cand in report.candidates:
-        table.add_row(escape(cand.library), escape(short(cand.found_in, report)), cand.resolved or "[yellow]not found[/]")
+        table.add_row(cand.library, short(cand.found_in, report), cand.resolved or styled("[yellow]not found[/]"))
     console.print(table)
