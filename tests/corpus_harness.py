@@ -99,6 +99,18 @@ def marked(mark: str) -> list[int]:
     return found
 
 
+def running(mark: str, word: bytes) -> list[int]:
+    """Live processes carrying ``mark`` whose command line holds ``word``."""
+    found = []
+    for pid in marked(mark):
+        try:
+            if word in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            continue  # ended meanwhile
+    return found
+
+
 def gone(mark: str, within: float = 5.0) -> list[int]:
     deadline = time.monotonic() + within
     while (left := marked(mark)) and time.monotonic() < deadline:
