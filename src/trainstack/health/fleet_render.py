@@ -3,8 +3,8 @@ release page's manner (jinja2, every value escaped, inline CSS, no script)."""
 
 from __future__ import annotations
 
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from trainstack.health.fleet import findings
 from trainstack.health.fleet_schema import FleetNode, FleetReport
@@ -29,9 +29,8 @@ def table(report: FleetReport) -> Table:
     for column in ("node", "verdict", "reason", *(label for _, label in COLUMNS)):
         t.add_column(column, overflow="fold")
     for n in report.nodes:
-        cells = [f"[bold red]{number(getattr(n, m))}[/]" if _flagged(report, n, m) else number(getattr(n, m))
-                 for m, _ in COLUMNS]
-        t.add_row(escape(n.node), f"[{STYLE[n.status]}]{n.status.value}[/]", escape(n.reason), *cells)
+        cells = [Text(number(getattr(n, m)), style="bold red" if _flagged(report, n, m) else "") for m, _ in COLUMNS]
+        t.add_row(n.node, Text(n.status.value, style=STYLE[n.status]), n.reason, *cells)
     t.add_row("median", "", "", *(number(report.medians.get(m)) for m, _ in COLUMNS))
     return t
 
@@ -47,7 +46,7 @@ def sweep_table(report: FleetReport) -> Table | None:
         t.add_column(column, justify="right")
     for s in sweep.sizes:
         t.add_row(f"{s.bytes:,}", f"{s.median_s * 1e6:,.1f}", f"{s.algbw_gbps:.3f}", f"{s.busbw_gbps:.3f}",
-                  "yes" if s.correct else "[bold red]no[/]")
+                  "yes" if s.correct else Text("no", style="bold red"))
     return t
 
 
