@@ -20,7 +20,7 @@ from tests.corpus_harness import CORPUS, Case, case, gone, holds, measured, verb
 def test_a_known_issues_file_nested_50000_deep_is_one_error_line(case: Case) -> None:
     stack = case.stack("suites_shm_procsys.py", known="bounds_known_deep.toml")
     ran = case.verify(stack, timeout=30)
-    holds(ran, seconds=20, peak_mib=300)
+    holds(ran, seconds=60, peak_mib=300)
     lines = ran.stderr.strip().splitlines()
     assert ran.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), ran.stderr[-2000:]
     assert "bounds_known_deep.toml" in lines[0] and "nested" in lines[0]
