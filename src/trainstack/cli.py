@@ -15,6 +15,7 @@ import functools
 import importlib
 import inspect
 import sys
+import textwrap
 from collections.abc import Callable, Iterable
 
 import typer
@@ -98,8 +99,13 @@ def build_app(verbs: Iterable[str] = VERBS, *, summaries_only: bool = False) -> 
             app.command(verb, help=SUMMARIES[verb], short_help=SUMMARIES[verb])(_listed_only)
         else:
             command = _with_common_options(importlib.import_module(VERBS[verb]).command)
-            app.command(verb, epilog=exit_codes_line(verb), context_settings=_context_settings())(command)
+            app.command(verb, epilog=_epilog(verb), context_settings=_context_settings())(command)
     return app
+
+
+def _epilog(verb: str) -> str:
+    """The verb's exit codes, in paragraphs short enough to copy from a CI log (a line of at most 160 columns)."""
+    return "\n\n".join(textwrap.wrap(exit_codes_line(verb), 160, break_on_hyphens=False))
 
 
 def _context_settings() -> dict[str, object]:

@@ -24,7 +24,7 @@ def command(
     steps: int | None = typer.Option(None, "--steps", help="Timed steps [default: 20; 300 with --parity]."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed steps first (compilation happens here)."),
     accum: int = typer.Option(1, "--accum", help="Micro-batches (of --batch sequences) per optimizer step; a step's figures are the optimizer step's."),
-    modes: str | None = typer.Option(None, "--modes", help="A mode, or modes with --ablation (commas): eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, ac-none, ac-full, ac-every-N, ac-selective, planned; fsdp2, zero1, zero2, zero3 (DeepSpeed), offload; join by '+'."),
+    modes: str | None = typer.Option(None, "--modes", help="Mode, or modes with --ablation (commas): eager, compile, bf16, fp8[-rowwise|-fastacc], ac-none|full|every-N|selective, planned, fsdp2, zero1|2|3, offload; '+' joins."),
     ablation: bool = typer.Option(False, "--ablation", help="Run each mode in a fresh process; one table, JSON lines and a PNG chart."),
     out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Folder for bench-<model>-b<batch>-s<seq>.jsonl (and .png for several modes)."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),

@@ -12,9 +12,8 @@ def command(
     json_out: bool = typer.Option(False, "--json", help="Print every finding as JSON on stdout instead of the lines."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write every finding as JSON to this file."),
     backend: str | None = typer.Option(None, "--backend", show_default=False,
-                                       help="The backend the stack will be built with, as build's --backend: venv or "
-                                            "oci; default: the stack's [build] backend (venv unless it says). A flavour "
-                                            "that backend cannot compile is a broken rule."),
+                                       help="The backend build will use: venv or oci; default: the stack's [build] "
+                                            "backend (venv unless it says). A flavour it cannot compile breaks a rule."),
 ) -> None:
     """Check each flavour against the rules data (torch CUDA variants and Pythons, driver,
     GPU architectures, flash-attn, DeepSpeed ops, the nvcc of its extensions); exit 3 when
@@ -25,9 +24,10 @@ def command(
     Its route: the PyPI wheel where it holds nvcc (CUDA 13); for OCI builds on a Debian
     base, Debian's non-free nvidia-cuda-toolkit (11.8 on debian12, 12.4 on debian13).
 
-    For venv builds, the host's nvcc (CUDA_HOME, else PATH). A flavour with no route is refused,
-    and so is one that the backend build takes (--backend, else the stack's [build] backend, else
-    venv) cannot compile while the other can.
+    For venv builds, the host's nvcc (CUDA_HOME, else PATH). A flavour with no route is refused.
+
+    So is one that build's backend (--backend, else the stack's [build] backend, else venv)
+    cannot compile while the other can.
 
     Also shows what the stack will run: its test-suite commands (those that are not pytest
     run only with verify --trust) and its build environment variables.
