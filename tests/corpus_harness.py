@@ -22,7 +22,7 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 STACK = ('[stack]\nname = "s"\nrelease = "1"\nimage = "s"\n[components]\npytest = ">=8"\n'
          '[matrix]\ncuda = ["cpu"]\nos = ["debian12"]\npython = ["3.11"]\n[verify]\nsmoke = []\n')
 SKIP = "report,ops,linkcheck,smoke"
-MIB = 1024  # ru_maxrss is in KiB
+MIB = 1024  # VmHWM is in KiB
 
 
 @dataclass
@@ -60,19 +60,55 @@ def measured(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | 
         reader.start()
     killer = threading.Timer(timeout, lambda: (os.kill(child.pid, signal.SIGKILL), os.kill(child.pid, signal.SIGCONT)))
     killer.start()
+    peak = _PeakWatch(child.pid)
     try:
         if during is not None:
             during(child)
-        _, status, usage = os.wait4(child.pid, 0)
+        _, status, _ = os.wait4(child.pid, 0)
     finally:
         killer.cancel()
+        peak.stop()
     child.returncode = os.waitstatus_to_exitcode(status)
     for reader in readers:
         reader.join(10)
     seconds = time.monotonic() - start
     assert seconds < timeout, f"still running after {timeout} s: killed"
     return Ran(child.returncode, streams.get("out", b"").decode(errors="replace"),
-               streams.get("err", b"").decode(errors="replace"), seconds, usage.ru_maxrss / MIB)
+               streams.get("err", b"").decode(errors="replace"), seconds, peak.kib / MIB)
+
+
+class _PeakWatch:
+    """The process's own peak resident memory (VmHWM of its memory map since its exec), read every
+    20 ms while it runs. Not wait4's ru_maxrss: Linux carries the spawning process's high-water
+    mark into the child across fork and exec, so a child of a large pytest worker would report
+    the worker's memory as its own."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.kib = 0
+        self._status = Path(f"/proc/{pid}/status")
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            self._read()
+            self._done.wait(0.02)
+
+    def _read(self) -> None:
+        try:
+            text = self._status.read_text()
+        except OSError:
+            return
+        for line in text.splitlines():
+            if line.startswith("VmHWM:"):
+                self.kib = max(self.kib, int(line.split()[1]))
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(5)
 
 
 def holds(ran: Ran, *, seconds: float, peak_mib: float = 600) -> None:
