@@ -10,7 +10,7 @@ import pytest
 
 from tests.test_verify_fixtures import deepspeed_python, numpy_python  # noqa: F401 - fixture
 from trainstack.verify.ops import build_table, op_table
-from trainstack.verify.target import open_target
+from trainstack.verify.target import last_json, open_target
 
 NO_EXTENSIONS = [
     {"name": name, "version": None, "modules": []}
@@ -159,10 +159,11 @@ def test_an_extension_that_needs_torchs_libraries_loads_once_torch_has() -> None
 
         done = subprocess.run([sys.executable, str(probe), json.dumps(entry)], capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 0, done.stderr
-        (module,) = json.loads(done.stdout)["extensions"][0]["modules"]
+        # the last JSON line, as verify reads it: an installed DeepSpeed logs a line before it
+        (module,) = last_json(done.stdout)["extensions"][0]["modules"]
         assert module["present"] and module["error"] is None, module
         from trainstack.verify.ops import extension_rows
 
-        facts = json.loads(done.stdout)
+        facts = last_json(done.stdout)
         (row,) = extension_rows(facts["extensions"][0], {"gpu": False}, facts["torch"])
         assert row.installed and row.compatible is not False and row.why_not == ""
