@@ -24,7 +24,7 @@ from trainstack.bench import device as dev, flash, fp8
 from trainstack.bench.frameworks import Trainer, deepspeed_engine, ensure_group, fsdp2, needs_group, plain
 from trainstack.memplan.budget import host_memory_bytes
 from trainstack.memplan.offload import Placement
-from trainstack.memplan.placement import KINDS
+from trainstack.memplan.placement import KINDS, Layout
 from trainstack.memplan.rates import measure_rates
 from trainstack.bench.mfu import class_work, flops_per_token, flops_per_token_causal, mfu, mfu_causal, mfu_fp8
 from trainstack.bench.peaks import peak_for
@@ -35,6 +35,7 @@ from trainstack.nn.modes import Mode, parse_mode
 from trainstack.bench.parity import lr_factor, markov_tokens
 from trainstack.bench.ceilings import ceilings, with_rates
 from trainstack.bench.precision import to_bf16_with_master
+from trainstack.bench.host_optimizer import HOST_RUNGS, HostAdamW, to_bf16_with_host_state
 from trainstack.bench.profile import profile_steps
 
 # Distinct synthetic batches cycled through, generated on the device once.
@@ -108,8 +109,8 @@ def run(spec: RunSpec) -> dict:
 def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
     dev.cap_memory(device, spec.memory_cap_bytes)
     torch.manual_seed(spec.seed)  # the same initial weights on every rank; data differs by rank
-    model, plan, fp8_note, mode = build(spec, spec.mode, device, dist)
-    trainer = make_trainer(model, mode, spec, device, dist)
+    model, plan, fp8_note, mode, host_kinds = build(spec, spec.mode, device, dist)
+    trainer = make_trainer(model, mode, spec, device, dist, host_kinds)
     batches = synthetic_batches(spec, device, dist)
     autocast = device.type == "cuda" and not dist.enabled and not mode.bf16 and not (mode.framework or mode.offload)
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if autocast else nullcontext()
@@ -118,6 +119,8 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
     def step(i: int) -> torch.Tensor:
         # the ranges name each phase for the breakdown (bench.profile); a few microseconds unprofiled
         losses = []
+        if spec.lr_schedule:  # before the micro-batches: an optimizer may start its step during the last one
+            set_lr(trainer.opt, spec.lr * lr_factor(i, spec.warmup + spec.steps))
         for j in range(accum):
             tokens = batches[(i * accum + j) % len(batches)]
             last = j == accum - 1
@@ -127,8 +130,6 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
                 trainer.backward(loss, last)
             losses.append(loss.detach().float())
         with record_function("trainstack.optimizer"):
-            if spec.lr_schedule:
-                set_lr(trainer.opt, spec.lr * lr_factor(i, spec.warmup + spec.steps))
             trainer.step()
         return torch.stack(losses).mean() if accum > 1 else losses[0]
 
@@ -157,6 +158,8 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
     extra |= {"params_per_rank": local, "sdpa_ms": {name.lower(): ms for name, ms in sdpa_ms.items()},
               "framework": mode.framework or ("fsdp2" if dist.enabled else "none"), "accum": accum,
               "state_lived": trainer.where(), "optimizer": trainer.optimizer}
+    if isinstance(trainer.opt, HostAdamW):
+        extra["host_optimizer"] = host_summary(trainer.opt, spec)
     if trainer.cpu_step_seconds:
         timed = trainer.cpu_step_seconds[spec.warmup:spec.warmup + spec.steps] or trainer.cpu_step_seconds
         extra["cpu_optimizer_ms_per_step"] = statistics.median(timed) * 1e3
@@ -176,9 +179,15 @@ def _mean_over_ranks(losses: torch.Tensor, dist: dev.Dist) -> list[float]:
     return (t / dist.world_size).tolist()
 
 
-def make_trainer(model: torch.nn.Module, mode: Mode, spec: RunSpec, device: torch.device, dist: dev.Dist) -> Trainer:
+def make_trainer(model: torch.nn.Module, mode: Mode, spec: RunSpec, device: torch.device, dist: dev.Dist,
+                 host_kinds: frozenset[str] | None = None) -> Trainer:
     """The mode's framework around ``model``: DeepSpeed ZeRO, FSDP2 (under torchrun, or on one
-    process where the mode names it or offloads, in a group of its own), or none."""
+    process where the mode names it or offloads, in a group of its own), bench's own host
+    optimizer (a ``bf16`` mode offloaded on one process: memplan's rung, or master weights and
+    optimizer state for ``offload``), or none."""
+    if host_optimizer_mode(mode, dist):
+        kinds = host_kinds or frozenset({"optimizer", "master"})
+        return host_offload(model, to_bf16_with_host_state(model, lr=spec.lr, kinds=kinds), spec.accum)
     if needs_group(mode):
         ensure_group(device)
     if mode.zero_stage:
@@ -218,10 +227,11 @@ def synthetic_batches(spec: RunSpec, device: torch.device, dist: dev.Dist) -> to
     return tokens[:, dist.rank * spec.batch:(dist.rank + 1) * spec.batch].contiguous()
 
 
-def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None, str | None, Mode]:
+def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None, str | None, Mode, frozenset[str] | None]:
     """The model on ``device`` with float8 layers, checkpointing and compile applied, in that
     order (the framework shards it: make_trainer); returns it, memplan's plan, what float8
-    converted (None when unused) and the mode as planned (``offload`` where the plan chose it)."""
+    converted (None when unused), the mode as planned (``offload`` where the plan chose it)
+    and the kinds the plan put on the host for bench's own host optimizer (None: not chosen)."""
     fp8_note = None
     if mode.fp8:
         fp8.require(device)
@@ -232,7 +242,7 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
         flash.use_flash_attn(model)
     if mode.fp8:
         fp8_note = fp8.convert(model, mode.fp8).summary()
-    plan, keep_budget = None, None
+    plan, keep_budget, host_kinds = None, None, None
     if mode.ac == "planned":
         budget = dev.memory_budget(device, spec.memory_cap_bytes)
         model, chosen = apply_planned(
@@ -242,14 +252,18 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
         plan = chosen.summary() if hasattr(chosen, "summary") else _first_line(chosen)
         keep_budget = getattr(chosen, "compiler_budget", None)
         layout = getattr(chosen, "layout", None)
-        if layout is not None and layout.offload and not mode.offload:
+        if layout is not None and layout.offload and host_optimizer_mode(replace(mode, offload=True), dist):
+            host_kinds = frozenset(layout.offload)
+            mode = replace(mode, offload=True)
+            plan += f" ({_first_line(chosen.why)})"
+        elif layout is not None and layout.offload and not mode.offload:
             mode = replace(mode, offload=True, framework=mode.framework or "fsdp2")
             plan += f" ({_first_line(chosen.why)})"
     else:
         apply_checkpointing(model, mode)
     if mode.compile:
         apply_compile(model, keep_budget)
-    return model, plan, fp8_note, mode
+    return model, plan, fp8_note, mode, host_kinds
 
 
 def planned_precision(mode: Mode, dist: dev.Dist, device: torch.device) -> str:
@@ -267,12 +281,42 @@ def bench_placement(spec: RunSpec, mode: Mode, dist: dev.Dist, device: torch.dev
     plans one process) for a plain mode on one process without accumulation."""
     if not (mode.framework or mode.offload or dist.enabled or spec.accum > 1):
         return None
+    if host_optimizer_mode(replace(mode, offload=True), dist):  # bench's host optimizer: its two rungs
+        host = host_memory_bytes()
+        return Placement(shard="none", offload=HOST_RUNGS[-1] if mode.offload else None, accum=spec.accum,
+                         ladder=(frozenset(), *HOST_RUNGS), host_budget_bytes=int(host * 0.9) if host else None,
+                         rates=measure_rates(device))
     shard = mode.framework or ("fsdp2" if dist.enabled or mode.offload else "none")
     kinds = frozenset({"optimizer", "master", "grads"}) if mode.zero_stage else frozenset(KINDS)
     host = host_memory_bytes()
     return Placement(shard=shard, offload=kinds if mode.offload else None, accum=spec.accum, ladder=(frozenset(), kinds),
                      host_budget_bytes=int(host * 0.9) if host else None,
                      rates=measure_rates(device))
+
+
+def host_optimizer_mode(mode: Mode, dist: dev.Dist) -> bool:
+    """Whether bench's own host optimizer runs the mode: bf16 parameters offloaded on one
+    process without a framework (``bf16+offload``, or a ``planned`` bf16 mode whose plan
+    offloads)."""
+    return mode.bf16 and mode.offload and not mode.framework and not dist.enabled
+
+
+def host_offload(model: torch.nn.Module, opt: HostAdamW, accum: int) -> Trainer:
+    """bench's host optimizer as a trainer: bf16 gradients accumulate on the device; the last
+    micro-batch arms the optimizer so final gradients start the step during its backward."""
+    trainer = plain(model, opt, accum, master=True)
+    trainer.before_micro = opt.arm
+    trainer.layout = Layout("none", 1, opt.kinds)
+    trainer.optimizer = f"AdamW on fp32 state in host memory ({'on the CPU' if opt.on_cpu else 'moments streamed'}, {opt.kernel} kernel, bench.host_optimizer)"
+    trainer.cpu_step = opt.on_cpu
+    return trainer
+
+
+def host_summary(opt: HostAdamW, spec: RunSpec) -> dict:
+    """The host optimizer's timed steps: median bytes each way, CPU update and exposed wait."""
+    timed = opt.history[spec.warmup:spec.warmup + spec.steps] or opt.history
+    rows = [s.to_json() for s in timed]
+    return {key: statistics.median(r[key] for r in rows) for key in rows[0]} if rows else {}
 
 
 def master_weights(mode: Mode, dist: dev.Dist) -> bool:
@@ -385,6 +429,8 @@ def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
 
 
 def _precision(device: torch.device, dist: dev.Dist, mode: Mode) -> str:
+    if host_optimizer_mode(mode, dist):
+        return "bf16 params and gradients on the device, fp32 master weights and AdamW state in host memory (bench.host_optimizer)"
     if mode.framework or mode.offload:
         name = {"fsdp2": "FSDP2", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}[mode.framework or "fsdp2"]
         return f"{name}{' with offload' if mode.offload else ''} over {dist.world_size} rank{'s' if dist.world_size > 1 else ''}, " + (
