@@ -122,6 +122,8 @@ class HostAdamW:
         self._worker: threading.Thread | None = None
         self._error: BaseException | None = None
         self._staging = self._make_staging(largest)
+        # the fp32 gradient each CPU update reads, made once: a fresh buffer a chunk costs page faults
+        self._g32 = [torch.empty(largest, dtype=torch.float32) for _ in range(2)] if self.on_cpu else None
         self._streams = (torch.cuda.Stream(self.device), torch.cuda.Stream(self.device)) if self.cuda else None
         self._hooks = [params[i].register_post_accumulate_grad_hook(self._hook(i)) for i in sorted(early)]
 
@@ -257,7 +259,7 @@ class HostAdamW:
         start = time.perf_counter()
         m = self.exp_avgs[chunk.index][chunk.start:chunk.stop]
         v = self.exp_avg_sqs[chunk.index][chunk.start:chunk.stop]
-        self._adamw(out, grad, self.masters[chunk.index][chunk.start:chunk.stop], m, v, lr)
+        self._adamw(out, grad, self.masters[chunk.index][chunk.start:chunk.stop], m, v, lr, self._g32[slot])
         self.stats.cpu_seconds += time.perf_counter() - start
         if self.cuda:
             up = self._streams[1]
@@ -290,15 +292,18 @@ class HostAdamW:
         self.stats.h2d_bytes += moved
         self.stats.d2h_bytes += moved
 
-    def _adamw(self, out: torch.Tensor, grad: torch.Tensor, master: torch.Tensor, m: torch.Tensor, v: torch.Tensor, lr: float) -> None:
-        """One chunk's AdamW on its fp32 state, in place; the rounded weight into ``out``."""
+    def _adamw(self, out: torch.Tensor, grad: torch.Tensor, master: torch.Tensor, m: torch.Tensor, v: torch.Tensor, lr: float,
+               scratch: torch.Tensor | None = None) -> None:
+        """One chunk's AdamW on its fp32 state, in place; the rounded weight into ``out``;
+        ``scratch``: where the fused kernel's fp32 gradient goes (else a new tensor)."""
         beta1, beta2, eps, weight_decay = self.hyper
         step = torch.full((), float(self.step_count), dtype=torch.float32, device=master.device)
         if self.kernel == "reference":  # the rate as a 0-d fp32 tensor, as MasterAdamW holds it: the same rounding
             rate = torch.full((), lr, dtype=torch.float32, device=master.device)
             adamw_update(out, grad, master, m, v, step, rate, beta1, beta2, eps, weight_decay)
             return
-        torch._fused_adamw_([master], [grad.float()], [m], [v], [], [step], lr=lr, beta1=beta1, beta2=beta2,
+        g32 = grad.float() if scratch is None else scratch[: grad.numel()].copy_(grad)
+        torch._fused_adamw_([master], [g32], [m], [v], [], [step], lr=lr, beta1=beta1, beta2=beta2,
                             weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=False)
         out.copy_(master)
 
