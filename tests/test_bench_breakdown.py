@@ -146,6 +146,10 @@ def test_health_result_gives_the_ceilings(bf16):
     assert limits["gemm_tflops"] == pytest.approx(766.411) and "gemm.bf16 measured" in limits["gemm_source"]
     # the 1b preset's recorded step: batch 4 x seq 4096
     work = class_work(preset("1b"), batch=4, seq=4096, params=preset("1b").total_params())
+    # by hand: forward QK^T and PV over the causal half, 2 * L * d * s * tokens; backward 5 products to the forward's 2
+    cfg = preset("1b")
+    assert work[ATTN_FWD]["flops"] == 2 * cfg.n_layers * cfg.dim * 4096 * (4 * 4096)
+    assert work[ATTN_BWD]["flops"] == 5 * work[ATTN_FWD]["flops"] // 2
     rated = with_rates(bf16.to_json(), work, limits)["classes"]
     assert 0.8 < rated[GEMM]["of_ceiling"] < 1.0  # cuBLAS's products near the measured GEMM rate
     assert 0.2 < rated[ATTN_FWD]["of_ceiling"] < 1.0

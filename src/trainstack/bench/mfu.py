@@ -44,13 +44,14 @@ def flops_per_token_causal(cfg: ModelConfig, seq: int) -> int:
 def class_work(cfg: ModelConfig, *, batch: int, seq: int, params: int) -> dict:
     """The work of one step per breakdown class: FLOPs of the products (6 per weight per
     token) and of causal attention (forward 2 products of s x s/2 x d per layer; backward
-    twice the forward), bytes of AdamW over ``params`` parameters (``ceilings.optimizer_bytes``)."""
+    5 such products, the scores recomputed and four gradients: 2.5 times the forward, as
+    FlashAttention-2 counts it), bytes of AdamW over ``params`` parameters (``ceilings.optimizer_bytes``)."""
     tokens = batch * seq
     attention = 2 * cfg.n_layers * cfg.dim * seq * tokens  # forward, causal half: 4*L*d*s^2*B / 2
     return {
         GEMM: {"flops": 6 * cfg.non_embedding_params() * tokens, "counted": "6 * N * tokens"},
         ATTN_FWD: {"flops": attention, "counted": "2 * L * d * T * tokens (causal half)"},
-        ATTN_BWD: {"flops": 2 * attention, "counted": "twice the forward"},
+        ATTN_BWD: {"flops": 5 * attention // 2, "counted": "2.5 times the forward (5 products: scores recomputed, dV, dP, dQ, dK)"},
         OPTIMIZER: {"bytes": optimizer_bytes(params), "counted": "28 bytes per parameter"},
     }
 
