@@ -33,7 +33,7 @@ run() {  # name seconds bench-arguments...
   echo "$name: exit $? in $((SECONDS - start)) s"
   tail -n 30 "$out/$name.err" | cut -c1-400
 }
-run planned $((deadline * 2 / 3)) --modes compile+bf16+planned --memory-cap-gib "${OFFLOAD_CAP_GIB:-74}"
+run planned $((deadline * 85 / 100)) --modes compile+bf16+planned --memory-cap-gib "${OFFLOAD_CAP_GIB:-74}"
 left=$((deadline - SECONDS))
 if (( left > 60 )); then
   run zero_offload "$left" --modes zero2+offload
