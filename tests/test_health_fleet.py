@@ -91,8 +91,8 @@ def test_the_fleet_page_escapes_what_nodes_wrote(tmp_path: Path) -> None:
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
-def test_a_node_pair_below_ninety_percent_of_the_pairs_median_is_slow() -> None:
-    from trainstack.health.allreduce_worker import mark_slow
+def test_a_node_pair_below_ninety_percent_of_the_nodes_best_pairs_is_slow() -> None:
+    from trainstack.health.allreduce_pairs import mark_slow
     from trainstack.health.fleet_schema import PairRow
 
     nodes = ["n1", "n2", "n3", "n4", "n5"]
@@ -101,6 +101,37 @@ def test_a_node_pair_below_ninety_percent_of_the_pairs_median_is_slow() -> None:
     marked = [PairRow.model_validate(p) for p in mark_slow(pairs)]
     assert {tuple(p.nodes) for p in marked if p.slow} == {("n1", "n4"), ("n2", "n4"), ("n3", "n4"), ("n4", "n5")}
     assert mark_slow(pairs[:1])[0]["slow"] is False  # one pair has no peers to be slower than
+
+
+def _sweep(pairs: dict[tuple[str, str], float]) -> dict:
+    from trainstack.health.allreduce_pairs import mark_slow
+
+    nodes = sorted({n for pair in pairs for n in pair})
+    return {"kind": "allreduce", "schema_version": 1, "backend": "gloo", "world_size": len(nodes), "nodes": nodes,
+            "ranks": nodes, "sizes": [],
+            "pairs": mark_slow([{"nodes": list(k), "bytes": 1 << 20, "busbw_gbps": v} for k, v in pairs.items()])}
+
+
+def test_among_three_nodes_the_slow_one_is_named_by_its_pairs(tmp_path: Path) -> None:
+    # n3's two pairs are slow, two of the three: the pairs' own median would be a slow one
+    sweep = _sweep({("n1", "n2"): 2.0, ("n1", "n3"): 0.5, ("n2", "n3"): 0.55})
+    assert [(p["nodes"], p["slow"]) for p in sweep["pairs"]] == [
+        (["n1", "n2"], False), (["n1", "n3"], True), (["n2", "n3"], True)]
+    for name in ("n1", "n2", "n3"):
+        _node(tmp_path, name)
+    (tmp_path / "allreduce.json").write_text(json.dumps(sweep))
+    assert main(["health", "--fleet", str(tmp_path), "--output", str(tmp_path / "out" / "fleet.json")]) == 1
+    report = FleetReport.model_validate_json((tmp_path / "out" / "fleet.json").read_text())
+    assert [(o.node, o.metric) for o in report.outliers] == [("n3", "allreduce_busbw_gbps")]
+    assert {n.node: n.allreduce_busbw_gbps for n in report.nodes} == {"n1": 2.0, "n2": 2.0, "n3": 0.55}
+    # one slow link between two good nodes: that pair, and no node
+    sweep = _sweep({("n1", "n2"): 0.5, ("n1", "n3"): 2.0, ("n2", "n3"): 2.1})
+    assert [p["nodes"] for p in sweep["pairs"] if p["slow"]] == [["n1", "n2"]]
+    (tmp_path / "allreduce.json").write_text(json.dumps(sweep))
+    assert main(["health", "--fleet", str(tmp_path), "--output", str(tmp_path / "out" / "fleet.json")]) == 1
+    report = FleetReport.model_validate_json((tmp_path / "out" / "fleet.json").read_text())
+    assert report.outliers == [] and report.allreduce is not None
+    assert [p.nodes for p in report.allreduce.pairs if p.slow] == [["n1", "n2"]]
 
 
 def test_fleet_schema_is_stable() -> None:

@@ -7,7 +7,8 @@ as JSON to FILE.
 Across nodes (``--nnodes`` and a c10d rendezvous, under srun or a Kubernetes Job) ``--sizes``
 measures a sweep as nccl-tests prints it: per message size the algorithm and bus bandwidth
 (``busbw = algbw * 2(n-1)/n``), the nodes named; with three nodes or more each pair of nodes
-is measured on its own at the largest size, and a pair below 90% of the pairs' median is slow.
+is measured on its own at the largest size, and a pair below 90% of the median of the nodes'
+best pairs is slow (allreduce_pairs).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from trainstack.health.allreduce_pairs import mark_slow
 
 
 def main() -> None:
@@ -50,9 +53,6 @@ def main() -> None:
         dist.destroy_process_group()
 
 
-SLOW_PAIR = 0.9  # a node pair below this fraction of the pairs' median bus bandwidth is slow
-
-
 def _sweep(device: torch.device, rank: int, world: int, args: argparse.Namespace) -> dict:
     """Every size over all ranks, then each node pair on its own; the nodes named."""
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
@@ -77,12 +77,6 @@ def _sweep(device: torch.device, rank: int, world: int, args: argparse.Namespace
         pairs = sorted({tuple(p["nodes"]): p for ps in gathered for p in ps}.values(), key=lambda p: p["nodes"])
     return {"kind": "allreduce", "schema_version": 1, "backend": args.backend, "world_size": world,
             "nodes": nodes, "ranks": names, "sizes": rows, "pairs": mark_slow(pairs)}
-
-
-def mark_slow(pairs: list[dict]) -> list[dict]:
-    """Each pair with ``slow``: below SLOW_PAIR of the pairs' median bus bandwidth (never with one pair)."""
-    median = statistics.median([p["busbw_gbps"] for p in pairs]) if pairs else 0.0
-    return [{**p, "slow": len(pairs) > 1 and p["busbw_gbps"] < SLOW_PAIR * median} for p in pairs]
 
 
 def _group_busbw(device: torch.device, group: dist.ProcessGroup, n: int, nbytes: int,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 
+from trainstack.health.allreduce_pairs import best_pairs
 from trainstack.health.fleet_schema import AllreduceSweep, FleetNode, FleetReport, Outlier
 from trainstack.health.reason import FAILING
 from trainstack.health.schema import HealthReport
@@ -30,11 +31,12 @@ def _slowest(report: HealthReport, names: tuple[str, ...]) -> float | None:
 
 
 def _allreduce_of(node: str, sweep: AllreduceSweep | None) -> float | None:
+    """The node's best pair (a slow node has no fast pair: allreduce_pairs), else the sweep's largest size."""
     if sweep is None or node not in sweep.nodes:
         return None
-    pairs = [p.busbw_gbps for p in sweep.pairs if node in p.nodes]
-    if len(sweep.pairs) > 1 and pairs:
-        return min(pairs)
+    best = best_pairs((p.nodes, p.busbw_gbps) for p in sweep.pairs)
+    if len(sweep.pairs) > 1 and node in best:
+        return best[node]
     largest = max(sweep.sizes, key=lambda s: s.bytes, default=None)
     return largest.busbw_gbps if largest else None
 

@@ -9,13 +9,15 @@ import typer
 from trainstack.console import emit_json, out
 from trainstack.errors import OutputError
 from trainstack.fsutil import atomic_write_text, check_output, describe_os_error
+from trainstack.health.fleet import findings
 from trainstack.health.fleet import fleet_report as build_report
 from trainstack.health.fleet_load import load_fleet
 from trainstack.health.fleet_render import findings_lines, render_html, sweep_table, table
 
 
 def fleet_report(folder: Path, *, json_out: bool, output: Path | None, html: Path | None) -> None:
-    """Print the fleet table (or JSON); exit 0 when every node passes and none stands out, 1 otherwise."""
+    """Print the fleet table (or JSON); exit 0 when every node passes, none stands out
+    and no node pair is slow; 1 otherwise."""
     for path, option in ((output, "--output"), (html, "--html")):
         if path is not None:
             check_output(path, option)
@@ -35,4 +37,4 @@ def fleet_report(folder: Path, *, json_out: bool, output: Path | None, html: Pat
             out.print(sweep_view)
         for line in findings_lines(report):
             out.print(f"finding: {line}", highlight=False, markup=False)
-    raise typer.Exit(1 if report.failing or report.outliers else 0)
+    raise typer.Exit(1 if findings(report) else 0)

@@ -34,7 +34,7 @@ class PairRow(BaseModel):
     nodes: list[Annotated[str, Field(pattern=NODE_NAME)]] = Field(min_length=2, max_length=2)
     bytes: int = Field(ge=0, le=1 << 40)
     busbw_gbps: float = Field(ge=0, allow_inf_nan=False)
-    slow: bool = Field(description="below 90% of the pairs' median bus bandwidth")
+    slow: bool = Field(description="below 90% of the median of the nodes' best pairs")
 
 
 class AllreduceSweep(BaseModel):
@@ -75,7 +75,7 @@ class FleetNode(BaseModel):
     gemm_tflops: float | None = Field(description="slowest GPU's bf16 GEMM; the host's on a node without GPU")
     hbm_gbps: float | None = Field(description="slowest GPU's device copy; the host's memory copy without GPU")
     h2d_gbps: float | None = Field(description="slowest GPU's pinned host-to-device copy")
-    allreduce_busbw_gbps: float | None = Field(description="slowest node pair holding this node, else the sweep's "
+    allreduce_busbw_gbps: float | None = Field(description="best node pair holding this node, else the sweep's "
                                                "largest size")
 
 

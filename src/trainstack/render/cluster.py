@@ -20,6 +20,8 @@ class Placement:
     image: str  # for Kubernetes: 'repo:tag@sha256:...' where the build recorded a digest, else 'repo:tag'
     pinned: bool  # the image is pinned by digest
     unpinned_why: str = ""
+    pyxis: bool = False  # Slurm: the sbatch scripts' steps run in the image through pyxis (srun --container-image)
+    squashfs: str | None = None  # with pyxis: the image as a squashfs file on the nodes, in place of the registry
 
     @property
     def gpus(self) -> int:
@@ -51,9 +53,12 @@ EPILOG_LEVEL = 2  # the deeper one after a failed job
 FLEET_LEVEL = 2  # every node's own measurements, for the fleet report
 
 
+NODE_CHECK = ("-m", "trainstack", "health", "--prolog")  # the interpreter's arguments, before --level
+
+
 def node_check(python: str, level: int, *options: str) -> list[str]:
     """The node check's command: Slurm's prolog, a job step and the Kubernetes DaemonSet run this."""
-    return [python, "-m", "trainstack", "health", "--prolog", "--level", str(level), *options]
+    return [python, *NODE_CHECK, "--level", str(level), *options]
 
 
 def allreduce_worker(p: Placement) -> list[str]:

@@ -19,6 +19,10 @@ def command(
                                    "(their build.json gives the image digest, their venv the interpreter)."),
     python: str | None = typer.Option(None, "--python", help="With --cluster slurm: the interpreter on the nodes "
                                       "(holding trainstack and torch) [default: the built venv's]."),
+    image: bool = typer.Option(False, "--image", help="With --cluster slurm: the sbatch scripts run the stack's image "
+                               "through pyxis (srun --container-image), pinned by the digest build.json records."),
+    squashfs: str | None = typer.Option(None, "--squashfs", metavar="PATH", help="With --image: the image as a "
+                                        "squashfs file on the nodes (enroot import), an absolute path."),
 ) -> None:
     """Render a Dockerfile per flavour plus docker-bake.hcl, a CI workflow and environment.yml.
 
@@ -29,14 +33,20 @@ def command(
     from trainstack.render import render_stack
 
     from trainstack.errors import UsageError
-    from trainstack.render.placement import ENGINES, ClusterOptions
+    from trainstack.render.placement import ENGINES, ClusterOptions, squashfs_path
 
     check_output(out, "--out", folder=True)
     if cluster is not None and cluster not in ENGINES:
         raise UsageError(f"--cluster {cluster}: accepted values are {', '.join(ENGINES)}")
     if cluster is None and python is not None:
         raise UsageError("--python: accepted only with --cluster slurm")
-    options = ClusterOptions(cluster, build_dir, python) if cluster else None
+    if image and cluster != "slurm":
+        raise UsageError("--image: accepted only with --cluster slurm (Kubernetes runs the image already)")
+    if squashfs is not None and not image:
+        raise UsageError("--squashfs: accepted only with --image")
+    if squashfs is not None:
+        squashfs_path(squashfs)
+    options = ClusterOptions(cluster, build_dir, python, image, squashfs) if cluster else None
     changed = render_stack(stack, out, flavour, cluster=options)
     if json_out:
         import json

@@ -4,7 +4,9 @@
   minutes and reports through node-problem-detector's custom-plugin convention (a NodeCondition
   ``TrainstackUnhealthy`` with trainstack's one-line reason), with its ServiceAccount and RBAC;
 - ``allreduce.yaml`` and ``bench.yaml``: an indexed Job with a headless Service, one pod a node,
-  torchrun's ranks joined at pod 0 (``<job>-0.<service>``), the GPUs per pod from the stack.
+  torchrun's ranks joined at pod 0 (``<job>-0.<service>``), the GPUs per pod from the stack;
+- ``allreduce-pytorchjob.yaml`` and ``bench-pytorchjob.yaml``: the same as a Kubeflow PyTorchJob,
+  for clusters that run the training operator (Master and Workers, or elastic Workers).
 
 The image is pinned by the digest its build record holds; where it holds none the manifest says
 so in a comment and render warns. Pure."""
@@ -107,19 +109,27 @@ def node_check_manifests(p: Placement) -> list[dict]:
     ]
 
 
+def _container(p: Placement, name: str, command: list[str], port_name: str) -> dict:
+    return {
+        "name": name, "image": p.image, "command": command,
+        "env": [*_env(p), {"name": "OMP_NUM_THREADS", "value": "1"}],
+        "ports": [{"containerPort": p.stack.cluster.port, "name": port_name}],
+        "volumeMounts": [{"name": "results", "mountPath": "/results"}, {"name": "shm", "mountPath": "/dev/shm"}],
+        "resources": {"limits": {"nvidia.com/gpu": p.gpus}} if p.gpus else {},
+    }
+
+
+VOLUMES = [{"name": "results", "persistentVolumeClaim": {"claimName": RESULTS_CLAIM}},
+           {"name": "shm", "emptyDir": {"medium": "Memory"}}]
+
+
 def _job(p: Placement, name: str, component: str, module_args: list[str]) -> list[dict]:
     c = p.stack.cluster
     meta = _meta(p, name, component)
     torchrun = ["python", "-m", "torch.distributed.run", f"--nnodes={c.nodes}", f"--nproc-per-node={p.ranks_per_node}",
                 "--node-rank=$(JOB_COMPLETION_INDEX)", f"--master-addr={name}-0.{name}", f"--master-port={c.port}",
                 *module_args]
-    container = {
-        "name": component, "image": p.image, "command": torchrun,
-        "env": [*_env(p), {"name": "OMP_NUM_THREADS", "value": "1"}],
-        "ports": [{"containerPort": c.port, "name": "rendezvous"}],
-        "volumeMounts": [{"name": "results", "mountPath": "/results"}, {"name": "shm", "mountPath": "/dev/shm"}],
-        "resources": {"limits": {"nvidia.com/gpu": p.gpus}} if p.gpus else {},
-    }
+    container = _container(p, component, torchrun, "rendezvous")
     return [
         {"apiVersion": "v1", "kind": "Service", "metadata": meta,
          "spec": {"clusterIP": "None", "selector": {"job-name": name},
@@ -128,16 +138,46 @@ def _job(p: Placement, name: str, component: str, module_args: list[str]) -> lis
          "spec": {"completionMode": "Indexed", "completions": c.nodes, "parallelism": c.nodes, "backoffLimit": 0,
                   "template": {"metadata": {"labels": _labels(p, component)},
                                "spec": {"subdomain": name, "restartPolicy": "Never", "containers": [container],
-                                        "volumes": [{"name": "results",
-                                                     "persistentVolumeClaim": {"claimName": RESULTS_CLAIM}},
-                                                    {"name": "shm", "emptyDir": {"medium": "Memory"}}]}}}},
+                                        "volumes": VOLUMES}}}},
     ]
 
 
-def _document(p: Placement, what: str, manifests: list[dict]) -> str:
+# The training operator gives its PET_* variables to the container named "pytorch" and finds the
+# rendezvous port by the name "pytorchjob-port" (kubeflow.org/v1 PyTorchJob).
+PYTORCH_CONTAINER = "pytorch"
+PYTORCH_PORT = "pytorchjob-port"
+TRAINING_OPERATOR = "v1.9.0"  # the release whose PyTorchJob CRD the manifests are validated against
+PYTORCHJOB_SCHEMA = f"the PyTorchJob CRD of the training operator {TRAINING_OPERATOR}, its pod templates the schemas"
+
+
+def pytorch_job(p: Placement, name: str, component: str, module_args: list[str]) -> dict:
+    """A Kubeflow PyTorchJob: one Master and nodes - 1 Workers, or, with [cluster] min_nodes, Workers
+    elastic between min_nodes and nodes at a c10d rendezvous. torchrun takes --nnodes, --node-rank,
+    --nproc-per-node and the master's address (or the rendezvous) from the PET_* variables the
+    operator sets from this spec."""
+    c = p.stack.cluster
+    container = _container(p, PYTORCH_CONTAINER, ["python", "-m", "torch.distributed.run", *module_args], PYTORCH_PORT)
+    template = {"metadata": {"labels": _labels(p, component)}, "spec": {"containers": [container], "volumes": VOLUMES}}
+    spec: dict = {"nprocPerNode": str(p.ranks_per_node)}
+    if c.min_nodes is None:
+        spec["runPolicy"] = {"cleanPodPolicy": "None", "backoffLimit": 0}
+        replicas = {"Master": 1, "Worker": c.nodes - 1}
+        restart = "Never"
+    else:
+        spec["runPolicy"] = {"cleanPodPolicy": "None", "backoffLimit": c.max_restarts}
+        spec["elasticPolicy"] = {"rdzvBackend": "c10d", "minReplicas": c.min_nodes, "maxReplicas": c.nodes,
+                                 "maxRestarts": c.max_restarts}
+        replicas = {"Worker": c.nodes}
+        restart = "OnFailure"
+    spec["pytorchReplicaSpecs"] = {role: {"replicas": n, "restartPolicy": restart, "template": template}
+                                   for role, n in replicas.items() if n}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": _meta(p, name, component), "spec": spec}
+
+
+def _document(p: Placement, what: str, manifests: list[dict], against: str = "") -> str:
     head = [f"# {what}", f"# trainstack stack {p.stack.stack.name} {p.stack.stack.release}, flavour {p.slug}; "
             "rendered by `trainstack render --cluster kubernetes`",
-            f"# validated against the schemas of Kubernetes {', '.join(VERSIONS)}"]
+            f"# validated against {against or 'the schemas'} of Kubernetes {', '.join(VERSIONS)}"]
     if not p.pinned:
         head.append(f"# image NOT pinned by digest: {p.unpinned_why}")
     comments = "".join(f"{line.replace(chr(10), ' ')}\n" for line in head)
@@ -156,4 +196,12 @@ def kubernetes_files(p: Placement) -> dict[str, str]:
         "kubernetes/bench.yaml": _document(
             p, "The stack's bench across nodes under FSDP2: an indexed Job, one pod a node",
             _job(p, "trainstack-bench", "bench", [*bench_command(p), "--out", "/results"])),
+        "kubernetes/allreduce-pytorchjob.yaml": _document(
+            p, "All-reduce between nodes as a Kubeflow PyTorchJob (training operator, kubeflow.org/v1), one pod a "
+               f"node; the sweep lands in the claim '{RESULTS_CLAIM}' as allreduce.json",
+            [pytorch_job(p, "trainstack-allreduce", "allreduce", [*allreduce_worker(p), "--out=/results/allreduce.json"])],
+            PYTORCHJOB_SCHEMA),
+        "kubernetes/bench-pytorchjob.yaml": _document(
+            p, "The stack's bench across nodes under FSDP2 as a Kubeflow PyTorchJob (training operator, kubeflow.org/v1)",
+            [pytorch_job(p, "trainstack-bench", "bench", [*bench_command(p), "--out", "/results"])], PYTORCHJOB_SCHEMA),
     }

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainstack.console import print_error
-from trainstack.errors import SpecError
+from trainstack.errors import SpecError, UsageError
 from trainstack.fsutil import describe_os_error, read_regular
 from trainstack.render import quote
 from trainstack.render.cluster import Placement
@@ -38,6 +38,17 @@ class ClusterOptions:
     engine: str  # slurm | kubernetes
     build_dir: Path = Path("build")
     python: str | None = None  # the interpreter on the nodes; default the built venv's
+    image: bool = False  # Slurm: the sbatch scripts run the stack's image through pyxis
+    squashfs: str | None = None  # with image: the image as a squashfs file on the nodes
+
+
+def squashfs_path(path: str) -> str:
+    """--squashfs: an absolute path on one line (pyxis takes a path that starts with '/' as a file)."""
+    quote.one_line(path, "--squashfs")
+    if not path.startswith("/") or len(path) > 4096:
+        raise UsageError(f"--squashfs {quote.comment(path)}: accepted: an absolute path on the nodes "
+                         "(/shared/images/stack.sqsh), at most 4096 characters")
+    return path
 
 
 def _record(build_dir: Path, slug: str) -> BuildRecord | None:
@@ -60,15 +71,16 @@ def placement(inputs: Inputs, slug: str, options: ClusterOptions) -> Placement:
     quote.one_line(python, "--python")
     tag = inputs.images[slug]
     path = options.build_dir / slug / "build.json"
+    pyxis = {"pyxis": options.image, "squashfs": options.squashfs}
     if record is not None and record.image_digest and record.image == tag:
-        return Placement(inputs.stack, slug, python, f"{tag}@{record.image_digest}", pinned=True)
+        return Placement(inputs.stack, slug, python, f"{tag}@{record.image_digest}", pinned=True, **pyxis)
     if record is None:
         why = f"no {path}"
     elif record.image != tag:
         why = f"{path} is of image {quote.comment(record.image)}, not {tag} (build the flavour again)"
     else:
         why = f"{path} records no image digest (push the image, then build again)"
-    return Placement(inputs.stack, slug, python, tag, pinned=False, unpinned_why=why)
+    return Placement(inputs.stack, slug, python, tag, pinned=False, unpinned_why=why, **pyxis)
 
 
 def cluster_files(inputs: Inputs, options: ClusterOptions) -> dict[str, str]:
@@ -78,6 +90,9 @@ def cluster_files(inputs: Inputs, options: ClusterOptions) -> dict[str, str]:
         p = placement(inputs, slug, options)
         if options.engine == "slurm":
             rendered = slurm_files(p)
+            if p.pyxis and not p.squashfs and not p.pinned:
+                print_error(f"{slug}: the sbatch scripts name the image by its tag, not pinned: {p.unpinned_why}",
+                            prefix="warning:")
         else:
             rendered = kubernetes_files(p)
             if not p.pinned:

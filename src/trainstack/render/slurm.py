@@ -6,7 +6,8 @@ torchrun a node, joined by a c10d rendezvous on the job's first node). Pure: tex
 from __future__ import annotations
 
 from trainstack.render import quote
-from trainstack.render.cluster import EPILOG_LEVEL, FLEET_LEVEL, PROLOG_LEVEL, Placement, allreduce_worker, bench_command, node_check
+from trainstack.render.cluster import (EPILOG_LEVEL, FLEET_LEVEL, NODE_CHECK, PROLOG_LEVEL, Placement, allreduce_worker,
+                                       bench_command, node_check)
 
 HEADER = """\
 #!/bin/sh
@@ -29,34 +30,65 @@ def _head(p: Placement, what: str) -> str:
                          slug=quote.comment(p.slug))
 
 
-def prolog(p: Placement, *, drain: bool) -> str:
+HOOKS = {
+    "prolog": ("Prolog: the quick readiness check before every job (slurm.conf: Prolog=THIS, PrologFlags=Alloc).",
+               "", str(PROLOG_LEVEL)),
+    "epilog": ("Epilog: after a failed job the deeper check (GEMM, copies); after a good one the quick one.",
+               "# slurm.conf: Epilog=THIS. The job script's exit status (SLURM_JOB_EXIT_CODE) or its steps' highest exit\n"
+               "# code (SLURM_JOB_DERIVED_EC), both set for an Epilog, pick the level.\n"
+               f"level={PROLOG_LEVEL}\n"
+               f'case "${{SLURM_JOB_EXIT_CODE:-0}}:${{SLURM_JOB_DERIVED_EC:-0}}" in 0:0) ;; *) level={EPILOG_LEVEL} ;; esac\n',
+               '"$level"'),
+}
+
+
+def hook(p: Placement, event: str, *, drain: bool) -> str:
+    """The prolog or the epilog (``event``): the node check, exit 0 passes, exit 1 drains the node."""
+    what, pick_level, level = HOOKS[event]
     how = ("a failing node drains itself with trainstack's reason (scontrol update ... reason=...), as NHC does; "
            "sinfo -R shows it" if drain else
            "no Slurm command is called (Slurm's advice); a failure drains the node with Slurm's fixed reason "
-           "'Prolog error', trainstack's reason goes to slurmd's log")
-    options = ["--drain"] if drain else []
-    return _head(p, "Prolog: the quick readiness check before every job (slurm.conf: Prolog=THIS, PrologFlags=Alloc).") + f"""\
+           f"'{event.capitalize()} error', trainstack's reason goes to slurmd's log")
+    drain_option = " --drain" if drain else ""
+    return _head(p, what) + f"""\
 # Exit 0 passes; exit 1 makes slurmd drain the node. Mode: {how}.
 # TRAINSTACK_NODE_OUT (in slurmd's environment): a folder for <node>.json, the fleet report's input.
 set -u
 PY={quote.shell(p.python, "python")}
-if [ -n "${{TRAINSTACK_NODE_OUT:-}}" ]; then set -- --node-out "$TRAINSTACK_NODE_OUT"; else set --; fi
-exec {_py(node_check("PY", PROLOG_LEVEL, *options))} "$@"
+{pick_level}if [ -n "${{TRAINSTACK_NODE_OUT:-}}" ]; then set -- --node-out "$TRAINSTACK_NODE_OUT"; else set --; fi
+exec "$PY" {_words(NODE_CHECK)} --level {level}{drain_option} "$@"
 """
 
 
-def epilog(p: Placement, *, drain: bool) -> str:
-    options = ["--drain"] if drain else []
-    return _head(p, "Epilog: after a failed job the deeper check (GEMM, copies); after a good one the quick one.") + f"""\
-# slurm.conf: Epilog=THIS. The job script's exit status (SLURM_JOB_EXIT_CODE) or its steps' highest exit
-# code (SLURM_JOB_DERIVED_EC), both set for an Epilog, pick the level. Exit 1 drains the node.
-set -u
-PY={quote.shell(p.python, "python")}
-level={PROLOG_LEVEL}
-case "${{SLURM_JOB_EXIT_CODE:-0}}:${{SLURM_JOB_DERIVED_EC:-0}}" in 0:0) ;; *) level={EPILOG_LEVEL} ;; esac
-if [ -n "${{TRAINSTACK_NODE_OUT:-}}" ]; then set -- --node-out "$TRAINSTACK_NODE_OUT"; else set --; fi
-exec "$PY" -m trainstack health --prolog --level "$level" {_words(options)} "$@"
-"""
+IMAGE_PYTHON = "python"  # the interpreter on the PATH of the stack's image
+
+
+def enroot_uri(image: str) -> str:
+    """The image as pyxis and enroot name it: ``REGISTRY#REPOSITORY:TAG@DIGEST`` where the first
+    component is a registry (it holds a dot or a port, or is localhost), else Docker Hub's
+    ``NAMESPACE/REPOSITORY:TAG@DIGEST``. enroot reads a digest from release 4.0 on."""
+    first, _, rest = image.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return f"{first}#{rest}"
+    return image
+
+
+def _container_image(p: Placement) -> str:
+    return p.squashfs or enroot_uri(p.image)
+
+
+def _image_lines(p: Placement) -> list[str]:
+    if not p.pyxis:
+        return []
+    if p.squashfs:
+        return [f"# Every step runs in the stack's image through pyxis, from the squashfs file "
+                f"{quote.comment(p.squashfs)} on the nodes (enroot import of {quote.comment(p.image)})."]
+    lines = [f"# Every step runs in the stack's image through pyxis: {quote.comment(p.image)}"]
+    if p.pinned:
+        lines.append("# (pinned by digest: enroot 4.0 or later; with an older enroot, render with --squashfs)")
+    else:
+        lines.append(f"# image NOT pinned by digest: {quote.comment(p.unpinned_why)}")
+    return lines
 
 
 def _sbatch_head(p: Placement, what: str, name: str) -> str:
@@ -66,6 +98,7 @@ def _sbatch_head(p: Placement, what: str, name: str) -> str:
         f"# {what}",
         f"# trainstack stack {quote.comment(p.stack.stack.name)} {quote.comment(p.stack.stack.release)}, "
         f"flavour {quote.comment(p.slug)}; rendered by `trainstack render --cluster slurm`.",
+        *_image_lines(p),
         f"#SBATCH --job-name={name}",
         f"#SBATCH --nodes={c.nodes}",
         "#SBATCH --ntasks-per-node=1",
@@ -75,7 +108,8 @@ def _sbatch_head(p: Placement, what: str, name: str) -> str:
         lines.append(f"#SBATCH --gpus-per-node={p.gpus}")
     if c.partition:
         lines.append(f"#SBATCH --partition={c.partition}")
-    lines += ["set -euo pipefail", f"PY={quote.shell(p.python, 'python')}"]
+    python = IMAGE_PYTHON if p.pyxis else p.python
+    lines += ["set -euo pipefail", f"PY={quote.shell(python, 'python')}"]
     lines += [f"export {k}={quote.shell(v, k)}" for k, v in p.network_env().items()]
     lines += [
         "export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}",
@@ -84,26 +118,42 @@ def _sbatch_head(p: Placement, what: str, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _out(p: Placement, default: str) -> str:
+    """OUT, the shared folder (the script's first argument); with pyxis, the image's steps mount it."""
+    text = f'OUT=${{1:-{default}-$SLURM_JOB_ID}}\nmkdir -p "$OUT"\n'
+    if p.pyxis:
+        text += ('OUT=$(cd "$OUT" && pwd)  # pyxis mounts absolute paths\n'
+                 'case "$OUT" in *[,:]*) echo "error: $OUT: pyxis cannot mount a path holding a comma or a colon '
+                 '(give another DIR)" >&2; exit 64 ;; esac\n'
+                 f'IMAGE=(--container-image={quote.shell(_container_image(p), "image")} '
+                 '--container-mounts="$OUT:$OUT" --container-workdir="$OUT")\n')
+    return text
+
+
+def _srun(p: Placement, options: str = "--ntasks-per-node=1") -> str:
+    return f'srun {options} "${{IMAGE[@]}}"' if p.pyxis else f"srun {options}"
+
+
 def _torchrun(p: Placement) -> str:
-    return (f'srun --ntasks-per-node=1 "$PY" -m torch.distributed.run --nnodes="$SLURM_NNODES" '
+    return (f'{_srun(p)} "$PY" -m torch.distributed.run --nnodes="$SLURM_NNODES" '
             f'--nproc-per-node={p.ranks_per_node} --rdzv-backend=c10d --rdzv-endpoint="$head:{p.stack.cluster.port}" '
             '--rdzv-id="$SLURM_JOB_ID"')
 
 
 def health_sbatch(p: Placement) -> str:
     worker = _words(allreduce_worker(p)) + ' --out="$OUT/allreduce.json"'
+    report = _srun(p, "--nodes=1 --ntasks=1") + " " if p.pyxis else ""
     return _sbatch_head(p, "The fleet's health: every node's own measurements, an all-reduce between the nodes, one report.",
                         "trainstack-health") + f"""\
 # usage: sbatch THIS [DIR]   DIR (default trainstack-fleet-JOBID) must be on a filesystem every node shares
-OUT=${{1:-trainstack-fleet-$SLURM_JOB_ID}}
-mkdir -p "$OUT"
+{_out(p, "trainstack-fleet")}\
 # 1. every node checks and measures itself (GEMM, HBM, H2D; the host's own rates on a node without GPU)
-srun --ntasks-per-node=1 {_py(node_check("PY", FLEET_LEVEL))} --node-out "$OUT" || true
+{_srun(p)} {_py(node_check("PY", FLEET_LEVEL))} --node-out "$OUT" || true
 # 2. the all-reduce between the nodes, per message size (algbw, busbw = algbw * 2(n-1)/n)
 {_torchrun(p)} {worker}
 # 3. one report: the table, fleet.json and fleet.html. Its findings (failing nodes, outliers) are data,
 # not a failure of this job: a failed job would send every node through the epilog's deeper check.
-"$PY" -m trainstack health --fleet "$OUT" --output "$OUT/fleet.json" --html "$OUT/fleet.html" || status=$?
+{report}"$PY" -m trainstack health --fleet "$OUT" --output "$OUT/fleet.json" --html "$OUT/fleet.html" || status=$?
 if [ "${{status:-0}}" = 1 ]; then echo "trainstack: findings in $OUT/fleet.json"; exit 0; fi
 exit "${{status:-0}}"
 """
@@ -114,18 +164,15 @@ def bench_sbatch(p: Placement) -> str:
     return _sbatch_head(p, "The stack's bench across nodes under FSDP2: srun starts one torchrun a node.",
                         "trainstack-bench") + f"""\
 # usage: sbatch THIS [DIR]   DIR (default trainstack-bench-JOBID) on a shared filesystem; rows name the nodes
-OUT=${{1:-trainstack-bench-$SLURM_JOB_ID}}
-mkdir -p "$OUT"
+{_out(p, "trainstack-bench")}\
 {_torchrun(p)} {command}
 """
 
 
 def slurm_files(p: Placement) -> dict[str, str]:
     return {
-        "slurm/prolog.sh": prolog(p, drain=False),
-        "slurm/prolog-drain.sh": prolog(p, drain=True),
-        "slurm/epilog.sh": epilog(p, drain=False),
-        "slurm/epilog-drain.sh": epilog(p, drain=True),
+        **{f"slurm/{event}{'-drain' if drain else ''}.sh": hook(p, event, drain=drain)
+           for event in HOOKS for drain in (False, True)},
         "slurm/health.sbatch": health_sbatch(p),
         "slurm/bench.sbatch": bench_sbatch(p),
     }

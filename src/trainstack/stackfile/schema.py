@@ -551,6 +551,16 @@ class Cluster(Strict):
     # all-reduce message sizes in bytes, as nccl-tests sweeps them
     allreduce_sizes: Annotated[list[Annotated[int, Field(ge=4, le=1 << 36)]], Field(min_length=1, max_length=32)] = [
         1 << 20, 16 << 20, 256 << 20, 1 << 30]
+    # the Kubeflow PyTorchJob elastic between min_nodes and nodes (none: a fixed size, one Master and
+    # nodes - 1 Workers), restarting its workers at most max_restarts times
+    min_nodes: Annotated[int, Field(ge=1, le=4096)] | None = None
+    max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
+
+    @model_validator(mode="after")
+    def _elastic_range(self) -> Cluster:
+        if self.min_nodes is not None and self.min_nodes > self.nodes:
+            raise ValueError(f"min_nodes {self.min_nodes} is more than nodes {self.nodes} (accepted: 1 to nodes)")
+        return self
 
 
 MAX_IMAGE_ENV = 200  # variables baked into an image: more than any image sets
