@@ -1,4 +1,4 @@
-"""A real Slurm cluster for the tests: Debian's slurmctld, two slurmd and munge, each node in a
+"""A real Slurm cluster for the tests: Debian's slurmctld, a slurmd a node and munge, each node in a
 network, UTS and mount namespace of its own (its own hostname and private address), joined by
 veth pairs to a bridge that lives inside the controller's namespace. The host gets no interface,
 address, route, mount or name: `HostState` is taken before and compared after.
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 SUBNET = "10.231.77"  # private; exists only inside the namespaces made here
-TOOLS = ("slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "munged", "unshare", "nsenter", "ip")
+TOOLS = ("slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "munged", "unshare", "nsenter", "ip", "tc")
 
 
 def missing_tools() -> list[str]:
@@ -246,6 +246,16 @@ class Cluster:
             node.run(["ip", "link", "set", "lo", "up"])
             node.run(["ip", "addr", "add", f"{node.address}/24", "dev", "eth0"])
             node.run(["ip", "link", "set", "eth0", "up"])
+
+    def slow_link(self, name: str, rate: str = "200mbit") -> None:
+        """Slow ``name``'s link down for real: a token bucket filter (tc tbf) of ``rate`` on both ends
+        of its veth pair, the node's eth0 (what it sends) and its port on the bridge (what it receives).
+        Both live in the namespaces made here and go with them."""
+        assert self.ctl is not None
+        port = f"port{self.node_names.index(name)}"
+        shape = ["root", "tbf", "rate", rate, "burst", "64kb", "latency", "200ms"]
+        self.nodes[name].run(["tc", "qdisc", "add", "dev", "eth0", *shape])
+        self.ctl.run(["tc", "qdisc", "add", "dev", port, *shape])
 
     def cap_cpu(self, name: str, percent: int = 10) -> None:
         """Slow ``name`` down on purpose: its slurmd (and every job step it starts from now on)
