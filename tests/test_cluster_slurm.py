@@ -158,6 +158,30 @@ def test_the_prolog_runs_on_each_node_for_each_job(cluster: Cluster) -> None:
         assert (gpu["status"], gpu["message"]) == ("skip", "skip: no GPU")
 
 
+def test_slurm_accepts_the_sbatch_scripts_that_run_the_image_through_pyxis(cluster: Cluster, rendered: Path) -> None:
+    """pyxis and enroot cannot be installed here. Slurm's own `sbatch --test-only` checks what plain
+    Slurm reads of the scripts rendered with --image (their #SBATCH directives, the script's form;
+    no job runs); the --container-* options are on the srun lines, pyxis's options, which plain
+    Slurm's srun refuses, as the last assertion shows: their content is tests/test_cluster_render.py's."""
+    tmp = rendered.parents[2]
+    build = tmp / "build-image" / SLUG
+    build.mkdir(parents=True)
+    (build / "build.json").write_text(json.dumps({"flavour": SLUG, "image": f"trainstack/fleet:2026.12.0-{SLUG}",
+                                                  "image_digest": "sha256:" + "ef" * 32}))
+    assert main(["render", str(tmp / "fleet.toml"), "--out", str(tmp / "render-image"), "--cluster", "slurm",
+                 "--build-dir", str(tmp / "build-image"), "--image"]) == 0
+    folder = tmp / "render-image" / SLUG / "slurm"
+    for name in ("health.sbatch", "bench.sbatch"):
+        script = (folder / name).read_text()
+        assert f"--container-image=trainstack/fleet:2026.12.0-{SLUG}@sha256:" in script and "NOT pinned" not in script
+        done = cluster.client(["sbatch", "--test-only", f"--chdir={cluster.base}", str(folder / name),
+                               str(cluster.base / "pyxis-out")], check=False)
+        assert done.returncode == 0 and " to start at " in done.stderr, done
+    assert "trainstack-" not in cluster.client(["squeue", "-h", "-o", "%j"]).stdout  # nothing was submitted
+    refused = cluster.client(["srun", "-N1", "--container-image=x", "true"], check=False)
+    assert refused.returncode != 0 and "container-image" in refused.stderr, refused
+
+
 def test_a_planted_fault_drains_exactly_that_node_with_trainstacks_reason(cluster: Cluster) -> None:
     plant_small_shm(cluster, "n2")
     try:
