@@ -87,6 +87,11 @@ SKIPPED = {
         "needs a locked stack.toml of the user's own (tests/test_cluster_render.py renders and validates one)",
     "kubectl apply -f build/render/cpu-debian12-py311-release/kubernetes/node-check.yaml":
         "needs a Kubernetes cluster (tests/test_cluster_render.py validates the manifests offline)",
+    "trainstack render stack.toml --cluster slurm --image --build-dir build --out build/render":
+        "needs a locked stack.toml of the user's own (tests/test_cluster_render.py renders one; tests/test_cluster_slurm.py "
+        "has Slurm's sbatch --test-only accept its scripts)",
+    "kubectl apply -f build/render/cpu-debian12-py311-release/kubernetes/bench-pytorchjob.yaml":
+        "needs a Kubernetes cluster with Kubeflow's training operator (tests/test_cluster_pytorchjob.py validates it offline)",
     "trainstack health --fleet /shared/fleet-2026-12 --html fleet.html --output fleet.json":
         "reads what a cluster's nodes wrote (tests/test_cluster_slurm.py and tests/test_health_fleet.py run it)",
     "trainstack memplan --preset 1b --batch 4 --seq 4096 --budget 45GiB --compiled --output plan.json":
