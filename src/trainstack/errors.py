@@ -130,7 +130,7 @@ EXIT_TABLE: dict[str, tuple[str, tuple[tuple[int, str], ...]]] = {
                                    (2, "bad input (a suite command not pytest without --trust)"))),
     "release": ("written", ((4, "a lock manifest missing or stale"), (10, "not written (the previous notes kept)"),
                             (2, BAD_INPUT))),
-    "health": ("ok", ((1, "warn; with --prolog the node fails (Slurm drains it); with --fleet a node fails or stands out"),
+    "health": ("ok", ((1, "warn; with --prolog the node fails (Slurm drains it); with --fleet a node fails, stands out or a node pair is slow"),
                       (2, "critical"), (3, "unknown"), (6, "no torch at level 2 or 3"), (10, "--output not written (disk full)"),
                       (HEALTH_BAD_INPUT, BAD_INPUT))),
     "bench": ("measured", ((1, "a mode failed or nothing was measured"), (6, "no torch or no GPU"),
