@@ -97,6 +97,7 @@ def _render(tmp_path: Path, url: str, cluster: str) -> dict[str, list[dict]]:
     assert main(["render", str(stack), "--out", str(tmp_path / "render"), "--cluster", "kubernetes",
                  "--build-dir", str(tmp_path / "build")]) == 0
     folder = tmp_path / "render" / SLUG / "kubernetes"
+    assert not [p.name for p in folder.glob("*.yaml") if re.search(r"[&*]id\d", p.read_text())]  # no YAML alias
     return {p.name: list(yaml.safe_load_all(p.read_text())) for p in sorted(folder.glob("*.yaml"))}
 
 

@@ -119,8 +119,9 @@ def _container(p: Placement, name: str, command: list[str], port_name: str) -> d
     }
 
 
-VOLUMES = [{"name": "results", "persistentVolumeClaim": {"claimName": RESULTS_CLAIM}},
-           {"name": "shm", "emptyDir": {"medium": "Memory"}}]
+def _volumes() -> list[dict]:
+    return [{"name": "results", "persistentVolumeClaim": {"claimName": RESULTS_CLAIM}},
+            {"name": "shm", "emptyDir": {"medium": "Memory"}}]
 
 
 def _job(p: Placement, name: str, component: str, module_args: list[str]) -> list[dict]:
@@ -138,7 +139,7 @@ def _job(p: Placement, name: str, component: str, module_args: list[str]) -> lis
          "spec": {"completionMode": "Indexed", "completions": c.nodes, "parallelism": c.nodes, "backoffLimit": 0,
                   "template": {"metadata": {"labels": _labels(p, component)},
                                "spec": {"subdomain": name, "restartPolicy": "Never", "containers": [container],
-                                        "volumes": VOLUMES}}}},
+                                        "volumes": _volumes()}}}},
     ]
 
 
@@ -156,8 +157,11 @@ def pytorch_job(p: Placement, name: str, component: str, module_args: list[str])
     --nproc-per-node and the master's address (or the rendezvous) from the PET_* variables the
     operator sets from this spec."""
     c = p.stack.cluster
-    container = _container(p, PYTORCH_CONTAINER, ["python", "-m", "torch.distributed.run", *module_args], PYTORCH_PORT)
-    template = {"metadata": {"labels": _labels(p, component)}, "spec": {"containers": [container], "volumes": VOLUMES}}
+
+    def template() -> dict:  # one a replica type: the YAML repeats it rather than aliasing it
+        container = _container(p, PYTORCH_CONTAINER, ["python", "-m", "torch.distributed.run", *module_args], PYTORCH_PORT)
+        return {"metadata": {"labels": _labels(p, component)}, "spec": {"containers": [container], "volumes": _volumes()}}
+
     spec: dict = {"nprocPerNode": str(p.ranks_per_node)}
     if c.min_nodes is None:
         spec["runPolicy"] = {"cleanPodPolicy": "None", "backoffLimit": 0}
@@ -169,7 +173,7 @@ def pytorch_job(p: Placement, name: str, component: str, module_args: list[str])
                                  "maxRestarts": c.max_restarts}
         replicas = {"Worker": c.nodes}
         restart = "OnFailure"
-    spec["pytorchReplicaSpecs"] = {role: {"replicas": n, "restartPolicy": restart, "template": template}
+    spec["pytorchReplicaSpecs"] = {role: {"replicas": n, "restartPolicy": restart, "template": template()}
                                    for role, n in replicas.items() if n}
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": _meta(p, name, component), "spec": spec}
 
