@@ -1,7 +1,8 @@
 """Slurm files for a flavour: the prolog and epilog wrappers (Slurm's convention: exit 0 passes,
 non-zero drains the node) and sbatch scripts for the fleet's health (each node's own
 measurements, then an all-reduce between the nodes) and a multi-node bench (srun starts one
-torchrun a node, joined by a c10d rendezvous on the job's first node). Pure: text only."""
+torchrun a node, joined by a c10d rendezvous on the job's first node); with pyxis, every sbatch
+step runs in the stack's image (srun --container-image, pinned by digest). Pure: text only."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def _head(p: Placement, what: str) -> str:
                          slug=quote.comment(p.slug))
 
 
+# event: (what the script is, the lines that pick the level, the --level word)
 HOOKS = {
     "prolog": ("Prolog: the quick readiness check before every job (slurm.conf: Prolog=THIS, PrologFlags=Alloc).",
                "", str(PROLOG_LEVEL)),
