@@ -46,6 +46,9 @@ SKIPPED = {
         "tests/test_memplan_offload.py runs --world-size, --shard and --json through the CLI on the tiny preset",
     "torchrun --nproc-per-node 8 -m trainstack.cli bench --preset llama3.1-8b --batch 1 --accum 16 --ablation --modes fsdp2,zero2,zero3,zero2+offload":
         "GPU only: 8 GPUs; tests/test_bench_frameworks.py and tests/test_bench_zero.py run these modes on 2 CPU ranks",
+    "trainstack bench --preset llama3.1-8b --batch 1 --accum 16 --modes compile+bf16+planned,zero2+offload --ablation":
+        "GPU only: Llama-3.1 8B at sequence 8192 (benchmarks/offload_8b.sh runs it); tests/test_bench_zero.py runs "
+        "zero2+offload on CPU ranks",
     "trainstack bench --preset llama3.1-8b --batch 1 --modes compile+bf16+planned --health health.json":
         "GPU only: trains Llama-3.1 8B at sequence 8192 on one H200 (tests/test_reference_preset.py plans it on CPU)",
     "trainstack build examples/stacks/cpu-minimal.toml --backend oci":
