@@ -6,8 +6,9 @@
 # a process of its own; one line side by side with the ratio.
 #
 # Usage: benchmarks/offload_8b.sh [OUTDIR]   (default benchmarks/results/offload_8b)
-# Env: OFFLOAD_STEPS (10), OFFLOAD_CAP_GIB (74: the plan's budget, enforced), OFFLOAD_DEADLINE_S
-#      (seconds for the whole script: the anchor gets what the plan left)
+# Env: OFFLOAD_STEPS (10), OFFLOAD_WARMUP (2), OFFLOAD_CAP_GIB (74: the plan's budget, enforced),
+#      OFFLOAD_DEADLINE_S (seconds for the whole script: the anchor gets what the plan left; the
+#      plan all of it where DeepSpeed is not installed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-benchmarks/results/offload_8b}
@@ -16,7 +17,7 @@ py=${PYTHON:-python3}
 export PYTHONPATH="${PYTHONPATH:-}:$PWD/src"
 steps=${OFFLOAD_STEPS:-10}
 deadline=${OFFLOAD_DEADLINE_S:-1500}
-common=(--preset llama3.1-8b --seq 8192 --batch 1 --accum 16 --steps "$steps" --warmup 2)
+common=(--preset llama3.1-8b --seq 8192 --batch 1 --accum 16 --steps "$steps" --warmup "${OFFLOAD_WARMUP:-2}")
 
 if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   echo "skip: no GPU (torch.cuda.is_available() is False)"
@@ -33,9 +34,13 @@ run() {  # name seconds bench-arguments...
   echo "$name: exit $? in $((SECONDS - start)) s"
   tail -n 30 "$out/$name.err" | cut -c1-400
 }
-run planned $((deadline * 85 / 100)) --modes compile+bf16+planned --memory-cap-gib "${OFFLOAD_CAP_GIB:-74}"
+share=85
+"$py" -c 'import deepspeed' 2>/dev/null || share=100
+run planned $((deadline * share / 100)) --modes compile+bf16+planned --memory-cap-gib "${OFFLOAD_CAP_GIB:-74}"
 left=$((deadline - SECONDS))
-if (( left > 60 )); then
+if (( share == 100 )); then
+  echo "zero_offload: not run (DeepSpeed is not installed)"
+elif (( left > 60 )); then
   run zero_offload "$left" --modes zero2+offload
 else
   echo "zero_offload: not run (${left} s left of the deadline)"
