@@ -202,6 +202,9 @@ def test_hf_config_of_another_architecture_runs_the_hf_model(tmp_path):
     assert [r["status"] for r in rows] == ["ok", "ok", "ok"]  # memplan plans the HF model itself
     assert rows[1]["loss_final"] == pytest.approx(rows[0]["loss_final"], rel=1e-5)
     assert "keep" in rows[2]["plan"] and rows[2]["loss_final"] == pytest.approx(rows[0]["loss_final"], rel=1e-5)
+    # the plan's predicted peaks travel in the row beside the measured ones; unplanned rows carry none
+    predicted = rows[2]["plan_predicted"]
+    assert 0 < predicted["allocated_gib"] <= predicted["reserved_gib"] and "plan_predicted" not in rows[0]
 
 
 BENCH_STACK = """\

@@ -109,8 +109,9 @@ def run(spec: RunSpec) -> dict:
 def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
     dev.cap_memory(device, spec.memory_cap_bytes)
     torch.manual_seed(spec.seed)  # the same initial weights on every rank; data differs by rank
-    model, plan, fp8_note, mode, host_kinds = build(spec, spec.mode, device, dist)
-    trainer = make_trainer(model, mode, spec, device, dist, host_kinds)
+    built = build(spec, spec.mode, device, dist)
+    model, mode = built.model, built.mode
+    trainer = make_trainer(model, mode, spec, device, dist, built.host_kinds)
     batches = synthetic_batches(spec, device, dist)
     autocast = device.type == "cuda" and not dist.enabled and not mode.bf16 and not (mode.framework or mode.offload)
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if autocast else nullcontext()
@@ -157,15 +158,17 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
     local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
     extra |= {"params_per_rank": local, "sdpa_ms": {name.lower(): ms for name, ms in sdpa_ms.items()},
               "framework": mode.framework or ("fsdp2" if dist.enabled else "none"), "accum": accum,
-              "state_lived": trainer.where(), "optimizer": trainer.optimizer}
+              "state_lived": trainer.where(), "optimizer": trainer.optimizer,
+              "precision": _precision(device, dist, mode)}  # the mode as planned: a plan may put state on the host
     if isinstance(trainer.opt, HostAdamW):
         extra["host_optimizer"] = host_summary(trainer.opt, spec)
     if trainer.cpu_step_seconds:
         timed = trainer.cpu_step_seconds[spec.warmup:spec.warmup + spec.steps] or trainer.cpu_step_seconds
         extra["cpu_optimizer_ms_per_step"] = statistics.median(timed) * 1e3
-    if fp8_note:
-        extra["fp8"] = fp8_note
-    return Measured(seconds, warmup_seconds, _mean_over_ranks(torch.stack(losses), dist), allocated, reserved, sdpa, plan, extra)
+    if built.fp8_note:
+        extra["fp8"] = built.fp8_note
+    extra |= built.predicted
+    return Measured(seconds, warmup_seconds, _mean_over_ranks(torch.stack(losses), dist), allocated, reserved, sdpa, built.plan, extra)
 
 
 def _mean_over_ranks(losses: torch.Tensor, dist: dev.Dist) -> list[float]:
@@ -227,11 +230,21 @@ def synthetic_batches(spec: RunSpec, device: torch.device, dist: dev.Dist) -> to
     return tokens[:, dist.rank * spec.batch:(dist.rank + 1) * spec.batch].contiguous()
 
 
-def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tuple[torch.nn.Module, str | None, str | None, Mode, frozenset[str] | None]:
+@dataclass
+class Built:
+    """The model ``build`` made and what went into it."""
+
+    model: torch.nn.Module
+    plan: str | None  # memplan's plan in one line (None: not planned)
+    fp8_note: str | None  # what float8 converted (None: unused)
+    mode: Mode  # the mode as planned (``offload`` where the plan chose it)
+    host_kinds: frozenset[str] | None  # the kinds the plan put on the host for bench's host optimizer
+    predicted: dict = field(default_factory=dict)  # the plan's predicted peaks, beside the measured ones in the row
+
+
+def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> Built:
     """The model on ``device`` with float8 layers, checkpointing and compile applied, in that
-    order (the framework shards it: make_trainer); returns it, memplan's plan, what float8
-    converted (None when unused), the mode as planned (``offload`` where the plan chose it)
-    and the kinds the plan put on the host for bench's own host optimizer (None: not chosen)."""
+    order (the framework shards it: make_trainer)."""
     fp8_note = None
     if mode.fp8:
         fp8.require(device)
@@ -242,7 +255,7 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
         flash.use_flash_attn(model)
     if mode.fp8:
         fp8_note = fp8.convert(model, mode.fp8).summary()
-    plan, keep_budget, host_kinds = None, None, None
+    plan, keep_budget, host_kinds, predicted = None, None, None, {}
     if mode.ac == "planned":
         budget = dev.memory_budget(device, spec.memory_cap_bytes)
         model, chosen = apply_planned(
@@ -251,6 +264,7 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
         )
         plan = chosen.summary() if hasattr(chosen, "summary") else _first_line(chosen)
         keep_budget = getattr(chosen, "compiler_budget", None)
+        predicted = plan_predicted(chosen)
         layout = getattr(chosen, "layout", None)
         if layout is not None and layout.offload and host_optimizer_mode(replace(mode, offload=True), dist):
             host_kinds = frozenset(layout.offload)
@@ -263,7 +277,18 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> tu
         apply_checkpointing(model, mode)
     if mode.compile:
         apply_compile(model, keep_budget)
-    return model, plan, fp8_note, mode, host_kinds
+    return Built(model, plan, fp8_note, mode, host_kinds, predicted)
+
+
+def plan_predicted(chosen: object) -> dict:
+    """memplan's prediction for the plan it chose, in GiB (and its step estimate), for the row:
+    an empty dict where the plan is not memplan's ``Plan`` (a plain string: nothing fits)."""
+    b = getattr(chosen, "breakdown", None)
+    if b is None:
+        return {}
+    cost = getattr(chosen, "step_cost", None)
+    return {"plan_predicted": {"allocated_gib": b.allocated_peak / 2**30, "reserved_gib": b.reserved_peak / 2**30,
+                               "host_gib": b.host_bytes / 2**30, "step_s": getattr(cost, "total_s", None)}}
 
 
 def planned_precision(mode: Mode, dist: dev.Dist, device: torch.device) -> str:
@@ -371,7 +396,8 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
     final = m.losses[-1]
     extra = dict(m.extra)
     if "breakdown" in extra:
-        work = class_work(spec.cfg, batch=spec.batch, seq=spec.seq, params=extra.get("params_per_rank") or row["params"])
+        # a profiled step is one optimizer step: all its micro-batches
+        work = class_work(spec.cfg, batch=spec.batch * spec.accum, seq=spec.seq, params=extra.get("params_per_rank") or row["params"])
         health = spec.health if row["device_type"] == "cuda" else None  # a GPU's ceilings are no CPU's
         extra["breakdown"] = with_rates(extra["breakdown"], work, ceilings(peak, health, fp8=bool(spec.mode.fp8)))
     return {
