@@ -34,8 +34,9 @@ RUN = [
 ]
 
 SKIPPED = {
-    "sh bootstrap && . .venv/bin/activate && trainstack lock examples/stacks/cpu-minimal.toml && trainstack build examples/stacks/cpu-minimal.toml && trainstack verify examples/stacks/cpu-minimal.toml":
-        "makes a virtual environment and installs trainstack from PyPI's packages; its lock and build run above, "
+    "sh bootstrap && . .venv/bin/activate && trainstack lock examples/stacks/quickstart.toml && trainstack build examples/stacks/quickstart.toml && trainstack verify examples/stacks/quickstart.toml":
+        "makes a virtual environment and installs trainstack from PyPI's packages; tests/test_quickstart.py locks and builds "
+        "this stack and verifies it without --flavour, "
         "verify runs numpy's test suite (tests/test_release_verify.py runs verify on this stack), and "
         "benchmarks/fresh_debian.py runs the whole command on a fresh Debian 12, Debian 13 and Ubuntu 24.04 "
         "(tests/test_bootstrap.py runs bootstrap's refusals)",

@@ -11,6 +11,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,15 @@ from trainstack.builder.steps import Steps
 from trainstack.builder.swap import swap_into_place
 from trainstack.console import err
 from trainstack.proc import no_interrupt
-from trainstack.errors import BuildError, BusyError, DiskSpaceError, OutputError, SpecError, TrainstackError, UsageError
+from trainstack.errors import (BuildError, BusyError, DiskSpaceError, OutputError, SpecError, ToolMissingError, TrainstackError,
+                               UsageError)
 from trainstack.fsutil import atomic_write_json, describe_os_error
 from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.lock.layers import FlavourLayers
 from trainstack.stackfile.matrix import Flavour
 from trainstack.stackfile.paths import stack_path
 from trainstack.builder.oci import select_oci
-from trainstack.builder.venv import VenvBackend
+from trainstack.builder.venv import VenvBackend, python_installed
 
 BACKENDS = ("venv", "oci")
 
@@ -67,6 +69,8 @@ def build_stack(
         make_backend(backend)  # refused, naming the backends, before anything is read
     inputs = load_inputs(stack_path, flavour)
     chosen = make_backend(backend or inputs.stack.build.backend)
+    if chosen.name == "venv" and flavour is None and inputs.stack.build.venv_flavours == "installed-python":
+        inputs = replace(inputs, layers=_with_installed_python(inputs.layers))
     if chosen.name == "venv":
         for layers in inputs.layers:
             _require_this_machine(layers.flavour)
@@ -96,6 +100,26 @@ def _plan(layers: FlavourLayers, backend: str, build_dir: Path, cpus: float, ski
         f"{s.component.key} (MAX_JOBS {max_jobs(cpus, budget_for(s.component))})" for s in layers.sources)
     err.print(f"{layers.flavour.slug}: would build with {backend} into {final}: install {installs or 'nothing'} package(s)"
               + (f"; {compiles}" if layers.sources else ""), highlight=False, soft_wrap=True)
+
+
+def _with_installed_python(layers: list[FlavourLayers]) -> list[FlavourLayers]:
+    """The flavours whose Python this machine has ([build] venv_flavours = "installed-python"),
+    each one left out named on a line; ToolMissingError when it has none of them."""
+    kept = [one for one in layers if python_installed(one.flavour.python)]
+    for one in layers:
+        if one not in kept:
+            err.print(f"{one.flavour.slug}: left out, no Python {one.flavour.python} on this machine "
+                      f"([build] venv_flavours = \"installed-python\"; --flavour {one.flavour.slug} builds it)", highlight=False)
+    if not kept:
+        wanted = ", ".join(sorted({one.flavour.python for one in layers}))
+        raise ToolMissingError(
+            f"no flavour's Python is on this machine (the stack's flavours need Python {wanted})",
+            hint="install one of them (the distribution's python3.X package, or 'uv python install 3.X'), or build "
+                 "one with --flavour SLUG, which lets uv download its Python",
+        )
+    for one in kept:
+        err.print(f"{one.flavour.slug}: building on this machine's Python {one.flavour.python}", highlight=False)
+    return kept
 
 
 def _require_this_machine(flavour: Flavour) -> None:

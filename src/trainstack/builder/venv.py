@@ -91,12 +91,17 @@ class VenvBackend:
         extensions.build(src, target, python, env, round(free, 2))  # a cached wheel, or compiled now
 
 
+def python_installed(version: str, env: dict[str, str] | None = None) -> bool:
+    """Whether uv finds a Python ``version`` on this machine without downloading one."""
+    found = proc.run(["uv", "python", "find", version], env={**(env or {}), "UV_PYTHON_DOWNLOADS": "never"}, echo=False)
+    return found.ok and bool(found.stdout.strip())
+
+
 def provide_python(steps: Steps, slug: str, version: str, env: dict[str, str]) -> None:
     """The flavour's Python, found before anything else: an installed one is used; a missing
     one is refused up front where uv may not download it (offline, UV_PYTHON_DOWNLOADS=never),
     else downloaded as a network step of its own, so that a failure names what it was fetching."""
-    found = proc.run(["uv", "python", "find", version], env={**env, "UV_PYTHON_DOWNLOADS": "never"}, echo=False)
-    if found.ok and found.stdout.strip():
+    if python_installed(version, env):
         return
     why = python_downloads_off({**os.environ, **env})
     if why is not None:

@@ -342,6 +342,9 @@ class Build(Strict):
     base_cuda: dict[str, Annotated[str, Field(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]] = {}
     # what build and check take when no --backend is given: a stack shipped as images says "oci"
     backend: Literal["venv", "oci"] = "venv"
+    # which flavours a venv build given no --flavour takes: "all", or "installed-python", those
+    # whose Python this machine has (the others named and left out: a stack made to try out here)
+    venv_flavours: Literal["all", "installed-python"] = "all"
     system_packages: list[str] = []
     min_free_disk_gb: Annotated[float, Field(ge=0, le=MAX_DISK_GB, allow_inf_nan=False)] = 10.0
     compiler_cache: CompilerCache = CompilerCache()

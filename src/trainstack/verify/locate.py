@@ -8,6 +8,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from trainstack.console import err
 from trainstack.errors import NotBuiltError, UsageError
 from trainstack.lock.lockfile import parse_lock
 from trainstack.lock.manifest import load_manifest, lock_dir, manifest_path, read_lock_text
@@ -84,12 +85,24 @@ def lock_inputs_hash(stack_path: Path) -> str | None:
     return load_manifest(path).inputs_hash if path.is_file() else None
 
 
+def _the_one_built(stack_path: Path, flavours: list[Flavour], build_dir: Path) -> list[Flavour]:
+    """Of a stack's several flavours, given no --flavour: the one built under ``build_dir`` (a
+    machine builds what it can: [build] venv_flavours); UsageError when none or several are."""
+    built = [f for f in flavours if (build_dir / f.slug / "venv" / "bin" / "python").exists()]
+    if len(built) == 1:
+        err.print(f"{built[0].slug}: the one flavour built under {build_dir}", highlight=False)
+        return built
+    slugs = ", ".join(f.slug for f in (built or flavours))
+    what = f"{len(built)} of them are built" if built else "none is built"
+    raise UsageError(f"{stack_path}: stack has {len(flavours)} flavours and {what} under {build_dir}; choose one with --flavour",
+                     hint=slugs)
+
+
 def built_flavour(stack_path: Path, flavour: str | None, build_dir: Path) -> BuiltFlavour:
     stack = load_stack(stack_path)
     flavours = select_flavour(stack, flavour)
     if len(flavours) != 1:
-        slugs = ", ".join(f.slug for f in flavours)
-        raise UsageError(f"{stack_path}: stack has {len(flavours)} flavours; choose one with --flavour", hint=slugs)
+        flavours = _the_one_built(stack_path, flavours, build_dir)
     chosen = flavours[0]
     where = build_dir / chosen.slug
     if not (where / "venv" / "bin" / "python").exists():
