@@ -84,6 +84,14 @@ def test_failing_suite_on_any_python_exits_1_and_writes_json(
     result = json.loads(output.read_text())
     assert result["gate"]["suites"][0]["failed"] == ["test_bad.py::test_bad"]
     assert not list(output.parent.glob(".*.tmp"))
+    # -q: the failures (each with its reason) and the verdict, nothing of the parts that held
+    code = main(["verify", str(stack), "--python", str(numpy_python), "--skip", "linkcheck,report,ops", "-q"])
+    captured = capsys.readouterr()
+    lines = [line for line in captured.out.splitlines() if line.strip()]
+    assert code == 1 and captured.err == ""
+    assert lines[0] == "  failing bad: test_bad.py::test_bad - assert (2 + 2) == 5", lines
+    assert "VERIFY FAILED" in lines[2] and "smoke" not in captured.out and "test suites" not in captured.out
+    assert len(lines) == 6, lines  # the failing test, then the verdict's box: its title and two reasons
 
 
 @pytest.mark.parametrize(

@@ -32,11 +32,11 @@ def command(
 
     Example: trainstack verify examples/stacks/cpu-minimal.toml --flavour cpu-debian12-py311-release
     """
-    from trainstack.console import err, out
+    from trainstack.console import err, out, verbosity
     from trainstack.console import emit_json
     from trainstack.fsutil import check_output
     from trainstack.verify.scope import make_scope
-    from trainstack.verify.render import render_verify
+    from trainstack.verify.render import render_verify, render_verify_quiet
     from trainstack.verify.run import run_verify
 
     if output is not None:
@@ -61,6 +61,8 @@ def command(
         emit_json(result.model_dump_json(indent=2), to_stdout=False, output=destination)
     if json_out:
         print(result.model_dump_json(indent=2))
+    elif verbosity() < 0:  # -q: the failures and the verdict
+        render_verify_quiet(result, out)
     else:
         render_verify(result, out)
         if destination is not None:

@@ -43,6 +43,13 @@ def render_verify(result: VerifyResult, console: Console) -> None:
     render_verdict(result, console)
 
 
+def render_verify_quiet(result: VerifyResult, console: Console) -> None:
+    """-q: what failed (each failing test with its reason, a suite that crashed) and the verdict."""
+    if result.gate is not None:
+        render_gate_failures(result.gate, console)
+    render_verdict(result, console)
+
+
 def render_environment(settings: list[EnvSetting], console: Console) -> None:
     out = Table(title="environment ([env] of the stack)")
     for column in ("variable", "stack", "activation sets", "status"):
@@ -94,11 +101,21 @@ def render_gate(gate: GateResult, console: Console) -> None:
                     str(len(suite.collection_errors)), str(len(suite.flaky)), str(len(suite.known)),
                     str(len(suite.excluded)), Text(suite.cross_check or "-"), f"{suite.seconds:.1f}")
     console.print(out)
+    render_gate_failures(gate, console, flaky_known_excluded=True)
+
+
+def render_gate_failures(gate: GateResult, console: Console, *, flaky_known_excluded: bool = False) -> None:
+    """Each suite's failing tests (with pytest's reason), what a crashed suite said and the gate's
+    warnings; the flaky, known and excluded tests too unless only failures are asked (-q)."""
     for suite in gate.suites:
         for test in suite.failed[:20]:
             _line(console, ("  failing", "red"), f" {suite.name}: {test}{_why(suite.failure_reasons, test)}")
         if len(suite.failed) > 20:
             _line(console, f"  ... and {len(suite.failed) - 20} more in {suite.name}")
+        if suite.status in ("crashed", "timeout", "error"):
+            _line(console, (f"  {suite.name}: {suite.reason}", "bold red"))
+        if not flaky_known_excluded:
+            continue
         for test in suite.flaky:
             _line(console, ("  flaky", "yellow"), f"   {suite.name}: {test} (failed, then passed on rerun)"
                                                  f"{_why(suite.failure_reasons, test)}")
@@ -106,8 +123,6 @@ def render_gate(gate: GateResult, console: Console) -> None:
             _line(console, ("  known", "dim"), f"   {suite.name}: {hit.test}: {hit.reason} ({hit.link})")
         for item in suite.excluded:
             _line(console, ("  excluded", "dim"), f" {suite.name}: {item.test}: {item.reason} (not run)")
-        if suite.status in ("crashed", "timeout", "error"):
-            _line(console, (f"  {suite.name}: {suite.reason}", "bold red"))
     for warning in gate.warnings:
         _line(console, ("warning:", "yellow"), f" {warning}")
 
