@@ -14,7 +14,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from trainstack import proc
+from trainstack.bench.kineto import without_kineto_noise
 from trainstack.bench.device import dist_from_env
 from trainstack.bench.runner import RunSpec
 from trainstack.fsutil import atomic_write_json

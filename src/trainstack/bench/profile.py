@@ -23,6 +23,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from trainstack.bench.kineto import kineto_noise_dropped
 from trainstack.bench.kernels import Breakdown, Kernel, breakdown, class_text
 from trainstack.bench.kernels import text as kernel_text
 from trainstack.fsutil import atomic_write_text
@@ -49,16 +50,21 @@ def profile_steps(step: Callable[[int], object], first: int, n: int, stem: Path 
     breakdown (``{"breakdown": ...}``) and, given ``stem``, also writes ``stem.trace.json``
     and ``stem.kernels.txt`` and returns their paths."""
     cuda = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        for i in range(first, first + n):
-            with record_function(STEP):
-                step(i)
-        if cuda:
-            torch.cuda.synchronize(device)
-    split = step_breakdown(prof, n, cuda=cuda)
-    paths = write_profile(prof, n, stem, cuda=cuda, split=split) if stem is not None else {}
+    with kineto_noise_dropped(gpu=torch.cuda.is_available()):
+        with profile(activities=activities_for(cuda)) as prof:
+            for i in range(first, first + n):
+                with record_function(STEP):
+                    step(i)
+            if cuda:
+                torch.cuda.synchronize(device)
+        split = step_breakdown(prof, n, cuda=cuda)
+        paths = write_profile(prof, n, stem, cuda=cuda, split=split) if stem is not None else {}
     return paths | {"breakdown": split.to_json()}
+
+
+def activities_for(cuda: bool) -> list[ProfilerActivity]:
+    """What the profiler records: the CPU's ops, and the GPU's kernels (CUPTI) only on a GPU."""
+    return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
 
 
 def write_profile(prof: profile, n: int, stem: Path, *, cuda: bool, split: Breakdown | None = None) -> dict:
