@@ -59,6 +59,7 @@ HOSTS = ("127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n\n::1\tlocalhost ip6-localhos
 PASSED_VARIABLES = re.compile(r"^(https?_proxy|no_proxy|all_proxy|HTTPS?_PROXY|NO_PROXY|ALL_PROXY)$")
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 OUT = RESULTS / "fresh_debian"
+BOOTSTRAP_AND_BUILD_SAID = ("bootstrap:", "cpu-")  # bootstrap's lines; build's per flavour (quickstart's are all cpu-)
 
 
 def readme_commands(readme: str) -> tuple[str, str]:
@@ -117,9 +118,11 @@ def in_root(root: Path, command: str, env: dict[str, str], log: Path, timeout: f
             code = 124
     seconds = round(time.perf_counter() - start, 1)
     lines = log.read_text(errors="replace").splitlines()
-    # the last lines, and every test pytest lists as failed or in error (a whole suite's may be many)
+    # the last lines, every test pytest lists as failed or in error (a whole suite's may be many),
+    # and what bootstrap and build said of the machine (its Python, the flavours built and left out)
+    said = [line for line in lines[:-15] if line.startswith(BOOTSTRAP_AND_BUILD_SAID)]
     failed = [line for line in lines[:-15] if line.startswith(("FAILED ", "ERROR "))][:200]
-    tail = failed + lines[-15:]
+    tail = said[:20] + failed + lines[-15:]
     print(f"  exit {code} after {seconds} s", flush=True)
     return {"command": command, "seconds": seconds, "exit": code, "passed": code == 0, "tail": tail}
 
