@@ -100,6 +100,10 @@ def test_the_image_carries_its_sbom_at_a_fixed_path_with_its_digest_in_a_label(b
         mount = Path(buildah("mount", container).strip())
         data = (mount / SBOM_PATH_IN_IMAGE.lstrip("/")).read_bytes()
         listed = buildah("run", "--isolation", "chroot", container, "--", "python", "-m", "pip", "list", "--format", "json")
+        # the image's dpkg database as the host's dpkg-query reads it (not trainstack's reader)
+        debs = subprocess.run(["dpkg-query", f"--admindir={mount / 'var/lib/dpkg'}", "-W", "-f",
+                               "${db:Status-Status} ${Package} ${Version} ${Architecture}\n"],
+                              capture_output=True, text=True, check=True).stdout
     finally:
         buildah("umount", container, check=False)
         buildah("rm", container)
@@ -108,9 +112,18 @@ def test_the_image_carries_its_sbom_at_a_fixed_path_with_its_digest_in_a_label(b
     assert validate_sbom(data.decode()) is None
     sbom = json.loads(data)
     pip = {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listed)}
-    assert {c["name"]: c["version"] for c in sbom["components"] if c["type"] == "library"} == pip
+    libraries = [c for c in sbom["components"] if c["type"] == "library"]
+    assert {c["name"]: c["version"] for c in libraries if c["purl"].startswith("pkg:pypi/")} == pip
     assert sbom["metadata"]["component"]["type"] == "container"
     assert [c["name"] for c in sbom["components"] if c["type"] == "container"] == ["debootstrap:bookworm"]
+    # the image's Debian packages (the native libraries under its Python: libc6, libssl3, ...) and its OS
+    installed = {tuple(line.split()[1:]) for line in debs.splitlines() if line.startswith("installed ")}
+    listed_debs = {(c["name"], c["version"], c["purl"]) for c in libraries if c["purl"].startswith("pkg:deb/")}
+    assert {(name, version) for name, version, _ in listed_debs} == {(name, version) for name, version, _ in installed}
+    assert {"libc6", "ca-certificates", "python3.11"} <= {name for name, _, _ in listed_debs}
+    libc = next(purl for name, _, purl in listed_debs if name == "libc6")
+    assert libc.startswith("pkg:deb/debian/libc6@") and libc.endswith("?arch=amd64&distro=debian-12"), libc
+    assert [(c["name"], c["version"]) for c in sbom["components"] if c["type"] == "operating-system"] == [("debian", "12")]
 
 
 def test_ca_bundle_is_in_no_layer(built: dict[str, object], marker: str, tmp_path: Path) -> None:

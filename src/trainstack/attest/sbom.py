@@ -1,12 +1,14 @@
 """A CycloneDX SBOM of one built flavour: every installed distribution (its purl, version and the
 lock's hashes), every extension compiled from source (the git commit or the sdist's hash), the CUDA
-toolkit and how it came, the base image, and the native libraries the environment links to outside
-its Python packages (path and sha256)."""
+toolkit and how it came, the base image, the native libraries the environment links to outside
+its Python packages (path and sha256), and an image's operating system with every Debian package
+its dpkg database lists as installed (attest.dpkg)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainstack.attest.dpkg import DebPackage, Distro
 from trainstack.lock.lockfile import LockFile, hashes
 
 SBOM_PATH_IN_IMAGE = "/usr/share/trainstack/sbom.cdx.json"  # where an image carries its SBOM
@@ -42,6 +44,8 @@ class SbomInputs:
     base_image: str = ""  # the image (or debootstrap suite) the flavour builds on
     native: tuple[NativeLibrary, ...] = ()
     trainstack_version: str = ""
+    distro: Distro | None = None  # an image's operating system (its /etc/os-release)
+    system_packages: tuple[DebPackage, ...] = ()  # an image's installed Debian packages
 
 
 def make_sbom(inputs: SbomInputs) -> str:
@@ -90,6 +94,7 @@ def make_sbom(inputs: SbomInputs) -> str:
     if inputs.base_image:
         parts.append(Component(name=inputs.base_image, type=ComponentType.CONTAINER, bom_ref="base-image",
                                properties=props(role="base image")))
+    parts += _system_parts(inputs, props)
     for lib in inputs.native:
         parts.append(Component(name=lib.path, type=ComponentType.FILE, bom_ref=f"file:{lib.path}",
                                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=lib.sha256)],
@@ -98,6 +103,26 @@ def make_sbom(inputs: SbomInputs) -> str:
         bom.components.add(part)
     bom.register_dependency(root, parts)
     return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
+
+
+def _system_parts(inputs: SbomInputs, props) -> list:
+    """The image's operating system and its Debian packages (purl pkg:deb/<os>/<name>@<version>
+    with the arch and distro qualifiers, as purl's deb type has them)."""
+    from cyclonedx.model.component import Component, ComponentType
+    from packageurl import PackageURL
+
+    parts = []
+    distro = inputs.distro
+    if distro is not None:
+        parts.append(Component(name=distro.id, version=distro.version_id or None, type=ComponentType.OPERATING_SYSTEM,
+                               bom_ref="operating-system", properties=props(role="the image's operating system")))
+    namespace = distro.id if distro is not None else "debian"
+    for pkg in inputs.system_packages:
+        qualifiers = {"arch": pkg.arch} | ({"distro": distro.qualifier} if distro is not None else {})
+        purl = PackageURL("deb", namespace=namespace, name=pkg.name, version=pkg.version, qualifiers=qualifiers)
+        parts.append(Component(name=pkg.name, version=pkg.version, type=ComponentType.LIBRARY, purl=purl, bom_ref=str(purl),
+                               properties=props(role="Debian package of the image (dpkg)", source_package=pkg.source)))
+    return parts
 
 
 def validate_sbom(text: str) -> str | None:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainstack import proc
+from trainstack.attest.dpkg import OS_RELEASE_PATH, STATUS_PATH, DebPackage, Distro, distro_of, installed_packages
 from trainstack.attest.files import SBOM_NAME, FilesRecord, file_hash, snapshot
 from trainstack.attest.provenance import PROVENANCE_NAME, BuildFacts, sha256_file, sign
 from trainstack.attest.sbom import CudaToolkit, NativeLibrary, SbomInputs, make_sbom
@@ -39,8 +42,17 @@ def record_venv(job: BuildJob, venv: Path, extensions: dict[str, ExtensionRecord
     return files
 
 
+def image_system(run_in_image: Callable[[list[str]], proc.Result]) -> tuple[Distro | None, tuple[DebPackage, ...]]:
+    """An image's operating system and installed Debian packages, read by ``run_in_image`` (a
+    command run inside the image): none of either where the image has no such file (no dpkg)."""
+    release, status = run_in_image(["cat", OS_RELEASE_PATH]), run_in_image(["cat", STATUS_PATH])
+    distro = distro_of(release.stdout) if release.ok else None
+    return distro, installed_packages(status.stdout) if status.ok else ()
+
+
 def sbom_inputs(job: BuildJob, backend: str, installed: dict[str, str], extensions: dict[str, ExtensionRecord],
-                native: tuple[NativeLibrary, ...] = ()) -> SbomInputs:
+                native: tuple[NativeLibrary, ...] = (), system: tuple[Distro | None, tuple[DebPackage, ...]] = (None, ())
+                ) -> SbomInputs:
     layers, stack = job.layers, job.inputs.stack
     sources, wheels = {}, {}
     for src in layers.sources:
@@ -62,7 +74,7 @@ def sbom_inputs(job: BuildJob, backend: str, installed: dict[str, str], extensio
         python=layers.flavour.python, lock=layers.full, installed=installed, sources=sources, extension_wheels=wheels,
         cuda=cuda_toolkit(job, backend),
         base_image=(layers.locked.base_image or _base(stack, layers.flavour)) if backend == "oci" else "",
-        native=native, trainstack_version=_version(),
+        native=native, trainstack_version=_version(), distro=system[0], system_packages=system[1],
     )
 
 

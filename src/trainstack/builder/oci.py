@@ -21,7 +21,7 @@ from trainstack import proc
 from trainstack.attest.provenance import sha256_file
 from trainstack.attest.sbom import SBOM_LABEL, SBOM_PATH_IN_IMAGE, make_sbom
 from trainstack.builder.backend import BuildJob, BuildOutput
-from trainstack.builder.evidence import sbom_inputs
+from trainstack.builder.evidence import image_system, sbom_inputs
 from trainstack.builder.steps import Steps
 from trainstack.errors import BuildError, SpecError, ToolMissingError
 from trainstack.fsutil import atomic_write_text
@@ -155,14 +155,16 @@ class BuildahBackend:
 
     def _attach_sbom(self, job: BuildJob, tag: str) -> None:
         """The image's SBOM at SBOM_PATH_IN_IMAGE and its sha256 in the SBOM_LABEL label: the
-        distributions listed by the image's own Python, the rest from the lock and the build."""
+        distributions listed by the image's own Python, its Debian packages from its dpkg database,
+        the rest from the lock and the build."""
         container = self._must(self._cmd("from", "--quiet", tag), "open the image").strip()
         try:
             listed = self._must(self._cmd("run", "--isolation", "chroot", container, "--", "python", "-I", "-c", LIST_DISTRIBUTIONS),
                                 "list the image's distributions")
             installed = json.loads(listed.strip().splitlines()[-1])
+            system = image_system(lambda argv: proc.run(self._cmd("run", "--isolation", "chroot", container, "--", *argv), echo=False))
             path = job.staging / "sbom.cdx.json"
-            atomic_write_text(path, make_sbom(sbom_inputs(job, "oci", installed, {})))
+            atomic_write_text(path, make_sbom(sbom_inputs(job, "oci", installed, {}, system=system)))
             self._must(self._cmd("copy", "--quiet", container, path, SBOM_PATH_IN_IMAGE), "copy the SBOM in")
             self._must(self._cmd("config", "--label", f"{SBOM_LABEL}={sha256_file(path)}", container), "label the SBOM")
             self._must(self._cmd("commit", "--quiet", container, tag), "commit the image with its SBOM")
@@ -171,11 +173,7 @@ class BuildahBackend:
 
     @staticmethod
     def _must(argv: list[str | Path], what: str) -> str:
-        result = proc.run(argv, echo=False)
-        if not result.ok:
-            last = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
-            raise BuildError(f"sbom: could not {what}: {last[:300]}")
-        return result.stdout
+        return _must(proc.run(argv, echo=False), what)
 
     def _exists(self, ref: str) -> bool:
         return proc.run(self._cmd("inspect", "--type", "image", ref), echo=False).ok
@@ -231,6 +229,7 @@ class DockerBackend:
             argv += ["--build-arg", f"{key}={value}"]
         secret, secret_env = netrc_secret(job)
         steps.run("image", [*argv, *secret, "-f", context / "Dockerfile", context], env=secret_env, network=True)
+        steps.timed("sbom", lambda: self._attach_sbom(job, tag))
         result = proc.run(["docker", "image", "inspect", tag], echo=False)
         data = json.loads(result.stdout)[0]
         return BuildOutput(
@@ -240,6 +239,38 @@ class DockerBackend:
             image_digest=_repo_digest(data.get("RepoDigests") or []),
             layers=list(data["RootFS"]["Layers"]),
         )
+
+
+    def _attach_sbom(self, job: BuildJob, tag: str) -> None:
+        """As buildah's: the image's SBOM at SBOM_PATH_IN_IMAGE and its sha256 in the SBOM_LABEL
+        label, from what the image's own Python lists and its dpkg database; with the Docker
+        engine's own commands (a container created from the image, the file copied in, committed
+        with the label under the same tag: its entrypoint, command and variables kept)."""
+        def run_in_image(argv: list[str]) -> proc.Result:
+            return proc.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", argv[0], tag, *argv[1:]], echo=False)
+
+        listed = _must(run_in_image(["python", "-I", "-c", LIST_DISTRIBUTIONS]), "list the image's distributions")
+        installed = json.loads(listed.strip().splitlines()[-1])
+        folder = job.staging / "sbom"
+        path = folder / Path(SBOM_PATH_IN_IMAGE).name
+        atomic_write_text(path, make_sbom(sbom_inputs(job, "oci", installed, {}, system=image_system(run_in_image))))
+        container = _must(proc.run(["docker", "create", tag], echo=False), "create a container of the image").strip()
+        try:
+            # a folder copied to a path that does not exist yet becomes it (its parent, /usr/share, does)
+            _must(proc.run(["docker", "cp", f"{folder}/.", f"{container}:{Path(SBOM_PATH_IN_IMAGE).parent}"], echo=False),
+                  "copy the SBOM in")
+            _must(proc.run(["docker", "commit", "--change", f"LABEL {SBOM_LABEL}={sha256_file(path)}", container, tag], echo=False),
+                  "commit the image with its SBOM")
+        finally:
+            proc.run(["docker", "rm", "--force", container], echo=False)
+
+
+def _must(result: proc.Result, what: str) -> str:
+    """The command's output; BuildError naming what could not be done and its last line otherwise."""
+    if not result.ok:
+        last = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        raise BuildError(f"sbom: could not {what}: {last[:300]}")
+    return result.stdout
 
 
 def _repo_digest(repo_digests: list[str]) -> str | None:
