@@ -151,6 +151,22 @@ def test_cli_exit_codes(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "no such file or directory" in capsys.readouterr().err
 
 
+def test_notes_are_counted_and_listed_with_notes(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stubs = tmp_path / "stubs"  # a libcuda.so.1 to link against, then gone: this machine has no driver
+    stubs.mkdir()
+    cc(stubs / "libcuda.so.1", "int cuInit(unsigned f) { return 0; }", "-Wl,-soname,libcuda.so.1")
+    cc(tree / "pkg" / "_gpu.cpython-311-x86_64-linux-gnu.so", "int cuInit(unsigned f); int init(void) { return cuInit(0); }",
+       f"-L{stubs}", "-l:libcuda.so.1")
+    shutil.rmtree(stubs)
+    assert main(["linkcheck", str(tree)]) == 0
+    quiet = capsys.readouterr().out
+    assert "1 note(s) (linkcheck --notes lists them)" in quiet and "libcuda.so.1" not in quiet
+    assert main(["linkcheck", str(tree), "--notes"]) == 0
+    listed = capsys.readouterr().out
+    assert "libcuda.so.1" in listed and "host driver library, not installed on this machine" in listed
+    assert "1 note(s)," in listed and "--notes lists them" not in listed
+
+
 def test_cache_reuses_unchanged_files_and_rereads_changed_ones(tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINSTACK_CACHE_DIR", str(tmp_path / "cache"))
     first = check_paths([tree])
