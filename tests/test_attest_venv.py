@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from tests.test_build_fixtures import copy_example, make_lock
-from trainstack.attest.sbom import validate_sbom
+from trainstack.attest.sbom import make_sbom, validate_sbom
 from trainstack.cli import main
 
 SLUG = "cpu-debian12-py311-release"
@@ -194,3 +194,30 @@ def test_an_up_to_date_build_is_signed_without_building_again(copy, tmp_path, ca
     assert provenance_check(stack, build, public) == 1  # signed with the other key
     [line] = errors(capsys.readouterr().err)
     assert "the signature does not verify with the public key given" in line
+
+
+def test_an_image_sbom_names_its_cuda_toolkit_route_base_image_and_sdist_hashes() -> None:
+    """The CUDA example as an image: nvcc from Debian 13's package (the rules' route for its base),
+    its base image, and DeepSpeed built from the sdist whose hash the lock holds."""
+    from trainstack.builder.backend import BuildJob
+    from trainstack.builder.evidence import sbom_inputs
+    from trainstack.lock.lockfile import hashes
+    from trainstack.render.inputs import load_inputs
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "stacks" / "deepspeed-cuda12-debian.toml"
+    inputs = load_inputs(example)
+    [layers] = inputs.layers
+    job = BuildJob(inputs, layers, Path("staging"), Path("final"), skip_sources=False, ca_bundle=None, cpus=1.0)
+    installed = {e.name: e.version for e in layers.full.entries}
+    text = make_sbom(sbom_inputs(job, "oci", installed, {}))
+    assert validate_sbom(text) is None
+    parts = {c["bom-ref"]: c for c in json.loads(text)["components"]}
+    cuda = parts["cuda-toolkit"]
+    properties = {p["name"]: p["value"] for p in cuda["properties"]}
+    assert cuda["version"] == "12.4" and properties["trainstack:cuda-route"] == "debian"
+    assert "nvidia-cuda-toolkit=12.4.131" in properties["trainstack:cuda-source"]
+    assert parts["base-image"]["name"] == "docker.io/library/debian:trixie"
+    deepspeed = next(c for c in parts.values() if c["name"] == "deepspeed")
+    built_from = {p["name"]: p["value"] for p in deepspeed["properties"]}["trainstack:built-from"]
+    [sha] = hashes(layers.full.get("deepspeed"))
+    assert built_from == f"sdist deepspeed=={installed['deepspeed']} (sha256 one of: {sha})"
