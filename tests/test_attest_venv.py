@@ -221,3 +221,23 @@ def test_an_image_sbom_names_its_cuda_toolkit_route_base_image_and_sdist_hashes(
     built_from = {p["name"]: p["value"] for p in deepspeed["properties"]}["trainstack:built-from"]
     [sha] = hashes(layers.full.get("deepspeed"))
     assert built_from == f"sdist deepspeed=={installed['deepspeed']} (sha256 one of: {sha})"
+
+
+@pytest.mark.skipif(shutil.which("buildah") is None, reason="needs buildah")
+def test_an_image_provenance_naming_an_image_not_here_or_no_image_is_one_line(built, tmp_path, capsys) -> None:
+    from trainstack.attest.provenance import BuildFacts, load_signer, sha256_file, sign
+    from trainstack.builder.oci import BuildahBackend
+
+    stack, _, public = built
+    signer = load_signer(public.with_name("signing.pem"))
+    envelope = tmp_path / "provenance.intoto.json"
+    facts = dict(stack_name=stack.name, stack_sha256=sha256_file(stack), lock_file=f"locks/{SLUG}.txt", lock_sha256="0" * 64,
+                 manifest_sha256="0" * 64, flavour=SLUG, backend="oci", skip_sources=False, build_settings={},
+                 base_image="debootstrap:bookworm", started="", finished="", byproducts={},
+                 tools={"trainstack": "0", "buildah": "1", "storage-driver": BuildahBackend().driver})
+    for subject, message in (("localhost/trainstack-tests/absent:1", "localhost/trainstack-tests/absent:1: no such image on "
+                              f"this machine; the provenance names image id {'ab' * 8} (pull or load that image, then verify again)"),
+                             ("--rm", f"{envelope}: its subject '--rm' is not an image reference")):
+        envelope.write_text(sign(BuildFacts(subjects={subject: "ab" * 32}, **facts), signer))
+        assert main(["verify", str(stack), "--provenance", str(envelope), "--public-key", str(public)]) == 1
+        assert errors(capsys.readouterr().err) == [f"error: {message}"]

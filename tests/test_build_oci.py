@@ -16,8 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from tests.stacks import CPU_FLAVOUR
+from tests.test_attest_venv import write_key
 from tests.test_build_fixtures import copy_example, git, git_package, make_lock
 from trainstack.attest.sbom import SBOM_LABEL, SBOM_PATH_IN_IMAGE, validate_sbom
 from trainstack.builder.oci import BuildahBackend
@@ -69,9 +72,13 @@ def built(storage: Path, marker: str) -> dict[str, object]:
     first = json.loads((build / f"{SLUG}.oci" / "build.json").read_text())
     stack.write_text(stack.read_text().replace('hypothesis = ">=6.100"', 'hypothesis = ">=6.100,<6.150"'))
     make_lock(stack)
-    assert main(["build", str(stack), "--backend", "oci", "--build-dir", str(build)]) == 0
+    private = ed25519.Ed25519PrivateKey.generate()  # the second build's provenance signed
+    key = write_key(root / "signing.pem", private)
+    public = root / "signing.pub"
+    public.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    assert main(["build", str(stack), "--backend", "oci", "--build-dir", str(build), "--signing-key", str(key)]) == 0
     second = json.loads((build / f"{SLUG}.oci" / "build.json").read_text())
-    return {"first": first, "second": second, "root": root, "had_base": had_base}
+    return {"first": first, "second": second, "root": root, "had_base": had_base, "stack": stack, "public": public}
 
 
 def test_image_on_a_debootstrap_base_runs_and_is_labelled(built: dict[str, object]) -> None:
@@ -148,6 +155,25 @@ def test_bumping_an_extra_keeps_the_torch_layer(built: dict[str, object]) -> Non
     assert first[:4] == second[:4]
     assert first[4] != second[4] and first[5] != second[5] and first[6] != second[6]
     assert "debootstrap-bookworm" not in [s["name"] for s in built["second"]["steps"]]  # base reused
+
+
+def test_the_images_provenance_verifies_and_another_image_under_its_tag_fails_naming_it(built: dict[str, object], capsys) -> None:
+    stack, public = built["stack"], built["public"]
+    envelope = built["root"] / "build" / f"{SLUG}.oci" / "provenance.intoto.json"
+    check = ["verify", str(stack), "--flavour", SLUG, "--provenance", str(envelope), "--public-key", str(public)]
+    assert main(check) == 0
+    assert "provenance: signature, the image, the stack file, the lock as signed" in capsys.readouterr().out
+    image_id = json.loads(buildah("inspect", "--type", "image", TAG))["FromImageID"]
+    buildah("tag", BASE, TAG)  # another image under the tag the provenance names
+    try:
+        assert main(check) == 1
+    finally:
+        buildah("tag", image_id, TAG)
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    base_id = json.loads(buildah("inspect", "--type", "image", BASE))["FromImageID"]
+    assert line == (f"error: {TAG}: is image {base_id[:16]} here, not the image {image_id[:16]} the provenance names "
+                    "(rebuilt, changed or tagged again since the build)")
+    assert main(check) == 0
 
 
 SOURCE_STACK = """

@@ -126,6 +126,7 @@ EXIT_TABLE: dict[str, tuple[str, tuple[tuple[int, str], ...]]] = {
                             (2, "bad input (a path that is not a working Python included)"))),
     "linkcheck": ("nothing broken", ((1, "a link is broken"), (10, "--output not written (disk full)"), (2, BAD_INPUT))),
     "verify": ("the gate passes", ((1, "the gate fails, or --provenance does not hold"), (8, "the flavour is not built"),
+                                   (6, "an image's --provenance: buildah or docker, the one that built it, missing"),
                                    (10, "verify.json not written (disk full)"),
                                    (2, "bad input (a suite command not pytest without --trust)"))),
     "release": ("written", ((4, "a lock manifest missing or stale"), (10, "not written (the previous notes kept)"),

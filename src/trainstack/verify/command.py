@@ -45,12 +45,28 @@ def command(
         from trainstack.errors import UsageError
 
         raise UsageError("--provenance and --public-key go together", hint="give both: --provenance FILE --public-key KEY")
+    found = None
+    if provenance is not None and public_key is not None:
+        from trainstack.verify.provenance import check_image_provenance, names_image, open_signed
+
+        found = open_signed(provenance, public_key)
+        if names_image(found):  # an image: its provenance alone; its environment is verified inside it
+            from trainstack.verify.scope import flavour_slug
+
+            signed = check_image_provenance(found, provenance, public_key, stack, flavour_slug(stack, flavour))
+            if json_out:
+                print(signed.model_dump_json(indent=2))
+            else:
+                out.print(f"provenance: {', '.join(signed.checked)} as signed", highlight=False)
+                out.print("verify: an image's provenance only; verify its environment inside a container of the image "
+                          "(trainstack verify --python /usr/bin/python3 there)", highlight=False)
+            return
     target, scope, default_output = make_scope(stack, flavour, python, build_dir, skip)
     signed = None
     if provenance is not None and public_key is not None:
         from trainstack.verify.provenance import check_provenance
 
-        signed = check_provenance(provenance, public_key, target, scope.stack_path, scope.flavour)
+        signed = check_provenance(provenance, public_key, target, scope.stack_path, scope.flavour, found)
         (err if json_out else out).print(f"provenance: {', '.join(signed.checked)} as signed", highlight=False)
     destination = output or default_output
     if destination is not None and output is None:

@@ -50,6 +50,13 @@ def make_scope(
     return open_target(built.python), scope, built.partial_verify_json if skip else built.verify_json
 
 
+def flavour_slug(stack: Path | None, flavour: str | None) -> str | None:
+    """The slug --flavour selects in the stack (a slug with the matrix's dots, too); None without either."""
+    if stack is None or flavour is None:
+        return flavour
+    return select_flavour(load_stack(stack), flavour)[0].slug
+
+
 def accelerator(flavour: Flavour) -> str:
     """The accelerator a flavour's environment is made for, whatever the verifying host has."""
     return "cpu" if flavour.cuda == "cpu" else "cuda"
