@@ -58,8 +58,8 @@ def command(
                 print(signed.model_dump_json(indent=2))
             else:
                 out.print(f"provenance: {', '.join(signed.checked)} as signed", highlight=False)
-                out.print("verify: an image's provenance only; verify its environment inside a container of the image "
-                          "(trainstack verify --python /usr/bin/python3 there)", highlight=False)
+                out.print("verify: the image's provenance alone; its environment is verified in a container of the "
+                          "image (trainstack verify --python /opt/venv/bin/python run there)", highlight=False)
             return
     target, scope, default_output = make_scope(stack, flavour, python, build_dir, skip)
     signed = None
