@@ -241,3 +241,15 @@ def test_an_image_provenance_naming_an_image_not_here_or_no_image_is_one_line(bu
         envelope.write_text(sign(BuildFacts(subjects={subject: "ab" * 32}, **facts), signer))
         assert main(["verify", str(stack), "--provenance", str(envelope), "--public-key", str(public)]) == 1
         assert errors(capsys.readouterr().err) == [f"error: {message}"]
+    # a signed statement of the right types whose fields are not what they should be: one line, never a traceback
+    from securesystemslib.dsse import Envelope
+
+    from trainstack.attest.provenance import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
+
+    odd = {"_type": STATEMENT_TYPE, "predicateType": PREDICATE_TYPE, "subject": [{"name": "venv", "digest": "x"}], "predicate": []}
+    signed = Envelope(payload=json.dumps(odd).encode(), payload_type=PAYLOAD_TYPE, signatures={})
+    signed.sign(signer)
+    envelope.write_text(json.dumps(signed.to_dict()))
+    assert provenance_check(stack, built[1], public, envelope) == 1
+    [line] = errors(capsys.readouterr().err)
+    assert "the environment's files differ from those the provenance names" in line

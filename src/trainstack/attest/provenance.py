@@ -183,15 +183,25 @@ def open_envelope(path: Path, key: Any) -> dict[str, Any]:
     return found
 
 
+def member(value: Any, *keys: str) -> Any:
+    """value[k1][k2]...; {} where a level is missing or not an object (a statement is read as found)."""
+    for key in keys:
+        value = value.get(key, {}) if isinstance(value, dict) else {}
+    return value
+
+
 def subjects(found: dict[str, Any]) -> dict[str, str]:
-    return {s.get("name", ""): s.get("digest", {}).get("sha256", "") for s in found.get("subject", []) if isinstance(s, dict)}
+    listed = found.get("subject", [])
+    return {str(s.get("name", "")): str(member(s, "digest", "sha256") or "")
+            for s in (listed if isinstance(listed, list) else []) if isinstance(s, dict)}
 
 
 def dependency(found: dict[str, Any], role: str) -> tuple[str, str] | None:
     """(name, sha256) of the resolved dependency of that role."""
-    for dep in found.get("predicate", {}).get("buildDefinition", {}).get("resolvedDependencies", []):
-        if isinstance(dep, dict) and dep.get("annotations", {}).get("role") == role:
-            return str(dep.get("name", "")), str(dep.get("digest", {}).get("sha256", ""))
+    listed = member(found, "predicate", "buildDefinition", "resolvedDependencies")
+    for dep in listed if isinstance(listed, list) else []:
+        if isinstance(dep, dict) and member(dep, "annotations", "role") == role:
+            return str(dep.get("name", "")), str(member(dep, "digest", "sha256") or "")
     return None
 
 

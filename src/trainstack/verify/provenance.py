@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from trainstack import proc
 from trainstack.attest.files import SBOM_NAME, snapshot
-from trainstack.attest.provenance import dependency, load_public_key, open_envelope, sha256_file, subjects
+from trainstack.attest.provenance import dependency, load_public_key, member, open_envelope, sha256_file, subjects
 from trainstack.errors import ProvenanceError, UsageError
 from trainstack.grammar import OCI_REFERENCE, shown
 from trainstack.lock.manifest import lock_dir
@@ -80,7 +80,7 @@ def check_image_provenance(found: dict[str, Any], envelope: Path, public_key: Pa
         raise ProvenanceError(f"{envelope}: its subject '{shown(tag)}' is not an image reference")
     if not SHA256_HEX.fullmatch(digest):
         raise ProvenanceError(f"{envelope}: the image id it names for {tag} is not a sha256 ('{shown(digest)}')")
-    tools = found.get("predicate", {}).get("runDetails", {}).get("builder", {}).get("version", {})
+    tools = member(found, "predicate", "runDetails", "builder", "version")
     current = _image_id(tag, tools if isinstance(tools, dict) else {})
     if current is None:
         raise ProvenanceError(f"{tag}: no such image on this machine; the provenance names image id {digest[:16]} "
@@ -114,7 +114,7 @@ def _image_id(tag: str, tools: dict[str, Any]) -> str | None:
 
 
 def _parameters(found: dict[str, Any]) -> dict[str, Any]:
-    parameters = found.get("predicate", {}).get("buildDefinition", {}).get("externalParameters", {})
+    parameters = member(found, "predicate", "buildDefinition", "externalParameters")
     return parameters if isinstance(parameters, dict) else {}
 
 
