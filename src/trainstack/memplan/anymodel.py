@@ -263,6 +263,12 @@ def _param_bytes(params: list[Any], optimizer: OptimizerSpec, precision: Precisi
     return _Bytes(stored, grads, states, master)
 
 
+def _largest_state_tensor(params: list[Any], precision: PrecisionSpec) -> int:
+    """Bytes of the largest trainable parameter in the optimizer state's dtype."""
+    sizes = [p.numel() * (precision.state_itemsize or precision.param_itemsize or p.element_size()) for p in params if p.requires_grad and p.is_floating_point()]
+    return max(sizes, default=0)
+
+
 def _unique(tensors: Any) -> list[Any]:
     seen: dict[int, Any] = {}
     for t in tensors:
@@ -850,7 +856,7 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
         other_state_bytes=others[2],
         block_master_bytes=block_params.master,
         other_master_bytes=total.master - n * block_params.master,
-        step_scratch=int(optimizer.step_scratch * total.grads),
+        step_scratch=int(optimizer.step_scratch * total.grads) + optimizer.largest_scratch * _largest_state_tensor(_unique(model.parameters()), precision),
         blocks=run.path,
         first_block=run.first,
         optimizer=optimizer.name,

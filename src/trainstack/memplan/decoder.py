@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from trainstack.memplan.api import COMPILER_BUDGETS, calibrate_any_compiled, choose_plan, cuda_available, measured_profiles
 from trainstack.memplan.costs import Choice, Overheads, Plan, Profile
 from trainstack.memplan.offload import Placement
-from trainstack.memplan.optim import OptimizerSpec, PrecisionSpec, precision_spec
+from trainstack.memplan.optim import OptimizerSpec, PrecisionSpec, optimizer_spec, precision_spec
 from trainstack.memplan.tracking import Roofline
 from trainstack.memplan.anymodel import autocast_for, calibrate_model, default_loss, fake_copy, fake_like, find_blocks, measure_block, record_call
 from trainstack.memplan.realblock import measure_real
@@ -102,6 +102,7 @@ def plan_memory(
     compiled: bool = False,
     precision: str = "autocast-bf16",
     placement: Placement | None = None,
+    optimizer: str | OptimizerSpec = BENCH_OPTIMIZER,
 ) -> Plan:
     """The plan of least recompute cost whose predicted peak fits ``budget_bytes``.
 
@@ -114,12 +115,18 @@ def plan_memory(
     BudgetError (how much is missing, and the batch or sharding that would fit).
 
     ``precision``: how the bench trains the blocks' weights, a name of
-    ``memplan.optim.PRECISIONS``. The blocks are calibrated under bf16 autocast either way;
+    ``memplan.optim.PRECISIONS``. ``autocast-bf16`` and ``bf16`` are calibrated under bf16 autocast;
     ``bf16`` (bf16 parameters and gradients, AdamW on fp32 master copies) changes the
     weights', gradients' and optimizer state's bytes, and adds the master update's
-    temporaries when it runs eagerly.
+    temporaries when it runs eagerly; ``fp32`` (fp32 weights, no autocast, as the bench
+    trains on a CPU) calibrates the blocks without autocast.
+
+    ``optimizer``: a name of ``memplan.optim.OPTIMIZERS`` or a spec (default: fused AdamW,
+    as the bench steps on a GPU; ``adamw-forloop`` as it steps on a CPU).
     """
     spec = precision_spec(precision)
+    calibrated_as = spec if spec.param_itemsize is None and not spec.autocast else BENCH_AUTOCAST
+    optimizer = optimizer_spec(optimizer)
     on_gpu = cuda_available()
     measure = (compiled and on_gpu) or bool(time_blocks) or (time_blocks is None and on_gpu)
 
@@ -127,7 +134,7 @@ def plan_memory(
         model, tokens = decoder_on_meta(cfg, batch=rows, seq=seq)
         real = _one_block_or_none(cfg, batch=rows, seq=seq) if measured else None
         found = calibrate_any_compiled(
-            model, tokens, compiled=compiled, optimizer=BENCH_OPTIMIZER, precision=BENCH_AUTOCAST, blocks=BLOCKS,
+            model, tokens, compiled=compiled, optimizer=optimizer, precision=calibrated_as, blocks=BLOCKS,
             device=_device(device), measure=real is not None, measure_on=real,
         )
         del real

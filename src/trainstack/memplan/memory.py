@@ -10,15 +10,72 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import accumulate
 
 from trainstack.memplan.costs import BlockCost, Breakdown, Choice, Overheads, Profile
 from trainstack.memplan.placement import CHUNK_BYTES, KINDS, SHARDED_KINDS, Layout, Where, layout_for
-from trainstack.memplan.placement import shard as _shard
+from trainstack.memplan.placement import shard
 
 # FSDP keeps this many blocks' parameters unsharded at once (the one computing, the one prefetched).
 FSDP_UNSHARDED_BLOCKS = 2
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """What a sharding adds on a rank in each phase of a step, beyond the state it keeps
+    sharded: parameters gathered whole, the collectives' buffers. FSDP2 (``fully_shard`` on
+    each block and on the model, the last block not resharded after its forward, implicit
+    prefetch), as torch 2.13's ``_fsdp_param_group`` schedules it:
+
+    - the model's own group (embedding, final norm, output: ``other``) is gathered at the
+      forward's start and stays whole until its post-backward (the root is not resharded
+      after its forward);
+    - in the forward, a block's all-gather output (one block's parameters whole) is kept until
+      the next group's copy-out, beside the block's unsharded parameters; the last block's
+      stays until the model's forward ends, so the loss runs beside both;
+    - in the backward, a block computes with its own parameters whole and the next block's
+      all-gather (prefetched) in flight, and the reduce-scatter input of the block before
+      (its gradients whole, in the reduce dtype) is kept until the next reduce-scatter;
+    - the reduce-scatter buffers are freed when the backward ends.
+
+    Other layouts that gather (ZeRO-3, parameters on the host) keep ``FSDP_UNSHARDED_BLOCKS``
+    blocks whole and one in flight around a block's compute, nothing around the head's."""
+
+    gather: tuple[int, ...] = ()  # at block i's all-gather, before its forward: what is whole then
+    forward: tuple[int, ...] = ()  # during block i's forward
+    loss_forward: int = 0
+    loss_backward: int = 0
+    backward: tuple[int, ...] = ()  # during block i's backward
+    # at block i's reduce-scatter (its gradients whole and their copy in the reduce-scatter input)
+    reduce_scatter: tuple[int, ...] = ()
+    embedding_backward: int = 0
+    rest_reduce_scatter: int = 0  # at the model's own reduce-scatter, after the embedding's backward
+
+
+def gathered_bytes(profile: Profile, layout: Layout) -> Gathered:
+    n = profile.n_blocks
+    none = (0,) * n
+    if not layout.gathers_params:
+        return Gathered(gather=none, forward=none, backward=none, reduce_scatter=none)
+    pb = profile.block_param_bytes
+    if layout.shard != "fsdp2" or layout.world_size < 2:
+        around = FSDP_UNSHARDED_BLOCKS * pb + pb
+        return Gathered(gather=none, forward=(around,) * n, backward=(around,) * n, reduce_scatter=none)
+    other = profile.other_param_bytes
+    block_grad, other_grad = profile.grad_bytes()
+    # at a block's copy-out: its all-gather output and unsharded parameters, beside the all-gather
+    # output before it (the model's own, for the first block), freed only once the copy-out is done
+    gather = tuple(other + (other if i == 0 else pb) + 2 * pb for i in range(n))
+    forward = (other + 2 * pb,) * n
+    prefetched = tuple(pb if i > 0 else 0 for i in range(n))  # the next block's all-gather, issued at this one's pre-backward
+    backward = tuple(other + pb + prefetched[i] + (block_grad if i < n - 1 else 0) for i in range(n))
+    # the block resharded, the reduce-scatter before it freed: its gradients whole, their copy
+    # (the reduce-scatter input) and this rank's part of the sum (its output)
+    reduce_scatter = tuple(other + prefetched[i] + 2 * block_grad + shard(block_grad, layout.world_size) for i in range(n))
+    return Gathered(gather=gather, forward=forward, loss_forward=other + 2 * pb if n else other, loss_backward=other + pb if n else other,
+                    backward=backward, reduce_scatter=reduce_scatter, embedding_backward=other + (block_grad if n else 0),
+                    rest_reduce_scatter=2 * other_grad + shard(other_grad, layout.world_size))
 
 
 def state_totals(profile: Profile) -> dict[str, int]:
@@ -51,37 +108,50 @@ def per_kind(profile: Profile, layout: Layout) -> dict[str, dict]:
             for k in KINDS}
 
 
-def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 1, overheads: Overheads = Overheads(),
-              layout: Layout | None = None, accum: int = 1) -> Breakdown:
-    """Predicted peak of one step (after the first, once optimizer state exists) on one rank.
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a step on one rank: the bytes live above the static state (weights,
+    optimizer state, buffers) while it runs."""
 
-    ``layout``: the sharding and the kinds of state on the host (default: FSDP2 over
-    ``world_size`` ranks, nothing on the host); ``accum``: micro-batches per optimizer step
-    (after the first, every micro-batch runs with the gradients accumulated so far)."""
-    if len(choices) != profile.n_blocks:
-        raise ValueError(f"{len(choices)} choices for {profile.n_blocks} blocks")
-    layout = layout or layout_for(None, world_size)
-    world_size = layout.world_size
-    pb = profile.block_param_bytes
+    name: str
+    grads: int  # gradients live
+    saved: int  # activations saved for the backward
+    transient: int  # what the phase itself adds: its workspace, gathered parameters, buffers
+
+    @property
+    def total(self) -> int:
+        return self.grads + self.saved + self.transient
+
+
+def static_bytes(profile: Profile, layout: Layout) -> tuple[int, int]:
+    """(weights, optimizer state) one rank keeps on its GPU throughout; buffers not included."""
     totals = state_totals(profile)
     weights = layout.gpu_bytes("params", totals["params"])
     optimizer = layout.gpu_bytes("master", totals["master"]) + layout.gpu_bytes("optimizer", totals["optimizer"])
+    return weights, optimizer
+
+
+def phases(profile: Profile, choices: Sequence[Choice], *, layout: Layout, accum: int = 1) -> list[Phase]:
+    """Every phase of one step (after the first, once optimizer state exists) on one rank, in order."""
+    if len(choices) != profile.n_blocks:
+        raise ValueError(f"{len(choices)} choices for {profile.n_blocks} blocks")
+    world_size = layout.world_size
+    totals = state_totals(profile)
     block_grad_bytes, _ = profile.grad_bytes()
     grads_where = layout.where("grads")
     block_grad = 0 if grads_where is Where.HOST else layout.gpu_bytes("grads", block_grad_bytes)
     # gradients on the host: one block's in flight on the GPU until copied down
-    all_grads = _shard(block_grad_bytes, world_size) if grads_where is Where.HOST else layout.gpu_bytes("grads", totals["grads"])
-    accumulated = all_grads if accum > 1 and grads_where is not Where.HOST else 0
+    all_grads = shard(block_grad_bytes, world_size) if grads_where is Where.HOST else layout.gpu_bytes("grads", totals["grads"])
+    accumulated = _accumulated(totals["grads"], all_grads, layout, accum)
     # sharded or offloaded parameters are gathered (copied up) a block at a time for its forward
-    # and backward, the one computing and the one prefetched, and its gradients reduced
-    gathered = FSDP_UNSHARDED_BLOCKS * pb + pb if layout.gathers_params else 0
+    # and backward, and its gradients reduced: what each phase holds whole (Gathered)
+    gathered = gathered_bytes(profile, layout)
     if "optimizer" not in layout.offload:
-        step_transient = _shard(profile.step_scratch, world_size) if "optimizer" in SHARDED_KINDS[layout.shard] else profile.step_scratch
+        step_transient = shard(profile.step_scratch, world_size) if "optimizer" in SHARDED_KINDS[layout.shard] else profile.step_scratch
     elif not layout.cpu_step:  # the state streams up to the GPU's step, two chunks in flight
         step_transient = min(2 * CHUNK_BYTES, layout.host_bytes("optimizer", totals["optimizer"]))
     else:
         step_transient = 0
-    static = weights + optimizer + profile.buffer_bytes
     cost = [profile.options[c] for c in choices]
     saved = [c.saved for c in cost]
     before = [0, *accumulate(saved)]  # before[i]: saved bytes of blocks 0..i-1
@@ -89,27 +159,59 @@ def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 
     total_saved = before[-1]
     head = profile.head
 
-    phases: list[tuple[str, int, int, int]] = []  # (name, grads, saved, transient)
+    found: list[Phase] = []
+    hidden = profile.options[Choice.FULL].saved  # a fully recomputed block saves its input alone
     shared = head.shared  # masks and position embeddings the blocks are given
     for i, c in enumerate(cost):
-        phases.append((f"forward of block {i}", accumulated, held[i], shared + c.fwd_peak + gathered))
+        if gathered.gather[i]:  # the block's input is alive beside what it holds
+            found.append(Phase(f"all-gather of block {i}", accumulated, held[i], shared + hidden + gathered.gather[i]))
+        found.append(Phase(f"forward of block {i}", accumulated, held[i], shared + c.fwd_peak + gathered.forward[i]))
     # what the blocks are handed but kept blocks do not save, a recomputing block holds until its backward
     holding = list(accumulate((c is not Choice.KEEP for c in choices), operator.or_))  # any of blocks 0..i recomputes
     unkept = [head.unkept_shared if h else 0 for h in holding]
     # the blocks' input, once: where the head holds it and the first block saves it too
     twice = min(head.holds_input, cost[0].saved_input) if cost else 0
-    phases.append(("loss forward", accumulated, held[-1] - twice, head.fwd_peak + (head.unkept_loss if holding[-1] else 0)))
-    phases.append(("loss backward", accumulated, total_saved - twice, head.bwd_peak + unkept[-1]))
+    found.append(Phase("loss forward", accumulated, held[-1] - twice, head.fwd_peak + (head.unkept_loss if holding[-1] else 0) + gathered.loss_forward))
+    found.append(Phase("loss backward", accumulated, total_saved - twice, head.bwd_peak + unkept[-1] + gathered.loss_backward))
     for i in reversed(range(len(cost))):
         grads = max(accumulated, (len(cost) - 1 - i) * block_grad)
         # the gradient the blocks accumulate for a shared input: from the second block's backward on
         # (the first's is part of its own backward's bytes)
         shared_grad = head.shared_grad if i < len(cost) - 1 else 0
-        phases.append((f"backward of block {i}", grads, before[i] - (twice if i else 0),
-                       head.after_bwd + shared_grad + unkept[i] + cost[i].bwd_peak - (0 if i else twice) + gathered))
-    phases.append(("embedding backward", max(accumulated, len(cost) * block_grad), 0, head.embed_bwd_peak))
-    phases.append(("optimizer step", all_grads, 0, step_transient))
-    name, grads, live_saved, transient = max(phases, key=lambda p: p[1] + p[2] + p[3])
+        found.append(Phase(f"backward of block {i}", grads, before[i] - (twice if i else 0),
+                           head.after_bwd + shared_grad + unkept[i] + cost[i].bwd_peak - (0 if i else twice) + gathered.backward[i]))
+        if gathered.reduce_scatter[i] and not accumulated:
+            found.append(Phase(f"reduce-scatter of block {i}", grads, before[i] - (twice if i else 0),
+                               head.after_bwd + shared_grad + unkept[i] + gathered.reduce_scatter[i]))
+    found.append(Phase("embedding backward", max(accumulated, len(cost) * block_grad), 0, head.embed_bwd_peak + gathered.embedding_backward))
+    if gathered.rest_reduce_scatter and not accumulated:
+        found.append(Phase("reduce-scatter of the rest", len(cost) * block_grad, 0, gathered.rest_reduce_scatter))
+    found.append(Phase("optimizer step", all_grads, 0, step_transient))
+    return found
+
+
+def _accumulated(whole: int, kept: int, layout: Layout, accum: int) -> int:
+    """Gradients live through a micro-batch after the first of ``accum``: FSDP2 skips the
+    reduce-scatter of every micro-batch but the last (no-sync), so they accumulate whole;
+    the other layouts accumulate what they keep."""
+    if accum < 2 or layout.where("grads") is Where.HOST:
+        return 0
+    return whole if layout.shard == "fsdp2" and layout.world_size > 1 else kept
+
+
+def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 1, overheads: Overheads = Overheads(),
+              layout: Layout | None = None, accum: int = 1) -> Breakdown:
+    """Predicted peak of one step (after the first, once optimizer state exists) on one rank:
+    the largest of its ``phases`` over the static state.
+
+    ``layout``: the sharding and the kinds of state on the host (default: FSDP2 over
+    ``world_size`` ranks, nothing on the host); ``accum``: micro-batches per optimizer step
+    (after the first, every micro-batch runs with the gradients accumulated so far)."""
+    layout = layout or layout_for(None, world_size)
+    weights, optimizer = static_bytes(profile, layout)
+    static = weights + optimizer + profile.buffer_bytes
+    peak = max(phases(profile, choices, layout=layout, accum=accum), key=lambda p: p.total)
+    name, grads, live_saved, transient = peak.name, peak.grads, peak.saved, peak.transient
 
     allocated = static + grads + live_saved + transient + overheads.workspace
     overhead = max(int(allocated * overheads.fragmentation), int(profile.largest_allocation * overheads.largest_room))

@@ -24,6 +24,9 @@ class OptimizerSpec:
     state_bytes_per_element: float | None = None  # fixed bytes per element (8-bit states), not the state dtype's
     small_tensor_elements: int = 0  # tensors under this many elements keep 32-bit states (bitsandbytes)
     step_scratch: float = 0.0  # the step's temporaries, as a fraction of the trainable parameters' state-dtype bytes
+    # the step's temporaries as tensors of its largest parameter (a for-loop step takes the
+    # parameters one at a time: AdamW's denominator is a square root, then its quotient)
+    largest_scratch: int = 0
 
     def state_bytes(self, shape: tuple[int, ...], state_itemsize: int) -> int:
         numel = math.prod(shape)
@@ -44,6 +47,7 @@ OPTIMIZERS = {
     "adamw": OptimizerSpec("AdamW (fused)", full_states=2),
     "adam": OptimizerSpec("Adam (fused)", full_states=2),
     "adamw-foreach": OptimizerSpec("AdamW (foreach)", full_states=2, step_scratch=1.0),
+    "adamw-forloop": OptimizerSpec("AdamW (for-loop)", full_states=2, largest_scratch=2),
     "sgd": OptimizerSpec("SGD", full_states=0),
     "sgd-momentum": OptimizerSpec("SGD with momentum", full_states=1),
     "adafactor": OptimizerSpec("Adafactor", factored=True),
@@ -83,8 +87,9 @@ def optimizer_spec(optimizer: object) -> OptimizerSpec:
     if "8bit" in name:
         return OPTIMIZERS["adam8bit" if name.startswith("adam8") else "adamw8bit"]
     if name in ("adamw", "adam"):
-        foreach = not defaults.get("fused") and defaults.get("foreach") is not False
-        return OPTIMIZERS["adamw-foreach"] if foreach else OPTIMIZERS[name]
+        if defaults.get("fused"):
+            return OPTIMIZERS[name]
+        return OPTIMIZERS["adamw-forloop" if defaults.get("foreach") is False else "adamw-foreach"]
     if name == "sgd":
         return OPTIMIZERS["sgd-momentum" if defaults.get("momentum") else "sgd"]
     if name == "adafactor":
