@@ -2,7 +2,8 @@
 the CPU: the tiny preset sharded with FSDP2 (with CPUOffloadPolicy where asked), one step to
 make the optimizer state, then one step under torch's FSDPMemTracker; without and then with offload; the bytes it saw per
 kind (after backward, and at the step's peak) and glibc's count of the process's heap around
-the state's creation go to OUT/rank<N>.json."""
+the state's creation go to OUT/rank<N>.json. ``whole``: the step's peak without offload at
+each of WHOLE_STEP's (batch, seq) too (the 4-rank launch measures only these)."""
 
 from __future__ import annotations
 
@@ -32,9 +33,15 @@ def heap_bytes() -> int:
     return info.uordblks + info.hblkhd
 
 
-def main(out: Path, batch: int, seq: int) -> None:
+# (batch, seq) of the whole-step peaks: one where the activations and the loss set the peak,
+# one so short that the state and FSDP2's buffers do (a block's reduce-scatter)
+WHOLE_STEP = ((2, 64), (1, 16))
+
+
+def main(out: Path, batch: int, seq: int, kinds: str = "plain,offload") -> None:
     dist.init_process_group("gloo")
-    result = {how: measure(offload=how == "offload", batch=batch, seq=seq) for how in ("plain", "offload")}
+    result: dict = {how: measure(offload=how == "offload", batch=batch, seq=seq) for how in kinds.split(",") if how}
+    result["whole"] = {f"{b}x{s}": measure(offload=False, batch=b, seq=s)["peak"]["Total"] for b, s in WHOLE_STEP}
     (out / f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()
@@ -73,4 +80,4 @@ def measure(*, offload: bool, batch: int, seq: int) -> dict:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:5])

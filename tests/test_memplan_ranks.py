@@ -3,40 +3,20 @@ FSDPMemTracker counts on each of 2 CPU ranks (gloo under torchrun, loopback only
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import socket
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from trainstack.memplan.costs import Overheads
 from trainstack.memplan.offload import Placement
 from trainstack.nn.presets import preset
+from tests.rank_launch import launch, whole_step_plan
 
-WORKER = Path(__file__).with_name("rank_memory_worker.py")
 BATCH, SEQ = 2, 64
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
-    """Both layouts measured in one launch of 2 ranks."""
-    tmp_path = tmp_path_factory.mktemp("ranks")
-    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
-    argv = [torchrun, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-            str(WORKER), str(tmp_path), str(BATCH), str(SEQ)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    """Both layouts, and the whole-step peaks, measured in one launch of 2 ranks."""
+    return launch(tmp_path_factory.mktemp("ranks"), 2, str(BATCH), str(SEQ))
 
 
 def _plan(offload: frozenset[str]):
@@ -68,3 +48,12 @@ def test_offloaded_state_is_predicted_on_the_host_at_the_bytes_the_ranks_hold(ra
         measured = rank["after_backward"]  # CPUOffloadPolicy: sharded parameters, gradients and state in host memory
         held = measured["SHARDED_PARAM"] + measured["SHARDED_GRAD"] + measured["OPT"]
         assert b.host_bytes == pytest.approx(held, rel=0.03)
+
+
+@pytest.mark.parametrize(("batch", "seq", "phase"), [(2, 64, "loss forward"), (1, 16, "reduce-scatter of block 1")])
+def test_fsdp2_whole_step_peak_within_3_percent_of_fsdp_mem_tracker(ranks, batch, seq, phase):
+    plan = whole_step_plan(batch, seq, 2)
+    assert all(c == "keep" for c in plan.choices)
+    assert plan.breakdown.transient_phase == phase  # the loss beside the gathered head and last block; a reduce-scatter
+    for rank in ranks:
+        assert plan.breakdown.allocated_peak == pytest.approx(rank["whole"][f"{batch}x{seq}"], rel=0.03)

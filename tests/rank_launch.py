@@ -1,0 +1,45 @@
+"""Launch tests/rank_memory_worker.py over CPU ranks (gloo under torchrun, loopback only)
+and read what each rank measured: the harness of the per-rank memory tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).with_name("rank_memory_worker.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(out: Path, ranks: int, *args: str) -> list[dict]:
+    """``ranks`` processes of the worker writing into ``out``; each rank's JSON, rank 0 first."""
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+    argv = [torchrun, "--nnodes", "1", "--nproc-per-node", str(ranks), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+            str(WORKER), str(out), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
+
+
+def whole_step_plan(batch: int, seq: int, world_size: int):
+    """memplan's plan of the step the worker runs: the tiny preset in fp32 without autocast,
+    torch's for-loop AdamW, FSDP2 over ``world_size`` ranks (none on one process), no
+    allocator overheads (the CPU has none)."""
+    from trainstack.memplan import plan_memory
+    from trainstack.memplan.costs import Overheads
+    from trainstack.memplan.offload import Placement
+    from trainstack.nn.presets import preset
+
+    return plan_memory(preset("tiny"), batch=batch, seq=seq, budget_bytes=1 << 33, world_size=world_size, precision="fp32",
+                       optimizer="adamw-forloop", placement=Placement(shard="fsdp2" if world_size > 1 else "none"), overheads=Overheads())
