@@ -102,3 +102,26 @@ def test_cli_predicts_per_rank_bytes_by_kind_and_says_why():
     assert plan["why"].startswith("chose zero2 over 2 ranks") and plan["step_cost"]["accum"] == 4
     bad = _cli("--preset", "tiny", "--offload", "params", "--budget", "1GiB")
     assert bad.returncode == 2 and bad.stderr.startswith("error: --offload: params on the host needs") and "Traceback" not in bad.stderr
+
+
+def test_zero_offload_keeps_host_gradients_in_fp32_and_fsdp2_in_the_parameters_dtype():
+    """DeepSpeed's ZeRO-Offload copies each gradient partition into an fp32 buffer on the host:
+    bf16 parameters' gradients take 4 bytes an element there, twice their bytes on the GPU."""
+    from trainstack.memplan.memory import host_bytes, per_kind
+
+    profile = _profile()
+    totals = state_totals(profile)
+    zero = Layout("zero2", 2, frozenset({"optimizer", "master", "grads"}))
+    kinds = per_kind(profile, zero)
+    assert kinds["grads"]["host_bytes"] == -(-totals["master"] // 2) == -(-2 * totals["grads"] // 2)
+    assert host_bytes(profile, zero) == sum(k["host_bytes"] for k in kinds.values())
+    fsdp2 = Layout("fsdp2", 2, frozenset({"optimizer", "master", "grads", "params"}))
+    assert per_kind(profile, fsdp2)["grads"]["host_bytes"] == -(-totals["grads"] // 2)
+
+
+def test_a_bad_host_budget_names_its_own_flag():
+    bad = _cli("--preset", "tiny", "--offload", "optimizer", "--host-budget", "lots", "--budget", "1GiB")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.startswith("error: --host-budget: 'lots' is not a budget") and "of this host's memory" in bad.stderr
+    bare = _cli("--preset", "tiny", "--offload", "optimizer", "--host-budget", "64", "--budget", "1GiB")
+    assert bare.returncode == 2 and bare.stderr.startswith("error: --host-budget: '64' has no unit")

@@ -22,30 +22,34 @@ _UNITS = {
 }
 _BUDGET = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 MOST = 2**60  # 1 EiB: no memory a budget could be of is larger
-ACCEPTED = "bytes with a unit such as '60GiB' or '80GB', or a fraction of the GPU's memory such as '0.8'"
+GPU_MEMORY = "the GPU's memory"
+HOST_MEMORY = "this host's memory"
+ACCEPTED = "bytes with a unit such as '60GiB' or '80GB', or a fraction of {of} such as '0.8'"
 
 
-def parse_budget(text: str, gpu_bytes: Callable[[], int | None]) -> int:
-    """Bytes for ``text``; a fraction in (0, 1] is taken of ``gpu_bytes()``."""
+def parse_budget(text: str, gpu_bytes: Callable[[], int | None], flag: str = "--budget", of: str = GPU_MEMORY) -> int:
+    """Bytes for ``text``; a fraction in (0, 1] is taken of ``gpu_bytes()``. ``flag`` names
+    the option (or variable) in errors, ``of`` what a fraction is of."""
     m = _BUDGET.match(text)
     if not m or m.group(2).lower() not in _UNITS:
-        raise UsageError(f"--budget: '{text}' is not a budget; accepted: {ACCEPTED}")
+        raise UsageError(f"{flag}: '{text}' is not a budget; accepted: {ACCEPTED.format(of=of)}")
     value, unit = Decimal(m.group(1)), m.group(2).lower()  # exact: a thousand digits stay a number
     if unit == "" and value > 1:
-        raise UsageError(f"--budget: '{text}' has no unit; write bytes with a unit such as '{m.group(1)}GiB' or '{m.group(1)}GB', or a fraction of the GPU's memory such as '0.8'")
+        raise UsageError(f"{flag}: '{text}' has no unit; write bytes with a unit such as '{m.group(1)}GiB' or '{m.group(1)}GB', or a fraction of {of} such as '0.8'")
     if unit == "" and value <= 1:
         if value <= 0:
-            raise UsageError(f"--budget: fraction '{text}' must be above 0")
+            raise UsageError(f"{flag}: fraction '{text}' must be above 0")
         total = gpu_bytes()
         if total is None:
-            raise UsageError(f"--budget: '{text}' is a fraction of the GPU's memory, but no GPU was found; give bytes such as '60GiB'")
+            missing = "no GPU was found" if of == GPU_MEMORY else f"{of} could not be read"
+            raise UsageError(f"{flag}: '{text}' is a fraction of {of}, but {missing}; give bytes such as '60GiB'")
         nbytes = int(total * value)
     else:
         nbytes = int(value * _UNITS[unit])
     if nbytes <= 0:
-        raise UsageError(f"--budget: '{text}' must be more than 0 bytes")
+        raise UsageError(f"{flag}: '{text}' must be more than 0 bytes")
     if nbytes > MOST:
-        raise UsageError(f"--budget: '{text}' is more than 1 EiB; write the memory to fit in, such as '60GiB'")
+        raise UsageError(f"{flag}: '{text}' is more than 1 EiB; write the memory to fit in, such as '60GiB'")
     return nbytes
 
 

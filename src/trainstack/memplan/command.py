@@ -99,14 +99,14 @@ def _placement(shard: str | None, offload: str, accum: int, host_budget: str, wo
     """The placement asked for (offload.Placement), or None where the flags ask for none of it."""
     if shard is None and offload.strip().lower() == "none" and accum == 1:
         return None
-    from trainstack.memplan.budget import host_memory_bytes, parse_budget
+    from trainstack.memplan.budget import HOST_MEMORY, host_memory_bytes, parse_budget
     from trainstack.memplan.offload import Placement
     from trainstack.memplan.placement import Layout, parse_offload
 
     auto = offload.strip().lower() == "auto"
     kinds = None if auto else parse_offload(offload)
     Layout(shard or ("fsdp2" if world_size > 1 else "none"), world_size, kinds or frozenset())  # refuses a bad sharding or kind now
-    host = parse_budget(host_budget, host_memory_bytes) if (auto or kinds) else None
+    host = parse_budget(host_budget, host_memory_bytes, flag="--host-budget", of=HOST_MEMORY) if (auto or kinds) else None
     return Placement(shard=shard, offload=kinds, accum=accum, host_budget_bytes=host)
 
 

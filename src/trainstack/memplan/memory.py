@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from itertools import accumulate
 
 from trainstack.memplan.costs import BlockCost, Breakdown, Choice, Overheads, Profile
-from trainstack.memplan.placement import CHUNK_BYTES, KINDS, SHARDED_KINDS, Layout, Where, layout_for
+from trainstack.memplan.placement import CHUNK_BYTES, FP32_HOST_GRADS, KINDS, SHARDED_KINDS, Layout, Where, layout_for
 from trainstack.memplan.placement import shard
 
 # FSDP keeps this many blocks' parameters unsharded at once (the one computing, the one prefetched).
@@ -92,10 +92,20 @@ def state_totals(profile: Profile) -> dict[str, int]:
     }
 
 
+def host_totals(profile: Profile, layout: Layout) -> dict[str, int]:
+    """The whole model's bytes of each kind as the host would hold them: as ``state_totals``,
+    but DeepSpeed's ZeRO-Offload keeps the gradients it moves to the host in fp32 (beside its
+    fp32 master weights), whatever the parameters' dtype."""
+    totals = state_totals(profile)
+    if layout.shard in FP32_HOST_GRADS and "grads" in layout.offload:
+        totals["grads"] = max(totals["grads"], totals["master"])  # master weights: 4 bytes per trained element
+    return totals
+
+
 def host_bytes(profile: Profile, layout: Layout) -> int:
     """What one rank keeps in host memory: its offloaded state, and where the CPU steps the
     optimizer on gradients kept on the GPU, two fp32 chunks of them in flight (never a full copy)."""
-    totals = state_totals(profile)
+    totals = host_totals(profile, layout)
     held = sum(layout.host_bytes(k, totals[k]) for k in KINDS)
     if layout.cpu_step and "grads" not in layout.offload:
         held += min(2 * CHUNK_BYTES, layout.host_bytes("master", totals["master"]))
@@ -103,8 +113,8 @@ def host_bytes(profile: Profile, layout: Layout) -> int:
 
 
 def per_kind(profile: Profile, layout: Layout) -> dict[str, dict]:
-    totals = state_totals(profile)
-    return {k: {"where": str(layout.where(k)), "gpu_bytes": layout.gpu_bytes(k, totals[k]), "host_bytes": layout.host_bytes(k, totals[k]), "total_bytes": totals[k]}
+    totals, on_host = state_totals(profile), host_totals(profile, layout)
+    return {k: {"where": str(layout.where(k)), "gpu_bytes": layout.gpu_bytes(k, totals[k]), "host_bytes": layout.host_bytes(k, on_host[k]), "total_bytes": totals[k]}
             for k in KINDS}
 
 

@@ -38,6 +38,9 @@ SHARDED_KINDS = {
 OFFLOAD_NEEDS = {"optimizer": frozenset(), "master": frozenset({"optimizer"}), "params": frozenset({"master", "optimizer"}), "grads": frozenset({"master", "optimizer"})}
 # the ladder the planner climbs when the GPU's budget needs it: the least moved first
 OFFLOAD_LADDER = (frozenset(), frozenset({"optimizer"}), frozenset({"optimizer", "master"}), frozenset({"optimizer", "master", "params"}))
+# the shardings whose offloaded gradients the host keeps in fp32 (DeepSpeed's ZeRO-Offload
+# copies each gradient partition into an fp32 buffer beside the fp32 master weights it steps)
+FP32_HOST_GRADS = frozenset({"zero1", "zero2", "zero3"})
 # gradients streamed to the host's optimizer in chunks of about this many fp32 bytes, two in flight
 CHUNK_BYTES = 256 << 20
 

@@ -49,10 +49,7 @@ def variables(request: Request) -> dict[str, str]:
         env[s.OOM_SNAPSHOT] = str(out / "oom")
         env[s.OOM_SNAPSHOT_ENTRIES] = str(request.oom_entries)
     if request.memplan is not None:
-        try:
-            parse_budget(request.memplan, lambda: 2**40)  # the form only: a fraction is taken of the job's GPU
-        except UsageError as exc:
-            raise UsageError(str(exc).replace("--budget", "--memplan", 1)) from None
+        parse_budget(request.memplan, lambda: 2**40, flag="--memplan")  # the form only: a fraction is taken of the job's GPU
         env[s.MEMPLAN] = request.memplan
     if request.compile:
         env[s.COMPILE] = "1"

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainstack.errors import TrainstackError, UsageError
+from trainstack.errors import TrainstackError
 from trainstack.memplan import Choice, Plan
 from trainstack.run.capture import Captured
 from trainstack import memplan
@@ -33,10 +33,7 @@ class Unplannable(Exception):
 def parse(budget: str, where: str) -> int:
     """Bytes of a budget written as for ``memplan --budget``; a fraction is of this GPU (of the
     host's memory where there is none, as memplan takes it)."""
-    try:
-        return parse_budget(budget, lambda: device_bytes() or host_memory_bytes())
-    except UsageError as exc:
-        raise UsageError(str(exc).replace("--budget", where, 1)) from None
+    return parse_budget(budget, lambda: device_bytes() or host_memory_bytes(), flag=where)
 
 
 def device_bytes() -> int | None:
