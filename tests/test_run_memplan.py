@@ -264,3 +264,39 @@ def test_compile_compiles_the_blocks_of_a_plain_loop_and_it_trains(tmp_path):
     for a, b in zip(eager, fused):
         assert abs(float(a.split()[-1]) - float(b.split()[-1])) < 1e-3
     assert float(fused[-1].split()[-1]) < float(fused[0].split()[-1])  # it trains
+
+
+@pytest.mark.timeout(240)
+def test_a_job_that_shards_its_model_with_fsdp2_and_offloads_gets_the_per_rank_plan_applied(tmp_path):
+    """Under torchrun over 2 gloo ranks, a job that shards its decoder with FSDP2 and a
+    CPUOffloadPolicy: each rank plans for that layout (its shard, the state on the host) and
+    recomputes the blocks the per-rank plan chooses; the job trains through the plan."""
+    import math
+    import shutil
+
+    from trainstack.memplan import plan_memory
+    from trainstack.memplan.offload import Placement
+    from trainstack.memplan.placement import KINDS
+    from trainstack.nn.presets import preset
+    from tests.rank_launch import free_port
+
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+    placed = Placement(shard="fsdp2", offload=frozenset(KINDS))
+    unplanned = plan_memory(preset("tiny"), batch=2, seq=64, budget_bytes=2**40, world_size=2, placement=placed)
+    budget = unplanned.peak_bytes - 1
+    expected = plan_memory(preset("tiny"), batch=2, seq=64, budget_bytes=budget, world_size=2, placement=placed)
+    assert expected.summary() != unplanned.summary()  # something must be recomputed
+    one_process = plan_memory(preset("tiny"), batch=2, seq=64, budget_bytes=2**40)
+    assert expected.peak_bytes < one_process.peak_bytes  # the per-rank plan is not one process's
+
+    job = [torchrun, "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+           str(DATA / "fsdp2_loop.py"), "--steps", "2", "--offload"]
+    done = subprocess.run([*TRAINSTACK, "--out", "o", "--memplan", f"{budget}B", "--", *job], capture_output=True, text=True,
+                          env=clean_env(OMP_NUM_THREADS="1"), cwd=tmp_path, timeout=200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = f"trainstack run: memplan for {budget}B: {expected.summary()}, predicted peak {expected.peak_bytes / 2**30:.2f} GiB per rank ({expected.layout.name()})"
+    assert done.stderr.count(line) == 2, done.stderr[-3000:]  # each rank
+    assert "on the host: params, grads, master, optimizer" in line
+    blocks = re.findall(r"^blocks (\S+)$", done.stdout, flags=re.M)
+    assert blocks == [",".join(str(c) for c in expected.choices)]
+    assert len(losses(done.stdout)) == 2 and all(math.isfinite(float(x.split()[-1])) for x in losses(done.stdout))

@@ -113,6 +113,8 @@ def _plan(captured, settings: Settings, recorder=None):  # noqa: ANN001, ANN202
     plan = measured[0] if measured else plan
     _active["plan"] = plan
     line = f"trainstack run: memplan for {settings.memplan}: {plan.summary()}, predicted peak {plan.peak_bytes / 2**30:.2f} GiB"
+    if plan.layout is not None and plan.layout.world_size > 1:
+        line += f" per rank ({plan.layout.name()})"
     if target < budget:
         line += f" (planned for {target / 2**30:.2f} GiB, what the job may use)"
     if measured:

@@ -19,7 +19,9 @@ from trainstack import memplan
 from trainstack.memplan.anymodel import UnplannableModel, find_blocks
 from trainstack.memplan.budget import host_memory_bytes, parse_budget
 from trainstack.memplan.memory import peak_bytes
+from trainstack.memplan.offload import Placement
 from trainstack.memplan.overheads import default_overheads
+from trainstack.memplan.placement import KINDS, Layout
 from trainstack.memplan.planner import choose
 from trainstack.memplan.wrappers import budget_backend, choice_of
 from trainstack.nn.decoder import Transformer
@@ -87,22 +89,46 @@ def precision_of(captured: Captured) -> str:
     return "fp32"
 
 
+def job_layout(captured: Captured) -> Layout:
+    """Where the job keeps its state, as memplan's placement names it: over the process
+    group's ranks (one without one), FSDP2 where the job sharded its model with
+    ``fully_shard`` (each rank then holds its shard), its parameters, gradients and optimizer
+    state on the host where the job gave FSDP2 a CPUOffloadPolicy; else whole on each rank
+    (one process, or data parallel)."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule
+
+    world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    sharded = [m for m in (captured.root, *captured.model.modules()) if isinstance(m, FSDPModule)]
+    if not sharded:
+        return Layout("none", world_size)
+    groups = [m._get_fsdp_state()._fsdp_param_group for m in sharded]
+    offloaded = any(isinstance(g.offload_policy, CPUOffloadPolicy) for g in groups if g is not None)
+    return Layout("fsdp2", world_size, frozenset(KINDS) if offloaded else frozenset())
+
+
 def plan_model(captured: Captured, budget_bytes: int, *, compiled: bool = False) -> Plan:
-    """The plan memplan chooses for the captured model and batch under ``budget_bytes``;
-    BudgetError where nothing fits, Unplannable where memplan cannot plan the model."""
+    """The plan memplan chooses for the captured model and batch under ``budget_bytes`` per
+    rank, for the sharding and offload the job runs with (``job_layout``); BudgetError where
+    nothing fits, Unplannable where memplan cannot plan the model."""
     model = captured.model
+    layout = job_layout(captured)
+    # one process keeps memplan's own path (whose error names the batch that would fit)
+    placement = None if layout == Layout("none", 1) else Placement(shard=layout.shard, offload=layout.offload)
 
     if isinstance(model, Transformer):
         tokens = captured.args[0] if captured.args else None
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
             raise Unplannable("the decoder's first call did not take a (batch, seq) token tensor")
-        return memplan.plan_memory(model.cfg, batch=tokens.shape[0], seq=tokens.shape[1], budget_bytes=budget_bytes, compiled=compiled)
+        return memplan.plan_memory(model.cfg, batch=tokens.shape[0], seq=tokens.shape[1], budget_bytes=budget_bytes, compiled=compiled,
+                                   world_size=layout.world_size, placement=placement)
     check_model_config(model)
     generic = getattr(memplan, "plan", None)
     if not callable(generic):
         raise Unplannable(f"this trainstack's memplan plans its own decoder, not a {type(model).__module__}.{type(model).__qualname__}")
     optimizer = captured.optimizer if captured.optimizer is not None else "adamw"
-    return generic(model, batch_of(captured), budget=budget_bytes, optimizer=optimizer, precision=precision_of(captured), loss_fn=job_loss, compiled=compiled)
+    return generic(model, batch_of(captured), budget=budget_bytes, optimizer=optimizer, precision=precision_of(captured), loss_fn=job_loss, compiled=compiled,
+                   world_size=layout.world_size, placement=placement)
 
 
 def check_model_config(model: nn.Module) -> None:
@@ -125,7 +151,7 @@ def replan(captured: Captured, first: Plan, budget_bytes: int, *, compiled: bool
     if first.compiler_budget is not None:
         return plan_model(captured, budget_bytes, compiled=compiled)
 
-    return choose(first.profile, budget_bytes=budget_bytes, world_size=first.world_size, overheads=default_overheads())
+    return choose(first.profile, budget_bytes=budget_bytes, world_size=first.world_size, overheads=default_overheads(), layout=first.layout, accum=first.accum)
 
 
 def job_loss(output: Any, _batch: Any) -> torch.Tensor:
@@ -151,7 +177,7 @@ def unplanned_peak(plan: Plan) -> int | None:
     """The step's predicted peak with every block kept (what the job needs as it is)."""
     try:
         keep = [Choice.KEEP] * len(plan.choices)
-        return peak_bytes(plan.profile, keep, world_size=plan.world_size, overheads=default_overheads())
+        return peak_bytes(plan.profile, keep, world_size=plan.world_size, overheads=default_overheads(), layout=plan.layout, accum=plan.accum)
     except (AttributeError, TypeError, ValueError):
         return None
 
