@@ -48,12 +48,23 @@ def test_bf16_costs_more_memory_at_the_loss_than_autocast_and_eager_adds_the_mas
     assert compiled.profile.step_scratch == 0 and autocast.profile.step_scratch == 0
 
 
-def test_the_verb_plans_a_preset_in_bf16_and_refuses_fp32_in_one_line():
+def test_the_verb_plans_a_preset_in_bf16_and_refuses_an_unknown_precision_in_one_line():
     run = [sys.executable, "-m", "trainstack.cli", "memplan", "--preset", "tiny", "--batch", "2", "--seq", "64", "--budget", "8GiB"]
     ok = subprocess.run([*run, "--precision", "bf16", "--json"], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert '"precision": "bf16"' in ok.stdout
-    refused = subprocess.run([*run, "--precision", "fp32"], capture_output=True, text=True, timeout=120)
+    refused = subprocess.run([*run, "--precision", "fp16"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2
     assert refused.stderr.strip().count("\n") == 0
-    assert "--precision: 'fp32' plans --hf-config or --factory only" in refused.stderr
+    assert "--precision: 'fp16' is not a precision of the presets; accepted: autocast-bf16, bf16, fp32" in refused.stderr
+
+
+def test_fp32_plans_a_preset_without_autocast():
+    """fp32 weights computing in fp32 save more than under bf16 autocast: the blocks are
+    calibrated without it, their state unchanged."""
+    from trainstack.memplan.costs import Overheads
+
+    common = dict(batch=2, seq=64, budget_bytes=1 << 33, overheads=Overheads())
+    autocast, fp32 = plan_memory(preset("tiny"), **common), plan_memory(preset("tiny"), **common, precision="fp32")
+    assert fp32.breakdown.saved_per_block["keep"] > autocast.breakdown.saved_per_block["keep"]
+    assert (fp32.breakdown.weights, fp32.breakdown.optimizer) == (autocast.breakdown.weights, autocast.breakdown.optimizer)

@@ -24,7 +24,7 @@ def command(
     model_factory: str | None = typer.Option(None, "--factory", metavar="MODULE:FUNCTION", help="Plan your own model: module:function returning a model, (model, example_batch) or (model, example_batch, loss_fn)."),
     old_model: str | None = typer.Option(None, "--model", hidden=True, help="Deprecated spelling of --factory."),
     optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw-foreach, adam, sgd, sgd-momentum, adafactor, adamw8bit (with --hf-config or --model)."),
-    precision: str = typer.Option("autocast-bf16", "--precision", help="autocast-bf16, bf16 (bf16 parameters, fp32 master weights and AdamW state, as bench's +bf16 modes) or fp32 (with --hf-config or --model)."),
+    precision: str = typer.Option("autocast-bf16", "--precision", help="autocast-bf16, bf16 (bf16 parameters, fp32 master weights and AdamW state, as bench's +bf16 modes) or fp32 (no autocast, as bench on a CPU)."),
     blocks: str | None = typer.Option(None, "--blocks", help="Dotted name of the list of blocks to plan (default: found)."),
     stray: list[str] = typer.Argument(None, hidden=True),
 ) -> None:
@@ -64,8 +64,8 @@ def command(
     if any_model and compiled:
         raise UsageError("--compiled plans the presets' blocks only; leave it out with --hf-config or --factory")
     if not any_model:
-        if precision not in ("autocast-bf16", "bf16"):
-            raise UsageError(f"--precision: '{precision}' plans --hf-config or --factory only; the presets train under autocast-bf16 or bf16")
+        if precision not in ("autocast-bf16", "bf16", "fp32"):
+            raise UsageError(f"--precision: '{precision}' is not a precision of the presets; accepted: autocast-bf16, bf16, fp32")
         max_seq = shape(preset)["max_seq"]
         if seq is None:
             seq = default_seq(preset)
