@@ -12,6 +12,10 @@ are final (post-accumulate-grad hooks), so the CPU steps the last blocks while t
 still computes the backward of the first. Nothing is held twice: the staging buffers hold
 two chunks each (memplan.placement.CHUNK_BYTES, as memplan costs them).
 
+On the CPU device (no GPU: the tests, bench on a CPU) the same buffers are made and the same
+copies run, the device's memory being the host's: the bytes a step holds there are those it
+holds on a GPU, which memplan's prediction is checked against.
+
 The update is torch's fused AdamW (``fused``: one pass over each chunk's state, the CPU's
 vector units and threads) or bench.precision's (``reference``: the arithmetic a ``bf16``
 mode runs, so the two give the same losses).
@@ -231,54 +235,65 @@ class HostAdamW:
                     todo.extend((c, ready, early) for c in self.chunks[index])
 
     def _down(self, chunk: Chunk, slot: int, ready):
-        """The chunk's bf16 gradient to the host (on the CPU device: a view, nothing moves)."""
+        """The chunk's bf16 gradient to the host's staging buffer (the optimizer rung: a view,
+        the device steps it where it is); with the event the copy records (None on the CPU)."""
         grad = self.params[chunk.index].grad.reshape(-1)[chunk.start:chunk.stop]
-        if not (self.cuda and self.on_cpu):
+        if not self.on_cpu:
             return grad
+        buf = self._staging.down[slot][: chunk.stop - chunk.start]
+        self.stats.d2h_bytes += buf.numel() * buf.element_size()
+        if not self.cuda:
+            buf.copy_(grad)
+            return (buf, None)
         down = self._streams[0]
         down.wait_event(ready)
-        buf = self._staging.down[slot][: chunk.stop - chunk.start]
         with torch.cuda.stream(down):
             buf.copy_(grad, non_blocking=True)
             done = torch.cuda.Event()
             done.record(down)
-        self.stats.d2h_bytes += buf.numel() * buf.element_size()
         return (buf, done)
 
     def _update_on_host(self, chunk: Chunk, slot: int, down, lr: float) -> None:
         param = self.params[chunk.index].data.reshape(-1)[chunk.start:chunk.stop]
-        if self.cuda:
-            grad, done = down
+        grad, done = down
+        if done is not None:
             done.synchronize()
-            event = self._staging.up_done[slot]
-            if event is not None:
-                event.synchronize()  # the upload that last read this buffer is done
-            out = self._staging.up[slot][: chunk.stop - chunk.start]
-        else:
-            grad, out = down, param
+        event = self._staging.up_done[slot]
+        if event is not None:
+            event.synchronize()  # the upload that last read this buffer is done
+        out = self._staging.up[slot][: chunk.stop - chunk.start]
         start = time.perf_counter()
         m = self.exp_avgs[chunk.index][chunk.start:chunk.stop]
         v = self.exp_avg_sqs[chunk.index][chunk.start:chunk.stop]
         self._adamw(out, grad, self.masters[chunk.index][chunk.start:chunk.stop], m, v, lr, self._g32[slot])
         self.stats.cpu_seconds += time.perf_counter() - start
-        if self.cuda:
-            up = self._streams[1]
-            with torch.cuda.stream(up):
-                param.copy_(out, non_blocking=True)
-                event = torch.cuda.Event()
-                event.record(up)
-            self._staging.up_done[slot] = event
-            self.stats.h2d_bytes += out.numel() * out.element_size()
+        self.stats.h2d_bytes += out.numel() * out.element_size()
+        if not self.cuda:
+            param.copy_(out)
+            return
+        up = self._streams[1]
+        with torch.cuda.stream(up):
+            param.copy_(out, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(up)
+        self._staging.up_done[slot] = event
 
     def _update_on_device(self, chunk: Chunk, grad: torch.Tensor, ready, lr: float) -> None:
         """The optimizer rung: the moments come up, are updated with the device's master
-        weight, and go back down, in order on one side stream."""
+        weight, and go back down, in order on one side stream (on the CPU: copied and
+        copied back, as on a GPU)."""
         param = self.params[chunk.index].data.reshape(-1)[chunk.start:chunk.stop]
         master = self.masters[chunk.index][chunk.start:chunk.stop]
         m_home = self.exp_avgs[chunk.index][chunk.start:chunk.stop]
         v_home = self.exp_avg_sqs[chunk.index][chunk.start:chunk.stop]
+        moved = 2 * m_home.numel() * m_home.element_size()
+        self.stats.h2d_bytes += moved
+        self.stats.d2h_bytes += moved
         if not self.cuda:
-            self._adamw(param, grad, master, m_home, v_home, lr)
+            m, v = m_home.clone(), v_home.clone()
+            self._adamw(param, grad, master, m, v, lr)
+            m_home.copy_(m)
+            v_home.copy_(v)
             return
         side = self._streams[0]
         side.wait_event(ready)
@@ -288,9 +303,6 @@ class HostAdamW:
             self._adamw(param, grad, master, m, v, lr)
             m_home.copy_(m, non_blocking=True)
             v_home.copy_(v, non_blocking=True)
-        moved = 2 * m.numel() * m.element_size()
-        self.stats.h2d_bytes += moved
-        self.stats.d2h_bytes += moved
 
     def _adamw(self, out: torch.Tensor, grad: torch.Tensor, master: torch.Tensor, m: torch.Tensor, v: torch.Tensor, lr: float,
                scratch: torch.Tensor | None = None) -> None:
@@ -308,10 +320,17 @@ class HostAdamW:
         out.copy_(master)
 
     def _make_staging(self, largest: int) -> _Staging | None:
-        if not (self.cuda and self.on_cpu) or largest == 0:
+        if not self.on_cpu or largest == 0:
             return None
-        make = lambda: torch.empty(largest, dtype=torch.bfloat16, pin_memory=True)  # noqa: E731 - two of each
+        make = lambda: torch.empty(largest, dtype=torch.bfloat16, pin_memory=self.cuda)  # noqa: E731 - two of each
         return _Staging(down=[make(), make()], up=[make(), make()])
+
+    def host_tensors(self) -> list[torch.Tensor]:
+        """What this optimizer keeps in host memory: its state there and its buffers."""
+        kept = [*self.exp_avgs, *self.exp_avg_sqs]
+        if self.on_cpu:
+            kept += [*self.masters, *(self._g32 or [])] + ([*self._staging.down, *self._staging.up] if self._staging else [])
+        return kept
 
     def where(self) -> dict[str, str]:
         return {"params": "gpu", "grads": "gpu", "master": "host" if self.on_cpu else "gpu", "optimizer": "host"}

@@ -263,6 +263,13 @@ def _param_bytes(params: list[Any], optimizer: OptimizerSpec, precision: Precisi
     return _Bytes(stored, grads, states, master)
 
 
+def _largest_trained(params: list[Any], precision: PrecisionSpec) -> tuple[int, int]:
+    """(elements, bytes as stored) of the largest trainable floating parameter."""
+    numel = max((p.numel() for p in params if p.requires_grad and p.is_floating_point()), default=0)
+    itemsize = next((precision.param_itemsize or p.element_size() for p in params if p.requires_grad and p.is_floating_point() and p.numel() == numel), 0)
+    return numel, numel * itemsize
+
+
 def _largest_state_tensor(params: list[Any], precision: PrecisionSpec) -> int:
     """Bytes of the largest trainable parameter in the optimizer state's dtype."""
     sizes = [p.numel() * (precision.state_itemsize or precision.param_itemsize or p.element_size()) for p in params if p.requires_grad and p.is_floating_point()]
@@ -835,6 +842,7 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
     if min(others) < 0:
         raise UnplannableModel(f"the blocks at {run.path} share parameters with each other; memplan plans blocks with parameters of their own")
     n = run.count
+    largest_trained = _largest_trained(_unique(model.parameters()), precision)
     return Profile(
         n_blocks=n,
         block_param_bytes=block_params.params,
@@ -857,6 +865,8 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
         block_master_bytes=block_params.master,
         other_master_bytes=total.master - n * block_params.master,
         step_scratch=int(optimizer.step_scratch * total.grads) + optimizer.largest_scratch * _largest_state_tensor(_unique(model.parameters()), precision),
+        largest_param_elements=largest_trained[0],
+        largest_param_bytes=largest_trained[1],
         blocks=run.path,
         first_block=run.first,
         optimizer=optimizer.name,

@@ -111,6 +111,10 @@ class Profile:
     block_state_bytes: int | None = None
     other_state_bytes: int | None = None
     step_scratch: int = 0  # what the optimizer step allocates and frees (foreach temporaries)
+    # the largest trainable parameter: its elements and its bytes as stored (an offloaded
+    # optimizer streams state in chunks of at most it, placement.CHUNK_BYTES)
+    largest_param_elements: int = 0
+    largest_param_bytes: int = 0
     # of the optimizer-state bytes, the fp32 master weights kept beside bf16 parameters
     block_master_bytes: int = 0
     other_master_bytes: int = 0

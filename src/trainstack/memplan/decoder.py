@@ -52,10 +52,12 @@ def decoder_on_meta(cfg: ModelConfig, *, batch: int, seq: int) -> tuple[nn.Modul
     return model, (tokens, tokens)
 
 
-def one_block(cfg: ModelConfig, *, batch: int, seq: int, device: Any) -> tuple[nn.Module, Any]:
+def one_block(cfg: ModelConfig, *, batch: int, seq: int, device: Any, dtype: Any = None) -> tuple[nn.Module, Any]:
     """What the decoder's blocks see, real on ``device``: a module holding one block, called
-    as the decoder calls its blocks (the fp32 residual stream and the rotary tables), and
-    that residual stream: what ``realblock.measure_real`` measures for the decoder."""
+    as the decoder calls its blocks (the residual stream and the rotary tables), and that
+    residual stream: what ``realblock.measure_real`` measures for the decoder. ``dtype``:
+    the parameters' and the residual stream's (bf16 for the bench's ``bf16`` modes; default
+    fp32), the rotary tables staying fp32 buffers as a cast of the parameters leaves them."""
     import torch
     from torch import nn
 
@@ -75,7 +77,12 @@ def one_block(cfg: ModelConfig, *, batch: int, seq: int, device: Any) -> tuple[n
             return x
 
     with torch.device(device):
-        return OneBlock(), torch.randn(batch, seq, cfg.dim)
+        block, x = OneBlock(), torch.randn(batch, seq, cfg.dim)
+    if dtype is not None:
+        for p in block.parameters():
+            p.data = p.data.to(dtype)
+        x = x.to(dtype)
+    return block, x
 
 
 def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = None, roofline: Roofline = Roofline(), label: str = "") -> Profile:
@@ -115,24 +122,25 @@ def plan_memory(
     BudgetError (how much is missing, and the batch or sharding that would fit).
 
     ``precision``: how the bench trains the blocks' weights, a name of
-    ``memplan.optim.PRECISIONS``. ``autocast-bf16`` and ``bf16`` are calibrated under bf16 autocast;
-    ``bf16`` (bf16 parameters and gradients, AdamW on fp32 master copies) changes the
-    weights', gradients' and optimizer state's bytes, and adds the master update's
-    temporaries when it runs eagerly; ``fp32`` (fp32 weights, no autocast, as the bench
-    trains on a CPU) calibrates the blocks without autocast.
+    ``memplan.optim.PRECISIONS``. ``autocast-bf16`` is calibrated under bf16 autocast (fp32
+    weights, an fp32 residual stream); ``bf16`` (bf16 parameters, gradients and activations,
+    AdamW on fp32 master copies, no autocast, as bench's ``bf16`` modes) on bf16 parameters,
+    its real block too, with the master update's temporaries when it runs eagerly; ``fp32``
+    (fp32 weights, no autocast, as the bench trains on a CPU) without autocast.
 
     ``optimizer``: a name of ``memplan.optim.OPTIMIZERS`` or a spec (default: fused AdamW,
     as the bench steps on a GPU; ``adamw-forloop`` as it steps on a CPU).
     """
     spec = precision_spec(precision)
-    calibrated_as = spec if spec.param_itemsize is None and not spec.autocast else BENCH_AUTOCAST
+    calibrated_as = spec if not spec.autocast else BENCH_AUTOCAST
+    block_dtype = _dtype_of(spec)
     optimizer = optimizer_spec(optimizer)
     on_gpu = cuda_available()
     measure = (compiled and on_gpu) or bool(time_blocks) or (time_blocks is None and on_gpu)
 
     def profiles_at(rows: int, measured: bool) -> dict[float, Profile]:
         model, tokens = decoder_on_meta(cfg, batch=rows, seq=seq)
-        real = _one_block_or_none(cfg, batch=rows, seq=seq) if measured else None
+        real = _one_block_or_none(cfg, batch=rows, seq=seq, dtype=block_dtype) if measured else None
         found = calibrate_any_compiled(
             model, tokens, compiled=compiled, optimizer=optimizer, precision=calibrated_as, blocks=BLOCKS,
             device=_device(device), measure=real is not None, measure_on=real,
@@ -153,17 +161,21 @@ def plan_memory(
 
 
 def stored_as(profile: Profile, precision: PrecisionSpec, cfg: ModelConfig, *, compiled: bool) -> Profile:
-    """``profile`` (calibrated with fp32 weights, gradients and AdamW state) for the bench's
-    ``precision``: with bf16 parameters the weights and gradients take 2 bytes an element
-    and AdamW keeps fp32 master weights beside its two fp32 moments; run eagerly, the master
-    update makes ``MASTER_UPDATE_TEMPORARIES`` fp32 tensors of the largest parameter (the
-    embedding or the output projection), compiled it is one fused kernel."""
+    """``profile`` for the bench's ``precision``: run eagerly, the master update makes
+    ``MASTER_UPDATE_TEMPORARIES`` fp32 tensors of the largest parameter (the embedding or the
+    output projection), compiled it is one fused kernel. A profile calibrated with fp32
+    weights, gradients and AdamW state is converted too: with bf16 parameters the weights
+    and gradients take 2 bytes an element and AdamW keeps fp32 master weights beside its two
+    fp32 moments (a profile calibrated in the precision has its bytes already)."""
     if precision.param_itemsize is None:
         return profile
+    largest = 4 * cfg.vocab_size * cfg.dim
+    scratch = 0 if compiled else MASTER_UPDATE_TEMPORARIES * largest
+    if profile.precision == precision.name:
+        return replace(profile, step_scratch=scratch)
     fp32_block, fp32_other = profile.block_param_bytes, profile.other_param_bytes
     block, other = fp32_block * precision.param_itemsize // 4, fp32_other * precision.param_itemsize // 4
     states = profile.optimizer_states + precision.master_itemsize // 4
-    largest = 4 * cfg.vocab_size * cfg.dim
     return replace(
         profile,
         block_param_bytes=block,
@@ -174,7 +186,8 @@ def stored_as(profile: Profile, precision: PrecisionSpec, cfg: ModelConfig, *, c
         other_state_bytes=states * fp32_other,
         block_master_bytes=fp32_block * precision.master_itemsize // 4,
         other_master_bytes=fp32_other * precision.master_itemsize // 4,
-        step_scratch=0 if compiled else MASTER_UPDATE_TEMPORARIES * largest,
+        step_scratch=scratch,
+        largest_param_bytes=profile.largest_param_bytes * precision.param_itemsize // 4,
         precision=precision.name,
     )
 
@@ -203,12 +216,21 @@ def measure_compiled_blocks(
         _release_cached_memory()
 
 
-def _one_block_or_none(cfg: ModelConfig, *, batch: int, seq: int) -> tuple[nn.Module, Any] | None:
+def _dtype_of(precision: PrecisionSpec) -> Any:
+    """The real block's parameter dtype for ``precision``: bf16 where it stores 2 bytes, else None (fp32)."""
+    if precision.param_itemsize != 2:
+        return None
+    import torch
+
+    return torch.bfloat16
+
+
+def _one_block_or_none(cfg: ModelConfig, *, batch: int, seq: int, dtype: Any = None) -> tuple[nn.Module, Any] | None:
     """``one_block`` on the GPU (the CPU without one); None where it does not fit."""
     import torch
 
     try:
-        return one_block(cfg, batch=batch, seq=seq, device="cuda" if cuda_available() else "cpu")
+        return one_block(cfg, batch=batch, seq=seq, device="cuda" if cuda_available() else "cpu", dtype=dtype)
     except torch.OutOfMemoryError:
         return None
 

@@ -102,14 +102,43 @@ def host_totals(profile: Profile, layout: Layout) -> dict[str, int]:
     return totals
 
 
+def chunk_elements(profile: Profile, layout: Layout) -> int:
+    """Elements of the largest chunk an offloaded optimizer streams: ``CHUNK_BYTES`` of fp32
+    state, or the rank's part of the largest parameter where that is smaller (a chunk never
+    spans two parameters)."""
+    largest = profile.largest_param_elements
+    if not largest:
+        return CHUNK_BYTES // 4
+    if layout.world_size > 1 and "master" in SHARDED_KINDS[layout.shard]:
+        largest = shard(largest, layout.world_size)
+    return min(CHUNK_BYTES // 4, largest)
+
+
+def staging_bytes(profile: Profile, layout: Layout) -> int:
+    """What the CPU's step on gradients kept on the GPU holds in host memory besides the state
+    (bench.host_optimizer, never a full copy): two chunks of fp32 gradient the update reads,
+    and two pinned chunks each way in the parameters' dtype (gradients down, weights up)."""
+    if not (layout.cpu_step and "grads" not in layout.offload):
+        return 0
+    elements = chunk_elements(profile, layout)
+    itemsize = profile.largest_param_bytes // profile.largest_param_elements if profile.largest_param_elements else 2
+    return 2 * 4 * elements + 4 * itemsize * elements
+
+
+def streamed_step_bytes(profile: Profile, layout: Layout) -> int:
+    """On the GPU, what a step on optimizer state streamed from the host adds (the state on the
+    host, master weights on the GPU): a chunk's two fp32 moments brought up and its gradient
+    in fp32 for the fused update."""
+    if "optimizer" not in layout.offload or layout.cpu_step:
+        return 0
+    return 3 * 4 * chunk_elements(profile, layout)
+
+
 def host_bytes(profile: Profile, layout: Layout) -> int:
-    """What one rank keeps in host memory: its offloaded state, and where the CPU steps the
-    optimizer on gradients kept on the GPU, two fp32 chunks of them in flight (never a full copy)."""
+    """What one rank keeps in host memory: its offloaded state and, where the CPU steps the
+    optimizer on gradients kept on the GPU, the buffers that stream them (``staging_bytes``)."""
     totals = host_totals(profile, layout)
-    held = sum(layout.host_bytes(k, totals[k]) for k in KINDS)
-    if layout.cpu_step and "grads" not in layout.offload:
-        held += min(2 * CHUNK_BYTES, layout.host_bytes("master", totals["master"]))
-    return held
+    return sum(layout.host_bytes(k, totals[k]) for k in KINDS) + staging_bytes(profile, layout)
 
 
 def per_kind(profile: Profile, layout: Layout) -> dict[str, dict]:
@@ -158,10 +187,10 @@ def phases(profile: Profile, choices: Sequence[Choice], *, layout: Layout, accum
     gathered = gathered_bytes(profile, layout)
     if "optimizer" not in layout.offload:
         step_transient = shard(profile.step_scratch, world_size) if "optimizer" in SHARDED_KINDS[layout.shard] else profile.step_scratch
-    elif not layout.cpu_step:  # the state streams up to the GPU's step, two chunks in flight
-        step_transient = min(2 * CHUNK_BYTES, layout.host_bytes("optimizer", totals["optimizer"]))
-    else:
-        step_transient = 0
+    else:  # the state streams up to the GPU's step a chunk at a time (on the CPU's step: nothing)
+        step_transient = streamed_step_bytes(profile, layout)
+    # a streamed step starts on a block's final gradients during the last micro-batch's backward
+    streaming = streamed_step_bytes(profile, layout)
     cost = [profile.options[c] for c in choices]
     saved = [c.saved for c in cost]
     before = [0, *accumulate(saved)]  # before[i]: saved bytes of blocks 0..i-1
@@ -189,11 +218,13 @@ def phases(profile: Profile, choices: Sequence[Choice], *, layout: Layout, accum
         # (the first's is part of its own backward's bytes)
         shared_grad = head.shared_grad if i < len(cost) - 1 else 0
         found.append(Phase(f"backward of block {i}", grads, before[i] - (twice if i else 0),
-                           head.after_bwd + shared_grad + unkept[i] + cost[i].bwd_peak - (0 if i else twice) + gathered.backward[i]))
+                           head.after_bwd + shared_grad + unkept[i] + cost[i].bwd_peak - (0 if i else twice) + gathered.backward[i]
+                           + (streaming if i < len(cost) - 1 else 0)))
         if gathered.reduce_scatter[i] and not accumulated:
             found.append(Phase(f"reduce-scatter of block {i}", grads, before[i] - (twice if i else 0),
                                head.after_bwd + shared_grad + unkept[i] + gathered.reduce_scatter[i]))
-    found.append(Phase("embedding backward", max(accumulated, len(cost) * block_grad), 0, head.embed_bwd_peak + gathered.embedding_backward))
+    found.append(Phase("embedding backward", max(accumulated, len(cost) * block_grad), 0,
+                       head.embed_bwd_peak + gathered.embedding_backward + (streaming if cost else 0)))
     if gathered.rest_reduce_scatter and not accumulated:
         found.append(Phase("reduce-scatter of the rest", len(cost) * block_grad, 0, gathered.rest_reduce_scatter))
     found.append(Phase("optimizer step", all_grads, 0, step_transient))
