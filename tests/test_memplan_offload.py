@@ -15,6 +15,7 @@ from trainstack.memplan.costs import Choice, Overheads
 from trainstack.memplan.memory import breakdown, state_totals
 from trainstack.memplan.offload import Rates, choose_with_offload, step_cost
 from trainstack.memplan.placement import Layout, parse_offload
+from trainstack.memplan.planner import human
 from trainstack.nn.presets import preset
 
 GiB = 1 << 30
@@ -63,8 +64,35 @@ def test_the_host_budget_is_a_budget_too():
     plan = choose_with_offload(_profile(), budget_bytes=tight, host_budget_bytes=None, shard="none", world_size=1)
     assert plan.layout.offload == {"optimizer", "master"} and plan.layout.cpu_step
     need = plan.breakdown.host_bytes
-    with pytest.raises(BudgetError, match="the host would need"):
+    with pytest.raises(BudgetError, match="the host would need") as refused:
         choose_with_offload(_profile(), budget_bytes=tight, host_budget_bytes=need - 1, shard="none", world_size=1)
+    # the refusal says which rungs the GPU fits and the least host memory that would do
+    assert "on the host: master, optimizer: fits the GPU" in str(refused.value)
+    assert str(refused.value).endswith(f"would fit: a host budget of at least {human(need)} (on the host: master, optimizer)")
+    assert choose_with_offload(_profile(), budget_bytes=tight, host_budget_bytes=need, shard="none", world_size=1).layout.offload == {"optimizer", "master"}
+
+
+def test_a_gpu_budget_no_rung_fits_names_the_ranks_that_would():
+    host_step = frozenset({"optimizer", "master"})
+    budget = _least(Layout("none", 1, host_step)) - GiB
+    with pytest.raises(BudgetError) as refused:
+        choose_with_offload(_profile(), budget_bytes=budget, host_budget_bytes=None, shard="none", world_size=1, offload=host_step)
+    text = str(refused.value)
+    assert "on the host: master, optimizer: does not fit the GPU" in text
+    ranks = int(text.split("would fit: sharding over ")[1].split(" ranks")[0])
+    plan = choose_with_offload(_profile(), budget_bytes=budget, host_budget_bytes=None, shard="fsdp2", world_size=ranks, offload=host_step)
+    assert ranks > 1 and plan.peak_bytes <= budget
+    with pytest.raises(BudgetError):  # the fewest: half as many do not fit
+        choose_with_offload(_profile(), budget_bytes=budget, host_budget_bytes=None, shard="fsdp2", world_size=ranks // 2, offload=host_step)
+    # the 1b's embedding and output, gathered whole through an FSDP2 step, fit no 1 GiB GPU
+    with pytest.raises(BudgetError, match="no sharding over up to 1024 ranks fits either"):
+        choose_with_offload(_profile(), budget_bytes=GiB, host_budget_bytes=None, shard="none", world_size=1)
+
+
+def test_without_measured_rates_the_why_says_the_copies_are_not_costed():
+    plan = choose_with_offload(_profile(), budget_bytes=_least(Layout("none", 1)) - GiB, host_budget_bytes=None, shard="none", world_size=1)
+    assert "the first rung that fits: copy and CPU rates not measured here" in plan.why
+    assert "per step of compute (copies and CPU step not costed)" in plan.why and "not hidden" not in plan.why
 
 
 def test_measured_rates_make_the_fastest_rung_win_and_cost_the_copies():
@@ -100,6 +128,9 @@ def test_cli_predicts_per_rank_bytes_by_kind_and_says_why():
     assert plan["layout"]["where"] == {"params": "gpu", "grads": "sharded", "master": "sharded", "optimizer": "sharded"}
     assert plan["per_rank"]["grads"]["gpu_bytes"] * 2 == plan["per_rank"]["grads"]["total_bytes"] and plan["accum"] == 4
     assert plan["why"].startswith("chose zero2 over 2 ranks") and plan["step_cost"]["accum"] == 4
+    short = _cli("--preset", "tiny", "--seq", "64", "--offload", "optimizer,master", "--budget", "1GiB", "--host-budget", "100KiB")
+    assert short.returncode == 9 and short.stderr.count("\n") == 1 and "Traceback" not in short.stderr
+    assert "but the host would need" in short.stderr and "would fit: a host budget of at least" in short.stderr
     bad = _cli("--preset", "tiny", "--offload", "params", "--budget", "1GiB")
     assert bad.returncode == 2 and bad.stderr.startswith("error: --offload: params on the host needs") and "Traceback" not in bad.stderr
 

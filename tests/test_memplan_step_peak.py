@@ -81,6 +81,8 @@ def test_fsdp2_over_4_ranks_whole_step_peak_within_3_percent(four_ranks, batch, 
 # bench's own host optimizer (bench.host_optimizer: memplan's host rungs on one process) on
 # the CPU, whose device memory is the host's: what the step holds beside the optimizer's host
 # tensors (its state there, its fp32 gradient chunks and staging buffers) is what a GPU would.
+# MemTracker sees the training thread's tensors, not its step worker's: the optimizer rung's
+# streamed chunks (the worker's) are checked where the forward sets the peak.
 # (rung, batch, seq, micro-batches, the phase memplan predicts the peak in)
 HOST_CASES = [
     (("optimizer", "master"), 2, 64, 2, "loss forward"),

@@ -21,7 +21,7 @@ from trainstack.errors import BudgetError
 from trainstack.memplan.costs import Overheads, Plan, Profile
 from trainstack.memplan.memory import host_bytes, peak_bytes, state_totals, step_seconds
 from trainstack.memplan.placement import KINDS, OFFLOAD_LADDER, Layout, Where
-from trainstack.memplan.planner import choices_for, choose, human
+from trainstack.memplan.planner import MAX_SHARDS, choices_for, choose, human
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,26 @@ def _rung_name(offload: frozenset[str]) -> str:
     return "nothing on the host" if not offload else "on the host: " + ", ".join(k for k in KINDS if k in offload)
 
 
+def _would_fit(profile: Profile, short_of_host: list[tuple[int, frozenset[str]]], rungs: tuple[frozenset[str], ...], *, shard: str, world_size: int,
+               ranks_per_host: int | None, budget_bytes: int, host_budget_bytes: int | None, accum: int, overheads: Overheads) -> str:
+    """What would fit where nothing does: the least host memory that a rung the GPU fits needs,
+    else the fewest ranks whose shards fit both budgets (FSDP2 where nothing is sharded), every block recomputed, ``ranks_per_host`` on each host (default all)."""
+    if short_of_host:
+        need, rung = min(short_of_host, key=lambda item: item[0])
+        return f"; would fit: a host budget of at least {human(need)} ({_rung_name(rung)})"
+    sharding = "fsdp2" if shard == "none" else shard
+    ranks = world_size * 2
+    while ranks <= MAX_SHARDS:
+        for rung in rungs:
+            layout = Layout(sharding, ranks, rung)
+            least = peak_bytes(profile, choices_for(profile.n_blocks, 0, 0), overheads=overheads, layout=layout, accum=accum)
+            host = min(ranks_per_host or ranks, ranks) * host_bytes(profile, layout)
+            if least <= budget_bytes and (host_budget_bytes is None or host <= host_budget_bytes):
+                return f"; would fit: sharding over {ranks} ranks ({sharding}, {_rung_name(rung)}, every block recomputed: {human(least)} per GPU)"
+        ranks *= 2
+    return f"; no sharding over up to {MAX_SHARDS} ranks fits either"
+
+
 def choose_with_offload(
     profile: Profile,
     *,
@@ -134,27 +154,34 @@ def choose_with_offload(
     per_host = ranks_per_host or world_size
     reasons: list[str] = []
     fitting: list[tuple[tuple[float, int], Plan]] = []
+    short_of_host: list[tuple[int, frozenset[str]]] = []  # (host bytes needed, rung) of rungs the GPU fits
     for index, rung in enumerate(rungs):
         layout = Layout(shard, world_size, rung)
         needed_host = per_host * host_bytes(profile, layout)
-        if host_budget_bytes is not None and needed_host > host_budget_bytes:
-            reasons.append(f"{_rung_name(rung)}: the host would need {human(needed_host)} of its {human(host_budget_bytes)}")
-            continue
+        host_short = host_budget_bytes is not None and needed_host > host_budget_bytes
+        host_text = f"the host would need {human(needed_host)} of its {human(host_budget_bytes or 0)}"
         try:
             plan = choose(profile, budget_bytes=budget_bytes, overheads=overheads, layout=layout, accum=accum)
         except BudgetError:
             least = peak_bytes(profile, choices_for(profile.n_blocks, 0, 0), overheads=overheads, layout=layout, accum=accum)
-            reasons.append(f"{_rung_name(rung)}: does not fit the GPU (every block recomputed: {human(least)})")
+            reasons.append(f"{_rung_name(rung)}: does not fit the GPU (every block recomputed: {human(least)})" + (f", and {host_text}" if host_short else ""))
+            continue
+        if host_short:
+            short_of_host.append((needed_host, rung))
+            reasons.append(f"{_rung_name(rung)}: fits the GPU ({plan.summary()}, peak {human(plan.peak_bytes)}), but {host_text}")
             continue
         cost = step_cost(profile, plan.counts, layout, accum=accum, rates=rates)
-        reasons.append(f"{_rung_name(rung)}: fits with {plan.summary()}, peak {human(plan.peak_bytes)}, host {human(needed_host)}, "
-                       f"est. {cost.total_s:.3g} s per step ({cost.exposed_s:.3g} s of copies and CPU step not hidden)")
+        costed = (f"est. {cost.total_s:.3g} s per step ({cost.exposed_s:.3g} s of copies and CPU step not hidden)" if rates.measured
+                  else f"est. {cost.total_s:.3g} s per step of compute (copies and CPU step not costed)")
+        reasons.append(f"{_rung_name(rung)}: fits with {plan.summary()}, peak {human(plan.peak_bytes)}, host {human(needed_host)}, {costed}")
         fitting.append(((cost.total_s, index), replace(plan, step_cost=cost)))
         if not rates.measured and offload is None:
             break  # unmeasured copies cost nothing on paper: move no more than the budget needs
     if not fitting:
         raise BudgetError(f"no plan fits {human(budget_bytes)} per GPU" + (f" and {human(host_budget_bytes)} per host" if host_budget_bytes else "")
-                          + f" ({shard}, {world_size} rank{'s' if world_size > 1 else ''}, {accum} micro-batch{'es' if accum > 1 else ''}): " + "; ".join(reasons))
+                          + f" ({shard}, {world_size} rank{'s' if world_size > 1 else ''}, {accum} micro-batch{'es' if accum > 1 else ''}): " + "; ".join(reasons)
+                          + _would_fit(profile, short_of_host, rungs, shard=shard, world_size=world_size, ranks_per_host=ranks_per_host, budget_bytes=budget_bytes,
+                                       host_budget_bytes=host_budget_bytes, accum=accum, overheads=overheads))
     _, best = min(fitting, key=lambda item: item[0])
     if offload is not None:
         basis = "the placement asked for"
