@@ -57,3 +57,18 @@ def test_fsdp2_whole_step_peak_within_3_percent_of_fsdp_mem_tracker(ranks, batch
     assert plan.breakdown.transient_phase == phase  # the loss beside the gathered head and last block; a reduce-scatter
     for rank in ranks:
         assert plan.breakdown.allocated_peak == pytest.approx(rank["whole"][f"{batch}x{seq}"], rel=0.03)
+
+
+def test_fsdp2_offloaded_step_within_3_percent_of_what_each_rank_keeps_off_the_host(ranks):
+    """CPUOffloadPolicy's whole step: what FSDPMemTracker saw at the peak less what lives on
+    the host (the sharded parameters, gradients and optimizer state) is memplan's per-rank
+    device peak (the CPU is the device here: the same collectives, the same buffers)."""
+    from trainstack.memplan import plan_memory
+
+    on_host = frozenset({"params", "grads", "master", "optimizer"})
+    plan = plan_memory(preset("tiny"), batch=BATCH, seq=SEQ, budget_bytes=1 << 33, world_size=2, precision="fp32", optimizer="adamw-forloop",
+                       placement=Placement(shard="fsdp2", offload=on_host), overheads=Overheads())
+    assert plan.breakdown.weights == plan.profile.buffer_bytes and plan.breakdown.optimizer == 0
+    for rank in (r["offload"] for r in ranks):
+        peak = rank["peak"]
+        assert plan.breakdown.allocated_peak == pytest.approx(peak["Total"] - peak["SHARDED_PARAM"] - peak["SHARDED_GRAD"] - peak["OPT"], rel=0.03)
