@@ -1,4 +1,4 @@
-"""Launch tests/rank_memory_worker.py over CPU ranks (gloo under torchrun, loopback only)
+"""Launch tests/rank_memory_worker.py (or another worker) over CPU ranks (gloo under torchrun, loopback only)
 and read what each rank measured: the harness of the per-rank memory tests."""
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(out: Path, ranks: int, *args: str) -> list[dict]:
-    """``ranks`` processes of the worker writing into ``out``; each rank's JSON, rank 0 first."""
+def launch(out: Path, ranks: int, *args: str, worker: Path = WORKER, env: dict | None = None) -> list[dict]:
+    """``ranks`` processes of ``worker`` writing into ``out``; each rank's JSON, rank 0 first."""
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
     argv = [torchrun, "--nnodes", "1", "--nproc-per-node", str(ranks), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-            str(WORKER), str(out), *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=out)
+            str(worker), str(out), *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=out)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
 

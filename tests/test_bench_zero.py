@@ -35,3 +35,28 @@ def test_zero_stages_and_zero_offload_over_two_ranks_reach_one_process_loss(tmp_
     assert rows[2]["state_lived"] == {"params": "sharded", "grads": "sharded", "master": "sharded", "optimizer": "sharded"}
     assert rows[3]["state_lived"] == {"params": "gpu", "grads": "host", "master": "host", "optimizer": "host"}
     assert rows[3]["optimizer"] in ("DeepSpeed cpu_adam (JIT-built)", "DeepSpeed cpu_adam (prebuilt)")
+
+
+@pytest.mark.slow
+def test_each_ranks_zero_state_is_what_memplan_predicts(tmp_path, extensions):
+    """Over 2 gloo ranks, ZeRO-1, -2 and -3 each in one engine: a rank's parameters (whole, or
+    its partition under ZeRO-3), the fp32 copy of its partition DeepSpeed's optimizer steps
+    (kept in fp32 training too) and its AdamW moments, within 3% of memplan's per-rank bytes."""
+    from pathlib import Path
+
+    from tests.rank_launch import launch
+    from trainstack.memplan import plan_memory
+    from trainstack.memplan.costs import Overheads
+    from trainstack.memplan.offload import Placement
+    from trainstack.nn.presets import preset
+
+    worker = Path(__file__).with_name("zero_memory_worker.py")
+    ranks = launch(tmp_path, 2, "2", "64", "1,2,3", worker=worker, env=extensions)
+    for stage in ("zero1", "zero2", "zero3"):
+        plan = plan_memory(preset("tiny"), batch=2, seq=64, budget_bytes=1 << 33, world_size=2, precision="fp32", optimizer="adamw-forloop",
+                           placement=Placement(shard=stage), overheads=Overheads())
+        kinds = plan.breakdown.per_kind
+        assert kinds["master"]["gpu_bytes"] * 2 == kinds["params"]["total_bytes"]  # an fp32 partition of fp32 parameters
+        for rank in ranks:
+            for kind in ("params", "master", "optimizer"):
+                assert kinds[kind]["gpu_bytes"] == pytest.approx(rank[stage][kind], rel=0.03), (stage, kind)

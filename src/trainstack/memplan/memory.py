@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from itertools import accumulate
 
 from trainstack.memplan.costs import BlockCost, Breakdown, Choice, Overheads, Profile
-from trainstack.memplan.placement import CHUNK_BYTES, FP32_HOST_GRADS, KINDS, SHARDED_KINDS, Layout, Where, layout_for
+from trainstack.memplan.placement import CHUNK_BYTES, FP32_HOST_GRADS, FP32_MASTER_SHARDS, KINDS, SHARDED_KINDS, Layout, Where, layout_for
 from trainstack.memplan.placement import shard
 
 # FSDP keeps this many blocks' parameters unsharded at once (the one computing, the one prefetched).
@@ -78,25 +78,33 @@ def gathered_bytes(profile: Profile, layout: Layout) -> Gathered:
                     rest_reduce_scatter=2 * other_grad + shard(other_grad, layout.world_size))
 
 
-def state_totals(profile: Profile) -> dict[str, int]:
-    """The whole model's bytes of each kind of state (placement.KINDS), before any sharding."""
+def state_totals(profile: Profile, layout: Layout | None = None) -> dict[str, int]:
+    """The whole model's bytes of each kind of state (placement.KINDS), before any sharding.
+    Under DeepSpeed's ZeRO (``layout``'s sharding zero1/2/3) the optimizer steps an fp32 copy
+    of each partition whatever the parameters' dtype: fp32 master weights also where the
+    precision keeps none (fp32 training), 4 bytes a trained element."""
     block_state, other_state = profile.state_bytes()
     block_grad, other_grad = profile.grad_bytes()
     n = profile.n_blocks
     master = n * profile.block_master_bytes + profile.other_master_bytes
-    return {
+    grads = n * block_grad + other_grad
+    totals = {
         "params": n * profile.block_param_bytes + profile.other_param_bytes,
-        "grads": n * block_grad + other_grad,
+        "grads": grads,
         "master": master,
         "optimizer": n * block_state + other_state - master,
     }
+    if layout is not None and layout.shard in FP32_MASTER_SHARDS and not master:
+        itemsize = profile.largest_param_bytes // profile.largest_param_elements if profile.largest_param_elements else 4
+        totals["master"] = grads * 4 // itemsize
+    return totals
 
 
 def host_totals(profile: Profile, layout: Layout) -> dict[str, int]:
     """The whole model's bytes of each kind as the host would hold them: as ``state_totals``,
     but DeepSpeed's ZeRO-Offload keeps the gradients it moves to the host in fp32 (beside its
     fp32 master weights), whatever the parameters' dtype."""
-    totals = state_totals(profile)
+    totals = state_totals(profile, layout)
     if layout.shard in FP32_HOST_GRADS and "grads" in layout.offload:
         totals["grads"] = max(totals["grads"], totals["master"])  # master weights: 4 bytes per trained element
     return totals
@@ -142,7 +150,7 @@ def host_bytes(profile: Profile, layout: Layout) -> int:
 
 
 def per_kind(profile: Profile, layout: Layout) -> dict[str, dict]:
-    totals, on_host = state_totals(profile), host_totals(profile, layout)
+    totals, on_host = state_totals(profile, layout), host_totals(profile, layout)
     return {k: {"where": str(layout.where(k)), "gpu_bytes": layout.gpu_bytes(k, totals[k]), "host_bytes": layout.host_bytes(k, on_host[k]), "total_bytes": totals[k]}
             for k in KINDS}
 
@@ -164,7 +172,7 @@ class Phase:
 
 def static_bytes(profile: Profile, layout: Layout) -> tuple[int, int]:
     """(weights, optimizer state) one rank keeps on its GPU throughout; buffers not included."""
-    totals = state_totals(profile)
+    totals = state_totals(profile, layout)
     weights = layout.gpu_bytes("params", totals["params"])
     optimizer = layout.gpu_bytes("master", totals["master"]) + layout.gpu_bytes("optimizer", totals["optimizer"])
     return weights, optimizer
@@ -175,7 +183,7 @@ def phases(profile: Profile, choices: Sequence[Choice], *, layout: Layout, accum
     if len(choices) != profile.n_blocks:
         raise ValueError(f"{len(choices)} choices for {profile.n_blocks} blocks")
     world_size = layout.world_size
-    totals = state_totals(profile)
+    totals = state_totals(profile, layout)
     block_grad_bytes, _ = profile.grad_bytes()
     grads_where = layout.where("grads")
     block_grad = 0 if grads_where is Where.HOST else layout.gpu_bytes("grads", block_grad_bytes)

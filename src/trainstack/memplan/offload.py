@@ -83,7 +83,7 @@ def _seconds(nbytes: int, rate: float | None) -> float:
 
 def step_cost(profile: Profile, counts: dict, layout: Layout, *, accum: int, rates: Rates) -> StepCost:
     """The estimated seconds of one optimizer step of ``accum`` micro-batches under ``layout``."""
-    totals = state_totals(profile)
+    totals = state_totals(profile, layout)
     one = {k: layout.host_bytes(k, totals[k]) if k in layout.offload else layout.gpu_bytes(k, totals[k]) for k in KINDS}
     micro = step_seconds(profile, counts)
     h2d = d2h = cpu = 0.0

@@ -41,6 +41,9 @@ OFFLOAD_LADDER = (frozenset(), frozenset({"optimizer"}), frozenset({"optimizer",
 # the shardings whose offloaded gradients the host keeps in fp32 (DeepSpeed's ZeRO-Offload
 # copies each gradient partition into an fp32 buffer beside the fp32 master weights it steps)
 FP32_HOST_GRADS = frozenset({"zero1", "zero2", "zero3"})
+# the shardings whose optimizer steps an fp32 copy of each partition whatever the parameters'
+# dtype (DeepSpeed ZeRO: fp32 master weights also in fp32 training)
+FP32_MASTER_SHARDS = frozenset({"zero1", "zero2", "zero3"})
 # gradients streamed to the host's optimizer in chunks of about this many fp32 bytes, two in flight
 CHUNK_BYTES = 256 << 20
 
