@@ -39,9 +39,10 @@ def test_zero_stages_and_zero_offload_over_two_ranks_reach_one_process_loss(tmp_
 
 @pytest.mark.slow
 def test_each_ranks_zero_state_is_what_memplan_predicts(tmp_path, extensions):
-    """Over 2 gloo ranks, ZeRO-1, -2 and -3 each in one engine: a rank's parameters (whole, or
-    its partition under ZeRO-3), the fp32 copy of its partition DeepSpeed's optimizer steps
-    (kept in fp32 training too) and its AdamW moments, within 3% of memplan's per-rank bytes."""
+    """Over 2 gloo ranks, ZeRO-1, -2, -3 and ZeRO-Offload each in one engine: a rank's
+    parameters (whole, or its partition under ZeRO-3), the fp32 copy of its partition
+    DeepSpeed's optimizer steps (kept in fp32 training too), its AdamW moments and, offloaded,
+    its fp32 gradient partition in host memory, within 3% of memplan's per-rank bytes."""
     from pathlib import Path
 
     from tests.rank_launch import launch
@@ -51,12 +52,16 @@ def test_each_ranks_zero_state_is_what_memplan_predicts(tmp_path, extensions):
     from trainstack.nn.presets import preset
 
     worker = Path(__file__).with_name("zero_memory_worker.py")
-    ranks = launch(tmp_path, 2, "2", "64", "1,2,3", worker=worker, env=extensions)
-    for stage in ("zero1", "zero2", "zero3"):
+    ranks = launch(tmp_path, 2, "2", "64", "1,2,3,2+offload", worker=worker, env=extensions)
+    zero_offload = frozenset({"optimizer", "master", "grads"})
+    for stage, offload in (("zero1", frozenset()), ("zero2", frozenset()), ("zero3", frozenset()), ("zero2+offload", zero_offload)):
         plan = plan_memory(preset("tiny"), batch=2, seq=64, budget_bytes=1 << 33, world_size=2, precision="fp32", optimizer="adamw-forloop",
-                           placement=Placement(shard=stage), overheads=Overheads())
+                           placement=Placement(shard=stage[:5], offload=offload), overheads=Overheads())
         kinds = plan.breakdown.per_kind
-        assert kinds["master"]["gpu_bytes"] * 2 == kinds["params"]["total_bytes"]  # an fp32 partition of fp32 parameters
+        assert kinds["master"]["total_bytes"] == kinds["params"]["total_bytes"]  # an fp32 copy of fp32 parameters
         for rank in ranks:
-            for kind in ("params", "master", "optimizer"):
-                assert kinds[kind]["gpu_bytes"] == pytest.approx(rank[stage][kind], rel=0.03), (stage, kind)
+            for kind in ("params", "master", "optimizer", *(("grads",) if offload else ())):
+                predicted = kinds[kind]["host_bytes" if kind in offload else "gpu_bytes"]
+                assert predicted == pytest.approx(rank[stage][kind], rel=0.03), (stage, kind)
+        if offload:  # the fp32 gradient partition, the master weights and the moments: all the host holds
+            assert plan.breakdown.host_bytes == pytest.approx(sum(ranks[0][stage][k] for k in offload), rel=0.03)
