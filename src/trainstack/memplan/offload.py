@@ -10,7 +10,8 @@ stepped and later parameters come up), so the optimizer step costs the longest o
 parameters on the host are copied up a block ahead of its compute and cost only what the
 compute does not hide. Of the rungs that fit both budgets the least estimated step time wins,
 then the least moved to the host. Where the rates are not measured (no GPU), a rung is taken
-only where the ones before it do not fit. Pure arithmetic.
+only where the ones before it do not fit. Where none fits, the refusal names each rung's
+shortfall and what would fit: the least host budget, else the fewest ranks. Pure arithmetic.
 """
 
 from __future__ import annotations
