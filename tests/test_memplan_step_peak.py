@@ -9,7 +9,7 @@ from functools import cache
 
 import pytest
 
-from tests.rank_launch import launch, whole_step_plan
+from tests.rank_launch import launch, matches_a_schedule, whole_step_plan
 
 # (batch, seq, the phase memplan predicts the peak in), as tests/rank_memory_worker.WHOLE_STEP
 CASES = [(2, 64, "loss forward"), (1, 16, "reduce-scatter of block 1")]
@@ -75,7 +75,8 @@ def test_fsdp2_over_4_ranks_whole_step_peak_within_3_percent(four_ranks, batch, 
     plan = whole_step_plan(batch, seq, 4)
     assert plan.breakdown.transient_phase == phase
     for rank in four_ranks:
-        assert plan.breakdown.allocated_peak == pytest.approx(rank["whole"][f"{batch}x{seq}"], rel=0.03)
+        measured = rank["whole"][f"{batch}x{seq}"]
+        assert matches_a_schedule(plan, measured), (measured, plan.breakdown.allocated_peak)
 
 
 # bench's own host optimizer (bench.host_optimizer: memplan's host rungs on one process) on
