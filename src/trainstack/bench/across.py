@@ -1,0 +1,82 @@
+"""``bench --in ENV ...`` and ``bench --attribute PREVIOUS STACK``: the bench's run across
+environments, from the checked options to the printed tables and the written results."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from trainstack.bench import attribute as attr
+from trainstack.bench.api import BenchOptions, make_spec
+from trainstack.bench.environments import (
+    Environment, across_document, attribution_table, check_counts, environment, environments_table, label_of, probe,
+    run_across, write_results,
+)
+from trainstack.console import out
+from trainstack.errors import UsageError
+
+
+def _spec(opts: BenchOptions):
+    if opts.ablation or len(opts.modes) != 1:
+        raise UsageError("--in and --attribute run one mode in every environment; accepted: one --modes, without --ablation")
+    if opts.parity is not None or opts.profile is not None:
+        raise UsageError("--in and --attribute measure throughput; accepted: without --parity and --profile")
+    return replace(make_spec(opts), mode=opts.modes[0])
+
+
+def _code(rows: list[dict]) -> int:
+    """1 where a repeat failed or an environment measured nothing, else 0."""
+    return 1 if not rows or any(r.get("status") != "ok" for r in rows) else 0
+
+
+def in_environments(opts: BenchOptions, named: list[str], repeats: int) -> tuple[dict, int]:
+    """Each ``--in`` environment, probed (refused in one line) before anything runs, then benched."""
+    check_counts(len(named), repeats)
+    spec = _spec(opts)
+    environments = [environment(text) for text in named]
+    rows = run_across(spec, environments, repeats, opts.timeout_s)
+    title = f"trainstack bench: {spec.model} {spec.mode.name}, batch {spec.batch} x seq {spec.seq}, {repeats} repeat(s) per environment"
+    out.print(environments_table(rows, title))
+    document = {**across_document(rows, repeats), "rows": rows}
+    floor = document["noise_floor"]
+    out.print(f"noise floor (largest spread of one environment's repeats): {floor * 100:.1f}%", highlight=False)
+    write_results(opts.out, f"bench-{spec.model}-b{spec.batch}-s{spec.seq}-environments", rows)
+    return document, _code(rows)
+
+
+def attribute(opts: BenchOptions, previous: Path, current: Path, order: list[str], flavour: str | None,
+              repeats: int) -> tuple[dict, int]:
+    """The environments between two releases built, each benched, the change attributed."""
+    from trainstack.bench.between import build_steps, releases
+
+    check_counts(0, repeats)
+    spec = _spec(opts)
+    before, after = releases(previous, current, flavour)
+    components = tuple(dict.fromkeys(after.components + before.components))
+    try:
+        groups = attr.plan_groups(before.packages, after.packages, components, order)
+    except ValueError as exc:
+        raise UsageError(f"--order: {exc}") from None
+    if not groups:
+        raise UsageError(f"--attribute: {previous} and {current} lock the same versions for {before.slug}; nothing to attribute")
+    work = (opts.out or Path("build")) / "environments" / before.slug
+    built = build_steps(before, after, groups, work)
+    names = ["base", *(f"+{g.name}" for g in built.groups)]
+    environments = [Environment(name, python) for name, python in zip(names, built.pythons)]
+    for env in environments:
+        probe(env.label, env.python)
+    rows = run_across(spec, environments, repeats, opts.timeout_s)
+    figures = {f.label: f for f in attr.figures_of(rows, label_of)}
+    result = attr.attribute(built.groups, [figures.get(n, attr.Figures(n, ())) for n in names], built.unresolved)
+    title = f"{after.manifest.stack} {before.manifest.release} → {after.manifest.release} ({before.slug}): {spec.model} {spec.mode.name}, " \
+            f"batch {spec.batch} x seq {spec.seq}, {repeats} repeat(s)"
+    out.print(attribution_table(result, title))
+    headline = attr.headline(result)
+    out.print(headline, highlight=False, soft_wrap=True)
+    document = {
+        "stack": after.manifest.stack, "previous_release": before.manifest.release, "release": after.manifest.release,
+        "flavour": before.slug, "model": spec.model, "mode": spec.mode.name, "batch": spec.batch, "seq": spec.seq,
+        "repeats": repeats, "headline": headline, **result.to_json(),
+    }
+    write_results(opts.out, f"bench-{spec.model}-b{spec.batch}-s{spec.seq}-{before.manifest.release}-{after.manifest.release}", rows, document)
+    return {**document, "rows": rows}, _code(rows)

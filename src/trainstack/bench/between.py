@@ -1,0 +1,180 @@
+"""The environments between two locked releases of a stack, built with uv, one component group
+changed at a time (bench.attribute plans the groups).
+
+The base is the previous release's lock and the last step the new release's lock, each installed
+as locked; a step in between is resolved by uv with the components of the groups so far at their
+new versions, the others at their old ones, and every other package kept where the previous lock
+pinned it (uv's preferences: the previous pins prefilled into the output) unless the step needs it
+to move. A step uv cannot resolve is named with uv's reason and joined to the next group.
+Environments are uv venvs under a work folder, linked from uv's cache: cheap after the first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from trainstack import proc
+from trainstack.bench.attribute import TORCH_GROUP, Group, merged
+from trainstack.console import err
+from trainstack.errors import BuildError, LockError, SpecError, UsageError
+from trainstack.fsutil import atomic_write_text
+from trainstack.lock import check_lock_current
+from trainstack.lock.lockfile import parse_lock
+from trainstack.lock.manifest import MANIFEST_NAME, LockedFlavour, Manifest, load_manifest, manifest_path, read_lock_text
+from trainstack.lock.resolve import condense
+
+UV_TIMEOUT_S = 1800.0  # a cold cache downloads a CUDA torch's libraries
+
+
+@dataclass(frozen=True)
+class Release:
+    """One side of the attribution: a locked flavour, its lock text and the stack's components."""
+
+    where: Path  # the stack file or the manifest given
+    manifest: Manifest
+    slug: str
+    flavour: LockedFlavour
+    lock_text: str
+    components: tuple[str, ...]  # canonical names; () for a manifest given alone
+
+    @property
+    def packages(self) -> dict[str, str]:
+        return {canonicalize_name(k): v for k, v in self.flavour.packages.items()}
+
+
+def load_release(path: Path, option: str) -> tuple[Manifest, Path, tuple[str, ...]]:
+    """A stack file (its lock checked current) or a stack.lock.json: the manifest, its lock folder
+    and the stack's component names."""
+    if path.suffix == ".toml":
+        from trainstack.stackfile import load_stack
+
+        stack = load_stack(path)
+        manifest = check_lock_current(path)
+        return manifest, manifest_path(path).parent, tuple(canonicalize_name(c.key) for c in stack.components.values())
+    if path.name == MANIFEST_NAME or path.suffix == ".json":
+        return load_manifest(path), path.parent, ()
+    raise UsageError(f"{option} {path}: accepted: a stack file (.toml, with its lock folder) or its {MANIFEST_NAME}")
+
+
+def releases(previous: Path, current: Path, flavour: str | None) -> tuple[Release, Release]:
+    """Both sides, on the flavour they share (``flavour``, or the only one)."""
+    sides = [load_release(previous, "--attribute"), load_release(current, "--attribute")]
+    common = [slug for slug in sides[1][0].flavours if slug in sides[0][0].flavours]
+    if flavour is not None:
+        slug = flavour.replace(".", "")
+        if slug not in common:
+            raise UsageError(f"--flavour {flavour}: not a flavour of both releases; accepted: {', '.join(common) or 'none'}")
+    elif len(common) == 1:
+        slug = common[0]
+    else:
+        raise UsageError(f"--attribute: the releases share {len(common)} flavours; pick one with --flavour "
+                         f"(accepted: {', '.join(common) or 'none'})")
+    made = []
+    for (manifest, folder, components), where in zip(sides, (previous, current)):
+        entry = manifest.flavours[slug]
+        try:
+            text = read_lock_text(folder, entry.lock_file)
+        except FileNotFoundError:
+            raise LockError(f"{folder / entry.lock_file}: missing", hint=f"re-lock {where}") from None
+        if hashlib.sha256(text.encode()).hexdigest() != entry.lock_sha256:
+            raise LockError(f"{folder / entry.lock_file}: changed since it was locked", hint=f"re-lock {where}")
+        made.append(Release(where, manifest, slug, entry, text, components))
+    if made[0].flavour.python != made[1].flavour.python:
+        raise SpecError(f"flavour {slug}: Python {made[0].flavour.python} in {previous}, {made[1].flavour.python} in {current}; "
+                        "accepted: releases whose flavour has one Python")
+    return made[0], made[1]
+
+
+@dataclass(frozen=True)
+class Built:
+    """The steps as built (groups joined where a finer step could not be resolved) and each
+    environment's Python: the base's first, then one per step."""
+
+    groups: tuple[Group, ...]
+    pythons: tuple[Path, ...]
+    unresolved: tuple[str, ...]
+
+
+def build_steps(before: Release, after: Release, groups: list[Group], work: Path) -> Built:
+    """The base, each step between and the new release, as venvs under ``work``."""
+    work.mkdir(parents=True, exist_ok=True)
+    python = before.flavour.python
+    pythons = [_venv_from_text(work, "base", before.lock_text, python)]
+    built: list[Group] = []
+    unresolved: list[str] = []
+    pending: Group | None = None
+    components = tuple(dict.fromkeys(after.components + before.components))
+    for index, group in enumerate(groups):
+        step = merged(pending, group, pending.note or "") if pending is not None else group
+        if index == len(groups) - 1:
+            pythons.append(_venv_from_text(work, "release", after.lock_text, python))
+            built.append(step)
+            break
+        applied = [c for g in [*built, step] for c in g.changes]
+        resolved = _resolve(work, before, after, components, applied, python)
+        if isinstance(resolved, str):
+            reason = f"+{step.name} alone does not resolve: {resolved}"
+            err.print(f"warning: {reason}; joined to the next step", highlight=False, markup=False, soft_wrap=True)
+            unresolved.append(reason)
+            pending = Group(step.name, step.changes, reason)
+            continue
+        pythons.append(_venv_from_text(work, f"step{index + 1}", resolved, python))
+        built.append(step)
+        pending = None
+    return Built(tuple(built), tuple(pythons), tuple(unresolved))
+
+
+def _requirements(before: Release, after: Release, components: tuple[str, ...], applied: list) -> str:
+    """The index options of both locks, then every component (and the torch group) pinned: at its
+    new version where its group is applied, else at its old one."""
+    moved = {c.name for c in applied}
+    options = dict.fromkeys(parse_lock(after.lock_text).options + parse_lock(before.lock_text).options)
+    pinned = {}
+    for name in dict.fromkeys([*components, *(n for n in {**before.packages, **after.packages} if TORCH_GROUP.match(n))]):
+        version = (after if name in moved else before).packages.get(name)
+        if version is not None:
+            pinned[name] = version
+    return "".join(f"{o}\n" for o in options) + "".join(f"{n}=={v}\n" for n, v in sorted(pinned.items()))
+
+
+def _resolve(work: Path, before: Release, after: Release, components: tuple[str, ...], applied: list, python: str) -> str | dict:
+    """The step's pins (uv pip compile, the previous pins as preferences): the text, or uv's reason."""
+    request = _requirements(before, after, components, applied)
+    folder = work / f"resolve-{hashlib.sha256(request.encode()).hexdigest()[:12]}"
+    folder.mkdir(exist_ok=True)
+    atomic_write_text(folder / "requirements.in", request)
+    preferences = "".join(f"{n}=={v}\n" for n, v in sorted(before.packages.items()))
+    atomic_write_text(folder / "requirements.txt", preferences)  # uv keeps these pins unless the step needs others
+    result = proc.run(["uv", "pip", "compile", "--quiet", "--no-header", "--python-version", python,
+                       folder / "requirements.in", "-o", folder / "requirements.txt"], timeout=UV_TIMEOUT_S)
+    if not result.ok:
+        return condense(result.stderr, list(components))
+    options = "".join(f"{o}\n" for o in parse_lock(request).options)
+    return {"text": options + (folder / "requirements.txt").read_text(encoding="utf-8")}
+
+
+def _venv_from_text(work: Path, name: str, text: str | dict, python: str) -> Path:
+    """A venv holding exactly ``text``'s pins (a lock, or a step's resolution), reused when a
+    previous run made it from the same pins."""
+    body = text["text"] if isinstance(text, dict) else text
+    digest = hashlib.sha256(f"{python}\n{body}".encode()).hexdigest()[:12]
+    venv = work / f"{name}-{digest}"
+    ready = venv / "trainstack-step-ready"
+    interpreter = venv / "bin" / "python"
+    if ready.is_file() and not ready.is_symlink():
+        return interpreter
+    shutil.rmtree(venv, ignore_errors=True)
+    atomic_write_text(work / f"{name}-{digest}.txt", body)
+    for argv in (["uv", "venv", "--quiet", "--python", python, venv],
+                 ["uv", "pip", "sync", "--quiet", "--python", interpreter, work / f"{name}-{digest}.txt"]):
+        result = proc.run(argv, timeout=UV_TIMEOUT_S)
+        if not result.ok:
+            last = [line for line in result.stderr.strip().splitlines() if line.strip()][-1:] or [f"exit {result.returncode}"]
+            raise BuildError(f"environment {name} ({work / f'{name}-{digest}.txt'}): {last[0][:300]}")
+    ready.touch()
+    return interpreter

@@ -1,0 +1,194 @@
+"""bench --in and bench --attribute with real uv venvs on the CPU.
+
+Two releases of a stack differ in three components, built here as wheels: tinykernels 2.0 is a
+planted slowdown (a torch plugin, loaded by torch's backend autoload, whose newer version audits
+every linear product at several float64 perturbations: real work inside the training step),
+tinyutil and tinyextra change version and nothing else. The attribution must name tinykernels
+with its share and call the other two within noise. One set of venvs per module (hardlinked from
+uv's cache), the tiny preset, few steps.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trainstack.bench.attribute import Group, changes_between  # noqa: E402
+from trainstack.bench.between import build_steps, releases  # noqa: E402
+from trainstack.cli import main  # noqa: E402
+from trainstack.lock import lock_stack  # noqa: E402
+
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"
+SLUG = f"cpu-debian12-py{sys.version_info.major}{sys.version_info.minor}-release"
+TINY = ["--preset", "tiny", "--seq", "64", "--steps", "8", "--warmup", "1", "--modes", "eager", "--device", "cpu"]
+
+PLAIN = "def autoload():\n    pass\n"
+# the newer tinykernels: every linear product checked against float64 products at AUDITS perturbations
+AUDITED = '''import torch
+import torch.nn.functional as F
+
+_linear = F.linear
+AUDITS = 24
+
+
+def audited_linear(input, weight, bias=None):
+    out = _linear(input, weight, bias)
+    x, w = input.detach().double(), weight.detach().double()
+    for k in range(AUDITS):
+        reference = _linear(x * (1 + 10.0 ** -(k % 6 + 3)), w)
+        if bias is None:
+            torch.testing.assert_close(out.detach().double(), reference, rtol=1e-2, atol=1e-2)
+    return out
+
+
+def autoload():
+    F.linear = audited_linear
+'''
+
+
+def wheel(folder: Path, name: str, version: str, code: str, requires: tuple[str, ...] = ()) -> Path:
+    """A pure-Python wheel whose module torch loads at import (its 'torch.backends' entry point)."""
+    info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    files = {f"{name}/__init__.py": code, f"{info}/METADATA": metadata,
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+             f"{info}/entry_points.txt": f"[torch.backends]\n{name} = {name}:autoload\n"}
+
+    def digest(text: str) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{path},sha256={digest(text)},{len(text.encode())}\n" for path, text in files.items()) + f"{info}/RECORD,,\n"
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, text in {**files, f"{info}/RECORD": record}.items():
+            archive.writestr(member, text)
+    return path
+
+
+def stack(folder: Path, release: str, components: dict[str, str], links: list[str], with_torch: bool) -> Path:
+    """A CPU stack of ``components``; torch from pip's find-links where this machine has them,
+    else from PyTorch's CPU index (the flavour's own)."""
+    folder.mkdir(parents=True)
+    pip_links = os.environ.get("PIP_FIND_LINKS", "").split()
+    finds = links + [Path(p).absolute().as_uri() for p in pip_links if Path(p).is_dir()] if with_torch else links
+    lines = [f'{name} = "=={version}"' for name, version in components.items()]
+    if with_torch:
+        lines.insert(0, f'torch = "=={torch.__version__.split("+")[0]}"')
+    own_index = with_torch and not pip_links  # PyTorch's CPU index serves torch: the flavour's variant index stays
+    index = ", ".join(f'"{u}"' for u in finds) + ("]" if own_index else "]\npytorch = false")
+    path = folder / "stack.toml"
+    path.write_text(f'[stack]\nname = "planted"\nrelease = "{release}"\nimage = "trainstack/planted"\n\n'
+                    f'[index]\nfind_links = [{index}\n\n[components]\n' + "\n".join(lines) +
+                    f'\n\n[matrix]\ncuda = ["cpu"]\nos = ["debian12"]\npython = ["{PY}"]\n', encoding="utf-8")
+    lock_stack(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> str:
+    folder = tmp_path_factory.mktemp("wheels")
+    for name, version, code, requires in (
+        ("tinykernels", "1.0", PLAIN, ()), ("tinykernels", "2.0", AUDITED, ()), ("tinyutil", "1.0", PLAIN, ()),
+        ("tinyutil", "1.1", PLAIN, ()), ("tinyextra", "1.0", PLAIN, ()), ("tinyextra", "1.1", PLAIN, ()),
+        ("tinyutil", "1.2", PLAIN, ("tinyextra>=1.1",)),  # needs the newer tinyextra: no step of its own
+    ):
+        wheel(folder, name, version, code, requires)
+    return folder.as_uri()
+
+
+@pytest.fixture(scope="module")
+def attributed(wheels: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, Path]:
+    """The attribution run once: its exit code, its JSON document and its --out folder."""
+    root = tmp_path_factory.mktemp("planted")
+    previous = stack(root / "previous", "2026.1.0", {"tinykernels": "1.0", "tinyutil": "1.0", "tinyextra": "1.0"}, [wheels], True)
+    current = stack(root / "current", "2026.2.0", {"tinykernels": "2.0", "tinyutil": "1.1", "tinyextra": "1.1"}, [wheels], True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")  # a 2-core machine shared with other work: no spinning threads
+        code = main(["bench", *TINY, "--attribute", str(previous), str(current), "--repeats", "3",
+                     "--out", str(root / "out"), "-o", str(root / "attribution.json")])
+    document = json.loads((root / "attribution.json").read_text()) if (root / "attribution.json").is_file() else {}
+    return code, document, root / "out"
+
+
+def test_the_planted_component_is_named_with_its_share_and_the_others_are_within_noise(attributed) -> None:
+    code, document, _ = attributed
+    assert code == 0, document
+    steps = {s["step"]: s for s in document["steps"]}
+    assert list(steps) == ["base", "+tinykernels", "+tinyutil", "+tinyextra"]
+    planted = steps["+tinykernels"]
+    assert planted["changes"] == [{"name": "tinykernels", "before": "1.0", "after": "2.0"}]
+    assert planted["confidence"] in ("clear", "above noise") and planted["change"] < 0
+    assert document["total_confidence"] != "within noise" and document["total_change"] < 0
+    assert planted["share"] > 0.5 and planted["share"] == max(s["share"] for s in document["steps"][1:])
+    for name in ("+tinyutil", "+tinyextra"):
+        assert steps[name]["confidence"] == "within noise", steps[name]
+    assert sum(s["contribution"] for s in document["steps"][1:]) == pytest.approx(document["total_change"])
+    assert document["headline"].startswith("training throughput -")
+    assert "tinykernels 1.0 → 2.0: -" in document["headline"]
+    assert "tinyutil 1.0 → 1.1: " in document["headline"] and document["headline"].count("within noise") >= 2
+    assert all(len(s["repeats"]) == 3 for s in document["steps"]) and document["noise_floor"] > 0
+
+
+def test_every_row_carries_the_versions_of_its_environment(attributed) -> None:
+    _, document, out = attributed
+    rows = document["rows"]
+    assert len(rows) == 12 and [r["environment"]["label"] for r in rows[:4]] == ["base", "+tinykernels", "+tinyutil", "+tinyextra"]
+    expected = {"base": ("1.0", "1.0", "1.0"), "+tinykernels": ("2.0", "1.0", "1.0"), "+tinyutil": ("2.0", "1.1", "1.0"),
+                "+tinyextra": ("2.0", "1.1", "1.1")}
+    for row in rows:
+        env = row["environment"]
+        packages = env["packages"]
+        assert (packages["tinykernels"], packages["tinyutil"], packages["tinyextra"]) == expected[env["label"]]
+        assert env["torch"] == torch.__version__ and packages["torch"] == torch.__version__ and env["python"].startswith(PY)
+        assert Path(env["executable"]).parent.parent.parent.name == SLUG  # each step in its own venv
+    written = {p.name for p in out.iterdir()}
+    assert "bench-tiny-b1-s64-2026.1.0-2026.2.0.jsonl" in written and "bench-tiny-b1-s64-2026.1.0-2026.2.0.attribution.json" in written
+
+
+def test_bench_in_two_environments_with_the_noise_floor(attributed, capsys: pytest.CaptureFixture[str]) -> None:
+    _, document, _ = attributed
+    base, release = (Path(r["environment"]["executable"]).parent.parent for r in document["rows"][:4:3])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        code = main(["bench", *TINY, "--in", str(base), "--in", str(release / "bin" / "python"), "--repeats", "2", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0
+    first, second = result["environments"]
+    assert (first["environment"], first["confidence"]) == (str(base), "baseline")
+    assert second["confidence"] != "within noise" and second["change"] < 0, second  # tinykernels 2.0 runs there
+    assert result["noise_floor"] > 0 and len(result["rows"]) == 4
+    assert {r["environment"]["packages"]["tinykernels"] for r in result["rows"]} == {"1.0", "2.0"}
+
+
+def test_a_missing_or_torchless_environment_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", *TINY, "--in", str(tmp_path / "nowhere")]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: --in {tmp_path / 'nowhere'}: no such venv or Python interpreter")
+    subprocess.run(["uv", "venv", "-q", str(tmp_path / "bare"), "--python", sys.executable], check=True)
+    assert main(["bench", *TINY, "--in", str(tmp_path / "bare")]) == 6
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "has no torch" in lines[0] and lines[0].startswith("error: --in ")
+
+
+def test_a_step_uv_cannot_resolve_is_named_and_joined_to_the_next(wheels: str, tmp_path: Path) -> None:
+    """tinyutil 1.2 needs tinyextra 1.1: '+tinyutil' alone does not resolve; uv's reason is kept and
+    the step becomes '+tinyutil+tinyextra', which is the new release itself."""
+    previous = stack(tmp_path / "a", "2026.1.0", {"tinyutil": "1.0", "tinyextra": "1.0"}, [wheels], False)
+    current = stack(tmp_path / "b", "2026.2.0", {"tinyutil": "1.2", "tinyextra": "1.1"}, [wheels], False)
+    before, after = releases(previous, current, None)
+    groups = [Group("tinyutil", tuple(changes_between({"tinyutil": "1.0"}, {"tinyutil": "1.2"}))),
+              Group("tinyextra", tuple(changes_between({"tinyextra": "1.0"}, {"tinyextra": "1.1"})))]
+    built = build_steps(before, after, groups, tmp_path / "environments")
+    assert [g.name for g in built.groups] == ["tinyutil+tinyextra"] and len(built.pythons) == 2
+    assert len(built.unresolved) == 1 and built.unresolved[0].startswith("+tinyutil alone does not resolve: ")
+    assert "tinyextra" in built.unresolved[0] and built.groups[0].note == built.unresolved[0]
