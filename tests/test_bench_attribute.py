@@ -114,6 +114,7 @@ def attributed(wheels: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[i
     current = stack(root / "current", "2026.2.0", {"tinykernels": "2.0", "tinyutil": "1.1", "tinyextra": "1.1"}, [wheels], True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OMP_NUM_THREADS", "1")  # a 2-core machine shared with other work: no spinning threads
+        patch.chdir(root)  # the steps' venvs go under build/bench-environments/
         code = main(["bench", *TINY, "--attribute", str(previous), str(current), "--repeats", "3",
                      "--out", str(root / "out"), "-o", str(root / "attribution.json")])
     document = json.loads((root / "attribution.json").read_text()) if (root / "attribution.json").is_file() else {}
@@ -151,6 +152,8 @@ def test_every_row_carries_the_versions_of_its_environment(attributed) -> None:
         assert (packages["tinykernels"], packages["tinyutil"], packages["tinyextra"]) == expected[env["label"]]
         assert env["torch"] == torch.__version__ and packages["torch"] == torch.__version__ and env["python"].startswith(PY)
         assert Path(env["executable"]).parent.parent.parent.name == SLUG  # each step in its own venv
+    for step in document["steps"]:
+        assert step["environment"]["packages"]["torch"] == torch.__version__
     written = {p.name for p in out.iterdir()}
     assert "bench-tiny-b1-s64-2026.1.0-2026.2.0.jsonl" in written and "bench-tiny-b1-s64-2026.1.0-2026.2.0.attribution.json" in written
 
@@ -192,3 +195,29 @@ def test_a_step_uv_cannot_resolve_is_named_and_joined_to_the_next(wheels: str, t
     assert [g.name for g in built.groups] == ["tinyutil+tinyextra"] and len(built.pythons) == 2
     assert len(built.unresolved) == 1 and built.unresolved[0].startswith("+tinyutil alone does not resolve: ")
     assert "tinyextra" in built.unresolved[0] and built.groups[0].note == built.unresolved[0]
+
+
+def test_release_notes_compare_and_page_show_the_attribution(attributed, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, document, out = attributed
+    root = out.parent
+    notes = tmp_path / "notes"
+    assert main(["release", str(root / "current" / "stack.toml"), "--previous", str(root / "previous" / "stack.lock" / "stack.lock.json"),
+                 "--results", str(out), "--out", str(notes)]) == 0
+    markdown = (notes / "RELEASE.md").read_text()
+    assert "### What changed the speed: 2026.1.0 → 2026.2.0, tiny eager b1 s64" in markdown
+    headline = next(line for line in markdown.splitlines() if line.startswith("training throughput"))
+    assert headline.replace("\\", "") == document["headline"]  # Markdown's escapes aside, bench's own words
+    assert "| +tinykernels | tinykernels 1.0 → 2.0 |" in markdown and "| +tinyextra | tinyextra 1.0 → 1.1 |" in markdown
+    published = json.loads((notes / "release.json").read_text())["attribution"][0]
+    assert [s["step"] for s in published["steps"]] == ["base", "+tinykernels", "+tinyutil", "+tinyextra"]
+    assert published["headline"] == document["headline"]
+    assert not any(r["model"] == "tiny" for r in json.loads((notes / "release.json").read_text())["performance"])  # the steps are no flavour's figures
+    page = (notes / "release.html").read_text()
+    assert '<table class="attribution">' in page and "tinykernels 1.0 → 2.0" in page
+    assert 'alt="contribution of each step to the change of tiny eager b1 s64 · 2026.1.0 → 2026.2.0: +tinykernels -' in page
+    capsys.readouterr()
+    jsonl = out / "bench-tiny-b1-s64-2026.1.0-2026.2.0.jsonl"
+    assert main(["bench", "--compare", str(jsonl), str(jsonl), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["attributions"][0]["headline"] == document["headline"]
+    assert "What changed the speed: 2026.1.0 → 2026.2.0" in captured.err and document["headline"] in captured.err

@@ -15,6 +15,8 @@ from trainstack.bench.environments import (
 from trainstack.console import out
 from trainstack.errors import UsageError
 
+ENVIRONMENTS = Path("build") / "bench-environments"  # the steps' venvs, reused while their pins are the same
+
 
 def _spec(opts: BenchOptions):
     if opts.ablation or len(opts.modes) != 1:
@@ -59,7 +61,7 @@ def attribute(opts: BenchOptions, previous: Path, current: Path, order: list[str
         raise UsageError(f"--order: {exc}") from None
     if not groups:
         raise UsageError(f"--attribute: {previous} and {current} lock the same versions for {before.slug}; nothing to attribute")
-    work = (opts.out or Path("build")) / "environments" / before.slug
+    work = ENVIRONMENTS / before.slug
     built = build_steps(before, after, groups, work)
     names = ["base", *(f"+{g.name}" for g in built.groups)]
     environments = [Environment(name, python) for name, python in zip(names, built.pythons)]
@@ -73,10 +75,13 @@ def attribute(opts: BenchOptions, previous: Path, current: Path, order: list[str
     out.print(attribution_table(result, title))
     headline = attr.headline(result)
     out.print(headline, highlight=False, soft_wrap=True)
+    steps = result.to_json()["steps"]
+    for step in steps:  # what each step's environment held, so that a reader can rebuild it
+        step["environment"] = next((r.get("environment") for r in rows if label_of(r) == step["step"]), None)
     document = {
         "stack": after.manifest.stack, "previous_release": before.manifest.release, "release": after.manifest.release,
         "flavour": before.slug, "model": spec.model, "mode": spec.mode.name, "batch": spec.batch, "seq": spec.seq,
-        "repeats": repeats, "headline": headline, **result.to_json(),
+        "repeats": repeats, "headline": headline, **result.to_json(), "steps": steps,
     }
     write_results(opts.out, f"bench-{spec.model}-b{spec.batch}-s{spec.seq}-{before.manifest.release}-{after.manifest.release}", rows, document)
     return {**document, "rows": rows}, _code(rows)

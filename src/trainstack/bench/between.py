@@ -27,6 +27,7 @@ from trainstack.lock import check_lock_current
 from trainstack.lock.lockfile import parse_lock
 from trainstack.lock.manifest import MANIFEST_NAME, LockedFlavour, Manifest, load_manifest, manifest_path, read_lock_text
 from trainstack.lock.resolve import condense
+from trainstack.stackfile import load_stack
 
 UV_TIMEOUT_S = 1800.0  # a cold cache downloads a CUDA torch's libraries
 
@@ -51,8 +52,6 @@ def load_release(path: Path, option: str) -> tuple[Manifest, Path, tuple[str, ..
     """A stack file (its lock checked current) or a stack.lock.json: the manifest, its lock folder
     and the stack's component names."""
     if path.suffix == ".toml":
-        from trainstack.stackfile import load_stack
-
         stack = load_stack(path)
         manifest = check_lock_current(path)
         return manifest, manifest_path(path).parent, tuple(canonicalize_name(c.key) for c in stack.components.values())

@@ -60,13 +60,15 @@ def command(
         print_error("bench --model is now --preset (a preset name); --model will go", prefix="warning:")
         model = old_model
     if compare is not None:
-        from trainstack.bench.compare import Matched, print_compare
+        from trainstack.bench.compare import Matched, attributions_beside, print_attributions, print_compare
 
         matched = Matched.read(*compare)  # each file read once, for the tables and the document
+        attributions = attributions_beside(compare)  # bench --attribute's, beside its rows
         with _tables_to_stderr(json_out):
             print_compare(*compare, matched=matched)
+            print_attributions(attributions)
         if json_out or output is not None:
-            _emit(_compare_document(matched), json_out, output)
+            _emit(_compare_document(matched) | {"attributions": [a.model_dump(mode="json") for a in attributions]}, json_out, output)
         return
     if stack is not None:
         table = _stack_table(ctx, stack)

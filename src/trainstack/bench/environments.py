@@ -16,6 +16,8 @@ from rich.text import Text
 from trainstack import proc
 from trainstack.bench import attribute as attr
 from trainstack.bench.ablation import run_mode
+from trainstack.bench.api import free_name
+from trainstack.bench.report import rescue, write_jsonl
 from trainstack.bench.runner import RunSpec
 from trainstack.console import err, out
 from trainstack.errors import OutputError, ToolMissingError, UsageError
@@ -125,9 +127,6 @@ def write_results(out_dir: Path | None, stem: str, rows: list[dict], extra: dict
     attribution, ``<stem>.attribution.json``; names taken are never replaced."""
     if out_dir is None:
         return []
-    from trainstack.bench.api import free_name
-    from trainstack.bench.report import rescue, write_jsonl
-
     name, _ = free_name(out_dir, stem)
     jsonl = out_dir / f"{name}.jsonl"
     written = [jsonl]

@@ -11,6 +11,8 @@ import importlib.metadata
 import platform
 import sys
 
+from trainstack.bench.runtime import borrowed
+
 MAX_PACKAGES = 2000  # an environment's imported distributions; a bound on what a row carries
 
 
@@ -27,8 +29,6 @@ def imported_versions() -> dict:
         except importlib.metadata.PackageNotFoundError:  # a module whose distribution left no metadata
             continue
     torch = sys.modules.get("torch")
-    from trainstack.bench.runtime import borrowed
-
     return {
         "python": platform.python_version(),
         "executable": sys.executable,

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from trainstack.bench import runtime
+from trainstack.bench.versions import imported_versions
 from trainstack.fsutil import atomic_write_json
 
 
@@ -19,7 +20,6 @@ def main(argv: list[str]) -> int:
     runtime.install()  # started in another environment (bench --in): trainstack's own helpers from the one that started it
     from trainstack.bench.device import close_process_group
     from trainstack.bench.runner import RunSpec, run
-    from trainstack.bench.versions import imported_versions
 
     row = run(RunSpec.from_json(json.loads(spec_path.read_text(encoding="utf-8"))))
     row["environment"] = imported_versions()  # what this process ran on, so that the row can be rebuilt
