@@ -221,3 +221,35 @@ def test_release_notes_compare_and_page_show_the_attribution(attributed, tmp_pat
     captured = capsys.readouterr()
     assert json.loads(captured.out)["attributions"][0]["headline"] == document["headline"]
     assert "What changed the speed: 2026.1.0 → 2026.2.0" in captured.err and document["headline"] in captured.err
+
+
+def test_groups_put_torch_with_its_cuda_libraries_first_then_each_component_in_the_order_asked() -> None:
+    from trainstack.bench.attribute import plan_groups
+
+    before = {"torch": "2.5.1", "nvidia-cublas-cu12": "12.4.5.8", "triton": "3.1.0", "transformers": "4.46.2",
+              "accelerate": "1.0.0", "deepspeed": "0.15.0", "numpy": "2.1.0", "tokenizers": "0.20.3"}
+    after = {**before, "torch": "2.7.0", "nvidia-cublas-cu12": "12.6.4.1", "triton": "3.3.0", "transformers": "5.0.0",
+             "accelerate": "1.2.0", "deepspeed": "0.16.0", "tokenizers": "0.22.0"}
+    components = ["torch", "transformers", "accelerate", "deepspeed", "numpy"]
+    groups = plan_groups(before, after, components)
+    assert [g.name for g in groups] == ["torch", "transformers", "accelerate", "deepspeed"]  # tokenizers moves where needed
+    assert [c.name for c in groups[0].changes] == ["nvidia-cublas-cu12", "torch", "triton"]
+    assert groups[0].text() == "torch 2.5.1 → 2.7.0 (+2 more)"
+    ordered = plan_groups(before, after, components, ["deepspeed", "transformers+accelerate"])
+    assert [g.name for g in ordered] == ["torch", "deepspeed", "transformers+accelerate"]
+    with pytest.raises(ValueError, match="'numpy' is no changed component; accepted: torch, transformers, accelerate, deepspeed"):
+        plan_groups(before, after, components, ["numpy"])
+
+
+def test_contributions_add_up_and_noise_is_judged_on_a_log_scale() -> None:
+    from trainstack.bench.attribute import Delta, Figures, attribute, headline, plan_groups
+
+    groups = plan_groups({"a": "1", "b": "1"}, {"a": "2", "b": "2"}, ["a", "b"])
+    figures = [Figures("base", (100.0, 102.0, 98.0)), Figures("+a", (50.0, 51.0, 49.5)), Figures("+b", (50.5, 49.0, 50.0))]
+    result = attribute(groups, figures)
+    assert result.noise == pytest.approx(102 / 98 - 1)
+    assert [s.delta.confidence for s in result.steps[1:]] == ["clear", "within noise"]
+    assert sum(s.contribution for s in result.steps[1:]) == pytest.approx(result.total.change) == pytest.approx(-0.5)
+    assert result.steps[1].share == pytest.approx(1.0) and result.steps[2].share == pytest.approx(0.0)
+    assert headline(result) == "training throughput -50.0% (a 1 → 2: -50.0%; b 1 → 2: +0.0%, within noise)"
+    assert Delta(1.0, 0.5).noise_multiple == pytest.approx(Delta(-0.5, 0.5).noise_multiple)  # a doubling, a halving

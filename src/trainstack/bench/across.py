@@ -34,6 +34,9 @@ def _code(rows: list[dict]) -> int:
 def in_environments(opts: BenchOptions, named: list[str], repeats: int) -> tuple[dict, int]:
     """Each ``--in`` environment, probed (refused in one line) before anything runs, then benched."""
     check_counts(len(named), repeats)
+    twice = next((n for n in named if named.count(n) > 1), None)
+    if twice is not None:
+        raise UsageError(f"--in {twice}: named twice; accepted: each environment once (--repeats runs each again)")
     spec = _spec(opts)
     environments = [environment(text) for text in named]
     rows = run_across(spec, environments, repeats, opts.timeout_s)

@@ -115,9 +115,9 @@ def build_steps(before: Release, after: Release, groups: list[Group], work: Path
             built.append(step)
             break
         applied = [c for g in [*built, step] for c in g.changes]
-        resolved = _resolve(work, before, after, components, applied, python)
-        if isinstance(resolved, str):
-            reason = f"+{step.name} alone does not resolve: {resolved}"
+        resolved, why = _resolve(work, before, after, components, applied, python)
+        if resolved is None:
+            reason = f"+{step.name} alone does not resolve: {why}"
             err.print(f"warning: {reason}; joined to the next step", highlight=False, markup=False, soft_wrap=True)
             unresolved.append(reason)
             pending = Group(step.name, step.changes, reason)
@@ -141,8 +141,10 @@ def _requirements(before: Release, after: Release, components: tuple[str, ...], 
     return "".join(f"{o}\n" for o in options) + "".join(f"{n}=={v}\n" for n, v in sorted(pinned.items()))
 
 
-def _resolve(work: Path, before: Release, after: Release, components: tuple[str, ...], applied: list, python: str) -> str | dict:
-    """The step's pins (uv pip compile, the previous pins as preferences): the text, or uv's reason."""
+def _resolve(work: Path, before: Release, after: Release, components: tuple[str, ...], applied: list,
+             python: str) -> tuple[str | None, str | None]:
+    """The step's pins (uv pip compile, the previous pins as preferences): (the text, None), or
+    (None, uv's reason in one line)."""
     request = _requirements(before, after, components, applied)
     folder = work / f"resolve-{hashlib.sha256(request.encode()).hexdigest()[:12]}"
     folder.mkdir(exist_ok=True)
@@ -152,15 +154,14 @@ def _resolve(work: Path, before: Release, after: Release, components: tuple[str,
     result = proc.run(["uv", "pip", "compile", "--quiet", "--no-header", "--python-version", python,
                        folder / "requirements.in", "-o", folder / "requirements.txt"], timeout=UV_TIMEOUT_S)
     if not result.ok:
-        return condense(result.stderr, list(components))
+        return None, condense(result.stderr, list(components))
     options = "".join(f"{o}\n" for o in parse_lock(request).options)
-    return {"text": options + (folder / "requirements.txt").read_text(encoding="utf-8")}
+    return options + (folder / "requirements.txt").read_text(encoding="utf-8"), None
 
 
-def _venv_from_text(work: Path, name: str, text: str | dict, python: str) -> Path:
-    """A venv holding exactly ``text``'s pins (a lock, or a step's resolution), reused when a
+def _venv_from_text(work: Path, name: str, body: str, python: str) -> Path:
+    """A venv holding exactly ``body``'s pins (a lock, or a step's resolution), reused when a
     previous run made it from the same pins."""
-    body = text["text"] if isinstance(text, dict) else text
     digest = hashlib.sha256(f"{python}\n{body}".encode()).hexdigest()[:12]
     venv = work / f"{name}-{digest}"
     ready = venv / "trainstack-step-ready"
