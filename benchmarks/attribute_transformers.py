@@ -49,7 +49,7 @@ def main() -> int:
     parser.add_argument("--torch", default="2.13.0", help="torch of both releases")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--order", default="huggingface-hub,safetensors,tokenizers,transformers")
+    parser.add_argument("--order", default="huggingface-hub,tokenizers,transformers")
     args = parser.parse_args()
     out = args.out.absolute()
     work = Path(tempfile.mkdtemp(prefix="attribute-transformers-"))
