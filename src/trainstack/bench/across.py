@@ -64,7 +64,7 @@ def attribute(opts: BenchOptions, previous: Path, current: Path, order: list[str
         raise UsageError(f"--order: {exc}") from None
     if not groups:
         raise UsageError(f"--attribute: {previous} and {current} lock the same versions for {before.slug}; nothing to attribute")
-    work = ENVIRONMENTS / before.slug
+    work = ENVIRONMENTS / after.slug
     built = build_steps(before, after, groups, work)
     names = ["base", *(f"+{g.name}" for g in built.groups)]
     environments = [Environment(name, python) for name, python in zip(names, built.pythons)]
@@ -73,18 +73,26 @@ def attribute(opts: BenchOptions, previous: Path, current: Path, order: list[str
     rows = run_across(spec, environments, repeats, opts.timeout_s)
     figures = {f.label: f for f in attr.figures_of(rows, label_of)}
     result = attr.attribute(built.groups, [figures.get(n, attr.Figures(n, ())) for n in names], built.unresolved)
-    title = f"{after.manifest.stack} {before.manifest.release} → {after.manifest.release} ({before.slug}): {spec.model} {spec.mode.name}, " \
+    flavours = after.slug if after.slug == before.slug else f"{before.slug} → {after.slug}"
+    title = f"{after.manifest.stack} {before.manifest.release} → {after.manifest.release} ({flavours}): {spec.model} {spec.mode.name}, " \
             f"batch {spec.batch} x seq {spec.seq}, {repeats} repeat(s)"
     out.print(attribution_table(result, title))
-    headline = attr.headline(result)
-    out.print(headline, highlight=False, soft_wrap=True)
+    document = attribution_document(before, after, result, rows, model=spec.model, mode=spec.mode.name, batch=spec.batch,
+                                    seq=spec.seq, repeats=repeats)
+    out.print(document["headline"], highlight=False, soft_wrap=True)
+    write_results(opts.out, f"bench-{spec.model}-b{spec.batch}-s{spec.seq}-{before.manifest.release}-{after.manifest.release}", rows, document)
+    return {**document, "rows": rows}, _code(rows)
+
+
+def attribution_document(before, after, result: attr.Attribution, rows: list[dict], *, model: str, mode: str, batch: int,
+                         seq: int, repeats: int) -> dict:
+    """What --out's ``.attribution.json`` holds (release --results reads it): the two releases and
+    their flavours, the setup, the headline, the steps each with its environment's versions."""
     steps = result.to_json()["steps"]
     for step in steps:  # what each step's environment held, so that a reader can rebuild it
         step["environment"] = next((r.get("environment") for r in rows if label_of(r) == step["step"]), None)
-    document = {
+    return {
         "stack": after.manifest.stack, "previous_release": before.manifest.release, "release": after.manifest.release,
-        "flavour": before.slug, "model": spec.model, "mode": spec.mode.name, "batch": spec.batch, "seq": spec.seq,
-        "repeats": repeats, "headline": headline, **result.to_json(), "steps": steps,
+        "flavour": after.slug, "previous_flavour": before.slug, "model": model, "mode": mode, "batch": batch, "seq": seq,
+        "repeats": repeats, "headline": attr.headline(result), **result.to_json(), "steps": steps,
     }
-    write_results(opts.out, f"bench-{spec.model}-b{spec.batch}-s{spec.seq}-{before.manifest.release}-{after.manifest.release}", rows, document)
-    return {**document, "rows": rows}, _code(rows)

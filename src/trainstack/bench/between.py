@@ -61,30 +61,40 @@ def load_release(path: Path, option: str) -> tuple[Manifest, Path, tuple[str, ..
 
 
 def releases(previous: Path, current: Path, flavour: str | None) -> tuple[Release, Release]:
-    """Both sides, on the flavour they share (``flavour``, or the only one)."""
+    """Both sides, on a flavour of the new release (``flavour``, or the only one that follows one of
+    the previous release): the same slug, or the one it follows across a CUDA or OS move
+    (release.diff's matching, as the release notes pair them)."""
+    from trainstack.release.diff import match_flavours
+
     sides = [load_release(previous, "--attribute"), load_release(current, "--attribute")]
-    common = [slug for slug in sides[1][0].flavours if slug in sides[0][0].flavours]
+    follows = match_flavours(sides[0][0], sides[1][0])  # new slug -> the previous release's
+    common = [slug for slug in sides[1][0].flavours if slug in follows]
+
+    def named(slug: str) -> str:
+        return slug if follows[slug] == slug else f"{slug} (after {follows[slug]})"
+
     if flavour is not None:
         slug = flavour.replace(".", "")
         if slug not in common:
-            raise UsageError(f"--flavour {flavour}: not a flavour of both releases; accepted: {', '.join(common) or 'none'}")
+            raise UsageError(f"--flavour {flavour}: not a flavour of the new release that follows one of the previous; "
+                             f"accepted: {', '.join(named(s) for s in common) or 'none'}")
     elif len(common) == 1:
         slug = common[0]
     else:
         raise UsageError(f"--attribute: the releases share {len(common)} flavours; pick one with --flavour "
-                         f"(accepted: {', '.join(common) or 'none'})")
+                         f"(accepted: {', '.join(named(s) for s in common) or 'none'})")
     made = []
-    for (manifest, folder, components), where in zip(sides, (previous, current)):
-        entry = manifest.flavours[slug]
+    for (manifest, folder, components), where, side_slug in zip(sides, (previous, current), (follows[slug], slug)):
+        entry = manifest.flavours[side_slug]
         try:
             text = read_lock_text(folder, entry.lock_file)
         except FileNotFoundError:
             raise LockError(f"{folder / entry.lock_file}: missing", hint=f"re-lock {where}") from None
         if hashlib.sha256(text.encode()).hexdigest() != entry.lock_sha256:
             raise LockError(f"{folder / entry.lock_file}: changed since it was locked", hint=f"re-lock {where}")
-        made.append(Release(where, manifest, slug, entry, text, components))
+        made.append(Release(where, manifest, side_slug, entry, text, components))
     if made[0].flavour.python != made[1].flavour.python:
-        raise SpecError(f"flavour {slug}: Python {made[0].flavour.python} in {previous}, {made[1].flavour.python} in {current}; "
+        raise SpecError(f"flavour {named(slug)}: Python {made[0].flavour.python} in {previous}, {made[1].flavour.python} in {current}; "
                         "accepted: releases whose flavour has one Python")
     return made[0], made[1]
 
