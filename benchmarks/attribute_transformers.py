@@ -4,10 +4,17 @@ environments between built from two locked stacks, each component's share of the
 
     python benchmarks/attribute_transformers.py [--out benchmarks/results/attribute_transformers]
 
-Writes into OUT: the two stacks, the model's config.json, bench's table (attribute.txt), its JSON
-document (attribute.json, every repeat's row with its environment's versions) and its --out
-files; this machine's folders in them are named WORK (the run's folder) and FIND_LINKS. The torch wheel comes from pip's find-links where the machine has
-them (PIP_FIND_LINKS), else from PyPI (a CUDA build: several GB).
+On a GPU machine whose image ships torch, with the other wheels carried to a folder:
+
+    UV_NO_INDEX=1 python benchmarks/attribute_transformers.py --over /path/to/python3 --device cuda \
+        --find-links WHEELS --out OUT
+
+(--over: the locks leave torch out; every step's venv sees that interpreter's packages after its
+own.) Writes into OUT: the two stacks, the model's config.json, bench's table (attribute.txt), its
+JSON document (attribute.json, every repeat's row with its environment's versions) and its --out
+files; this machine's folders in them are named WORK (the run's folder) and FIND_LINKS. Without
+--over the torch wheel comes from pip's find-links where the machine has them (PIP_FIND_LINKS),
+else from PyPI (a CUDA build: several GB).
 """
 
 from __future__ import annotations
@@ -32,13 +39,15 @@ CONFIG = {  # Qwen2's architecture at a size a CPU trains in a few ms a step
 COMPONENTS = ("transformers", "tokenizers", "huggingface-hub", "safetensors")
 
 
-def stack_text(release: str, transformers: str, torch: str, links: list[str]) -> str:
+def stack_text(release: str, transformers: str, torch: str | None, links: list[str], python: str) -> str:
     index = ""
     if links:
         index = "[index]\nfind_links = [" + ", ".join(f'"{Path(p).absolute().as_uri()}"' for p in links) + "]\npytorch = false\n\n"
-    pins = "\n".join([f'torch = "=={torch}"', f'transformers = "=={transformers}"', *(f'{c} = ">=0"' for c in COMPONENTS[1:])])
-    return (f'[stack]\nname = "hf-cpu"\nrelease = "{release}"\nimage = "trainstack/hf-cpu"\n\n{index}[components]\n{pins}\n\n'
-            f'[matrix]\ncuda = ["cpu"]\nos = ["debian12"]\npython = ["{sys.version_info.major}.{sys.version_info.minor}"]\n')
+    pins = "\n".join([*([f'torch = "=={torch}"'] if torch else []), f'transformers = "=={transformers}"',
+                      *(f'{c} = ">=0"' for c in COMPONENTS[1:])])
+    name = "hf-cpu" if torch else "hf-over"
+    return (f'[stack]\nname = "{name}"\nrelease = "{release}"\nimage = "trainstack/{name}"\n\n{index}[components]\n{pins}\n\n'
+            f'[matrix]\ncuda = ["cpu"]\nos = ["debian12"]\npython = ["{python}"]\n')
 
 
 def main() -> int:
@@ -50,21 +59,36 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--order", default="huggingface-hub,tokenizers,transformers")
+    parser.add_argument("--over", type=Path, help="an interpreter that ships torch: the locks leave torch out, each step's venv sees its packages")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--find-links", action="append", default=[], help="a folder of wheels (repeatable)")
+    parser.add_argument("--locked", type=Path, help="a folder holding previous/ and current/, each a stack this script wrote and "
+                        "locked elsewhere (a machine that reaches no index): used as they are")
     args = parser.parse_args()
     out = args.out.absolute()
     work = Path(tempfile.mkdtemp(prefix="attribute-transformers-"))
-    links = [p for p in os.environ.get("PIP_FIND_LINKS", "").split() if Path(p).is_dir()]
+    links = [str(Path(p).absolute()) for p in [*args.find_links, *os.environ.get("PIP_FIND_LINKS", "").split()] if Path(p).is_dir()]
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if args.over is not None:  # the flavour's Python is the one that ships torch
+        python = subprocess.run([str(args.over), "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+                                check=True, capture_output=True, text=True).stdout.strip()
     (work / "config.json").write_text(json.dumps(CONFIG, indent=1) + "\n", encoding="utf-8")
     stacks = []
     for name, release, transformers in (("previous", "2026.1.0", args.previous), ("current", "2026.2.0", args.current)):
+        if args.locked is not None:
+            shutil.copytree(args.locked / name, work / name)
+            stacks.append(work / name / "stack.toml")
+            continue
         (work / name).mkdir()
-        (work / name / "stack.toml").write_text(stack_text(release, transformers, args.torch, links), encoding="utf-8")
+        (work / name / "stack.toml").write_text(stack_text(release, transformers, None if args.over else args.torch, links, python), encoding="utf-8")
         subprocess.run([sys.executable, "-m", "trainstack", "lock", str(work / name / "stack.toml")], check=True, cwd=work)
         stacks.append(work / name / "stack.toml")
     argv = [sys.executable, "-m", "trainstack", "bench", "--hf-config", "config.json", "--modes", "eager",
-            "--batch", "2", "--seq", "256", "--steps", str(args.steps), "--warmup", "2", "--device", "cpu",
+            "--batch", str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps), "--warmup", "2", "--device", args.device,
             "--attribute", "previous/stack.toml", "current/stack.toml", "--order", args.order, "--repeats", str(args.repeats),
-            "--out", "bench", "-o", "attribute.json"]
+            "--out", "bench", "-o", "attribute.json", *(["--over", str(args.over)] if args.over else [])]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}  # one thread each: no spinning on a shared machine
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True)

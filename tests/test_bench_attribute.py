@@ -253,3 +253,25 @@ def test_contributions_add_up_and_noise_is_judged_on_a_log_scale() -> None:
     assert result.steps[1].share == pytest.approx(1.0) and result.steps[2].share == pytest.approx(0.0)
     assert headline(result) == "training throughput -50.0% (a 1 → 2: -50.0%; b 1 → 2: +0.0%, within noise)"
     assert Delta(1.0, 0.5).noise_multiple == pytest.approx(Delta(-0.5, 0.5).noise_multiple)  # a doubling, a halving
+
+
+def test_attribute_over_an_interpreter_that_ships_torch(wheels: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--over: the locks leave torch out (an image ships it); each step's venv holds the locks'
+    pins and sees this interpreter's packages after its own, torch among them."""
+    previous = stack(tmp_path / "a", "2026.1.0", {"tinykernels": "1.0"}, [wheels], False)
+    current = stack(tmp_path / "b", "2026.2.0", {"tinykernels": "2.0"}, [wheels], False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        patch.chdir(tmp_path)
+        code = main(["bench", *TINY, "--attribute", str(previous), str(current), "--over", sys.executable, "--repeats", "2", "--json"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 0 and document["over"] == str(Path(sys.executable).absolute())
+    base, planted = document["steps"]
+    assert planted["step"] == "+tinykernels" and planted["change"] < 0 and planted["confidence"] != "within noise", planted
+    for step, version in ((base, "1.0"), (planted, "2.0")):
+        env = step["environment"]
+        assert env["packages"]["tinykernels"] == version and env["torch"] == torch.__version__
+        venv = Path(env["executable"]).parent.parent
+        assert not list(venv.glob("lib/python*/site-packages/torch"))  # torch is the interpreter's, not the venv's
+    assert main(["bench", *TINY, "--over", sys.executable]) == 2
+    assert "--over: only with --attribute" in capsys.readouterr().err

@@ -50,9 +50,10 @@ def in_environments(opts: BenchOptions, named: list[str], repeats: int) -> tuple
 
 
 def attribute(opts: BenchOptions, previous: Path, current: Path, order: list[str], flavour: str | None,
-              repeats: int) -> tuple[dict, int]:
-    """The environments between two releases built, each benched, the change attributed."""
-    from trainstack.bench.between import build_steps, releases
+              repeats: int, over: Path | None = None) -> tuple[dict, int]:
+    """The environments between two releases built (each over ``over``'s packages where given),
+    each benched, the change attributed."""
+    from trainstack.bench.between import build_steps, over_python, releases
 
     check_counts(0, repeats)
     spec = _spec(opts)
@@ -64,8 +65,9 @@ def attribute(opts: BenchOptions, previous: Path, current: Path, order: list[str
         raise UsageError(f"--order: {exc}") from None
     if not groups:
         raise UsageError(f"--attribute: {previous} and {current} lock the same versions for {before.slug}; nothing to attribute")
+    seen = over_python(over, before.flavour.python) if over is not None else None
     work = ENVIRONMENTS / after.slug
-    built = build_steps(before, after, groups, work)
+    built = build_steps(before, after, groups, work, seen)
     names = ["base", *(f"+{g.name}" for g in built.groups)]
     environments = [Environment(name, python) for name, python in zip(names, built.pythons)]
     for env in environments:
@@ -79,6 +81,8 @@ def attribute(opts: BenchOptions, previous: Path, current: Path, order: list[str
     out.print(attribution_table(result, title))
     document = attribution_document(before, after, result, rows, model=spec.model, mode=spec.mode.name, batch=spec.batch,
                                     seq=spec.seq, repeats=repeats)
+    if seen is not None:
+        document["over"] = str(seen.python)
     out.print(document["headline"], highlight=False, soft_wrap=True)
     write_results(opts.out, f"bench-{spec.model}-b{spec.batch}-s{spec.seq}-{before.manifest.release}-{after.manifest.release}", rows, document)
     return {**document, "rows": rows}, _code(rows)

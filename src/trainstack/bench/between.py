@@ -12,6 +12,7 @@ Environments are uv venvs under a work folder, linked from uv's cache: cheap aft
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,11 +110,12 @@ class Built:
     unresolved: tuple[str, ...]
 
 
-def build_steps(before: Release, after: Release, groups: list[Group], work: Path) -> Built:
-    """The base, each step between and the new release, as venvs under ``work``."""
+def build_steps(before: Release, after: Release, groups: list[Group], work: Path, over: Over | None = None) -> Built:
+    """The base, each step between and the new release, as venvs under ``work`` (each over
+    ``over``'s packages where given)."""
     work.mkdir(parents=True, exist_ok=True)
     python = before.flavour.python
-    pythons = [_venv_from_text(work, "base", before.lock_text, python)]
+    pythons = [_venv_from_text(work, "base", before.lock_text, python, over)]
     built: list[Group] = []
     unresolved: list[str] = []
     pending: Group | None = None
@@ -121,7 +123,7 @@ def build_steps(before: Release, after: Release, groups: list[Group], work: Path
     for index, group in enumerate(groups):
         step = merged(pending, group, pending.note or "") if pending is not None else group
         if index == len(groups) - 1:
-            pythons.append(_venv_from_text(work, "release", after.lock_text, python))
+            pythons.append(_venv_from_text(work, "release", after.lock_text, python, over))
             built.append(step)
             break
         applied = [c for g in [*built, step] for c in g.changes]
@@ -132,7 +134,7 @@ def build_steps(before: Release, after: Release, groups: list[Group], work: Path
             unresolved.append(reason)
             pending = Group(step.name, step.changes, reason)
             continue
-        pythons.append(_venv_from_text(work, f"step{index + 1}", resolved, python))
+        pythons.append(_venv_from_text(work, f"step{index + 1}", resolved, python, over))
         built.append(step)
         pending = None
     return Built(tuple(built), tuple(pythons), tuple(unresolved))
@@ -169,10 +171,39 @@ def _resolve(work: Path, before: Release, after: Release, components: tuple[str,
     return options + (folder / "requirements.txt").read_text(encoding="utf-8"), None
 
 
-def _venv_from_text(work: Path, name: str, body: str, python: str) -> Path:
+@dataclass(frozen=True)
+class Over:
+    """An interpreter whose packages every step's venv sees after its own (``--over``): what the
+    locks leave out, torch and its CUDA libraries in an image that ships them, comes from there."""
+
+    python: Path
+    site: tuple[str, ...]  # its site-packages folders, in its own order
+
+
+OVER_PROBE = "import json, site, sys; print(json.dumps([f'{sys.version_info[0]}.{sys.version_info[1]}', site.getsitepackages()]))"
+
+
+def over_python(path: Path, python: str) -> Over:
+    """``--over PYTHON``: an interpreter of the flavour's Python, its site-packages folders; refused in one line."""
+    if not path.is_file():
+        raise UsageError(f"--over {path}: no such Python interpreter; accepted: an interpreter whose packages the steps see")
+    try:
+        result = proc.run([str(path.absolute()), "-c", OVER_PROBE], env={"PYTHONPATH": ""}, echo=False, timeout=120.0)
+    except OSError as exc:
+        raise UsageError(f"--over {path}: does not run ({exc.strerror or exc}); accepted: a Python interpreter") from None
+    if not result.ok:
+        raise UsageError(f"--over {path}: does not run as a Python interpreter (exit {result.returncode}); accepted: a Python interpreter")
+    version, site = json.loads(result.stdout.strip().splitlines()[-1])
+    if version != python:
+        raise SpecError(f"--over {path}: Python {version}; the flavour's is {python}; accepted: an interpreter of Python {python}")
+    return Over(path.absolute(), tuple(str(s) for s in site))
+
+
+def _venv_from_text(work: Path, name: str, body: str, python: str, over: Over | None = None) -> Path:
     """A venv holding exactly ``body``'s pins (a lock, or a step's resolution), reused when a
-    previous run made it from the same pins."""
-    digest = hashlib.sha256(f"{python}\n{body}".encode()).hexdigest()[:12]
+    previous run made it from the same pins; over ``over``'s site-packages (a .pth after its own)."""
+    seen = "" if over is None else f"over {over.python}\n" + "".join(f"{s}\n" for s in over.site)
+    digest = hashlib.sha256(f"{python}\n{seen}{body}".encode()).hexdigest()[:12]
     venv = work / f"{name}-{digest}"
     ready = venv / "trainstack-step-ready"
     interpreter = venv / "bin" / "python"
@@ -180,11 +211,15 @@ def _venv_from_text(work: Path, name: str, body: str, python: str) -> Path:
         return interpreter
     shutil.rmtree(venv, ignore_errors=True)
     atomic_write_text(work / f"{name}-{digest}.txt", body)
-    for argv in (["uv", "venv", "--quiet", "--python", python, venv],
+    for argv in (["uv", "venv", "--quiet", "--python", python if over is None else over.python, venv],
                  ["uv", "pip", "sync", "--quiet", "--python", interpreter, work / f"{name}-{digest}.txt"]):
         result = proc.run(argv, timeout=UV_TIMEOUT_S)
         if not result.ok:
             last = [line for line in result.stderr.strip().splitlines() if line.strip()][-1:] or [f"exit {result.returncode}"]
             raise BuildError(f"environment {name} ({work / f'{name}-{digest}.txt'}): {last[0][:300]}")
+    if over is not None:  # site.addsitedir: the folders' own .pth files count too; they come after the venv's
+        (site_packages,) = (venv / "lib").glob("python*/site-packages")
+        atomic_write_text(site_packages / "zz-trainstack-over.pth",
+                          "".join(f"import site; site.addsitedir({s!r})\n" for s in over.site))
     ready.touch()
     return interpreter

@@ -42,7 +42,8 @@ def command(
     repeats: int = typer.Option(3, "--repeats", help="With --in or --attribute: runs per environment, interleaved; their spread is the noise floor."),
     attribute: tuple[Path, Path] | None = typer.Option(None, "--attribute", metavar="PREVIOUS STACK", help="Two releases (stack files with their locks, or stack.lock.json files): build the environments between them one component group at a time, bench each, attribute the change."),
     order: str | None = typer.Option(None, "--order", help="With --attribute: the component groups' order after torch (commas; '+' joins components into one group)."),
-    flavour: str | None = typer.Option(None, "--flavour", "--flavor", help="With --attribute: the flavour both releases lock [default: the only one they share]."),
+    flavour: str | None = typer.Option(None, "--flavour", "--flavor", help="With --attribute: the new release's flavour [default: the only one that follows one of the previous release]."),
+    over: Path | None = typer.Option(None, "--over", metavar="PYTHON", help="With --attribute: every step's venv sees this interpreter's packages after its own (torch from an image that ships it)."),
 ) -> None:
     """Measure training throughput (tokens/s, MFU, memory, step-time spread) of a Llama-family decoder.
 
@@ -97,8 +98,12 @@ def command(
     from trainstack.bench.device import dist_from_env
     from trainstack.nn.modes import DEFAULT_ABLATION, parse_modes
 
+    if over is not None and attribute is None:
+        from trainstack.errors import UsageError
+
+        raise UsageError("--over: only with --attribute (the environments it builds see its packages)")
     if in_envs or attribute is not None:  # the same bench in other environments
-        _across(json_out, output, in_envs, repeats, attribute, order, flavour, api.BenchOptions(
+        _across(json_out, output, in_envs, repeats, attribute, order, flavour, over, api.BenchOptions(
             model=model, hf_config=hf_config, batch=batch, seq=seq, steps=steps if steps is not None else 20, warmup=warmup,
             modes=tuple(parse_modes(modes or "compile")), ablation=ablation, accum=accum, out=out, device=device,
             memory_cap_gib=memory_cap_gib, timeout_s=timeout_s, profile=profile, parity=api.parse_parity(parity) if parity else None))
@@ -123,7 +128,7 @@ def command(
 
 
 def _across(json_out: bool, output: Path | None, in_envs: list[str] | None, repeats: int, attribute: tuple[Path, Path] | None,
-            order: str | None, flavour: str | None, opts) -> None:
+            order: str | None, flavour: str | None, over: Path | None, opts) -> None:
     """--in and --attribute: bench.across does the work; the document and the exit code here."""
     from trainstack.bench import across
     from trainstack.errors import UsageError
@@ -132,7 +137,7 @@ def _across(json_out: bool, output: Path | None, in_envs: list[str] | None, repe
         raise UsageError("--in and --attribute: give one; --attribute builds its own environments")
     with _tables_to_stderr(json_out):
         if attribute is not None:
-            document, code = across.attribute(opts, *attribute, [o for o in (order or "").split(",") if o.strip()], flavour, repeats)
+            document, code = across.attribute(opts, *attribute, [o for o in (order or "").split(",") if o.strip()], flavour, repeats, over)
         else:
             document, code = across.in_environments(opts, [e for entry in in_envs for e in entry.split(",") if e], repeats)
     if json_out or output is not None:
