@@ -5,7 +5,8 @@ planted slowdown (a torch plugin, loaded by torch's backend autoload, whose newe
 every linear product at several float64 perturbations: real work inside the training step),
 tinyutil and tinyextra change version and nothing else. The attribution must name tinykernels
 with its share and call the other two within noise. One set of venvs per module (hardlinked from
-uv's cache), the tiny preset, few steps.
+uv's cache), each over this interpreter (--over: the stacks leave torch to it, as an image that
+ships torch does), the tiny preset, few steps.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -75,21 +75,15 @@ def wheel(folder: Path, name: str, version: str, code: str, requires: tuple[str,
     return path
 
 
-def stack(folder: Path, release: str, components: dict[str, str], links: list[str], with_torch: bool) -> Path:
-    """A CPU stack of ``components``; torch from pip's find-links where this machine has them,
-    else from PyTorch's CPU index (the flavour's own)."""
+def stack(folder: Path, release: str, components: dict[str, str], links: list[str]) -> Path:
+    """A CPU stack of ``components``, torch left out: the image (here, this interpreter: --over)
+    ships it."""
     folder.mkdir(parents=True)
-    pip_links = os.environ.get("PIP_FIND_LINKS", "").split()
-    finds = links + [Path(p).absolute().as_uri() for p in pip_links if Path(p).is_dir()] if with_torch else links
     lines = [f'{name} = "=={version}"' for name, version in components.items()]
-    if with_torch:
-        lines.insert(0, f'torch = "=={torch.__version__.split("+")[0]}"')
-    own_index = with_torch and not pip_links  # PyTorch's CPU index serves torch: the flavour's variant index stays
-    index = ", ".join(f'"{u}"' for u in finds) + ("]" if own_index else "]\npytorch = false")
     path = folder / "stack.toml"
     path.write_text(f'[stack]\nname = "planted"\nrelease = "{release}"\nimage = "trainstack/planted"\n\n'
-                    f'[index]\nfind_links = [{index}\n\n[components]\n' + "\n".join(lines) +
-                    f'\n\n[matrix]\ncuda = ["cpu"]\nos = ["debian12"]\npython = ["{PY}"]\n', encoding="utf-8")
+                    f'[index]\nfind_links = [' + ", ".join(f'"{u}"' for u in links) + ']\npytorch = false\n\n[components]\n'
+                    + "\n".join(lines) + f'\n\n[matrix]\ncuda = ["cpu"]\nos = ["debian12"]\npython = ["{PY}"]\n', encoding="utf-8")
     lock_stack(path)
     return path
 
@@ -110,12 +104,12 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> str:
 def attributed(wheels: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, Path]:
     """The attribution run once: its exit code, its JSON document and its --out folder."""
     root = tmp_path_factory.mktemp("planted")
-    previous = stack(root / "previous", "2026.1.0", {"tinykernels": "1.0", "tinyutil": "1.0", "tinyextra": "1.0"}, [wheels], True)
-    current = stack(root / "current", "2026.2.0", {"tinykernels": "2.0", "tinyutil": "1.1", "tinyextra": "1.1"}, [wheels], True)
+    previous = stack(root / "previous", "2026.1.0", {"tinykernels": "1.0", "tinyutil": "1.0", "tinyextra": "1.0"}, [wheels])
+    current = stack(root / "current", "2026.2.0", {"tinykernels": "2.0", "tinyutil": "1.1", "tinyextra": "1.1"}, [wheels])
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OMP_NUM_THREADS", "1")  # a 2-core machine shared with other work: no spinning threads
         patch.chdir(root)  # the steps' venvs go under build/bench-environments/
-        code = main(["bench", *TINY, "--attribute", str(previous), str(current), "--repeats", "3",
+        code = main(["bench", *TINY, "--attribute", str(previous), str(current), "--over", sys.executable, "--repeats", "3",
                      "--out", str(root / "out"), "-o", str(root / "attribution.json")])
     document = json.loads((root / "attribution.json").read_text()) if (root / "attribution.json").is_file() else {}
     return code, document, root / "out"
@@ -138,6 +132,7 @@ def test_the_planted_component_is_named_with_its_share_and_the_others_are_within
     assert "tinykernels 1.0 → 2.0: -" in document["headline"]
     assert "tinyutil 1.0 → 1.1: " in document["headline"] and document["headline"].count("within noise") >= 2
     assert all(len(s["repeats"]) == 3 for s in document["steps"]) and document["noise_floor"] > 0
+    assert document["over"] == str(Path(sys.executable).absolute())
 
 
 def test_every_row_carries_the_versions_of_its_environment(attributed) -> None:
@@ -152,6 +147,7 @@ def test_every_row_carries_the_versions_of_its_environment(attributed) -> None:
         assert (packages["tinykernels"], packages["tinyutil"], packages["tinyextra"]) == expected[env["label"]]
         assert env["torch"] == torch.__version__ and packages["torch"] == torch.__version__ and env["python"].startswith(PY)
         assert Path(env["executable"]).parent.parent.parent.name == SLUG  # each step in its own venv
+        assert not list(Path(env["executable"]).parent.parent.glob("lib/python*/site-packages/torch"))  # torch is --over's
     for step in document["steps"]:
         assert step["environment"]["packages"]["torch"] == torch.__version__
     written = {p.name for p in out.iterdir()}
@@ -174,6 +170,8 @@ def test_bench_in_two_environments_with_the_noise_floor(attributed, capsys: pyte
 
 
 def test_a_missing_or_torchless_environment_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", *TINY, "--over", sys.executable]) == 2
+    assert "--over: only with --attribute" in capsys.readouterr().err
     assert main(["bench", *TINY, "--in", str(tmp_path / "nowhere")]) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: --in {tmp_path / 'nowhere'}: no such venv or Python interpreter")
@@ -186,8 +184,8 @@ def test_a_missing_or_torchless_environment_is_refused_in_one_line(tmp_path: Pat
 def test_a_step_uv_cannot_resolve_is_named_and_joined_to_the_next(wheels: str, tmp_path: Path) -> None:
     """tinyutil 1.2 needs tinyextra 1.1: '+tinyutil' alone does not resolve; uv's reason is kept and
     the step becomes '+tinyutil+tinyextra', which is the new release itself."""
-    previous = stack(tmp_path / "a", "2026.1.0", {"tinyutil": "1.0", "tinyextra": "1.0"}, [wheels], False)
-    current = stack(tmp_path / "b", "2026.2.0", {"tinyutil": "1.2", "tinyextra": "1.1"}, [wheels], False)
+    previous = stack(tmp_path / "a", "2026.1.0", {"tinyutil": "1.0", "tinyextra": "1.0"}, [wheels])
+    current = stack(tmp_path / "b", "2026.2.0", {"tinyutil": "1.2", "tinyextra": "1.1"}, [wheels])
     before, after = releases(previous, current, None)
     groups = [Group("tinyutil", tuple(changes_between({"tinyutil": "1.0"}, {"tinyutil": "1.2"}))),
               Group("tinyextra", tuple(changes_between({"tinyextra": "1.0"}, {"tinyextra": "1.1"})))]
@@ -254,24 +252,3 @@ def test_contributions_add_up_and_noise_is_judged_on_a_log_scale() -> None:
     assert headline(result) == "training throughput -50.0% (a 1 → 2: -50.0%; b 1 → 2: +0.0%, within noise)"
     assert Delta(1.0, 0.5).noise_multiple == pytest.approx(Delta(-0.5, 0.5).noise_multiple)  # a doubling, a halving
 
-
-def test_attribute_over_an_interpreter_that_ships_torch(wheels: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--over: the locks leave torch out (an image ships it); each step's venv holds the locks'
-    pins and sees this interpreter's packages after its own, torch among them."""
-    previous = stack(tmp_path / "a", "2026.1.0", {"tinykernels": "1.0"}, [wheels], False)
-    current = stack(tmp_path / "b", "2026.2.0", {"tinykernels": "2.0"}, [wheels], False)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OMP_NUM_THREADS", "1")
-        patch.chdir(tmp_path)
-        code = main(["bench", *TINY, "--attribute", str(previous), str(current), "--over", sys.executable, "--repeats", "2", "--json"])
-    document = json.loads(capsys.readouterr().out)
-    assert code == 0 and document["over"] == str(Path(sys.executable).absolute())
-    base, planted = document["steps"]
-    assert planted["step"] == "+tinykernels" and planted["change"] < 0 and planted["confidence"] != "within noise", planted
-    for step, version in ((base, "1.0"), (planted, "2.0")):
-        env = step["environment"]
-        assert env["packages"]["tinykernels"] == version and env["torch"] == torch.__version__
-        venv = Path(env["executable"]).parent.parent
-        assert not list(venv.glob("lib/python*/site-packages/torch"))  # torch is the interpreter's, not the venv's
-    assert main(["bench", *TINY, "--over", sys.executable]) == 2
-    assert "--over: only with --attribute" in capsys.readouterr().err
