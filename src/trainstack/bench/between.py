@@ -28,6 +28,7 @@ from trainstack.lock import check_lock_current
 from trainstack.lock.lockfile import parse_lock
 from trainstack.lock.manifest import MANIFEST_NAME, LockedFlavour, Manifest, load_manifest, manifest_path, read_lock_text
 from trainstack.lock.resolve import condense
+from trainstack.release.diff import match_flavours
 from trainstack.stackfile import load_stack
 
 UV_TIMEOUT_S = 1800.0  # a cold cache downloads a CUDA torch's libraries
@@ -65,8 +66,6 @@ def releases(previous: Path, current: Path, flavour: str | None) -> tuple[Releas
     """Both sides, on a flavour of the new release (``flavour``, or the only one that follows one of
     the previous release): the same slug, or the one it follows across a CUDA or OS move
     (release.diff's matching, as the release notes pair them)."""
-    from trainstack.release.diff import match_flavours
-
     sides = [load_release(previous, "--attribute"), load_release(current, "--attribute")]
     follows = match_flavours(sides[0][0], sides[1][0])  # new slug -> the previous release's
     common = [slug for slug in sides[1][0].flavours if slug in follows]
