@@ -81,6 +81,12 @@ SKIPPED = {
     "trainstack bench --preset 1b --batch 4 --seq 4096 --modes compile+bf16 --profile prof": "GPU only: a 1b compile+bf16 run",
     "trainstack bench --compare old/bench-1b-b4-s4096.jsonl results/bench-1b-b4-s4096.jsonl":
         "compares the results of two GPU runs (tests/test_new_user.py runs --compare on files it writes)",
+    "trainstack bench --preset 125m --seq 512 --modes compile --in build/a/venv --in build/b/venv --repeats 5":
+        "needs two venvs of the user's own (tests/test_bench_attribute.py runs --in on two it builds)",
+    "trainstack bench --hf-config gpt2.json --modes eager --attribute old/stack.lock.json stack.toml --order transformers --out results":
+        "needs two locked releases of the user's own (tests/test_bench_attribute.py runs --attribute on two it locks)",
+    "trainstack bench --hf-config gpt2.json --modes compile+bf16 --attribute old/stack.toml stack.toml --over /usr/bin/python3":
+        "needs two locked releases and an image's Python with torch (tests/test_bench_attribute.py runs --over on this interpreter)",
     "trainstack render stack.toml --cluster slurm --build-dir build --out build/render":
         "needs a locked stack.toml of the user's own (tests/test_cluster_slurm.py renders one and runs its files on Slurm)",
     "sbatch build/render/cpu-debian12-py311-release/slurm/health.sbatch /shared/fleet-2026-12":

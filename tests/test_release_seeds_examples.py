@@ -114,3 +114,36 @@ def test_the_eessi_known_issues_file_loads_with_a_reason_and_link_each() -> None
     known = load_known_issues(SEEDS / "eessi-known-issues.toml", SEEDS).known
     assert [k.test for k in known] == ["*test_cuda_expandable_segments*", "*distributed/test_c10d_nccl*"]
     assert all(k.reason and k.link.startswith("https://") for k in known)
+
+
+def test_acs_attribution_across_the_cuda_move_is_planned_from_the_locks_and_carried_by_the_notes(tmp_path: Path) -> None:
+    """bench --attribute pairs ACS 25.07's cu126 flavour with the cu124 one it follows (no shared
+    slug); its plan from the committed locks puts torch with its CUDA libraries first, then each
+    component; release --results carries the attribution into 25.07's notes. Measuring the steps
+    needs CUDA 12.4 and 12.6 torch environments: the figures here are the renderer's input."""
+    from trainstack.bench import attribute as attr
+    from trainstack.bench.across import attribution_document
+    from trainstack.bench.between import releases
+
+    before, after = releases(SEEDS / "acs-training-24.11.lock" / "stack.lock.json", SEEDS / "acs-training-25.07.toml", None)
+    assert (before.slug, after.slug) == ("cu124-ubuntu2204-py310-release", "cu126-ubuntu2204-py310-release")
+    groups = attr.plan_groups(before.packages, after.packages, after.components, ["transformers", "deepspeed"])
+    assert [g.name for g in groups] == ["torch", "transformers", "deepspeed", "megatron-core", "vllm", "transformer-engine",
+                                        "peft", "diffusers"]
+    assert groups[0].text().startswith("torch 2.5.1 → 2.7.0 (+") and any(c.name.startswith("nvidia-") for c in groups[0].changes)
+    samples = [(100.0, 101.0, 99.0), (112.0, 113.0, 111.0), (112.5, 111.5, 113.0)] + [(112.0, 112.5, 111.5)] * 6
+    result = attr.attribute(groups, [attr.Figures(n, s) for n, s in zip(["base", *(f"+{g.name}" for g in groups)], samples)])
+    document = attribution_document(before, after, result, [], model="1b", mode="compile+bf16", batch=4, seq=4096, repeats=3)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "bench-1b-b4-s4096-24.11-25.07.attribution.json").write_text(json.dumps(document), encoding="utf-8")
+    out = tmp_path / "notes"
+    assert main(["release", str(SEEDS / "acs-training-25.07.toml"), "--previous",
+                 str(SEEDS / "acs-training-24.11.lock" / "stack.lock.json"), "--results", str(results), "--out", str(out)]) == 0
+    markdown = (out / "RELEASE.md").read_text()
+    assert "### What changed the speed: 24.11 → 25.07" in markdown
+    assert next(line for line in markdown.splitlines() if line.startswith("training throughput")).replace("\\", "") == document["headline"]
+    assert document["headline"].startswith("training throughput +12.0% (torch 2.5.1 → 2.7.0 (+")
+    assert "| +transformers | transformers 4.46.2 → 4.53.2 |" in markdown and "| +peft | peft 0.16.0 (added) |" in markdown
+    assert json.loads((out / "release.json").read_text())["attribution"][0]["slug"] == after.slug
+    assert '<table class="attribution">' in (out / "release.html").read_text()

@@ -135,6 +135,7 @@ EXIT_TABLE: dict[str, tuple[str, tuple[tuple[int, str], ...]]] = {
                       (2, "critical"), (3, "unknown"), (6, "no torch at level 2 or 3"), (10, "--output not written (disk full)"),
                       (HEALTH_BAD_INPUT, BAD_INPUT))),
     "bench": ("measured", ((1, "a mode failed or nothing was measured"), (6, "no torch or no GPU"),
+                           (4, "a lock of --attribute missing or stale"), (7, "an environment of --attribute not built"),
                            (10, "a result not written where asked (it is in a new file the error names)"), (2, BAD_INPUT))),
     "memplan": ("a plan", ((9, "no plan fits the budget"), (6, "no torch"), (10, "--output not written (disk full)"), (2, BAD_INPUT))),
     "run": ("the job succeeded (once it starts, the code is the job's own)", ((2, "bad input (before the job starts)"),

@@ -17,10 +17,13 @@ from pathlib import Path
 import torch
 
 from trainstack import proc
+from trainstack.bench import runtime
 from trainstack.bench.kineto import without_kineto_noise
 from trainstack.bench.device import dist_from_env
 from trainstack.bench.runner import RunSpec
 from trainstack.fsutil import atomic_write_json
+
+SOURCE = str(Path(__file__).resolve().parents[2])  # the folder that holds this trainstack package
 
 
 def run_ablation(
@@ -39,13 +42,16 @@ def run_ablation(
     return rows
 
 
-def run_mode(spec: RunSpec, index: int, timeout_s: float | None) -> dict:
+def run_mode(spec: RunSpec, index: int, timeout_s: float | None, python: str | None = None) -> dict:
+    """One worker; with ``python``, in that interpreter (another environment's), this trainstack's
+    source first on its path so that every environment runs the same bench."""
     with tempfile.TemporaryDirectory(prefix="trainstack-bench-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         atomic_write_json(spec_path, spec.to_json())
-        argv = [sys.executable, "-m", "trainstack.bench.worker", spec_path, result_path]
+        argv = [python or sys.executable, "-m", "trainstack.bench.worker", spec_path, result_path]
+        env = _worker_env(index) | ({"PYTHONPATH": SOURCE, runtime.VARIABLE: runtime.site_folders()} if python else {})
         try:
-            result = proc.run(argv, env=_worker_env(index), timeout=timeout_s, echo=dist_from_env().rank == 0)
+            result = proc.run(argv, env=env, timeout=timeout_s, echo=dist_from_env().rank == 0)
         except subprocess.TimeoutExpired:
             return _failed(spec, "timeout", f"no result after {timeout_s:.0f} s")
         if result_path.is_file():

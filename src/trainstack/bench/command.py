@@ -38,6 +38,12 @@ def command(
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write that JSON document to this file."),
     health: Path | None = typer.Option(None, "--health", help="A health result (trainstack health --level 2 --json): its measured GEMM and copy rates are the ceilings of each row's time breakdown [default: the datasheet's]."),
     stack: Path | None = typer.Option(None, "--stack", help="A stack file whose [bench] table gives --preset, --batch, --seq, --steps, --warmup and --modes (several modes: an ablation); flags given here win."),
+    in_envs: list[str] | None = typer.Option(None, "--in", metavar="ENV", help="Bench in this venv or Python (with torch), each repeat a fresh process; several: one table, with the noise floor."),
+    repeats: int = typer.Option(3, "--repeats", help="With --in or --attribute: runs per environment, interleaved; their spread is the noise floor."),
+    attribute: tuple[Path, Path] | None = typer.Option(None, "--attribute", metavar="PREVIOUS STACK", help="Two releases (locked stack files or stack.lock.json): build the environments between them, one component group at a time, bench each, attribute the change."),
+    order: str | None = typer.Option(None, "--order", help="With --attribute: the component groups' order after torch (commas; '+' joins components into one group)."),
+    flavour: str | None = typer.Option(None, "--flavour", "--flavor", help="With --attribute: the new release's flavour [default: the only one that follows one of the previous release]."),
+    over: Path | None = typer.Option(None, "--over", metavar="PYTHON", help="With --attribute: every step's venv sees this interpreter's packages after its own (torch from an image that ships it)."),
 ) -> None:
     """Measure training throughput (tokens/s, MFU, memory, step-time spread) of a Llama-family decoder.
 
@@ -55,13 +61,15 @@ def command(
         print_error("bench --model is now --preset (a preset name); --model will go", prefix="warning:")
         model = old_model
     if compare is not None:
-        from trainstack.bench.compare import Matched, print_compare
+        from trainstack.bench.compare import Matched, attributions_beside, print_attributions, print_compare
 
         matched = Matched.read(*compare)  # each file read once, for the tables and the document
+        attributions = attributions_beside(compare)  # bench --attribute's, beside its rows
         with _tables_to_stderr(json_out):
             print_compare(*compare, matched=matched)
+            print_attributions(attributions)
         if json_out or output is not None:
-            _emit(_compare_document(matched), json_out, output)
+            _emit(_compare_document(matched) | {"attributions": [a.model_dump(mode="json") for a in attributions]}, json_out, output)
         return
     if stack is not None:
         table = _stack_table(ctx, stack)
@@ -90,6 +98,17 @@ def command(
     from trainstack.bench.device import dist_from_env
     from trainstack.nn.modes import DEFAULT_ABLATION, parse_modes
 
+    if over is not None and attribute is None:
+        from trainstack.errors import UsageError
+
+        raise UsageError("--over: only with --attribute (the environments it builds see its packages)")
+    if in_envs or attribute is not None:  # the same bench in other environments
+        _across(json_out, output, in_envs, repeats, attribute, order, flavour, over, api.BenchOptions(
+            model=model, hf_config=hf_config, batch=batch, seq=seq, steps=steps if steps is not None else 20, warmup=warmup,
+            modes=tuple(parse_modes(modes or "compile")), ablation=ablation, accum=accum, out=out, device=device,
+            memory_cap_gib=memory_cap_gib, timeout_s=timeout_s, profile=profile, parity=api.parse_parity(parity) if parity else None))
+        return
+
     chosen = modes or (",".join(DEFAULT_ABLATION) if ablation else "compile")
     steps = steps if steps is not None else (300 if parity else 20)
     opts = api.BenchOptions(
@@ -103,6 +122,25 @@ def command(
     if (json_out or output is not None) and dist_from_env().rank == 0:
         document = {"model": model if hf_config is None else str(hf_config), "batch": batch, "device": device,
                     "modes": chosen, "ablation": ablation, "parity": parity, "exit_code": code, "rows": rows}
+        _emit(document, json_out, output)
+    if code:
+        raise typer.Exit(code)
+
+
+def _across(json_out: bool, output: Path | None, in_envs: list[str] | None, repeats: int, attribute: tuple[Path, Path] | None,
+            order: str | None, flavour: str | None, over: Path | None, opts) -> None:
+    """--in and --attribute: bench.across does the work; the document and the exit code here."""
+    from trainstack.bench import across
+    from trainstack.errors import UsageError
+
+    if in_envs and attribute is not None:
+        raise UsageError("--in and --attribute: give one; --attribute builds its own environments")
+    with _tables_to_stderr(json_out):
+        if attribute is not None:
+            document, code = across.attribute(opts, *attribute, [o for o in (order or "").split(",") if o.strip()], flavour, repeats, over)
+        else:
+            document, code = across.in_environments(opts, [e for entry in in_envs for e in entry.split(",") if e], repeats)
+    if json_out or output is not None:
         _emit(document, json_out, output)
     if code:
         raise typer.Exit(code)

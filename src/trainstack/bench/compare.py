@@ -243,3 +243,34 @@ def breakdown_compare_table(matched: Matched) -> Table | None:
                     cells.append(class_cell(((row or {}).get("breakdown") or {}).get("classes", {}).get(name)))
             table.add_row(*(Text(cell) for cell in (str(key[0]), str(key[1]), name, *cells)))
     return table
+
+
+ATTRIBUTION_SUFFIX = ".attribution.json"  # bench --attribute writes it beside its rows' JSON lines
+
+
+def attributions_beside(paths: tuple[Path, ...]) -> list:
+    """The attribution written beside each results file (``<stem>.attribution.json`` for
+    ``<stem>.jsonl``), read and checked as the release notes read it; none where there is none."""
+    from trainstack.release.results import read_attribution
+
+    found = []
+    for path in paths:
+        sibling = path.with_name(path.name.removesuffix(".jsonl") + ATTRIBUTION_SUFFIX)
+        if sibling.is_file() and not sibling.is_symlink():
+            found.append(read_attribution(sibling, sibling.parent))
+    return found
+
+
+def print_attributions(attributions: list, console: Console | None = None) -> None:
+    """Each attribution's table and headline, as the release notes show them."""
+    from trainstack.release.markdown import ATTRIBUTION_HEADER, attribution_cells, attribution_title
+
+    console = console or out
+    for attribution in attributions:
+        table = Table(title=Text(f"What changed the speed: {attribution_title(attribution)}"))
+        for name in ATTRIBUTION_HEADER:
+            table.add_column(name, justify="left" if name in ("step", "what changed", "confidence") else "right")
+        for step in attribution.steps:
+            table.add_row(*(Text(cell) for cell in attribution_cells(step)))
+        console.print(table)
+        console.print(Text(f"{attribution.headline} (noise floor {attribution.noise_floor * 100:.1f}%)"), highlight=False, soft_wrap=True)

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainstack.release.markdown import (
+    ATTRIBUTION_HEADER,
+    ATTRIBUTION_LEGEND,
+    attribution_cells,
+    attribution_title,
     LEGEND,
     MISSING,
     NOT_MEASURED,
@@ -22,7 +26,7 @@ from trainstack.release.markdown import (
     source_label,
 )
 from trainstack.release.schema import BenchRow, Fragment, KnownIssue, ReleaseNotes
-from trainstack.release.plots import Chart
+from trainstack.release.plots import Chart, attribution_charts
 
 @dataclass(frozen=True)
 class ProseItem:
@@ -92,6 +96,11 @@ def render_html(notes: ReleaseNotes, charts: list[Chart]) -> str:
         verdict_class=_verdict_class,
         safe_href=safe_target,
         delta_class=_delta_class,
+        attribution_title=attribution_title,
+        attribution_cells=attribution_cells,
+        attribution_header=ATTRIBUTION_HEADER,
+        attribution_legend=ATTRIBUTION_LEGEND,
+        attribution_charts=attribution_charts(notes.attribution),
     )
 
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlsplit
 
-from trainstack.release.schema import BenchRow, Change, Fragment, ReleaseNotes, Updates
+from trainstack.release.schema import Attribution, AttributionStep, BenchRow, Change, Fragment, ReleaseNotes, Updates
 from trainstack import grammar
 from trainstack.release.results import NOT_BUILT, NOT_RUN, PARTIAL_VERIFY_NAME
 
@@ -201,6 +201,7 @@ def render_markdown(notes: ReleaseNotes) -> str:
     ), ""]
     out += ["## Verification", "", *verification_lines(notes), ""]
     out += ["## Performance", "", *performance_lines(notes.performance), ""]
+    out += attribution_lines(notes.attribution)
     if "Performance notes" in prose:
         out += ["### Performance notes", "", *_prose(prose["Performance notes"]), ""]
     out += known_issue_lines(notes)
@@ -308,6 +309,41 @@ def performance_lines(rows: list[BenchRow]) -> list[str]:
         ([r.slug or "all", r.model, r.setup or "", r.mode, fmt_throughput(r), fmt_number(r.previous_tokens_per_s),
           fmt_delta(r), fmt_mfu(r.mfu), fmt_number(r.peak_memory_gib, 1)] for r in rows),
     ), "", LEGEND]
+
+
+ATTRIBUTION_HEADER = ["step", "what changed", "tokens/s per GPU", "repeats", "spread", "change", "contribution", "share", "confidence"]
+ATTRIBUTION_LEGEND = ("Each step changes one component group over the step before it (bench --attribute), each "
+                      "environment benched in repeats, interleaved; a step's contribution is its change in points of "
+                      "the base's figure (they add up to the total); a change no larger than the noise floor (the largest "
+                      "spread of one environment's repeats) is within noise.")
+
+
+def attribution_title(a: Attribution) -> str:
+    what = " ".join(p for p in (a.model, a.mode, a.setup) if p)
+    return f"{a.previous_release} → {a.release}, {what}" + (f" ({a.slug})" if a.slug else "")
+
+
+def attribution_cells(step: AttributionStep) -> list[str]:
+    """One step's cells, as text: the table of the notes and the page's alike."""
+    def pct(value: float | None) -> str:
+        return f"{value * 100:+.1f}%" if value is not None else ""
+
+    changed = step.changed or ("base" if step.step == "base" else step.step)
+    if step.note:
+        changed += f" ({step.note})"
+    return [step.step, changed, fmt_number(step.median, 1), str(step.repeats), f"{step.spread * 100:.1f}%",
+            pct(step.change), pct(step.contribution), f"{step.share * 100:.0f}%" if step.share is not None else "",
+            step.confidence]
+
+
+def attribution_lines(attributions: list[Attribution]) -> list[str]:
+    """Per attribution: its headline, its table and the noise floor."""
+    lines = []
+    for a in attributions:
+        lines += [f"### What changed the speed: {text(attribution_title(a))}", "", text(a.headline, line_start=True), "",
+                  *table(ATTRIBUTION_HEADER, (attribution_cells(s) for s in a.steps)), "",
+                  text(f"Noise floor {a.noise_floor * 100:.1f}%. {ATTRIBUTION_LEGEND}", line_start=True), ""]
+    return lines
 
 
 def known_issue_lines(notes: ReleaseNotes) -> list[str]:

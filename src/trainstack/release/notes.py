@@ -12,6 +12,7 @@ from trainstack.attest.advisories import Advisory as OsvAdvisory
 from trainstack.attest.advisories import findings
 from trainstack.release.schema import (
     Advisory,
+    Attribution,
     BenchRow,
     FlavourAdvisories,
     DriverRequirement,
@@ -143,6 +144,7 @@ class Inputs:
     images: dict[str, str] = field(default_factory=dict)  # slug -> image:tag from [stack] tag
     advisories: list[OsvAdvisory] | None = None  # an OSV folder's advisories (None: none given)
     built: Built | None = None  # the build records found beside the results; None: not looked for
+    attribution: list[Attribution] = field(default_factory=list)  # bench --attribute's results into this release
 
 
 def make_notes(inputs: Inputs, drivers: DriverLookup) -> ReleaseNotes:
@@ -161,6 +163,7 @@ def make_notes(inputs: Inputs, drivers: DriverLookup) -> ReleaseNotes:
         drivers=driver_requirements(current, drivers),
         verification=inputs.verification,
         performance=performance(inputs.bench, inputs.previous_bench),
+        attribution=[a for a in inputs.attribution if not a.slug or a.slug in current.flavours],
         fragments=inputs.fragments,
         quick_start=quick_start(images, inputs.components, inputs.built),
         advisories=advisory_changes(inputs.current, inputs.previous, inputs.advisories or []) if inputs.advisories is not None else [],

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from itertools import groupby
 
-from trainstack.release.schema import FIGURE_MAX, BenchRow
+from trainstack.release.schema import FIGURE_MAX, Attribution, BenchRow
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,44 @@ def _draw(rows: list[BenchRow], title: str, current: list[float], release: str, 
     ax.spines[["top", "right"]].set_visible(False)
     fig.suptitle(title, fontsize=10, x=0.02, ha="left")
     fig.legend(fontsize=8, frameon=False, loc="outside upper right", ncols=2)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def attribution_charts(attributions: list[Attribution]) -> list[Chart]:
+    """Per attribution, each step's contribution to the change (points of the base's figure):
+    grey where the step is within noise."""
+    import matplotlib
+
+    found = []
+    for a in attributions:
+        steps = [s for s in a.steps[1:] if s.contribution is not None and math.isfinite(s.contribution)]
+        if not steps:
+            continue
+        with matplotlib.rc_context({"text.parse_math": False}):
+            title = " ".join(p for p in (a.model, a.mode, a.setup) if p) + f" · {a.previous_release} → {a.release}"
+            png = _draw_contributions([s.step for s in steps], [max(-1e6, min(1e6, s.contribution * 100)) for s in steps],
+                                      [s.confidence == "within noise" for s in steps], title)
+        alt = f"contribution of each step to the change of {title}: " + ", ".join(f"{s.step} {s.contribution * 100:+.1f}%" for s in steps)
+        found.append(Chart(title=title, alt=alt, data_uri="data:image/png;base64," + base64.b64encode(png).decode()))
+    return found
+
+
+def _draw_contributions(names: list[str], values: list[float], noise: list[bool], title: str) -> bytes:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 0.6 + 0.4 * len(names)), dpi=120, layout="constrained")
+    ax = fig.add_subplot()
+    ys = list(range(len(names)))[::-1]
+    bars = ax.barh(ys, values, color=["#9aa5b1" if n else ("#2f6fde" if v >= 0 else "#d64545") for v, n in zip(values, noise)])
+    ax.bar_label(bars, labels=[f"{v:+.1f}%" + (" (noise)" if n else "") for v, n in zip(values, noise)], fontsize=8, padding=2)
+    ax.set_yticks(ys, names)
+    ax.axvline(0, color="#333", linewidth=0.8)
+    ax.set_xlabel("contribution to the change of tokens/s per GPU (points of the base's, %)")
+    ax.margins(x=0.25)
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.suptitle(title, fontsize=10, x=0.02, ha="left")
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
     return buf.getvalue()

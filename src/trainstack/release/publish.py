@@ -28,7 +28,7 @@ from trainstack.release.markdown import render_markdown
 from trainstack.release.schema import ReleaseNotes
 from trainstack.release.notes import Built, DriverLookup, Inputs, check_same_stack, make_notes
 from trainstack.release.plots import charts
-from trainstack.release.results import BenchKey, BenchResult, Verified, bench_of_release, read_bench, read_verification
+from trainstack.release.results import BenchKey, BenchResult, Verified, bench_of_release, read_attributions, read_bench, read_verification
 from trainstack.stackfile import Stack, load_stack
 from trainstack.stackfile.paths import stack_path as confined_path
 
@@ -128,6 +128,7 @@ def gather(
         description=stack.stack.description,
         verification=read_verification(results, current.flavours, Verified(current.stack, current.inputs_hash)),
         bench=_of_flavours(read_bench(results), current),
+        attribution=read_attributions(results, current.release),
         previous_bench=_previous_bench(previous_results),
         fragments=fragments,
         rules=stack.rules_in_effect,

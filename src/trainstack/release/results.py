@@ -53,7 +53,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from trainstack.errors import SpecError
 from trainstack.fsutil import loads_strict, read_text
-from trainstack.release.schema import FIGURE_MAX, SCHEMA_VERSION, ExcludedTest, FailedTest, KnownIssue, ReleaseNotes, Verification
+from trainstack.release.schema import (
+    FIGURE_MAX, SCHEMA_VERSION, Attribution, AttributionStep, ExcludedTest, FailedTest, KnownIssue, ReleaseNotes, Verification,
+)
 from trainstack import grammar
 from trainstack.redact import redact_data
 
@@ -136,6 +138,7 @@ class _BenchLine(_Tolerant):
     world_size: Annotated[int, Field(ge=1)] = 1
     mfu: Figure | None = None
     peak_memory_gib: Figure | None = Field(None, alias="mem_allocated_gib")
+    repeat: Count | None = None  # a row of a run across environments (bench --in, --attribute): not this flavour's
 
     @property
     def setup(self) -> str:
@@ -285,7 +288,7 @@ def parse_bench_lines(text: str, where: Path, slug: str) -> list[BenchResult]:
             rec = _BenchLine.model_validate(data)
         except ValidationError as exc:
             raise SpecError(f"{where}:{number}: {_first_error(exc)}") from None
-        if rec.model is None or rec.mode is None or (rec.status == "ok" and rec.tokens_per_s is None):
+        if rec.model is None or rec.mode is None or (rec.status == "ok" and rec.tokens_per_s is None) or rec.repeat is not None:
             continue
         ok = rec.status == "ok"
         rows.append(BenchResult(
@@ -329,3 +332,81 @@ def bench_of_release(path: Path) -> dict[BenchKey, BenchResult]:
                          tokens_per_s=r.tokens_per_s, mfu=r.mfu, peak_memory_gib=r.peak_memory_gib)
              for r in notes.performance)
     return {row.key: row for row in found}
+
+
+# --- attributions (bench --attribute --out writes <stem>.attribution.json) --------------------------
+
+ATTRIBUTION_SUFFIX = ".attribution.json"
+MAX_STEPS = 200
+Signed = Annotated[float, Field(ge=-FIGURE_MAX, le=FIGURE_MAX, allow_inf_nan=False)]
+Version = Annotated[str, Field(max_length=200), AfterValidator(grammar.no_controls)]
+
+
+class _Change(_Tolerant):
+    name: Annotated[str, Field(max_length=200), AfterValidator(grammar.pep508_name)]
+    before: Version | None = None
+    after: Version | None = None
+
+    def text(self) -> str:
+        if self.before is None:
+            return f"{self.name} {self.after} (added)"
+        if self.after is None:
+            return f"{self.name} {self.before} (removed)"
+        return f"{self.name} {self.before} → {self.after}"
+
+
+class _Step(_Tolerant):
+    step: Line
+    changes: Annotated[list[_Change], Field(max_length=100_000)] = []
+    note: Line | None = None
+    repeats: Annotated[list[Figure], Field(max_length=10_000)] = []
+    median: Figure | None = None
+    spread: Figure = 0.0
+    change: Signed | None = None
+    contribution: Signed | None = None
+    share: Signed | None = None
+    confidence: Line = ""
+    headline: Line | None = None
+
+
+class _AttributionDoc(_Tolerant):
+    previous_release: Line
+    release: Line
+    flavour: Line = ""
+    model: Line
+    mode: Line
+    batch: Count | None = None
+    seq: Count | None = None
+    noise_floor: Figure = 0.0
+    total_change: Signed | None = None
+    total_confidence: Line = ""
+    unresolved: Annotated[list[Line], Field(max_length=MAX_STEPS)] = []
+    steps: Annotated[list[_Step], Field(min_length=1, max_length=MAX_STEPS)]
+
+
+def read_attributions(results: Path | None, release: str) -> list[Attribution]:
+    """The attributions under ``results`` of the speed change into ``release``, in file order."""
+    if results is None or not results.is_dir():
+        return []
+    found = (read_attribution(path, results) for path in sorted(results.rglob(f"*{ATTRIBUTION_SUFFIX}")))
+    return [a for a in found if a.release == release]
+
+
+def read_attribution(path: Path, inside: Path) -> Attribution:
+    """One ``<stem>.attribution.json`` (bench --attribute), every value checked."""
+    data = _json(read_text(path, "attribution file", inside=inside, folder_name="results folder"), str(path))
+    try:
+        doc = _AttributionDoc.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(f"{path}: not an attribution (bench --attribute): {_first_error(exc)}") from None
+    setup = " ".join(p for p in (f"b{doc.batch}" if doc.batch else "", f"s{doc.seq}" if doc.seq else "") if p)
+    return Attribution(
+        slug=doc.flavour, model=doc.model, setup=setup, mode=doc.mode, previous_release=doc.previous_release,
+        release=doc.release, noise_floor=doc.noise_floor, total_change=doc.total_change,
+        total_confidence=doc.total_confidence, unresolved=doc.unresolved,
+        steps=[AttributionStep(
+            step=s.step, changed="; ".join(c.text() for c in s.changes[:50]) + (f"; … {len(s.changes) - 50} more" if len(s.changes) > 50 else ""),
+            headline=s.headline or "", note=s.note or "", median=s.median, repeats=len(s.repeats), spread=s.spread,
+            change=s.change, contribution=s.contribution, share=s.share, confidence=s.confidence,
+        ) for s in doc.steps],
+    )

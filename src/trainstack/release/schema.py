@@ -153,6 +153,49 @@ class BenchRow(Frozen):
         return delta if math.isfinite(delta) else None  # against a figure as small as 5e-324: no change to show
 
 
+class AttributionStep(Frozen):
+    """One step of a speed change's attribution (bench --attribute): base, +torch, +transformers, ..."""
+
+    step: str
+    changed: str = ""  # "torch 2.5.1 → 2.7.0; nvidia-cublas-cu12 ..." (empty for the base)
+    headline: str = ""  # what the step is called in the headline: "torch 2.5.1 → 2.7.0 (+12 more)"
+    note: str = ""  # why the step is coarser than asked (uv's reason for the finer one)
+    median: float | None = None  # tokens/s per GPU, median of the repeats
+    repeats: int = 0
+    spread: float = 0.0  # max / min - 1 of the repeats
+    change: float | None = None  # against the step before (0.05: +5%)
+    contribution: float | None = None  # points of the base's figure; the steps' add up to the total
+    share: float | None = None  # of the end-to-end change; None where that is within noise
+    confidence: str = ""  # "clear", "above noise", "within noise", ...
+
+
+class Attribution(Frozen):
+    """A release's speed change attributed to its components, as bench --attribute measured it."""
+
+    slug: str
+    model: str
+    setup: str
+    mode: str
+    previous_release: str
+    release: str
+    noise_floor: float
+    total_change: float | None = None
+    total_confidence: str = ""
+    steps: list[AttributionStep]
+    unresolved: list[str] = []  # finer steps uv could not resolve, with its reason
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def headline(self) -> str:
+        """'training throughput +6.1% (torch 2.5.1 → 2.7.0: +5.2%; transformers ...: +0.9%, within noise)'."""
+        if self.total_change is None:
+            return "training throughput: not measured"
+        parts = [f"{s.headline or s.step}: " + (f"{s.contribution * 100:+.1f}%" + (", within noise" if s.confidence == "within noise" else "")
+                                                 if s.contribution is not None else "not measured") for s in self.steps[1:]]
+        noise = ", within noise" if self.total_confidence == "within noise" else ""
+        return f"training throughput {self.total_change * 100:+.1f}%{noise}" + (f" ({'; '.join(parts)})" if parts else "")
+
+
 FragmentType = Literal["highlight", "stability", "fix", "perf", "known-issue"]
 
 # file-name suffix -> section title, in the order the sections appear
@@ -211,6 +254,7 @@ class ReleaseNotes(Frozen):
     drivers: list[DriverRequirement]
     verification: list[Verification]
     performance: list[BenchRow]  # empty: not measured
+    attribution: list[Attribution] = []  # the speed change between the releases, per component (bench --attribute)
     fragments: list[Fragment]
     quick_start: list[QuickStart]
     advisories: list[FlavourAdvisories] = []  # with an OSV folder: the security advisories per flavour
