@@ -196,7 +196,9 @@ def test_a_build_killed_half_way_resumes_with_only_the_objects_it_recorded(tmp_p
     planted = {name: tmp_path / f"planted-{name}.cpp" for name in (tampered, unfinished)}
     for name, code in planted.items():
         code.write_text(PLANTED.format(get=f"get_{name[4:-2]}" if name.startswith("unit") else "planted_get"), encoding="utf-8")
+    times = (temp / tampered).stat()
     subprocess.run([shutil.which("c++"), "-fPIC", "-c", planted[tampered], "-o", temp / tampered], check=True, timeout=60)
+    os.utime(temp / tampered, ns=(times.st_atime_ns, times.st_mtime_ns))  # its time as ninja recorded it: ninja keeps it
     outside = tmp_path / "outside"
     outside.mkdir()
     (temp / linked).rename(outside / linked)  # the recorded bytes, behind a link
@@ -217,7 +219,7 @@ def test_a_build_killed_half_way_resumes_with_only_the_objects_it_recorded(tmp_p
     assert f"resuming: {kept_count} of {len(objects)} units compiled by an earlier run" in second.stderr
     [dropped] = [line for line in second.stderr.splitlines() if "of the earlier run dropped" in line]
     assert f"1 whose bytes differ from the build's record ({tampered})" in dropped
-    assert f"1 links ({linked})" in dropped and unfinished in dropped.split("did not record as its own")[1]
+    assert f"1 reached through a link ({linked})" in dropped and unfinished in dropped.split("did not record as its own")[1]
     # what was compiled again: what the first build had not recorded, the tampered and the linked object
     assert compiled(second_log) == (objects - set(recorded)) | {tampered, linked}
     assert len(compiled(second_log)) < len(objects)  # the rest was reused
@@ -282,6 +284,43 @@ def test_the_kept_folder_is_reused_only_for_the_same_key_and_compilers(tmp_path:
     kept_with_object(tmp_path, kept)
     (folder / "state.json").unlink()
     assert kept.open(tmp_path / "target") is None and not (temp / "a.o").exists()
+
+
+def test_a_resume_keeps_only_recorded_objects_and_a_foreign_record_means_a_build_from_scratch(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    folder = WheelCache(tmp_path / ".extensions").kept_folder(key())
+    kept = KeptBuild(folder, key(), {})
+    temp = kept_with_object(tmp_path, kept)
+    (temp / "planted.o").write_bytes(b"\x7fELF planted")
+    units = KeptBuild(folder, key(), {}).open(tmp_path / "target")
+    assert units is not None and units.done == 1 and (temp / "a.o").read_bytes() == b"\x7fELF"
+    assert not (temp / "planted.o").exists() and not (temp / "b c.o").exists()
+    assert "2 files of the earlier run dropped, compiled again: 2 that the build did not record as its own" in capfd.readouterr().err
+
+    # the build folder made a link to a copy outside: nothing taken through it, nothing outside touched
+    outside = tmp_path / "outside"
+    shutil.copytree(temp, outside)
+    shutil.rmtree(temp)
+    temp.symlink_to(outside)
+    units = KeptBuild(folder, key(), {}).open(tmp_path / "target")
+    assert units is None and not temp.exists() and (outside / "a.o").read_bytes() == b"\x7fELF"
+    assert "1 reached through a link (temp.x)" in capfd.readouterr().err
+
+    # another build.ninja than the one the objects were recorded with: none of them is kept
+    temp = kept_with_object(tmp_path, kept)
+    (temp / "build.ninja").write_text("rule compile\n  command = evil\n", encoding="utf-8")
+    units = KeptBuild(folder, key(), {}).open(tmp_path / "target")
+    assert units is None and not (temp / "a.o").exists()
+    assert "of a build folder whose build.ninja is not the recorded one (a.o, build.ninja)" in capfd.readouterr().err
+
+    for record, why in (("{not json", "does not parse"), (json.dumps({"key": {}, "toolchain": {}}), "is of another key or toolchain")):
+        temp = kept_with_object(tmp_path, kept)
+        (folder / OBJECTS).write_text(record, encoding="utf-8")
+        assert KeptBuild(folder, key(), {}).open(tmp_path / "target") is None
+        assert not (temp / "a.o").exists() and (kept.source / "a.cpp").is_file()
+        err = capfd.readouterr().err
+        assert f"its object record {why}" in err and "building from scratch" in err
 
 
 def test_a_link_out_of_the_kept_folder_is_not_read(tmp_path: Path) -> None:

@@ -267,8 +267,8 @@ def recording(recorder: ObjectRecorder) -> Iterator[None]:
 REASONS = {
     "differ": "whose bytes differ from the build's record",
     "owner": "whose owner or mode changed since it was recorded",
-    "link": "links",
-    "special": "not regular files",
+    "link": "reached through a link",
+    "special": "of another kind than a regular file",
     "ninja": "of a build folder whose build.ninja is not the recorded one",
     "unrecorded": "that the build did not record as its own",
     "unmovable": "that could not be moved",
