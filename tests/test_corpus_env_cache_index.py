@@ -312,8 +312,28 @@ def plant(bench: CacheBench, how: str) -> None:
         lock = entry.with_name(entry.name + ".partial.lock")  # the first build left the real one
         lock.unlink(missing_ok=True)
         lock.symlink_to(bench.outside / "made-through-the-link")
+    elif how == "planted-partial":
+        shutil.rmtree(entry)  # a miss: built through the kept folder
+        _stop_at_compile(bench)
+        [kept] = extensions.glob("tsdemo-*.partial")
+        lib = kept / "src" / "build" / "lib"  # what setuptools packs into the wheel unless its source is newer
+        lib.mkdir(parents=True)
+        (lib / "tsdemo.py").write_text("VALUE = 666\n")
+        (lib / "tsdemo_corpus.pth").write_text(f"import pathlib; pathlib.Path({str(bench.marker)!r}).touch()\n")
     else:
         raise AssertionError(how)
+
+
+def _stop_at_compile(bench: CacheBench) -> None:
+    """A build that stops at its compile step (a uv whose 'uv build' fails, first on PATH; not a
+    compiler, so the kept folder's record of the compilers is the same), leaving the kept folder."""
+    failing = bench.build.parent / "failing-uv"
+    failing.mkdir(exist_ok=True)
+    (failing / "uv").write_text(f'#!/bin/sh\n[ "$1" = build ] && exit 3\nexec {shutil.which("uv")} "$@"\n')
+    (failing / "uv").chmod(0o755)
+    run = cli("build", str(bench.stack), "--backend", "venv", "--build-dir", str(bench.build), timeout=BUILD_SECONDS,
+              env={"PATH": f"{failing}{os.pathsep}{os.environ['PATH']}"})
+    assert run.rc != 0 and "compile-tsdemo" in run.err, run.err[-2000:]
 
 
 def _listing(folder: Path) -> dict[str, int]:

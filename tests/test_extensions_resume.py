@@ -296,7 +296,7 @@ def test_a_resume_keeps_only_recorded_objects_and_a_foreign_record_means_a_build
     units = KeptBuild(folder, key(), {}).open(tmp_path / "target")
     assert units is not None and units.done == 1 and (temp / "a.o").read_bytes() == b"\x7fELF"
     assert not (temp / "planted.o").exists() and not (temp / "b c.o").exists()
-    assert "2 files of the earlier run dropped, compiled again: 2 that the build did not record as its own" in capfd.readouterr().err
+    assert "2 files of the earlier run dropped, built again: 2 that the build did not record as its own" in capfd.readouterr().err
 
     # the build folder made a link to a copy outside: nothing taken through it, nothing outside touched
     outside = tmp_path / "outside"

@@ -296,7 +296,7 @@ class Carried:
             more = f", +{len(paths) - 3} more" if len(paths) > 3 else ""
             parts.append(f"{len(paths)} {REASONS[reason]} ({names}{more})")
         plural = "s" if total > 1 else ""
-        return f"{name}: {total} file{plural} of the earlier run dropped, compiled again: {'; '.join(parts)}"
+        return f"{name}: {total} file{plural} of the earlier run dropped, built again: {'; '.join(parts)}"
 
 
 def _listing(source: Path) -> dict[str, str]:
