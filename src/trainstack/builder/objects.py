@@ -210,9 +210,13 @@ class ObjectRecorder:
             except OSError:
                 continue  # the build is changing the folder: the next poll looks again
         if changed:
-            atomic_write_json(self.folder / OBJECTS, self.record.model_dump())
+            try:
+                atomic_write_json(self.folder / OBJECTS, self.record.model_dump())
+            except OSError:
+                pass  # unrecorded objects are only compiled again; the build itself goes on
 
     def _poll_folder(self, folder: str) -> bool:
+        ninja, _ = _file_digest(self.source, f"{folder}/{NINJA_FILE}")
         log = read_regular(self.source / folder / NINJA_LOG, "ninja log", inside=self.source, links=False)
         header, *lines = log.decode("utf-8", errors="replace").split("\n")
         if not re.fullmatch(r"# ninja log v\d{1,3}", header):
@@ -236,7 +240,6 @@ class ObjectRecorder:
                 sha256=digest, size=st.st_size, mode=stat.S_IMODE(st.st_mode), uid=st.st_uid, log=line
             )
             changed = True
-        ninja, _ = _file_digest(self.source, f"{folder}/{NINJA_FILE}")
         recorded = RecordedFolder(ninja_sha256=ninja, log_header=header)
         if self.record.folders.get(folder) != recorded:
             self.record.folders[folder] = recorded

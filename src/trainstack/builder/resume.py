@@ -210,8 +210,11 @@ class KeptBuild:
         (None). A copy killed half way has no state and is made again."""
         if self._matches():
             record, why = read_record(self.folder, self.expected)
-            if record is not None:
-                return self._renew(target, record)
+            try:
+                if record is not None:
+                    return self._renew(target, record)
+            except OSError as exc:
+                why = f"its objects cannot be taken back ({exc.strerror or exc})"
             err.print(f"{self.folder.name}: {why}; building from scratch", highlight=False, markup=False)
         self.discard()
         self.folder.mkdir(parents=True)
