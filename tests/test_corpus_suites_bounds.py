@@ -77,6 +77,16 @@ def test_dev_shm_is_private_and_proc_sys_read_only_in_the_sandbox(case: Case) ->
 
 
 @needs_sandbox
+def test_the_suite_keeps_no_capability_that_reaches_the_machine(case: Case) -> None:
+    case.env["CORPUS_HOST_IPC"] = os.readlink("/proc/self/ns/ipc")
+    ran = case.verify(case.stack("suites_capabilities.py"))
+    holds(ran, seconds=60)
+    suite = first_suite(case)
+    assert ran.code == 0 and suite["status"] == "passed" and suite["ran"] == 5, (suite["reason"], ran.text[-2000:])
+    assert "capabilities kept: CAP_CHOWN" in ran.text and "CAP_NET_ADMIN" not in ran.text
+
+
+@needs_sandbox
 def test_a_log_replaced_by_a_link_is_never_written_through(case: Case) -> None:
     ran = case.verify(case.stack("suites_log_link.py"))
     holds(ran, seconds=60)
