@@ -183,9 +183,13 @@ def test_one_list_with_a_reason_each_shared_by_build_env_and_env() -> None:
         patterns = [entry["pattern"] for entry in data[kind]]
         assert len(patterns) == len(set(patterns)) and all(len(entry["reason"]) > 3 for entry in data[kind]), kind
     for name in ("LD_PRELOAD", "PYTHONSTARTUP", "BASH_ENV", "PROMPT_COMMAND", "PS1", "LESSOPEN", "OPENSSL_CONF",
-                 "CUDA_INJECTION64_PATH", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NVCC_PREPEND_FLAGS", "XDG_CONFIG_HOME"):
+                 "CUDA_INJECTION64_PATH", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NVCC_PREPEND_FLAGS", "XDG_CONFIG_HOME",
+                 "CFLAGS", "LDFLAGS", "MAKEFLAGS", "CMAKE_CUDA_COMPILER_LAUNCHER", "CUDACXX", "VIMINIT", "HISTFILE", "LESSKEYIN",
+                 "SYSTEMD_PAGER", "SUDO_EDITOR", "MANOPT", "NVTX_INJECTION64_PATH", "NCCL_CONF_FILE", "OMPI_MCA_plm_rsh_agent",
+                 "TRITON_CACHE_MANAGER", "TORCH_HOME", "XDG_CACHE_HOME", "CCACHE_DIR", "SSLKEYLOGFILE", "TMP"):
         assert runs_code(name), name
-    for name in ("NCCL_SOCKET_IFNAME", "CUDA_MODULE_LOADING", "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS"):
+    for name in ("NCCL_SOCKET_IFNAME", "CUDA_MODULE_LOADING", "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "NCCL_DEBUG",
+                 "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "OMPI_MCA_btl", "DS_BUILD_OPS", "CUDA_VISIBLE_DEVICES"):
         assert runs_code(name) is None and credential_name(name) is None, name
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "WANDB_API_KEY", "DB_PASSWORD", "GH_TOKEN_FILE"):
         assert credential_name(name), name
