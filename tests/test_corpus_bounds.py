@@ -76,3 +76,24 @@ def test_bench_compare_of_200000_rows_is_bounded(tmp_path: Path) -> None:
     holds(ran, seconds=max(spec["seconds_at_most"], spec["floor_times_at_most"] * floor.seconds),
           peak_mib=max(spec["peak_mib_at_most"], spec["floor_times_at_most"] * floor.peak_mib))
     assert len(ran.stdout.splitlines()) < 1000  # the tables show the first pairs and count the rest
+
+
+def test_a_build_record_nested_100000_deep_or_a_fifo_is_unreadable_not_a_traceback(tmp_path: Path) -> None:
+    """verify reads the build folder's build.json (what it was built with, what it left out): a
+    planted one nested past json's recursion, or a FIFO, is 'unreadable', not a RecursionError or a
+    read that waits."""
+    import os
+
+    from trainstack.fsutil import loads_strict
+    from trainstack.verify.report import build_facts
+    from trainstack.verify.scope import skipped_sources
+
+    deep = tmp_path / "build.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        loads_strict(deep.read_text())
+    assert skipped_sources(deep) == []
+    assert "unreadable (arrays or objects nested too deeply)" in build_facts(deep, None).record
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    assert skipped_sources(fifo) == []

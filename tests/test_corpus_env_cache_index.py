@@ -303,6 +303,8 @@ def plant(bench: CacheBench, how: str) -> None:
             record = json.loads((entry / "build.json").read_text())
             record.update(wheel=name, sha256=hashlib.sha256(data).hexdigest())
             (entry / "build.json").write_text(json.dumps(record))
+    elif how == "deep-record":
+        (entry / "build.json").write_text("[" * 100_000 + "]" * 100_000)
     elif how == "link-extensions":
         shutil.copytree(extensions, bench.outside / "extensions", symlinks=True)
         shutil.rmtree(extensions)

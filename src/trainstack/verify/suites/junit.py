@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -14,7 +13,7 @@ from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring as defused_fromstring
 from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Skipped
 
-from trainstack.fsutil import describe_os_error, read_regular
+from trainstack.fsutil import describe_os_error, loads_strict, read_regular
 
 MAX_XML_BYTES = 256 * 2**20  # a JUnit report larger than this is not read
 # the progress events file lies in the suite's writable folder: read at most this much of it in all,
@@ -204,7 +203,7 @@ def parse_event(raw: bytes) -> dict | None:
     """One event line: an object whose nodeid, where it has one, is a string; None for anything
     else (a line cut short by a crash, or one a suite wrote)."""
     try:
-        event = json.loads(raw)
+        event = loads_strict(raw)
     except ValueError:
         return None
     return event if isinstance(event, dict) and isinstance(event.get("nodeid", ""), str) else None
