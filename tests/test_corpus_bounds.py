@@ -58,6 +58,17 @@ def test_a_bench_field_of_another_type_is_refused(field: str) -> None:
     assert f"bench.{field}" in lines[0] and f"bounds_bench_{field}.toml" in lines[0], lines[0]
 
 
+@pytest.mark.parametrize("case", sorted(CORPUS.glob("bounds_types_*.toml")), ids=lambda p: p.stem)
+def test_a_field_of_another_type_anywhere_in_a_stack_is_refused(case: Path) -> None:
+    """One rule for every table (the schema's strict types), not [bench]'s alone."""
+    field = dict(line.split(": ", 1) for line in case.with_name(case.name + ".attacks").read_text().splitlines())["field"]
+    ran = verb("check", str(case))
+    holds(ran, seconds=20)
+    lines = ran.stderr.strip().splitlines()
+    assert ran.code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {case}:"), ran.text
+    assert f" {field}: Input should be a valid " in lines[0], lines[0]
+
+
 def test_bench_compare_of_200000_rows_is_bounded(tmp_path: Path) -> None:
     """Bounded against the floor of the same machine at the same time: reading the two files
     (json.loads of every line) in a bare interpreter."""

@@ -35,7 +35,11 @@ MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer than any suite runs
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    """Every table of a stack file: unknown fields refused, and strict types everywhere: ``timeout =
+    true``, ``retries = "3"`` or ``nodes = 2.0`` is refused, never converted (pydantic's lax mode
+    reads true as 1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
 
     @field_validator("*", mode="before")
     @classmethod
