@@ -554,3 +554,30 @@ def test_index_netrc_kill9(index: str, containers_store: Path, tmp_path: Path) -
         subprocess.run([*buildah, "rmi", "--force", BASE], capture_output=True)
     assert _netrc_processes(str(temporary)) == []
     assert files_holding(tmp_path, *pieces()) == [] and files_holding(containers_store, *pieces()) == []
+
+
+@pytest.mark.skipif(not shutil.which("ccache") or not shutil.which("gcc"), reason="needs ccache and gcc")
+def test_a_ccache_conf_planted_in_the_compiler_cache_runs_nothing(tmp_path: Path) -> None:
+    """The compiler cache lies in the build folder (or the stack's): a ccache.conf planted there
+    whose prefix_command names a program would run it at every compile of every extension build.
+    With the environment a build compiles in, ccache reads no configuration from that folder."""
+    from trainstack.buildenv import compiler_cache_env
+    from trainstack.stackfile.schema import CompilerCache
+
+    build = tmp_path / "build"
+    env = compiler_cache_env(CompilerCache(kind="ccache"), build, launcher=False)
+    cache = Path(env["CCACHE_DIR"])
+    cache.mkdir(parents=True)
+    marker = tmp_path / "prefix-ran"
+    planted = tmp_path / "planted"
+    planted.write_text(f'#!/bin/sh\ntouch {marker}\nexec "$@"\n')
+    planted.chmod(0o755)
+    (cache / "ccache.conf").write_text(f"prefix_command = {planted}\n")
+    (tmp_path / "unit.c").write_text("int unit(void) { return 42; }\n")
+    compile_ = ["ccache", "gcc", "-c", str(tmp_path / "unit.c"), "-o", str(tmp_path / "unit.o")]
+    done = subprocess.run(compile_, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "unit.o").stat().st_size > 0 and not marker.exists()
+    without = {k: v for k, v in env.items() if k != "CCACHE_CONFIGPATH"}  # the same folder, read as ccache reads it
+    subprocess.run(compile_, env={**os.environ, **without, "CCACHE_RECACHE": "1"}, capture_output=True, timeout=60)
+    assert marker.exists()  # the planted file is one ccache would obey
