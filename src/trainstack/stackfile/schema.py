@@ -666,7 +666,7 @@ class Stack(Strict):
         if "env_allow" in data:
             raise ValueError("env_allow: unknown field (the variables [env] may set that run code go in [env] allow)")
         env = data.get("env")
-        if isinstance(env, dict) and isinstance(env.get(ENV_ALLOW), list):
+        if isinstance(env, dict) and ENV_ALLOW in env:  # a list, or refused as one (never a variable 'allow')
             rest = {k: v for k, v in env.items() if k != ENV_ALLOW}
             return {**data, "env": rest, "env_allow": env[ENV_ALLOW]}
         return data
