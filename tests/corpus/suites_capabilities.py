@@ -1,9 +1,11 @@
 """Corpus case: tests that reach for the machine through capabilities a root suite still holds in a
 mount and PID namespace of its own: its clock, raw sockets (every process's traffic), real-time
-scheduling, System V IPC shared with the machine. Each passes only where the sandbox refused it."""
+scheduling, System V IPC shared with the machine, the machine's block devices (a disk, a loop device)
+and its kernel log. Each passes only where the sandbox refused it."""
 
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -45,3 +47,16 @@ def test_no_real_time_scheduling():
 
 def test_system_v_ipc_is_its_own():
     assert os.readlink("/proc/self/ns/ipc") != os.environ["CORPUS_HOST_IPC"]
+
+
+def test_no_device_but_the_kept_ones_reaches_the_machine():
+    """Disks and loop devices (root writes them without any capability), /dev/kmsg, the consoles."""
+    null = os.stat("/dev/null").st_rdev
+    reached = []
+    for folder, _, names in os.walk("/dev"):
+        for name in names:
+            found = os.lstat(os.path.join(folder, name))
+            never = name in ("kmsg", "console", "tty0", "kvm", "watchdog") and stat.S_ISCHR(found.st_mode)
+            if stat.S_ISBLK(found.st_mode) or (never and found.st_rdev != null):
+                reached.append(os.path.join(folder, name))
+    assert reached == []
