@@ -305,6 +305,16 @@ def plant(bench: CacheBench, how: str) -> None:
             (entry / "build.json").write_text(json.dumps(record))
     elif how == "deep-record":
         (entry / "build.json").write_text("[" * 100_000 + "]" * 100_000)
+    elif how == "link-build-lock":  # the flavour's lock file, which a build opens for writing
+        victim = bench.outside / "victim.txt"
+        victim.write_text("intact\n")
+        lock = bench.build / f".{SLUG}.lock"
+        lock.unlink(missing_ok=True)
+        lock.symlink_to(victim)
+    elif how == "link-build-staging":  # the flavour's staging folder, which a build empties and fills
+        (bench.outside / "staging").mkdir()
+        (bench.outside / "staging" / "kept.txt").write_text("intact\n")
+        (bench.build / f".{SLUG}.staging").symlink_to(bench.outside / "staging")
     elif how == "link-extensions":
         shutil.copytree(extensions, bench.outside / "extensions", symlinks=True)
         shutil.rmtree(extensions)
@@ -353,6 +363,9 @@ def test_cache_case(case: Path, cache_bench: CacheBench) -> None:
     fields, how = note(case), tomllib.loads(case.read_text())["plant"]
     bench = cache_bench
     shutil.rmtree(bench.build / SLUG, ignore_errors=True)  # built again, from the cache
+    for planted in (bench.build / f".{SLUG}.lock", bench.build / f".{SLUG}.staging"):
+        if planted.is_symlink():
+            planted.unlink()
     extensions = bench.build / ".extensions"
     if extensions.is_symlink():
         extensions.unlink()
