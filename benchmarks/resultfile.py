@@ -53,7 +53,8 @@ class Run:
         self.started = dt.datetime.now(dt.timezone.utc)
         self.load_start = os.getloadavg()
         commit = _git("rev-parse", "--short", "HEAD")
-        dirty = _git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks")
+        # what was measured: the code, not the results a run before this one wrote
+        dirty = _git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks", ":!benchmarks/results")
         self.meta = {
             "date": self.started.date().isoformat(),
             "started_at": self.started.isoformat(timespec="seconds"),

@@ -58,6 +58,17 @@ def test_a_bench_field_of_another_type_is_refused(field: str) -> None:
     assert f"bench.{field}" in lines[0] and f"bounds_bench_{field}.toml" in lines[0], lines[0]
 
 
+@pytest.mark.parametrize("case", sorted(CORPUS.glob("bounds_types_*.toml")), ids=lambda p: p.stem)
+def test_a_field_of_another_type_anywhere_in_a_stack_is_refused(case: Path) -> None:
+    """One rule for every table (the schema's strict types), not [bench]'s alone."""
+    field = dict(line.split(": ", 1) for line in case.with_name(case.name + ".attacks").read_text().splitlines())["field"]
+    ran = verb("check", str(case))
+    holds(ran, seconds=20)
+    lines = ran.stderr.strip().splitlines()
+    assert ran.code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {case}:"), ran.text
+    assert f" {field}: Input should be a valid " in lines[0], lines[0]
+
+
 def test_bench_compare_of_200000_rows_is_bounded(tmp_path: Path) -> None:
     """Bounded against the floor of the same machine at the same time: reading the two files
     (json.loads of every line) in a bare interpreter."""
@@ -76,3 +87,24 @@ def test_bench_compare_of_200000_rows_is_bounded(tmp_path: Path) -> None:
     holds(ran, seconds=max(spec["seconds_at_most"], spec["floor_times_at_most"] * floor.seconds),
           peak_mib=max(spec["peak_mib_at_most"], spec["floor_times_at_most"] * floor.peak_mib))
     assert len(ran.stdout.splitlines()) < 1000  # the tables show the first pairs and count the rest
+
+
+def test_a_build_record_nested_100000_deep_or_a_fifo_is_unreadable_not_a_traceback(tmp_path: Path) -> None:
+    """verify reads the build folder's build.json (what it was built with, what it left out): a
+    planted one nested past json's recursion, or a FIFO, is 'unreadable', not a RecursionError or a
+    read that waits."""
+    import os
+
+    from trainstack.fsutil import loads_strict
+    from trainstack.verify.report import build_facts
+    from trainstack.verify.scope import skipped_sources
+
+    deep = tmp_path / "build.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        loads_strict(deep.read_text())
+    assert skipped_sources(deep) == []
+    assert "unreadable (arrays or objects nested too deeply)" in build_facts(deep, None).record
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    assert skipped_sources(fifo) == []

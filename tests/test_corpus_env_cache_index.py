@@ -183,9 +183,13 @@ def test_one_list_with_a_reason_each_shared_by_build_env_and_env() -> None:
         patterns = [entry["pattern"] for entry in data[kind]]
         assert len(patterns) == len(set(patterns)) and all(len(entry["reason"]) > 3 for entry in data[kind]), kind
     for name in ("LD_PRELOAD", "PYTHONSTARTUP", "BASH_ENV", "PROMPT_COMMAND", "PS1", "LESSOPEN", "OPENSSL_CONF",
-                 "CUDA_INJECTION64_PATH", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NVCC_PREPEND_FLAGS", "XDG_CONFIG_HOME"):
+                 "CUDA_INJECTION64_PATH", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NVCC_PREPEND_FLAGS", "XDG_CONFIG_HOME",
+                 "CFLAGS", "LDFLAGS", "MAKEFLAGS", "CMAKE_CUDA_COMPILER_LAUNCHER", "CUDACXX", "VIMINIT", "HISTFILE", "LESSKEYIN",
+                 "SYSTEMD_PAGER", "SUDO_EDITOR", "MANOPT", "NVTX_INJECTION64_PATH", "NCCL_CONF_FILE", "OMPI_MCA_plm_rsh_agent",
+                 "TRITON_CACHE_MANAGER", "TORCH_HOME", "XDG_CACHE_HOME", "CCACHE_DIR", "SSLKEYLOGFILE", "TMP"):
         assert runs_code(name), name
-    for name in ("NCCL_SOCKET_IFNAME", "CUDA_MODULE_LOADING", "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS"):
+    for name in ("NCCL_SOCKET_IFNAME", "CUDA_MODULE_LOADING", "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "NCCL_DEBUG",
+                 "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "OMPI_MCA_btl", "DS_BUILD_OPS", "CUDA_VISIBLE_DEVICES"):
         assert runs_code(name) is None and credential_name(name) is None, name
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "WANDB_API_KEY", "DB_PASSWORD", "GH_TOKEN_FILE"):
         assert credential_name(name), name
@@ -299,6 +303,18 @@ def plant(bench: CacheBench, how: str) -> None:
             record = json.loads((entry / "build.json").read_text())
             record.update(wheel=name, sha256=hashlib.sha256(data).hexdigest())
             (entry / "build.json").write_text(json.dumps(record))
+    elif how == "deep-record":
+        (entry / "build.json").write_text("[" * 100_000 + "]" * 100_000)
+    elif how == "link-build-lock":  # the flavour's lock file, which a build opens for writing
+        victim = bench.outside / "victim.txt"
+        victim.write_text("intact\n")
+        lock = bench.build / f".{SLUG}.lock"
+        lock.unlink(missing_ok=True)
+        lock.symlink_to(victim)
+    elif how == "link-build-staging":  # the flavour's staging folder, which a build empties and fills
+        (bench.outside / "staging").mkdir()
+        (bench.outside / "staging" / "kept.txt").write_text("intact\n")
+        (bench.build / f".{SLUG}.staging").symlink_to(bench.outside / "staging")
     elif how == "link-extensions":
         shutil.copytree(extensions, bench.outside / "extensions", symlinks=True)
         shutil.rmtree(extensions)
@@ -312,8 +328,28 @@ def plant(bench: CacheBench, how: str) -> None:
         lock = entry.with_name(entry.name + ".partial.lock")  # the first build left the real one
         lock.unlink(missing_ok=True)
         lock.symlink_to(bench.outside / "made-through-the-link")
+    elif how == "planted-partial":
+        shutil.rmtree(entry)  # a miss: built through the kept folder
+        _stop_at_compile(bench)
+        [kept] = extensions.glob("tsdemo-*.partial")
+        lib = kept / "src" / "build" / "lib"  # what setuptools packs into the wheel unless its source is newer
+        lib.mkdir(parents=True)
+        (lib / "tsdemo.py").write_text("VALUE = 666\n")
+        (lib / "tsdemo_corpus.pth").write_text(f"import pathlib; pathlib.Path({str(bench.marker)!r}).touch()\n")
     else:
         raise AssertionError(how)
+
+
+def _stop_at_compile(bench: CacheBench) -> None:
+    """A build that stops at its compile step (a uv whose 'uv build' fails, first on PATH; not a
+    compiler, so the kept folder's record of the compilers is the same), leaving the kept folder."""
+    failing = bench.build.parent / "failing-uv"
+    failing.mkdir(exist_ok=True)
+    (failing / "uv").write_text(f'#!/bin/sh\n[ "$1" = build ] && exit 3\nexec {shutil.which("uv")} "$@"\n')
+    (failing / "uv").chmod(0o755)
+    run = cli("build", str(bench.stack), "--backend", "venv", "--build-dir", str(bench.build), timeout=BUILD_SECONDS,
+              env={"PATH": f"{failing}{os.pathsep}{os.environ['PATH']}"})
+    assert run.rc != 0 and "compile-tsdemo" in run.err, run.err[-2000:]
 
 
 def _listing(folder: Path) -> dict[str, int]:
@@ -327,6 +363,9 @@ def test_cache_case(case: Path, cache_bench: CacheBench) -> None:
     fields, how = note(case), tomllib.loads(case.read_text())["plant"]
     bench = cache_bench
     shutil.rmtree(bench.build / SLUG, ignore_errors=True)  # built again, from the cache
+    for planted in (bench.build / f".{SLUG}.lock", bench.build / f".{SLUG}.staging"):
+        if planted.is_symlink():
+            planted.unlink()
     extensions = bench.build / ".extensions"
     if extensions.is_symlink():
         extensions.unlink()
@@ -528,3 +567,30 @@ def test_index_netrc_kill9(index: str, containers_store: Path, tmp_path: Path) -
         subprocess.run([*buildah, "rmi", "--force", BASE], capture_output=True)
     assert _netrc_processes(str(temporary)) == []
     assert files_holding(tmp_path, *pieces()) == [] and files_holding(containers_store, *pieces()) == []
+
+
+@pytest.mark.skipif(not shutil.which("ccache") or not shutil.which("gcc"), reason="needs ccache and gcc")
+def test_a_ccache_conf_planted_in_the_compiler_cache_runs_nothing(tmp_path: Path) -> None:
+    """The compiler cache lies in the build folder (or the stack's): a ccache.conf planted there
+    whose prefix_command names a program would run it at every compile of every extension build.
+    With the environment a build compiles in, ccache reads no configuration from that folder."""
+    from trainstack.buildenv import compiler_cache_env
+    from trainstack.stackfile.schema import CompilerCache
+
+    build = tmp_path / "build"
+    env = compiler_cache_env(CompilerCache(kind="ccache"), build, launcher=False)
+    cache = Path(env["CCACHE_DIR"])
+    cache.mkdir(parents=True)
+    marker = tmp_path / "prefix-ran"
+    planted = tmp_path / "planted"
+    planted.write_text(f'#!/bin/sh\ntouch {marker}\nexec "$@"\n')
+    planted.chmod(0o755)
+    (cache / "ccache.conf").write_text(f"prefix_command = {planted}\n")
+    (tmp_path / "unit.c").write_text("int unit(void) { return 42; }\n")
+    compile_ = ["ccache", "gcc", "-c", str(tmp_path / "unit.c"), "-o", str(tmp_path / "unit.o")]
+    done = subprocess.run(compile_, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "unit.o").stat().st_size > 0 and not marker.exists()
+    without = {k: v for k, v in env.items() if k != "CCACHE_CONFIGPATH"}  # the same folder, read as ccache reads it
+    subprocess.run(compile_, env={**os.environ, **without, "CCACHE_RECACHE": "1"}, capture_output=True, timeout=60)
+    assert marker.exists()  # the planted file is one ccache would obey

@@ -50,7 +50,7 @@ def test_a_suite_that_stops_verify_still_times_out_even_while_verify_is_stopped(
 @needs_sandbox
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_the_suite_and_its_daemon_die_with_verify_whatever_the_signal(case: Case, signum: int) -> None:
-    stack = case.stack("suites_daemon.py", timeout=120)
+    stack = case.stack("suites_daemon.py", timeout=80)
 
     def end_verify_once_the_daemon_runs(child: subprocess.Popen) -> None:
         deadline = time.monotonic() + 30
@@ -74,6 +74,26 @@ def test_dev_shm_is_private_and_proc_sys_read_only_in_the_sandbox(case: Case) ->
     suite = first_suite(case)
     assert ran.code == 0 and suite["status"] == "passed" and suite["ran"] == 3, (suite["reason"], ran.text[-2000:])
     assert not Path("/dev/shm", f"corpus-{case.mark}").exists()
+
+
+@needs_sandbox
+def test_the_suite_keeps_no_capability_that_reaches_the_machine(case: Case) -> None:
+    case.env["CORPUS_HOST_IPC"] = os.readlink("/proc/self/ns/ipc")
+    ran = case.verify(case.stack("suites_capabilities.py"))
+    holds(ran, seconds=60)
+    suite = first_suite(case)
+    assert ran.code == 0 and suite["status"] == "passed" and suite["ran"] == 6, (suite["reason"], ran.text[-2000:])
+    assert "capabilities kept: CAP_CHOWN" in ran.text and "CAP_NET_ADMIN" not in ran.text
+    assert "(every other one is /dev/null)" in ran.text
+
+
+@needs_sandbox
+def test_planted_progress_events_neither_hang_verify_nor_fill_its_memory(case: Case) -> None:
+    ran = case.verify(case.stack("suites_progress_planted.py", timeout=8), timeout=90)
+    holds(ran, seconds=60, peak_mib=300)
+    assert ran.code == 1, ran.text[-2000:]
+    suite = first_suite(case)
+    assert suite["status"] == "timeout" and "timed out after 8 s" in suite["reason"], suite["reason"]
 
 
 @needs_sandbox

@@ -20,6 +20,7 @@ import pytest
 from trainstack.builder.extensions import WheelCache
 from trainstack.builder.record import ExtensionKey
 from trainstack.errors import BuildError
+from trainstack.builder.objects import OBJECTS, ObjectRecorder
 from trainstack.builder.resume import KeptBuild, ninja_units, toolchain_identity
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,10 +64,19 @@ setup(name="resumeext", version="0.1", ext_modules=[CppExtension("resumeext", so
       cmdclass={{"build_ext": BuildExtension}})
 """
 PYPROJECT = '[build-system]\nrequires = ["setuptools", "torch"]\nbuild-backend = "setuptools.build_meta"\n'
-# each compile the wrapper sees: its output object, one line in $COUNT_LOG
+# each compile the wrapper sees: its output object, one line in $COUNT_LOG; with $PLANT, that
+# source compiled in place of the unit's own (an object of planted code, built by ninja itself)
 WRAPPER = """#!/bin/sh
 case " $* " in *" -c "*) printf '%s\\n' "$*" >> "$COUNT_LOG" ;; esac
+if [ -n "$PLANT" ]; then
+  for arg; do shift; case "$arg" in *.cpp) set -- "$@" "$PLANT" ;; *) set -- "$@" "$arg" ;; esac; done
+fi
 exec {cxx} "$@"
+"""
+MARKER = b"trainstack_planted_symbol"
+PLANTED = """
+extern "C" {{ int trainstack_planted_symbol = 1; }}
+unsigned long {get}() {{ return 666; }}
 """
 DRIVER = """
 import json, sys
@@ -114,6 +124,15 @@ def compiled(log: Path) -> set[str]:
     return {Path(line.split(" -o ", 1)[1].split()[0]).name for line in lines}
 
 
+def recorded_objects(kept: Path) -> dict[str, str]:
+    """The objects the build recorded as its own in the kept folder (name -> sha256)."""
+    try:
+        record = json.loads((kept / OBJECTS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {Path(rel).name: entry["sha256"] for rel, entry in record["objects"].items()}
+
+
 def finished(kept: Path) -> set[str]:
     """Objects ninja has logged as finished (its .ninja_log, a line per finished command)."""
     names = set()
@@ -127,7 +146,12 @@ def finished(kept: Path) -> set[str]:
 
 @needs_tools
 @pytest.mark.timeout(240)
-def test_a_build_killed_half_way_compiles_only_what_was_left(tmp_path: Path) -> None:
+def test_a_build_killed_half_way_resumes_with_only_the_objects_it_recorded(tmp_path: Path) -> None:
+    """Killed once objects were recorded; then, in the kept folder, a recorded object replaced by
+    one of planted code, another made a link to a copy outside, and an unfinished unit compiled
+    from planted code by ninja itself (its log line and deps as real as the build's own). The
+    resumed build compiles what was left plus those three, and the planted code is not in the
+    wheel."""
     tree = write_extension(tmp_path)
     source = tmp_path / "resumeext-0.1.tar.gz"  # an sdist, as the venv backend hands a source = "sdist" component
     with tarfile.open(source, "w:gz") as tar:
@@ -154,32 +178,60 @@ def test_a_build_killed_half_way_compiles_only_what_was_left(tmp_path: Path) -> 
     kept_folders: list[Path] = []
     while time.monotonic() < deadline and child.poll() is None:
         kept_folders = sorted(cache.glob("resumeext-*.partial"))
-        if kept_folders and len(finished(kept_folders[0])) >= 2:
+        if kept_folders and len(recorded_objects(kept_folders[0])) >= 3:
             break
         time.sleep(0.05)
     assert child.poll() is None, f"the first build ended before it could be killed: {child.communicate()[1][-3000:]}"
     os.killpg(child.pid, signal.SIGKILL)  # the whole build: uv, setuptools, ninja, the compilers
     child.communicate()
     [kept] = kept_folders
-    done_before = finished(kept)
+    recorded, done_before = recorded_objects(kept), finished(kept)
     objects = {f"unit{i}.o" for i in range(UNITS)} | {"module.o"}
-    assert 2 <= len(done_before) < len(objects), done_before
+    assert 3 <= len(recorded) and set(recorded) <= done_before < objects, (recorded, done_before)
     assert not list(cache.glob("resumeext-*/*.whl"))  # no wheel from the killed build
+
+    [temp] = kept.glob("src/build/temp.*")
+    tampered, linked, *reused = sorted(recorded)
+    unfinished = sorted(objects - done_before)[0]
+    planted = {name: tmp_path / f"planted-{name}.cpp" for name in (tampered, unfinished)}
+    for name, code in planted.items():
+        code.write_text(PLANTED.format(get=f"get_{name[4:-2]}" if name.startswith("unit") else "planted_get"), encoding="utf-8")
+    times = (temp / tampered).stat()
+    subprocess.run([shutil.which("c++"), "-fPIC", "-c", planted[tampered], "-o", temp / tampered], check=True, timeout=60)
+    os.utime(temp / tampered, ns=(times.st_atime_ns, times.st_mtime_ns))  # its time as ninja recorded it: ninja keeps it
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (temp / linked).rename(outside / linked)  # the recorded bytes, behind a link
+    (temp / linked).symlink_to(outside / linked)
+    outside_bytes = (outside / linked).read_bytes()
+    ninja = subprocess.run(
+        [shutil.which("ninja", path=path), "-C", temp, str(temp / unfinished)], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PATH": path, "PLANT": str(planted[unfinished]), "COUNT_LOG": str(tmp_path / "plant.log")},
+    )  # fmt: skip
+    assert ninja.returncode == 0, ninja.stdout[-2000:]
+    assert MARKER in (temp / unfinished).read_bytes() and unfinished in finished(kept)  # logged by ninja as built
 
     second = subprocess.run(
         driver("second"), env={**os.environ, "COUNT_LOG": str(second_log)}, capture_output=True, text=True, timeout=450
     )
     assert second.returncode == 0, second.stderr[-3000:]
-    assert f"resuming: {len(done_before)} of {len(objects)} units compiled by an earlier run" in second.stderr
-    # the second build compiled exactly what the first had not finished: no unit twice
-    assert compiled(second_log) == objects - done_before
-    assert compiled(first_log) >= done_before
+    kept_count = len(recorded) - 2
+    assert f"resuming: {kept_count} of {len(objects)} units compiled by an earlier run" in second.stderr
+    [dropped] = [line for line in second.stderr.splitlines() if "of the earlier run dropped" in line]
+    assert f"1 whose bytes differ from the build's record ({tampered})" in dropped
+    assert f"1 reached through a link ({linked})" in dropped and unfinished in dropped.split("did not record as its own")[1]
+    # what was compiled again: what the first build had not recorded, the tampered and the linked object
+    assert compiled(second_log) == (objects - set(recorded)) | {tampered, linked}
+    assert len(compiled(second_log)) < len(objects)  # the rest was reused
     record = json.loads(second.stdout.strip().splitlines()[-1])
-    assert record["units"] == len(objects) and record["units_resumed"] == len(done_before)
+    assert record["units"] == len(objects) and record["units_resumed"] == kept_count
     assert record["cache"] == "miss" and not kept.exists()  # the kept objects go once the wheel is stored
+    assert (outside / linked).read_bytes() == outside_bytes  # nothing outside touched
 
     unpacked = tmp_path / "unpacked"
     zipfile.ZipFile(record["path"]).extractall(unpacked)
+    [library] = unpacked.glob("resumeext*.so")
+    assert MARKER not in library.read_bytes()
     run = subprocess.run(
         [sys.executable, "-c", "import sys, torch; sys.path.insert(0, sys.argv[1]); import resumeext; print(resumeext.total())", unpacked],
         capture_output=True, text=True, timeout=60,
@@ -208,6 +260,7 @@ def kept_with_object(tmp_path: Path, kept: KeptBuild) -> Path:
     (temp / "a.o").write_bytes(b"\x7fELF")
     (temp / "b c.o").write_bytes(b"half")  # killed mid-compile: not in ninja's log
     (temp / ".ninja_log").write_text(f"# ninja log v5\n1\t2\t0\t{temp}/a.o\tabc\n", encoding="utf-8")
+    ObjectRecorder(kept.folder, kept.source, kept.record).poll()  # as the build records what ninja finished
     return temp
 
 
@@ -231,6 +284,43 @@ def test_the_kept_folder_is_reused_only_for_the_same_key_and_compilers(tmp_path:
     kept_with_object(tmp_path, kept)
     (folder / "state.json").unlink()
     assert kept.open(tmp_path / "target") is None and not (temp / "a.o").exists()
+
+
+def test_a_resume_keeps_only_recorded_objects_and_a_foreign_record_means_a_build_from_scratch(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    folder = WheelCache(tmp_path / ".extensions").kept_folder(key())
+    kept = KeptBuild(folder, key(), {})
+    temp = kept_with_object(tmp_path, kept)
+    (temp / "planted.o").write_bytes(b"\x7fELF planted")
+    units = KeptBuild(folder, key(), {}).open(tmp_path / "target")
+    assert units is not None and units.done == 1 and (temp / "a.o").read_bytes() == b"\x7fELF"
+    assert not (temp / "planted.o").exists() and not (temp / "b c.o").exists()
+    assert "2 files of the earlier run dropped, built again: 2 that the build did not record as its own" in capfd.readouterr().err
+
+    # the build folder made a link to a copy outside: nothing taken through it, nothing outside touched
+    outside = tmp_path / "outside"
+    shutil.copytree(temp, outside)
+    shutil.rmtree(temp)
+    temp.symlink_to(outside)
+    units = KeptBuild(folder, key(), {}).open(tmp_path / "target")
+    assert units is None and not temp.exists() and (outside / "a.o").read_bytes() == b"\x7fELF"
+    assert "1 reached through a link (temp.x)" in capfd.readouterr().err
+
+    # another build.ninja than the one the objects were recorded with: none of them is kept
+    temp = kept_with_object(tmp_path, kept)
+    (temp / "build.ninja").write_text("rule compile\n  command = evil\n", encoding="utf-8")
+    units = KeptBuild(folder, key(), {}).open(tmp_path / "target")
+    assert units is None and not (temp / "a.o").exists()
+    assert "of a build folder whose build.ninja is not the recorded one (a.o, build.ninja)" in capfd.readouterr().err
+
+    for record, why in (("{not json", "does not parse"), (json.dumps({"key": {}, "toolchain": {}}), "is of another key or toolchain")):
+        temp = kept_with_object(tmp_path, kept)
+        (folder / OBJECTS).write_text(record, encoding="utf-8")
+        assert KeptBuild(folder, key(), {}).open(tmp_path / "target") is None
+        assert not (temp / "a.o").exists() and (kept.source / "a.cpp").is_file()
+        err = capfd.readouterr().err
+        assert f"its object record {why}" in err and "building from scratch" in err
 
 
 def test_a_link_out_of_the_kept_folder_is_not_read(tmp_path: Path) -> None:

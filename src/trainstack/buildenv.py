@@ -5,6 +5,7 @@ flags, and the job budget of each package. Pure, but for looking the cache progr
 from __future__ import annotations
 
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -57,7 +58,9 @@ def compiler_cache_env(
     if settings.kind == "sccache":
         env = {"SCCACHE_DIR": str(directory), "SCCACHE_CACHE_SIZE": settings.max_size}
     else:
-        env = {"CCACHE_DIR": str(directory), "CCACHE_MAXSIZE": settings.max_size}
+        # CCACHE_CONFIGPATH: ccache reads no ccache.conf from the cache folder, which a build folder
+        # brings (its prefix_command or compiler_check would run what it names at every compile)
+        env = {"CCACHE_DIR": str(directory), "CCACHE_MAXSIZE": settings.max_size, "CCACHE_CONFIGPATH": os.devnull}
     if launcher is None:
         launcher = shutil.which(settings.kind) is not None
     if launcher:

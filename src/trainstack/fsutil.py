@@ -78,9 +78,13 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def loads_strict(text: str, *, allow_nan: bool = False) -> Any:
     """json.loads that refuses a key given twice in one object (which of the two a reader keeps
     differs between readers) and NaN, Infinity and -Infinity (unless ``allow_nan``: a figure a
-    run could not measure), with ValueError."""
+    run could not measure), with ValueError; so too arrays or objects nested past the parser's
+    recursion (a RecursionError in json.loads)."""
     constant = None if allow_nan else _refuse_constant
-    return json.loads(text, parse_constant=constant, object_pairs_hook=_unique_keys)
+    try:
+        return json.loads(text, parse_constant=constant, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ValueError("arrays or objects nested too deeply") from None
 
 
 def finite(value: float | None) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 
 from trainstack.errors import ProvenanceError, UsageError
 from trainstack.extras import require
+from trainstack.fsutil import loads_strict
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -164,7 +165,7 @@ def open_envelope(path: Path, key: Any) -> dict[str, Any]:
     if size > MAX_ENVELOPE_BYTES:
         raise ProvenanceError(f"{path}: larger than {MAX_ENVELOPE_BYTES // 2**20} MiB: not a provenance envelope")
     try:
-        envelope = Envelope.from_dict(json.loads(path.read_bytes()))
+        envelope = Envelope.from_dict(loads_strict(path.read_bytes()))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ProvenanceError(f"{path}: not a DSSE envelope ({_first(exc)})") from None
     if envelope.payload_type != PAYLOAD_TYPE:

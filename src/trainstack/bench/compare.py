@@ -6,9 +6,14 @@ Reads JSON lines only: nothing here imports torch, so a comparison takes well un
 from __future__ import annotations
 
 import json
-import math
+import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import NoReturn
+
+import jiter
 
 from rich import box
 from rich.console import Console
@@ -26,19 +31,31 @@ ACCEPTED = "a JSON-lines file written by 'trainstack bench'"
 
 def read_rows(path: Path) -> list[dict]:
     """Rows from a JSON-lines file (or a JSON list); errors name the file and line."""
+    return list(_read_keyed(path).values())
+
+
+def _read_keyed(path: Path) -> dict[tuple, dict]:
+    """The rows of ``path`` by their key (``_key``; a later row of the same key wins), each line
+    parsed and checked in one pass."""
     try:
-        text = read_regular(path, "bench results file").decode("utf-8")  # a FIFO is refused unopened
+        data = read_regular(path, "bench results file")  # a FIFO is refused unopened
+        data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         why = describe_os_error(exc) if isinstance(exc, OSError) else "not UTF-8 text"
         raise SpecError(f"{path}: cannot read ({why}); accepted: {ACCEPTED}") from None
-    rows = _parse_list(path, text) if text.lstrip().startswith("[") else _parse_lines(path, text)
-    for number, row in enumerate(rows, start=1):
+    if data.lstrip().startswith(b"["):
+        rows: Iterable[tuple[int, object]] = enumerate(_parse_list(path, data.decode("utf-8")), start=1)
+    else:
+        rows = _parse_lines(path, data)
+    keyed: dict[tuple, dict] = {}
+    for number, (_, row) in enumerate(rows, start=1):
         if not isinstance(row, dict) or not {"model", "mode", "status"} <= row.keys():
             raise SpecError(f"{path}: row {number} lacks 'model', 'mode' or 'status'; accepted: rows written by 'trainstack bench'")
         _check_row(path, number, row)
-    if not rows:
+        keyed[_key(row)] = row
+    if not keyed:
         raise SpecError(f"{path}: no result rows; accepted: {ACCEPTED}")
-    return rows
+    return keyed
 
 
 TEXTS = ("model", "mode", "status")
@@ -48,21 +65,24 @@ FIGURES = ("tokens_per_s_per_gpu", "mfu", "mem_allocated_gib")
 
 def _check_row(path: Path, number: int, row: dict) -> None:
     """The fields the table shows, each of its own kind: one-line text, whole counts, numbers."""
-    for field in (*TEXTS, *COUNTS, *FIGURES):
+    for field in TEXTS:
         value = row.get(field)
-        if field in TEXTS:
-            ok = isinstance(value, str) and not grammar.CONTROL.search(value)
-            accepted = "one line of text"
-        elif field in COUNTS:
-            ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53)
-            accepted = "a whole number"
-        else:
-            ok = value is None or (_number(value) and value >= 0)
-            accepted = "a finite number, 0 or more"
-        if not ok:
-            raise SpecError(f"{path}: row {number}: {field}: '{grammar.shown(value)}' is not {accepted}; accepted: {ACCEPTED}")
+        if not isinstance(value, str) or grammar.CONTROL.search(value):
+            _refuse(path, number, field, value, "one line of text")
+    for field in COUNTS:
+        value = row.get(field)
+        if value is not None and (type(value) is not int or not 0 <= value < 2**53):  # a bool is no count
+            _refuse(path, number, field, value, "a whole number")
+    for field in FIGURES:
+        value = row.get(field)
+        if value is not None and not (_number(value) and value >= 0):
+            _refuse(path, number, field, value, "a finite number, 0 or more")
     if row.get("breakdown") is not None:
         _check_breakdown(path, number, row["breakdown"])
+
+
+def _refuse(path: Path, number: int, field: str, value: object, accepted: str) -> NoReturn:
+    raise SpecError(f"{path}: row {number}: {field}: '{grammar.shown(value)}' is not {accepted}; accepted: {ACCEPTED}")
 
 
 BREAKDOWN_FIGURES = ("share", "ms_per_step", "kernel_ms_per_step", "kernels_per_step", "tflops", "gbps", "of_ceiling")
@@ -86,8 +106,12 @@ def _check_breakdown(path: Path, number: int, b: object) -> None:
                 raise SpecError(f"{where}: {name}: {key}: '{grammar.shown(figures[key])}' is not a number; accepted: {ACCEPTED}")
 
 
+_LARGEST = sys.float_info.max
+
+
 def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float (not a bool; NaN, infinity and an int past the float's range refused)."""
+    return (type(value) is float or type(value) is int) and -_LARGEST <= value <= _LARGEST  # type: ignore[operator]
 
 
 def _parse_list(path: Path, text: str) -> list:
@@ -100,19 +124,27 @@ def _parse_list(path: Path, text: str) -> list:
     return rows if isinstance(rows, list) else [rows]
 
 
-def _parse_lines(path: Path, text: str) -> list:
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
+def _parse_lines(path: Path, data: bytes) -> Iterator[tuple[int, object]]:
+    """(line number, value) of each line that is not blank, parsed by jiter (in Rust; a key given
+    twice in one object refused as loads_strict refuses it); a line jiter refuses is parsed again
+    by loads_strict for the error the other readers give."""
+    for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
-            rows.append(loads_strict(line, allow_nan=True))
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{path}:{number}: not a JSON object ({exc.msg}); accepted: one result object per line") from None
-        except (ValueError, RecursionError) as exc:
-            why = exc if isinstance(exc, ValueError) else "nested too deeply"
-            raise SpecError(f"{path}:{number}: not a JSON object ({why}); accepted: one result object per line") from None
-    return rows
+            yield number, jiter.from_json(line, catch_duplicate_keys=True)
+        except ValueError as exc:
+            yield number, _parse_line_strict(path, number, line, exc)
+
+
+def _parse_line_strict(path: Path, number: int, line: bytes, first: ValueError) -> object:
+    try:
+        return loads_strict(line.decode("utf-8"), allow_nan=True)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}:{number}: not a JSON object ({exc.msg}); accepted: one result object per line") from None
+    except (ValueError, RecursionError) as exc:
+        why = exc if isinstance(exc, ValueError) else "nested too deeply"
+        raise SpecError(f"{path}:{number}: not a JSON object ({why}); accepted: one result object per line") from None
 
 
 def fmt(value: float | None, spec: str = ",.0f", missing: str = "-") -> str:
@@ -133,11 +165,24 @@ class Matched:
 
     @classmethod
     def read(cls, path_a: Path, path_b: Path) -> Matched:
-        return cls(path_a, path_b, {_key(r): r for r in read_rows(path_a)}, {_key(r): r for r in read_rows(path_b)})
+        return cls(path_a, path_b, _read_keyed(path_a), _read_keyed(path_b))
+
+    @cached_property
+    def ordered_keys(self) -> tuple[tuple, ...]:
+        return (*self.a, *(k for k in self.b if k not in self.a))
 
     def keys(self) -> list[tuple]:
         """A's keys in its order, then those only B has."""
-        return list(self.a) + [k for k in self.b if k not in self.a]
+        return list(self.ordered_keys)
+
+    @cached_property
+    def breakdown_keys(self) -> tuple[tuple, ...]:
+        """The keys of the pairs of which either row has a breakdown, in the order of ``keys``."""
+        return tuple(k for k in self.ordered_keys if _has_breakdown(self.a.get(k)) or _has_breakdown(self.b.get(k)))
+
+
+def _has_breakdown(row: dict | None) -> bool:
+    return row is not None and row.get("status") == "ok" and isinstance(row.get("breakdown"), dict)
 
 
 def print_compare(path_a: Path, path_b: Path, console: Console | None = None, matched: Matched | None = None) -> None:
@@ -146,11 +191,11 @@ def print_compare(path_a: Path, path_b: Path, console: Console | None = None, ma
     console = console or out
     matched = matched or Matched.read(path_a, path_b)
     console.print(compare_table(matched))
-    _more(console, len(matched.keys()))
+    _more(console, len(matched.ordered_keys))
     split = breakdown_compare_table(matched)
     if split is not None:
         console.print(split)
-        _more(console, sum(1 for k in matched.keys() if breakdown_shares(matched.a.get(k), matched.b.get(k))))
+        _more(console, len(matched.breakdown_keys))
 
 
 def _more(console: Console, count: int) -> None:
@@ -198,7 +243,7 @@ def compare_table(matched: Matched) -> Table:
     table = Table(title=Text(f"A = {path_a.name}   B = {path_b.name}"), box=box.SIMPLE_HEAD)
     for name in COLUMNS:
         table.add_column(name, justify="left" if name in ("model", "mode") else "right", overflow="fold")
-    for key in matched.keys()[:MAX_SHOWN]:
+    for key in matched.ordered_keys[:MAX_SHOWN]:
         ra, rb = a.get(key), b.get(key)
         table.add_row(*(Text(cell) for cell in (
             str(key[0]), str(key[1]), f"{key[2]} x {key[3]}", str(key[4]),
@@ -226,7 +271,7 @@ def breakdown_compare_table(matched: Matched) -> Table | None:
     """Each matched row's time per class, A beside B (the first MAX_SHOWN pairs with a
     breakdown); None when no row has a breakdown."""
     a, b = matched.a, matched.b
-    keys = [k for k in matched.keys() if breakdown_shares(a.get(k), b.get(k))][:MAX_SHOWN]
+    keys = matched.breakdown_keys[:MAX_SHOWN]
     if not keys:
         return None
     table = Table(title=Text("time per step by class, A → B: share of the step; achieved rate (of its ceiling)"), box=box.SIMPLE_HEAD)

@@ -171,6 +171,7 @@ def _build_locked(inputs: Inputs, layers: FlavourLayers, backend: Backend, tools
                 err.print(f"signed {write_provenance(final, inputs, layers, current, signer)}", highlight=False)
             return current
         staging = build_dir / f".{final.name}.staging"
+        _no_link(staging)
         shutil.rmtree(staging, ignore_errors=True)  # what a killed build left behind
         staging.mkdir(parents=True)
         try:
@@ -316,11 +317,26 @@ def _up_to_date(final: Path, layers: FlavourLayers, backend: str, skip_sources: 
     return record if same else None
 
 
+def _no_link(path: Path) -> None:
+    """BuildError when ``path``, a name of the build's own in the build folder, is a link: the
+    build writes and removes its own files there through no link."""
+    if path.is_symlink():
+        raise BuildError(f"{path}: a link in the build folder (to {os.readlink(path)}); a build writes its own "
+                         "files there, never through a link", hint=f"remove the link ({path}); the build makes its own")
+
+
 @contextmanager
 def _flavour_lock(build_dir: Path, slug: str) -> Iterator[None]:
     """One build per flavour at a time: a second one fails at once instead of racing for the swap."""
     build_dir.mkdir(parents=True, exist_ok=True)
-    with (build_dir / f".{slug}.lock").open("w") as handle:
+    lock = build_dir / f".{slug}.lock"
+    _no_link(lock)
+    try:  # never through a link, never truncating: a link planted since is refused by the kernel
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        _no_link(lock)
+        raise BuildError(f"{lock}: cannot open the build's lock file: {describe_os_error(exc)}") from None
+    with os.fdopen(fd, "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

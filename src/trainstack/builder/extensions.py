@@ -313,7 +313,8 @@ def build_wheel(
                 f"{build.name}: resuming: {earlier.done} of {earlier.total} units compiled by an earlier run ({kept.folder.name})",
                 highlight=False, markup=False,
             )
-        wheel, record = _compile(steps, cache, key, replace(build, target=kept.source), earlier=earlier)
+        with kept.recording():
+            wheel, record = _compile(steps, cache, key, replace(build, target=kept.source), earlier=earlier)
         kept.discard()
     return wheel, record
 

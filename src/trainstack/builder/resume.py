@@ -4,9 +4,13 @@ Ctrl-C, SIGKILL) continues where it stopped on the next build.
 Beside the wheel cache's entry build/.extensions/<package>-<key>/ an unfinished build keeps
 <package>-<key>.partial/: a copy of the source, built in place, so the build folder torch's
 cpp_extension hands to ninja (build/temp.*/: build.ninja, the objects, .ninja_log and
-.ninja_deps) outlives the flavour's staging folder. ninja's own state decides what is left: a
-unit whose object is missing from .ninja_log (killed mid-compile), whose command line changed,
-or whose source or headers are newer than its object compiles again; the rest is kept.
+.ninja_deps) outlives the flavour's staging folder. Only what trainstack's own build wrote is
+taken back: each object is recorded (sha256, size, mode, owner, ninja's log line) as ninja
+finishes it, and a resumed build starts from a fresh copy of the source into which only the
+objects that still match their record are moved (trainstack.builder.objects); anything else
+left in the folder is dropped with one line saying why. Then ninja's own state decides what is
+left to do: a unit whose object is missing, whose command line changed, or whose source or
+headers are newer than its object compiles again; the rest is kept.
 
 The folder is reused only when its record holds the same wheel-cache key (package version or
 commit, torch, CUDA, GPU targets, toolchain pins, build_env, Python) and the same compilers
@@ -33,6 +37,8 @@ if sys.version_info >= (3, 12):
 else:  # the data filter below, which Python 3.11 gained only in 3.11.4 (Debian 12 has 3.11.2)
     from backports import tarfile
 
+from trainstack.builder.objects import OBJECTS, ObjectRecord, ObjectRecorder, carry, read_record, recording
+from trainstack.console import err
 from trainstack.errors import BuildError
 from trainstack.fsutil import atomic_write_json, exclusive, loads_strict, read_regular
 
@@ -171,6 +177,7 @@ class KeptBuild:
         self.folder = folder
         self.root = root if root is not None else folder.parent  # the build folder: no link below it
         self.expected = {"key": json.loads(json.dumps(asdict(key))), "toolchain": dict(toolchain)}
+        self.record = ObjectRecord(**self.expected)
 
     @property
     def source(self) -> Path:
@@ -196,27 +203,67 @@ class KeptBuild:
         return state == self.expected and self.source.is_dir() and not self.source.is_symlink()
 
     def open(self, target: Path) -> Units | None:
-        """Make ``self.source`` the tree to build: the kept one when its record matches (then
-        what an earlier run finished, or None before ninja was started), else a fresh copy of
-        ``target``, a source folder or an sdist archive unpacked (None). A copy killed half way
-        has no record and is made again."""
+        """Make ``self.source`` the tree to build: a fresh copy of ``target`` (a source folder, or
+        an sdist archive unpacked). When the kept folder's state matches, it takes in what the
+        earlier run's object record vouches for (trainstack.builder.objects.carry) and returns the
+        units so finished (None before ninja was started); else the folder is emptied first
+        (None). A copy killed half way has no state and is made again."""
         if self._matches():
-            return ninja_units(self.source)
+            record, why = read_record(self.folder, self.expected)
+            try:
+                if record is not None:
+                    return self._renew(target, record)
+            except OSError as exc:
+                why = f"its objects cannot be taken back ({exc.strerror or exc})"
+            err.print(f"{self.folder.name}: {why}; building from scratch", highlight=False, markup=False)
         self.discard()
-        staging = self.folder / (SOURCE + ".tmp")
         self.folder.mkdir(parents=True)
-        if target.is_dir():
-            shutil.copytree(target, staging, symlinks=True)  # links copied as links, never followed
-            staging.rename(self.source)
-        else:
-            _unpack_sdist(target, staging)
-            tops = list(staging.iterdir())
-            if len(tops) != 1 or not tops[0].is_dir() or tops[0].is_symlink():
-                self.discard()
-                raise BuildError(f"{target.name}: an sdist holds one folder, <name>-<version>/; this one holds {len(tops)} entries")
-            tops[0].rename(self.source)
+        self._copy_source(target, self.source)
+        self.record = ObjectRecord(**self.expected)
         atomic_write_json(self.folder / STATE, self.expected)  # last: the copy is whole
         return None
+
+    def _renew(self, target: Path, record: ObjectRecord) -> Units | None:
+        """A fresh copy of the source, the recorded objects moved in from the earlier tree, which
+        then goes with all it held besides; the record rewritten to what was kept."""
+        fresh = self.folder / (SOURCE + ".new")
+        refuse_links(self.root, fresh)
+        shutil.rmtree(fresh, ignore_errors=True)
+        self._copy_source(target, fresh)
+        carried = carry(self.source, fresh, record)
+        shutil.rmtree(self.source)
+        fresh.rename(self.source)
+        atomic_write_json(self.folder / OBJECTS, carried.record.model_dump())
+        self.record = carried.record
+        line = carried.line(self.folder.name)
+        if line is not None:
+            err.print(line, highlight=False, markup=False)
+        return ninja_units(self.source)
+
+    def _copy_source(self, target: Path, dest: Path) -> None:
+        """``target`` copied to ``dest`` (links copied as links, never followed), or the one folder
+        of an sdist unpacked there, times kept (ninja compares them with its objects)."""
+        staging = self.folder / (SOURCE + ".tmp")
+        refuse_links(self.root, staging, dest)
+        shutil.rmtree(staging, ignore_errors=True)
+        if target.is_dir():
+            shutil.copytree(target, staging, symlinks=True)
+            staging.rename(dest)
+            return
+        _unpack_sdist(target, staging)
+        tops = list(staging.iterdir())
+        if len(tops) != 1 or not tops[0].is_dir() or tops[0].is_symlink():
+            self.discard()
+            raise BuildError(f"{target.name}: an sdist holds one folder, <name>-<version>/; this one holds {len(tops)} entries")
+        tops[0].rename(dest)
+        staging.rmdir()
+
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        """While the body compiles in ``self.source``: every object ninja finishes recorded in
+        objects.json as it completes (trainstack.builder.objects.ObjectRecorder)."""
+        with recording(ObjectRecorder(self.folder, self.source, self.record)):
+            yield
 
     def discard(self) -> None:
         refuse_links(self.root, self.folder)

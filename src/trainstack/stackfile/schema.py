@@ -35,7 +35,11 @@ MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer than any suite runs
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    """Every table of a stack file: unknown fields refused, and strict types everywhere: ``timeout =
+    true``, ``retries = "3"`` or ``nodes = 2.0`` is refused, never converted (pydantic's lax mode
+    reads true as 1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -662,7 +666,7 @@ class Stack(Strict):
         if "env_allow" in data:
             raise ValueError("env_allow: unknown field (the variables [env] may set that run code go in [env] allow)")
         env = data.get("env")
-        if isinstance(env, dict) and isinstance(env.get(ENV_ALLOW), list):
+        if isinstance(env, dict) and ENV_ALLOW in env:  # a list, or refused as one (never a variable 'allow')
             rest = {k: v for k, v in env.items() if k != ENV_ALLOW}
             return {**data, "env": rest, "env_allow": env[ENV_ALLOW]}
         return data

@@ -3,7 +3,6 @@ GPUs (NVML), lock drift and build-time facts, mapped onto the fixed schema."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -13,6 +12,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from trainstack import proc
+from trainstack.fsutil import loads_strict, read_regular
 from trainstack.verify.drift import compute_drift, same_version
 from trainstack.verify.gpus import read_gpus
 from trainstack.verify.probes.report_probe import ALLOC_ENV
@@ -177,8 +177,8 @@ def build_facts(record: Path | None, report: EnvReport) -> BuildFacts:
     if record is None or not record.is_file():
         return BuildFacts(record=f"not found: {record}" if record else NOT_FOUND)
     try:
-        data = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        data = loads_strict(read_regular(record, "build record").decode("utf-8"))
+    except (OSError, ValueError) as exc:
         return BuildFacts(record=f"{record}: unreadable ({exc})")
     if not isinstance(data, dict):
         return BuildFacts(record=f"{record}: unreadable (not a JSON object)")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from trainstack.errors import UsageError
+from trainstack.fsutil import loads_strict, read_regular
 from trainstack.stackfile import load_stack, select_flavour
 from trainstack.stackfile.matrix import Flavour, components_for
 from trainstack.verify.locate import built_flavour, lock_inputs_hash, locked_packages, stack_installs
@@ -65,7 +65,7 @@ def accelerator(flavour: Flavour) -> str:
 def skipped_sources(record: Path) -> list[str]:
     """Components the build left out on purpose (build --skip-sources), from build.json."""
     try:
-        data = json.loads(record.read_text(encoding="utf-8"))
+        data = loads_strict(read_regular(record, "build record").decode("utf-8"))
     except (OSError, ValueError):
         return []
     skipped = data.get("skipped_sources") if isinstance(data, dict) else None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -14,9 +13,13 @@ from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring as defused_fromstring
 from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Skipped
 
-from trainstack.fsutil import describe_os_error, read_regular
+from trainstack.fsutil import describe_os_error, loads_strict, read_regular
 
 MAX_XML_BYTES = 256 * 2**20  # a JUnit report larger than this is not read
+# the progress events file lies in the suite's writable folder: read at most this much of it in all,
+# and of one line (a longer one is skipped), so that no file a suite plants holds verify's memory
+MAX_EVENTS_BYTES = 256 * 2**20
+MAX_EVENT_LINE = 2**20
 MESSAGE_CHARS = 500  # a failure's reason, as kept and shown: one line at most this long
 
 
@@ -163,17 +166,59 @@ def summary_key(event: dict) -> str | None:
     return None
 
 
+def open_events(path: Path):
+    """The events file opened for reading as it is now: a regular file, opened without following a
+    link and without blocking (a FIFO the suite planted is never waited on); None when it is absent
+    or anything else."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None  # not even opened: a reader, even one that does not wait, would unblock the FIFO's writer
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
+def event_lines(handle, limit: int = MAX_EVENTS_BYTES):
+    """The lines of an events file, at most ``limit`` bytes read in all; a line longer than
+    MAX_EVENT_LINE is skipped (not a line the plugin writes)."""
+    read = 0
+    while read < limit:
+        raw = handle.readline(min(MAX_EVENT_LINE + 1, limit - read))
+        if not raw:
+            return
+        read += len(raw)
+        if len(raw) > MAX_EVENT_LINE or not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n") and read < limit:  # the rest of a long line
+                raw = handle.readline(min(MAX_EVENT_LINE, limit - read))
+                read += len(raw)
+            continue
+        yield raw
+
+
+def parse_event(raw: bytes) -> dict | None:
+    """One event line: an object whose nodeid, where it has one, is a string; None for anything
+    else (a line cut short by a crash, or one a suite wrote)."""
+    try:
+        event = loads_strict(raw)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and isinstance(event.get("nodeid", ""), str) else None
+
+
 def read_progress(path: Path) -> Progress:
     progress = Progress()
     open_tests: list[str] = []
-    if not path.is_file():
+    handle = open_events(path)
+    if handle is None:
         return progress
     progress.recorded = True
-    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            event = json.loads(raw)
-        except json.JSONDecodeError:
-            continue  # a line cut short by the crash itself
+    with handle:
+        events = [event for event in map(parse_event, event_lines(handle)) if event is not None]
+    for event in events:
         nodeid = event.get("nodeid", "")
         kind = event.get("event")
         if kind == "item":

@@ -11,7 +11,6 @@ how long it has run.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from trainstack.console import err
+from trainstack.verify.suites.junit import MAX_EVENT_LINE, MAX_EVENTS_BYTES, parse_event, open_events
 
 POLL_SECONDS = 0.25
 FIRST_LINE_SECONDS = 1.0  # a first line by then, even before pytest has collected
@@ -65,7 +65,12 @@ class Tally:
 
 
 class EventTail:
-    """The complete lines appended to a file since the last read (a line still being written waits)."""
+    """The complete lines appended to a file since the last read (a line still being written waits).
+    The file lies in the suite's writable folder: it is read as junit.open_events opens it (a
+    regular file, through no link, never waiting on a FIFO), at most MAX_EVENTS_BYTES in all and
+    READ_CHUNK a poll; a line longer than MAX_EVENT_LINE is dropped."""
+
+    READ_CHUNK = 8 * 2**20
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -73,21 +78,19 @@ class EventTail:
         self.partial = b""
 
     def read(self) -> list[dict]:
-        try:
-            with self.path.open("rb") as fh:
-                fh.seek(self.offset)
-                chunk = fh.read()
-        except FileNotFoundError:
+        if self.offset >= MAX_EVENTS_BYTES:
             return []
+        handle = open_events(self.path)
+        if handle is None:
+            return []
+        with handle:
+            handle.seek(self.offset)
+            chunk = handle.read(min(self.READ_CHUNK, MAX_EVENTS_BYTES - self.offset))
         self.offset += len(chunk)
         *lines, self.partial = (self.partial + chunk).split(b"\n")
-        events = []
-        for line in lines:
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue  # a line cut short by a crash
-        return events
+        if len(self.partial) > MAX_EVENT_LINE:
+            self.partial = b""  # the rest of that line parses as nothing
+        return [event for event in map(parse_event, lines) if event is not None]
 
 
 class SuiteProgress:

@@ -21,38 +21,55 @@ Process lifetime (enforced by the kernel, not by handlers the command could reac
 
 Mount policy (MOUNT_POLICY below, in one place): every mount read-only but each --writable
 folder; a fresh /proc of the namespace with /proc/sys and the other kernel knobs read-only;
-/dev read-only (its device nodes still usable) with a private tmpfs on /dev/shm. The
-capabilities that could undo that (mounting, raw devices, device nodes, tracing) are dropped
-from the bounding set and no new privileges can be gained; then it execs PROGRAM. Where any
+/dev read-only with a private tmpfs on /dev/shm, its device nodes usable only where DEVICES_KEPT
+names them (the others, disks and loop devices among them, are /dev/null). System V
+IPC of its own (CLONE_NEWIPC). Every capability but a container's default set (KEPT_CAPS: no
+mounting, tracing, raw devices or sockets, device nodes, clock, network or BPF) is dropped from
+the bounding set and no new privileges can be gained; then it execs PROGRAM. Where any
 step fails it exits 125 with one line on stderr and runs nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fnmatch
 import os
 import re
 import select
 import signal
+import stat
 import sys
 import time
 
 CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+CLONE_NEWIPC = 0x08000000
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
-# CAP_DAC_READ_SEARCH (open_by_handle_at), CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_PTRACE,
-# CAP_SYS_ADMIN (mount), CAP_SYS_BOOT, CAP_MKNOD
-DROPPED_CAPS = (2, 16, 17, 19, 21, 22, 27)
+# The capabilities a suite keeps: those of a container's default set, less CAP_MKNOD and CAP_NET_RAW
+# (this sandbox has no network namespace of its own). Every other one is dropped from the bounding
+# set, so that the command runs without it: mounting and tracing (which could undo the mount
+# policy), the machine's clock (CAP_SYS_TIME), its network (CAP_NET_ADMIN, CAP_NET_RAW: reading
+# other processes' traffic), BPF and perf tracing, the kernel log, real-time scheduling, ...
+KEPT_CAPS = {0: "CAP_CHOWN", 1: "CAP_DAC_OVERRIDE", 3: "CAP_FOWNER", 4: "CAP_FSETID", 5: "CAP_KILL",
+             6: "CAP_SETGID", 7: "CAP_SETUID", 8: "CAP_SETPCAP", 10: "CAP_NET_BIND_SERVICE", 18: "CAP_SYS_CHROOT",
+             29: "CAP_AUDIT_WRITE", 31: "CAP_SETFCAP"}
 REFUSED, TIMED_OUT = 125, 124
 
 # The mount policy of the suite sandbox, all of it.
 READ_ONLY_PROC = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 LEFT_AS_IS = ("/proc", "/dev/pts")  # /proc is mounted afresh; a terminal's pseudo-devices stay usable
 PRIVATE_TMPFS = {"/dev/shm": "mode=1777,size=1g"}  # the suite's own, gone with its namespace
+# The device nodes a suite may use (a GPU's and an RDMA card's among them); every other device node
+# under /dev, every block device (a disk, a loop device) and /dev/kmsg, /dev/watchdog, the consoles,
+# /dev/kvm... is covered by a bind of /dev/null: a root suite can neither write a disk nor a log.
+DEVICES_KEPT = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx",
+                "/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/*", "/dev/infiniband/*", "/dev/kfd")
 MOUNT_POLICY = (
     "read-only: every mount but the suite's own work folder; a fresh /proc of its PID namespace with "
     + ", ".join(READ_ONLY_PROC) + " read-only; /dev read-only; private tmpfs: " + ", ".join(PRIVATE_TMPFS)
+    + "; device nodes kept: " + ", ".join(DEVICES_KEPT) + " (every other one is /dev/null)"
+    + "; System V IPC of its own; capabilities kept: " + ", ".join(KEPT_CAPS.values())
 )
 
 
@@ -126,14 +143,32 @@ def isolate(writable: list[str]) -> None:
         _call(f"binding {knob}", libc.mount(knob.encode(), knob.encode(), None, MS_BIND | MS_REC, None))
         _call(f"remounting {knob} read-only", libc.mount(b"none", knob.encode(), None,
                                                          MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None))
+    _cover_devices(libc)
     for place, options in PRIVATE_TMPFS.items():
         if os.path.isdir(place):
             _call(f"mounting a private tmpfs on {place}",
                   libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()))
     _confirm(folders)
-    for cap in DROPPED_CAPS:
-        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # a kernel without one of them has nothing to drop
+    for cap in range(64):
+        if cap not in KEPT_CAPS:
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # past the kernel's last one: EINVAL, nothing to drop
     _call("no new privileges", libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+
+
+def _cover_devices(libc: ctypes.CDLL) -> None:
+    """Bind /dev/null over every device node under /dev that DEVICES_KEPT does not name (links
+    and the terminals of /dev/pts left as they are)."""
+    for folder, subfolders, names in os.walk("/dev"):
+        subfolders[:] = [d for d in subfolders if os.path.join(folder, d) not in ("/dev/pts", "/dev/shm")]
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) or any(fnmatch.fnmatchcase(path, kept) for kept in DEVICES_KEPT):
+                continue
+            _call(f"covering {path}", libc.mount(b"/dev/null", path.encode("utf-8", "surrogateescape"), None, MS_BIND, None))
 
 
 def _confirm(folders: list[str]) -> None:
@@ -208,7 +243,7 @@ def warden(command: list[str] | None, writable: list[str], timeout: float | None
     libc = _libc()
     try:
         _die_with_parent(libc, None)
-        _call("unshare(CLONE_NEWNS | CLONE_NEWPID)", libc.unshare(CLONE_NEWNS | CLONE_NEWPID))
+        _call("unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC)", libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC))
     except (Refused, OSError) as exc:
         print(f"sandbox: cannot isolate here: {exc}", file=sys.stderr)
         return REFUSED
