@@ -1,4 +1,5 @@
-"""Shared fixtures: example stacks copied into a temporary directory."""
+"""Shared fixtures: example stacks copied into a temporary directory; what is costly to make (real
+locks, venvs) made once per test session for every pytest-xdist worker (tests/session_cache.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.session_cache import made_once
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "stacks"
 
@@ -90,3 +93,12 @@ def containers_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
         del os.environ["CONTAINERS_STORAGE_CONF"]
     else:
         os.environ["CONTAINERS_STORAGE_CONF"] = old
+
+
+@pytest.fixture(scope="session")
+def locked_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with examples/stacks/cpu-minimal.toml and a previous release of it, both locked by
+    uv once for the session (tests/release_pair.py); a test copies it before changing anything."""
+    from tests.release_pair import lock_pair
+
+    return made_once(tmp_path_factory, "locked-pair", lock_pair)

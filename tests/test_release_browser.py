@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_release_lock import locked_pair  # noqa: F401  (a fixture)
 from tests.test_release_publish import project, release, slug_of  # noqa: F401  (project is a fixture)
 
 CHROMIUM = "/usr/bin/chromium"

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from tests.test_release_lock import PREVIOUS, STACK, copy_pair, locked_pair  # noqa: F401  (a fixture)
+from tests.release_pair import PREVIOUS, STACK, copy_pair
 from trainstack.cli import main
 from trainstack.errors import SpecError
 from trainstack.lock.manifest import manifest_path
@@ -85,7 +85,7 @@ def outside(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def project(locked_pair, tmp_path: Path, monkeypatch) -> Path:  # noqa: F811
+def project(locked_pair, tmp_path: Path, monkeypatch) -> Path:
     """Two locked releases of the example, one plain fragment, a verify.json that passed."""
     monkeypatch.setenv("TRAINSTACK_CORPUS_SECRET", TOKEN)  # what /proc/self/environ would leak
     copy_pair(locked_pair, tmp_path)

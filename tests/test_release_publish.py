@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_release_lock import EXAMPLE, PREVIOUS, STACK, copy_pair, locked_pair  # noqa: F401  (a fixture)
+from tests.release_pair import EXAMPLE, PREVIOUS, STACK, copy_pair
 from trainstack.cli import main
 from trainstack.errors import SpecError, UsageError
 from trainstack.lock.manifest import manifest_path
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def project(locked_pair, tmp_path: Path) -> Path:  # noqa: F811
+def project(locked_pair, tmp_path: Path) -> Path:
     """The locked pair plus fragments and a verify result of the current flavour."""
     _, current = copy_pair(locked_pair, tmp_path)
     changes = tmp_path / "changes"

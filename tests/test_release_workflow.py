@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_release_lock import STACK, locked_pair  # noqa: F401  (a fixture)
+from tests.release_pair import STACK
 from tests.test_release_publish import project, slug_of  # noqa: F401  (a fixture)
 from trainstack.cli import main
 from trainstack.errors import SpecError
