@@ -318,7 +318,7 @@ def test_a_fraction_budget_without_a_gpu_plans_in_run_as_in_memplan(tmp_path: Pa
     """`run --memplan 0.8` used to warn and run unplanned while `memplan --budget 0.8` exited
     2: both now take the fraction of the host's memory where there is no GPU, and plan."""
     pytest.importorskip("torch")
-    from tests.test_run_hook import clean_env
+    from tests.clirun import clean_env
     from trainstack.memplan.budget import gpu_memory_bytes
 
     if gpu_memory_bytes() is not None:

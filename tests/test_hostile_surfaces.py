@@ -7,7 +7,6 @@ under a hard timeout: no traceback, no hang, no process left running, no write o
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 import sys

@@ -6,7 +6,6 @@ session; each release test copies that pair into its own tmp_path.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.release_pair import STACK
-from tests.test_release_publish import project, slug_of  # noqa: F401  (a fixture)
+from tests.release_pair import STACK, slug_of
 from trainstack.cli import main
 from trainstack.errors import SpecError
 from trainstack.lock.manifest import manifest_path

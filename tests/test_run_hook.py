@@ -3,13 +3,13 @@ unless a TRAINSTACK_* variable is set; the run verb's errors; a job's own error 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.clirun import clean_env
 from tests.venvs import venv_over_this_python
 from trainstack.run.install import PTH_NAME, install_into_venv
 
@@ -29,13 +29,6 @@ def venv(tmp_path_factory) -> Path:
     installed = install_into_venv(root)
     assert [p.name for p in installed] == [PTH_NAME]
     return root
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    # the allocator's variables too: a bench test run in this process may have set them
-    dropped = {"PYTHONPATH", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINSTACK_") and k not in dropped}
-    return {**env, **extra}
 
 
 def test_the_installed_hook_is_off_and_imports_nothing_unless_a_variable_is_set(venv):
