@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.mounts import tmpfs
 from trainstack.cli import VERBS, main
 from trainstack.errors import EXIT_TABLE, bad_input_code, exit_codes_line, readme_rows
@@ -82,7 +83,7 @@ def assert_refused(verb: str, argv: list[str], option: str, path: Path, why: str
     assert code == bad_input_code(name), (verb, code, captured.err)
     assert len(lines) == 1 and lines[0].startswith(f"error: {option} {path}: "), (verb, captured.err)
     assert why in lines[0] and "accepted:" in lines[0], lines[0]
-    assert "Traceback" not in captured.err + captured.out
+    assert_no_traceback(captured.err + captured.out)
     assert captured.out == "", (verb, captured.out)  # nothing ran
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
+
 CORPUS = Path(__file__).resolve().parent / "data" / "corpus"
 HOOK_ENV = sorted((CORPUS / "hook_env").glob("*.env"))
 CASE_SECONDS = 150
@@ -121,7 +123,7 @@ def _plant(case: str, plant: str | None, out: Path, outside: Path, env: dict[str
 
 def _check_job_output(case: str, stdout: str, stderr: str) -> None:
     assert stdout.strip().endswith("job done"), f"{case}: {stderr[-1500:]}"
-    assert "Traceback" not in stderr, f"{case}: {stderr[-1500:]}"
+    assert_no_traceback(stderr)
     for line in stderr.splitlines():
         assert not line.startswith(("error: INJECTED", "INJECTED")) and "\x1b" not in line, f"{case}: {line!r}"
     if case not in ("control-link", "control-fifo", "steps-huge"):

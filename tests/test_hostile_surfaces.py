@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.mounts import tmpfs
 from trainstack.verify.linkcheck.check import check_paths
 from trainstack.verify.linkcheck.elf import read_elf
@@ -82,7 +83,7 @@ def test_linkcheck_over_the_whole_elf_corpus(tmp_path: Path, fifo: Path) -> None
     result = _cli("linkcheck", "--json", str(CORPUS / "elf"), timeout=60)
     assert time.monotonic() - start < 60
     assert result.returncode == 1, result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
+    assert_no_traceback(result.stderr + result.stdout)
     assert "INJECTED" not in result.stderr.replace("\\n", "")  # the forged line shows escaped, never as a line
     assert not any(line.startswith("error: INJECTED") for line in (result.stdout + result.stderr).splitlines())
     report = check_paths([CORPUS / "elf"], cache=False, workers=1)
@@ -210,7 +211,8 @@ def test_a_hostile_suite_neither_writes_outside_nor_outlives_verify(path: Path, 
     assert result.isolation.startswith("mount namespace"), result.isolation
     if path.stem not in ("planted_daemon_deletes_later", "planted_fork_many"):  # these two attack after they pass
         assert not result.passed, suite.reason  # the attack failed the test, or it skipped, forged or ran nothing
-    assert "\n" not in suite.reason and "Traceback" not in suite.reason
+    assert_no_traceback(suite.reason)
+    assert "\n" not in suite.reason
     if "daemon" in path.stem:
         time.sleep(6)  # past the daemon's deletion time: it must be gone
     _intact(target, home, mark)
@@ -300,7 +302,8 @@ def test_verify_output_on_a_full_disk_is_one_line_and_nothing_half_written(mount
         else:  # the disk filled once the work was done
             assert result.returncode == 10, result.stderr
             assert len(lines) == 1 and lines[0].startswith(f"error: {folder / 'verify.json'}: cannot write"), result.stderr
-        assert "Traceback" not in result.stderr and sorted(os.listdir(folder)) == before
+        assert_no_traceback(result.stderr)
+        assert sorted(os.listdir(folder)) == before
 
 
 def test_build_into_a_read_only_build_dir_is_one_line(mounts, tmp_path: Path) -> None:
@@ -313,7 +316,8 @@ def test_build_into_a_read_only_build_dir_is_one_line(mounts, tmp_path: Path) ->
     lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
     assert result.returncode == 2, result.stderr  # refused before any work, as every output path is
     assert len(lines) == 1 and "--build-dir" in lines[0] and "read-only" in lines[0], result.stderr
-    assert "Traceback" not in result.stderr and os.listdir(readonly) == []
+    assert_no_traceback(result.stderr)
+    assert os.listdir(readonly) == []
 
 
 # --- processes: the one subprocess route --------------------------------------------------------

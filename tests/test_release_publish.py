@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.release_pair import PREVIOUS, STACK, release, slug_of
 from trainstack.cli import main
 from trainstack.errors import SpecError, UsageError
@@ -79,7 +80,8 @@ def test_cli_writes_the_release_and_reports_errors_in_one_line(project, capsys, 
     assert main([*args[:2], "--previous", "other.json", *args[4:]]) == 2
     err = capsys.readouterr().err
     assert "other.json: the previous manifest is of stack 'torch-cuda', not 'cpu-minimal'" in err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert_no_traceback(err)
+    assert len(err.strip().splitlines()) == 1
 
     assert main([*args[:4], "--results", "missing"]) == 2
     assert "--results missing: no such directory" in capsys.readouterr().err

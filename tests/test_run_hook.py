@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clirun import clean_env
+from tests.clirun import assert_no_traceback, clean_env
 from tests.venvs import venv_over_this_python
 from trainstack.run.install import PTH_NAME, install_into_venv
 
@@ -78,7 +78,7 @@ def test_run_verb_errors_are_one_line(tmp_path, args, code, line):
     done = subprocess.run([*TRAINSTACK, "run", "--out", str(tmp_path / "o"), *args], capture_output=True, text=True, env=clean_env(), timeout=60)
     assert done.returncode == code
     assert done.stderr.startswith(line), done.stderr
-    assert "Traceback" not in done.stderr
+    assert_no_traceback(done.stderr)
 
 
 @pytest.mark.timeout(120)
