@@ -222,11 +222,13 @@ def test_memplan_usage_shows_no_internal_argument() -> None:
 def test_model_means_one_thing_each_old_spelling_warns_once() -> None:
     memplan = run("memplan", "--model", "no_such_module_here:build", "--budget", "1GiB")
     assert memplan.returncode == 2
-    assert memplan.stderr.splitlines()[0] == "warning: memplan --model is now --factory (module:function); --model will go"
+    warning = "--model is now --preset (a preset name) or --factory (MODULE:FUNCTION, memplan); --model will go"
+    assert memplan.stderr.splitlines()[0] == f"warning: memplan {warning}"
     assert memplan.stderr.splitlines()[1].startswith("error: --factory: cannot import 'no_such_module_here'")
     bench = run("bench", "--model", "huge", "--device", "cpu")
     assert bench.returncode == 2 and bench.stderr.count("warning:") == 1
-    assert bench.stderr.startswith("warning: bench --model is now --preset (a preset name); --model will go\n")
+    assert bench.stderr.startswith(f"warning: bench {warning}\n")
+    assert bench.stderr.splitlines()[1].startswith("error: bench --model: unknown preset 'huge'; accepted: tiny, 125m")
     run_o = run("run", "-o", "/proc/x", "--", "true")
     assert run_o.stderr.splitlines()[0].startswith("warning: run -o is now --out")
     assert run_o.stderr.splitlines()[1].startswith("error: --out /proc/x: a special path")
