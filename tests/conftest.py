@@ -1,7 +1,9 @@
-"""Shared fixtures: example stacks copied into a temporary directory."""
+"""Shared fixtures: example stacks copied into a temporary directory; what is costly to make (real
+locks, venvs) made once per test session for every pytest-xdist worker (tests/session_cache.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -9,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.session_cache import made_once
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "stacks"
 
@@ -90,3 +94,45 @@ def containers_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
         del os.environ["CONTAINERS_STORAGE_CONF"]
     else:
         os.environ["CONTAINERS_STORAGE_CONF"] = old
+
+
+@pytest.fixture(scope="session")
+def locked_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with examples/stacks/cpu-minimal.toml and a previous release of it, both locked by
+    uv once for the session (tests/release_pair.py); a test copies it before changing anything."""
+    from tests.release_pair import lock_pair
+
+    return made_once(tmp_path_factory, "locked-pair", lock_pair)
+
+
+@pytest.fixture
+def project(locked_pair: Path, tmp_path: Path) -> Path:
+    """The locked pair in tmp_path, plus fragments and a verify result of the current flavour
+    (tests/release_pair.py); a module may define a project of its own."""
+    from tests.release_pair import make_project
+
+    return make_project(locked_pair, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def torch_extensions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder for the session's JIT builds (DeepSpeed's ops through torch's cpp_extension): the
+    one TORCH_EXTENSIONS_DIR names (a cache kept between runs), else one shared by every
+    pytest-xdist worker. torch's own file lock in each op's folder lets one process build an op
+    while the others (another rank, another test) wait for it and load what it built."""
+    named = os.environ.get("TORCH_EXTENSIONS_DIR")
+    return Path(named) if named else made_once(tmp_path_factory, "torch-extensions", lambda folder: None)
+
+
+@pytest.fixture(scope="session")
+def one_process_bench(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """bench's row of the tiny preset trained eagerly by one process on the global batches the
+    distributed tests split over 2 ranks (tests/benchrun.py): the loss they must reach, run once
+    for the session."""
+    from tests.benchrun import bench
+
+    def make(folder: Path) -> None:
+        (row,) = bench(folder, "--batch", "4", "--modes", "eager")
+        (folder / "row.json").write_text(json.dumps(row), encoding="utf-8")
+
+    return json.loads((made_once(tmp_path_factory, "bench-one-process", make) / "row.json").read_text(encoding="utf-8"))

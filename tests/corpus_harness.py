@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
+
 CORPUS = Path(__file__).resolve().parent / "corpus"
 STACK = ('[stack]\nname = "s"\nrelease = "1"\nimage = "s"\n[components]\npytest = ">=8"\n'
          '[matrix]\ncuda = ["cpu"]\nos = ["debian12"]\npython = ["3.11"]\n[verify]\nsmoke = []\n')
@@ -112,7 +114,7 @@ class _PeakWatch:
 
 
 def holds(ran: Ran, *, seconds: float, peak_mib: float = 600) -> None:
-    assert "Traceback" not in ran.text, ran.text[-3000:]
+    assert_no_traceback(ran.text)
     assert ran.seconds < seconds, f"{ran.seconds:.1f} s"
     assert ran.peak_mib < peak_mib, f"{ran.peak_mib:.0f} MiB"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from trainstack.attest.advisories import findings, load_advisories
 from trainstack.cli import main
 
@@ -41,7 +42,7 @@ def previous_manifest(stack: Path, pins: dict[str, str]) -> Path:
 
 
 def errors(text: str) -> list[str]:
-    assert "Traceback" not in text
+    assert_no_traceback(text)
     return [line for line in text.splitlines() if line.startswith("error:")]
 
 

@@ -17,6 +17,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
+from tests.clirun import assert_no_traceback
 from tests.test_build_fixtures import copy_example, make_lock
 from trainstack.attest.sbom import make_sbom, validate_sbom
 from trainstack.cli import main
@@ -57,7 +58,7 @@ def copy(built: tuple[Path, Path, Path], tmp_path: Path) -> tuple[Path, Path, Pa
 
 
 def errors(text: str) -> list[str]:
-    assert "Traceback" not in text
+    assert_no_traceback(text)
     return [line for line in text.splitlines() if line.startswith("error:")]
 
 

@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tests.clirun import assert_no_traceback
 from trainstack.bench.ablation import run_ablation  # noqa: E402
 from trainstack.nn.modes import parse_mode  # noqa: E402
 from trainstack.nn.presets import PRESETS  # noqa: E402
@@ -108,7 +109,7 @@ def test_bad_options_are_one_line_errors(argv, message, capsys):
     assert main(["bench", *argv]) == 2
     err = capsys.readouterr().err
     assert message in " ".join(err.split())
-    assert "Traceback" not in err
+    assert_no_traceback(err)
 
 
 def test_compare_of_a_broken_file_names_file_and_line(tmp_path, ablation, capsys):
@@ -144,7 +145,8 @@ def test_hf_config_without_transformers_is_a_clear_error(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 6, proc.stderr
     assert "--hf-config needs the 'transformers' package (pip install transformers)" in proc.stderr
-    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert_no_traceback(proc.stderr)
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_hf_config_maps_a_llama_config(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from trainstack.cli import main
 
 CORPUS = Path(__file__).resolve().parent / "data" / "corpus" / "bench-compare"
@@ -54,7 +55,7 @@ def test_compare_over_each_case(case: Path, tmp_path: Path, capsys) -> None:
     planted, good = plant(case, tmp_path)
     code = main(["bench", "--compare", str(planted), str(good)])
     out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
+    assert_no_traceback(out + err)
     if field(case, "expect") == "refused":
         assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
         assert str(planted) in err and field(case, "because") in err, err

@@ -89,6 +89,12 @@ def test_attention_counts_the_full_score_matrix_twice_the_causal_half():
     assert flops_per_token(cfg, 0) == flops_per_token_causal(cfg, 0) == 6 * cfg.non_embedding_params()
 
 
-def test_formula_says_how_attention_is_counted():
-    assert "6*N + 12*L*d*T" in FORMULA and "not the causal half" in FORMULA
-    assert "6*N + 6*L*d*T" in FORMULA_CAUSAL
+def test_the_printed_formulas_count_attention_twice_the_causal_half():
+    """What the two printed formulas say, evaluated: equal at no context (6 FLOPs a weight),
+    and past it FORMULA's attention term twice FORMULA_CAUSAL's: the full score matrix
+    against its causal half, as flops_per_token and flops_per_token_causal compute."""
+    def at(formula: str, seq: int) -> int:
+        return _formula_value(formula, n=1000, layers=2, dim=8, seq=seq)
+
+    assert at(FORMULA, 0) == at(FORMULA_CAUSAL, 0) == 6000
+    assert at(FORMULA, 64) - at(FORMULA, 0) == 2 * (at(FORMULA_CAUSAL, 64) - at(FORMULA_CAUSAL, 0)) == 12 * 2 * 8 * 64

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.test_build_fixtures import copy_example, make_lock
 from trainstack.builder.oci import secret_option
 from trainstack.cli import main
@@ -166,5 +167,6 @@ def test_build_refuses_a_bundle_path_that_would_carry_a_key_before_buildah_runs(
     assert main(["build", str(stack), "--backend", "oci", "--build-dir", str(build)]) == 2
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "build secret ca: the path" in errors[0] and "Traceback" not in err, err
+    assert_no_traceback(err)
+    assert len(errors) == 1 and "build secret ca: the path" in errors[0], err
     assert "debootstrap" not in err

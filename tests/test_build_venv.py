@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.mounts import tmpfs
 from tests.test_build_fixtures import copy_example, drop_commit, make_lock, source_stack
 from trainstack.builder.cpu import effective_cpus
@@ -22,7 +23,7 @@ SLUG = "cpu-debian12-py311-release"
 
 
 def error_lines(err: str) -> list[str]:
-    assert "Traceback" not in err
+    assert_no_traceback(err)
     return [line for line in err.splitlines() if line.startswith("error:")]
 
 

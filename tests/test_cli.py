@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from trainstack.cli import VERBS, main
 
 
@@ -40,7 +41,8 @@ def test_misspelt_verb_is_one_line_with_the_closest_verb():
 def test_unknown_option_is_a_usage_error_without_traceback():
     proc = run("lock", "--bogus", "x")
     assert proc.returncode == 2
-    assert "No such option: --bogus" in proc.stderr and "Traceback" not in proc.stderr
+    assert_no_traceback(proc.stderr)
+    assert "No such option: --bogus" in proc.stderr
 
 
 def test_version():
@@ -74,7 +76,7 @@ def test_usage_errors_use_the_one_error_prefix_and_name_the_help():
         lines = proc.stderr.splitlines()
         assert lines[0].startswith("error: ") and "Error:" not in proc.stderr, proc.stderr
         assert f"see 'trainstack {args[0]} --help'" in lines[-1]
-        assert "Traceback" not in proc.stderr
+        assert_no_traceback(proc.stderr)
 
 
 def test_root_help_imports_no_verb_and_is_fast():
@@ -166,7 +168,8 @@ def test_bench_json_prints_the_rows_and_output_writes_them(tmp_path):
     assert result["exit_code"] == 0 and result["modes"] == "eager"
     [row] = result["rows"]
     assert row["status"] == "ok" and row["model"] == "tiny" and row["tokens_per_s_per_gpu"] > 0
-    assert "tok/s/GPU" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr  # the table, for people, on stderr
+    assert_no_traceback(proc.stderr)
+    assert "tok/s/GPU" in proc.stderr, proc.stderr  # the table, for people, on stderr
     jsonl = tmp_path / "bench-tiny-b2-s64.jsonl"
     proc = run("bench", "--compare", str(jsonl), str(jsonl), "--json")
     assert proc.returncode == 0, proc.stderr

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.mounts import tmpfs
 from trainstack.cli import VERBS, main
 from trainstack.errors import EXIT_TABLE, bad_input_code, exit_codes_line, readme_rows
@@ -82,7 +83,7 @@ def assert_refused(verb: str, argv: list[str], option: str, path: Path, why: str
     assert code == bad_input_code(name), (verb, code, captured.err)
     assert len(lines) == 1 and lines[0].startswith(f"error: {option} {path}: "), (verb, captured.err)
     assert why in lines[0] and "accepted:" in lines[0], lines[0]
-    assert "Traceback" not in captured.err + captured.out
+    assert_no_traceback(captured.err + captured.out)
     assert captured.out == "", (verb, captured.out)  # nothing ran
 
 
@@ -221,11 +222,13 @@ def test_memplan_usage_shows_no_internal_argument() -> None:
 def test_model_means_one_thing_each_old_spelling_warns_once() -> None:
     memplan = run("memplan", "--model", "no_such_module_here:build", "--budget", "1GiB")
     assert memplan.returncode == 2
-    assert memplan.stderr.splitlines()[0] == "warning: memplan --model is now --factory (module:function); --model will go"
+    warning = "--model is now --preset (a preset name) or --factory (MODULE:FUNCTION, memplan); --model will go"
+    assert memplan.stderr.splitlines()[0] == f"warning: memplan {warning}"
     assert memplan.stderr.splitlines()[1].startswith("error: --factory: cannot import 'no_such_module_here'")
     bench = run("bench", "--model", "huge", "--device", "cpu")
     assert bench.returncode == 2 and bench.stderr.count("warning:") == 1
-    assert bench.stderr.startswith("warning: bench --model is now --preset (a preset name); --model will go\n")
+    assert bench.stderr.startswith(f"warning: bench {warning}\n")
+    assert bench.stderr.splitlines()[1].startswith("error: bench --model: unknown preset 'huge'; accepted: tiny, 125m")
     run_o = run("run", "-o", "/proc/x", "--", "true")
     assert run_o.stderr.splitlines()[0].startswith("warning: run -o is now --out")
     assert run_o.stderr.splitlines()[1].startswith("error: --out /proc/x: a special path")
@@ -318,7 +321,7 @@ def test_a_fraction_budget_without_a_gpu_plans_in_run_as_in_memplan(tmp_path: Pa
     """`run --memplan 0.8` used to warn and run unplanned while `memplan --budget 0.8` exited
     2: both now take the fraction of the host's memory where there is no GPU, and plan."""
     pytest.importorskip("torch")
-    from tests.test_run_hook import clean_env
+    from tests.clirun import clean_env
     from trainstack.memplan.budget import gpu_memory_bytes
 
     if gpu_memory_bytes() is not None:

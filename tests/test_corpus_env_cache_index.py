@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.loopback import WheelIndex, serve
 from tests.stacks import demo_stack
 from tests.wheels import demo_wheel, wheel
@@ -106,7 +107,7 @@ def cli(*argv: str, env: dict[str, str] | None = None, timeout: float = SECONDS,
               usage.ru_maxrss)
     out_path.unlink()
     err_path.unlink()
-    assert "Traceback" not in run.out + run.err, run.err[-3000:]
+    assert_no_traceback(run.out + run.err)
     assert run.maxrss_kib < MEMORY_KIB, f"{run.maxrss_kib} KiB"
     return run
 
@@ -168,7 +169,8 @@ def test_env_case(case: Path, env_checks: dict[str, tuple[Path, Run]], capsys: p
             assert main(argv) == 2 and time.monotonic() - start < SECONDS
             captured = capsys.readouterr()
             errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
-            assert len(errors) == 1 and fields["expect"] in errors[0] and "Traceback" not in captured.err, (argv, captured.err)
+            assert_no_traceback(captured.err)
+            assert len(errors) == 1 and fields["expect"] in errors[0], (argv, captured.err)
             assert TOKEN not in captured.out + captured.err
     assert sorted(p.name for p in stack.parent.iterdir()) == ["stack.toml"]  # no lock, no build folder
     assert not MARK.exists()

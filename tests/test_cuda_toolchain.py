@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.test_build_fixtures import copy_example, make_lock
 from trainstack.builder.extensions import cuda_home, probe_compile
 from trainstack.builder.steps import Steps
@@ -78,7 +79,8 @@ def test_check_refuses_the_mix_in_one_line(tmp_path: Path, capsys: pytest.Captur
     path.write_text(STACK.format(packages='["nvidia-cuda-crt==13.5.37"]', archs="[]"), encoding="utf-8")
     assert main(["check", str(path)]) == 3
     out = capsys.readouterr()
-    assert "toolchain.release" in out.out and "13.5.37" in out.out and "Traceback" not in out.out + out.err
+    assert_no_traceback(out.out + out.err)
+    assert "toolchain.release" in out.out and "13.5.37" in out.out
 
 
 def test_the_toolchain_layer_asks_for_every_component_of_one_release() -> None:

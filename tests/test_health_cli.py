@@ -13,6 +13,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from tests.clirun import assert_no_traceback
 from trainstack import cli
 from trainstack.health.schema import HealthReport, Status
 
@@ -66,7 +67,7 @@ def test_table_for_people(no_driver):
 def test_subprocess_prints_json_and_no_traceback(no_driver):
     proc = subprocess.run([sys.executable, "-m", "trainstack.cli", "health", "--json"],
                           capture_output=True, text=True, timeout=120)
-    assert "Traceback" not in proc.stderr + proc.stdout
+    assert_no_traceback(proc.stderr + proc.stdout)
     assert json.loads(proc.stdout)["exit_code"] == 3
 
 
@@ -81,7 +82,8 @@ def test_subprocess_prints_json_and_no_traceback(no_driver):
 def test_bad_options_give_one_line_and_exit_64(capsys, args, needle):
     assert cli.main(["health", *args]) == 64  # not 2: that is critical to a monitor
     err = capsys.readouterr().err
-    assert needle in err and "Traceback" not in err
+    assert_no_traceback(err)
+    assert needle in err
 
 
 def test_bad_thresholds_file_gives_one_line_and_exit_64(capsys, tmp_path):

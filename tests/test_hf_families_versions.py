@@ -21,6 +21,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests.clirun import assert_no_traceback
 from tests.library_versions import env, torch_python, transformers_python  # noqa: E402
 
 pytestmark = [pytest.mark.versions, pytest.mark.timeout(1500)]
@@ -88,7 +89,7 @@ def test_run_memplan_plans_each_familys_job_model(python: str, tmp_path: Path) -
     done = subprocess.run([python, "-m", "trainstack.cli", "run", "--out", "o", "--memplan", "1GiB", "--", *job],
                           capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr
+    assert_no_traceback(done.stderr)
     said = [line for line in done.stderr.splitlines() if line.startswith(("model ", "trainstack run: memplan"))]
     for family, folder in folders.items():
         assert done.stdout.count(f"{folder} step ") == 2, (family, done.stdout[-2000:])

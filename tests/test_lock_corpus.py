@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.test_build_fixtures import copy_example, make_lock
 from trainstack.cli import main
 
@@ -103,7 +104,8 @@ def _one_error(err: str) -> str:
     lines = [line for line in err.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("error:")]
     assert len(errors) == 1, err
-    assert "Traceback" not in err and TOKEN not in err, err
+    assert_no_traceback(err)
+    assert TOKEN not in err, err
     return errors[0]
 
 

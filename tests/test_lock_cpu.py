@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from trainstack.cli import main
 from trainstack.errors import LockError, NetworkError, RuleViolation
 from trainstack.lock import check_lock_current, load_manifest, lock_dir, lock_stack, manifest_path
@@ -156,7 +157,7 @@ def test_refused_index_through_the_cli(write_stack, capsys) -> None:
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"index {url} unreachable" in errors[0] and "Connection refused" in errors[0]
-    assert "Traceback" not in err
+    assert_no_traceback(err)
 
 
 def test_lock_and_keys_verbs(example_stack, capsys) -> None:

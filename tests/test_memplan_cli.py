@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from trainstack.errors import UsageError
 from trainstack.memplan.budget import parse_budget
 
@@ -43,7 +44,8 @@ def test_impossible_budget_is_one_line_with_the_shortfall() -> None:
     result = trainstack("memplan", "--preset", "tiny", "--batch", "64", "--seq", "256", "--budget", "100MiB")
     assert result.returncode == 9
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert_no_traceback(result.stderr)
+    assert len(lines) == 1
     assert "short of the smallest plan" in lines[0] and "would fit" in lines[0]
     assert result.stdout == ""
 
@@ -52,7 +54,8 @@ def test_impossible_budget_is_one_line_with_the_shortfall() -> None:
 def test_bad_input_is_a_usage_error(args) -> None:
     result = trainstack("memplan", *args)
     assert result.returncode == 2
-    assert "Traceback" not in result.stderr and result.stderr.strip()
+    assert_no_traceback(result.stderr)
+    assert result.stderr.strip()
 
 
 def test_help_shows_the_example() -> None:
@@ -117,7 +120,7 @@ def test_plans_a_hugging_face_config(tmp_path) -> None:
 def test_a_factory_that_is_not_module_function_is_a_usage_error() -> None:
     result = trainstack("memplan", "--factory", "no_such_module_here:build", "--budget", "1GiB")
     assert result.returncode == 2 and "cannot import 'no_such_module_here'" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert_no_traceback(result.stderr)
 
 
 @pytest.mark.parametrize(
@@ -146,5 +149,6 @@ def test_a_config_without_a_token_head_names_the_factory_route(tmp_path) -> None
                                                       "intermediate_size": 128, "image_size": 32, "patch_size": 8}))
     result = trainstack("memplan", "--hf-config", str(tmp_path), "--budget", "1GiB")
     assert result.returncode == 2, result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert_no_traceback(result.stderr)
+    assert len(result.stderr.strip().splitlines()) == 1
     assert "model_type 'vit' has no model" in result.stderr and "--factory module:function" in result.stderr

@@ -114,8 +114,15 @@ def test_beginning_and_end_ids_outside_a_small_vocabulary_are_left_alone(tmp_pat
         check_config(small | {"eos_token_id": -2}, "gpt2/config.json")
     (tmp_path / "gpt2").mkdir()
     (tmp_path / "gpt2" / "config.json").write_text(json.dumps(small | {"architectures": ["GPT2LMHeadModel"]}))
-    assert main(["memplan", "--hf-config", str(tmp_path / "gpt2"), "--batch", "1", "--seq", "8", "--budget", "1GiB"]) == 0
-    assert capsys.readouterr().out.startswith("predicted peak ")
+    assert main(["memplan", "--hf-config", str(tmp_path / "gpt2"), "--batch", "1", "--seq", "8", "--budget", "1GiB", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    # GPT-2 by hand: per block two norms (2 x 128), c_attn 64x192+192, attention's c_proj 64x64+64,
+    # c_fc 64x256+256, the MLP's c_proj 256x64+64; token (256x64) and position (1024x64) embeddings,
+    # the final norm (128), the output projection tied to the token embedding
+    block = 2 * 128 + (64 * 192 + 192) + (64 * 64 + 64) + (64 * 256 + 256) + (256 * 64 + 64)
+    params = 2 * block + 256 * 64 + 1024 * 64 + 128
+    assert params == 182_016 and planned["breakdown"]["weights"] == 4 * params  # fp32 weights as stored
+    assert (planned["blocks"], planned["counts"]["keep"], planned["seq"]) == ("transformer.h", 2, 8)
 
 
 # The sizes of published configs (their config.json's size fields): none is refused, and the

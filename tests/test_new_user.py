@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from trainstack.cli import VERBS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +30,8 @@ def _run(python: str | Path, *args: str, timeout: float = 300, cwd: Path | None 
 
 def assert_clean(proc: subprocess.CompletedProcess[str]) -> None:
     """No traceback, an error is one 'error:' line (plus a usage line), no line over MAX_COLUMNS."""
-    assert "Traceback" not in proc.stderr and "Error:" not in proc.stderr, proc.stderr
+    assert_no_traceback(proc.stderr)
+    assert "Error:" not in proc.stderr, proc.stderr
     for line in (proc.stdout + proc.stderr).splitlines():
         assert len(line) <= MAX_COLUMNS, f"{len(line)} columns: {line[:120]}..."
     if proc.returncode not in (0,) and proc.stderr.strip():
@@ -230,6 +232,6 @@ def test_in_a_terminal_tables_fit_its_width(tmp_path: Path) -> None:
     rows = str(_rows(tmp_path / "a.jsonl"))
     for args in (("health",), ("report",), ("bench", "--compare", rows, rows)):
         text = _in_terminal(*args, columns=80, cwd=tmp_path)
-        assert "Traceback" not in text, text
+        assert_no_traceback(text)
         widest = max(len(line) for line in text.splitlines())
         assert widest <= 80, f"{' '.join(args)}: a line of {widest} columns in an 80-column terminal\n{text}"

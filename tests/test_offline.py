@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.loopback import serve
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "stacks" / "cpu-minimal.toml"
@@ -64,7 +65,8 @@ def locked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def _one_line(result: subprocess.CompletedProcess[str], code: int) -> str:
     assert result.returncode == code, (result.returncode, result.stderr)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert_no_traceback(result.stderr)
+    assert len(errors) == 1, result.stderr
     return errors[0]
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.loopback import WheelIndex, serve
 from tests.stacks import demo_stack
 from tests.wheels import demo_wheel
@@ -87,7 +88,8 @@ def test_without_credentials_the_lock_fails_in_one_line(index: str, tmp_path: Pa
     stack.write_text(demo_stack("private", index), encoding="utf-8")
     assert main(["lock", str(stack)]) != 0
     err = capsys.readouterr().err
-    assert "Traceback" not in err and AuthIndex.refused >= 1 and AuthIndex.authorized == 0
+    assert_no_traceback(err)
+    assert AuthIndex.refused >= 1 and AuthIndex.authorized == 0
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and all(line.startswith(("$ ", "error:", "locking ")) for line in err.splitlines()), err
     assert "asks for credentials: set UV_INDEX_127_0_0_1_USERNAME and UV_INDEX_127_0_0_1_PASSWORD" in err

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))  # the verbs in full and the figures: their commands too
@@ -173,7 +175,7 @@ def _env() -> dict[str, str]:
 @pytest.mark.parametrize("command", RUN)
 def test_readme_command_runs_as_written(command: str, sandbox: Path) -> None:
     proc = subprocess.run(["bash", "-c", command], cwd=sandbox, capture_output=True, text=True, timeout=580, env=_env())
-    assert "Traceback" not in proc.stderr, proc.stderr
+    assert_no_traceback(proc.stderr)
     if command == "trainstack lock broken.toml":
         readme = README.read_text(encoding="utf-8")
         expected = re.search(r"^error: broken\.toml:.*$", readme, flags=re.M).group(0)

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from trainstack.bench.mfu import flops_per_token, flops_per_token_causal
-from trainstack.nn.presets import REFERENCE_SEQ, REFERENCES, SHAPES, default_seq, preset
+from trainstack.nn import defaults
+from trainstack.nn.presets import REFERENCE_SEQ, REFERENCES, SHAPES, preset
 
 H200 = 141 * 10**9  # one H200's 141 GB
 
@@ -20,8 +21,8 @@ H200 = 141 * 10**9  # one H200's 141 GB
 def test_reference_presets_are_the_llama_shapes_at_8192():
     assert REFERENCE_SEQ == 8192
     for name, base in REFERENCES.items():
-        assert SHAPES[name] == SHAPES[base] and default_seq(name) == 8192
-    assert default_seq("8b") == 2048 and default_seq("tiny") == 256
+        assert SHAPES[name] == SHAPES[base] and defaults.seq(None, preset=name) == 8192
+    assert defaults.seq(None, preset="8b") == 2048 and defaults.seq(None, preset="tiny") == 256
     cfg = preset("llama3.1-8b")
     assert (cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.vocab_size) == (4096, 32, 32, 8, 14336, 128256)
     assert 8.0e9 < cfg.total_params() < 8.1e9  # Llama 3.1 8B: 8.03 B

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_release_lock import locked_pair  # noqa: F401  (a fixture)
-from tests.test_release_publish import project, release, slug_of  # noqa: F401  (project is a fixture)
+from tests.release_pair import release, slug_of
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -53,7 +52,7 @@ def browser(tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_page_loads_cleanly_and_shows_the_version_table_and_a_chart(project, browser, tmp_path):  # noqa: F811
+def test_page_loads_cleanly_and_shows_the_version_table_and_a_chart(project, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
     slug = slug_of(project)
@@ -92,7 +91,7 @@ def test_page_loads_cleanly_and_shows_the_version_table_and_a_chart(project, bro
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_a_javascript_link_is_never_clickable_in_the_page(project, browser, tmp_path):  # noqa: F811
+def test_a_javascript_link_is_never_clickable_in_the_page(project, browser, tmp_path):
     """Validation refuses javascript: links (rule sources, known issues, fragments); here the notes are
     made with them anyway, past validation, and the page still holds no link that runs a script."""
     from selenium.webdriver.common.by import By

@@ -1,57 +1,19 @@
 """Release notes between two real lock manifests of examples/stacks/cpu-minimal.toml (real uv).
 
-``locked_pair`` locks the example and a previous release of it once per module; the other
-release tests copy that pair into their own tmp_path.
+``locked_pair`` (conftest.py) locks the example and a previous release of it once per test
+session; each release test copies that pair into its own tmp_path.
 """
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from trainstack.lock.manifest import Manifest, load_manifest, manifest_path
+from tests.release_pair import EXAMPLE, PREVIOUS, STACK, copy_pair
+from trainstack.lock.manifest import manifest_path
 from trainstack.release.publish import make_release
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "stacks" / "cpu-minimal.toml"
-STACK = "cpu-minimal.toml"
-PREVIOUS = Path("previous") / STACK
-
-# The previous release: older exact pins, no hypothesis, and tomli-w, which the current one dropped.
-PREVIOUS_COMPONENTS = '''[components]
-numpy = "==2.2.6"
-pytest = "==8.4.0"
-tomli-w = "==1.1.0"
-'''
-
-
-def previous_stack_text(text: str) -> str:
-    head, rest = text.split("[components]\n", 1)
-    _, tail = rest.split("\n[matrix]", 1)
-    return head.replace('release = "2026.12.0"', 'release = "2026.11.0"') + PREVIOUS_COMPONENTS + "\n[matrix]" + tail
-
-
-@pytest.fixture(scope="module")
-def locked_pair(tmp_path_factory) -> Path:
-    """A folder with the example stack and a previous release of it, both locked by uv."""
-    from trainstack.lock import lock_stack
-
-    root = tmp_path_factory.mktemp("locked")
-    shutil.copy(EXAMPLE, root / STACK)
-    (root / PREVIOUS).parent.mkdir()
-    (root / PREVIOUS).write_text(previous_stack_text(EXAMPLE.read_text()))
-    lock_stack(root / PREVIOUS)
-    lock_stack(root / STACK)
-    return root
-
-
-def copy_pair(locked: Path, target: Path) -> tuple[Manifest, Manifest]:
-    """Copy the locked pair into ``target``; (previous, current) manifests."""
-    shutil.copytree(locked, target, dirs_exist_ok=True)
-    return load_manifest(manifest_path(target / PREVIOUS)), load_manifest(manifest_path(target / STACK))
 
 
 @pytest.mark.slow

@@ -8,42 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_release_lock import EXAMPLE, PREVIOUS, STACK, copy_pair, locked_pair  # noqa: F401  (a fixture)
+from tests.clirun import assert_no_traceback
+from tests.release_pair import PREVIOUS, STACK, release, slug_of
 from trainstack.cli import main
 from trainstack.errors import SpecError, UsageError
 from trainstack.lock.manifest import manifest_path
 from trainstack.release.schema import ReleaseNotes
-from trainstack.release.publish import OUTPUTS, make_release
+from trainstack.release.publish import OUTPUTS
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def project(locked_pair, tmp_path: Path) -> Path:  # noqa: F811
-    """The locked pair plus fragments and a verify result of the current flavour."""
-    _, current = copy_pair(locked_pair, tmp_path)
-    changes = tmp_path / "changes"
-    changes.mkdir()
-    (changes / "10.highlight.md").write_text("NumPy 2.4.\n")
-    (changes / "11.fix.md").write_text("Hashes are kept when a lock is refreshed.\n")
-    shutil.copy(EXAMPLE.parent / "changes" / "README.md", changes / "README.md")  # not a fragment
-    (slug,) = current.flavours
-    results = tmp_path / "results" / slug
-    results.mkdir(parents=True)
-    suite = {"name": "numpy-linalg", "status": "passed", "tests": 12, "failed": [], "known": []}
-    verify = {"verdict": "pass", "reasons": [], "gate": {"suites": [suite], "total_failed": 0, "max_failed_tests": 0}}
-    (results / "verify.json").write_text(json.dumps(verify))
-    return tmp_path
-
-
-def slug_of(project: Path) -> str:
-    (slug,) = json.loads(manifest_path(project / STACK).read_text())["flavours"]
-    return slug
-
-
-def release(project: Path, **kwargs):
-    return make_release(project / STACK, manifest_path(project / PREVIOUS), results=project / "results",
-                        out=project / "out", drivers=lambda cuda: None, **kwargs)
 
 
 def _fragments(project: Path) -> list[str]:
@@ -107,7 +80,8 @@ def test_cli_writes_the_release_and_reports_errors_in_one_line(project, capsys, 
     assert main([*args[:2], "--previous", "other.json", *args[4:]]) == 2
     err = capsys.readouterr().err
     assert "other.json: the previous manifest is of stack 'torch-cuda', not 'cpu-minimal'" in err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert_no_traceback(err)
+    assert len(err.strip().splitlines()) == 1
 
     assert main([*args[:4], "--results", "missing"]) == 2
     assert "--results missing: no such directory" in capsys.readouterr().err

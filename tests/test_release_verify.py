@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.test_release_lock import EXAMPLE, PREVIOUS, STACK, previous_stack_text
+from tests.release_pair import EXAMPLE, PREVIOUS, STACK, previous_stack_text
 from trainstack.cli import main
 from trainstack.lock.manifest import manifest_path
 from trainstack.release.publish import make_release

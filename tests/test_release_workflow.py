@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_release_lock import STACK, locked_pair  # noqa: F401  (a fixture)
-from tests.test_release_publish import project, slug_of  # noqa: F401  (a fixture)
+from tests.clirun import assert_no_traceback
+from tests.release_pair import STACK, slug_of
 from trainstack.cli import main
 from trainstack.errors import SpecError
 from trainstack.lock.manifest import manifest_path
@@ -50,7 +50,8 @@ def test_the_cli_makes_a_first_release_and_names_a_missing_previous_manifest(pro
 
     code = main(["release", STACK, "--previous", "nonexist.json", "--results", "results", "--out", "out2"])
     err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert_no_traceback(err)
+    assert code == 2 and len(err.strip().splitlines()) == 1
     assert err.startswith("error: --previous nonexist.json: no such file")
     assert "leave --previous out for its first release" in err
     assert "trainstack lock" not in err  # locking this stack would not make the previous release's manifest

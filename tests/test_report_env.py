@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.test_verify_fixtures import cuda_venv, numpy_python, planted_torch  # noqa: F401 - fixture
 from trainstack.cli import main
 from trainstack.errors import UsageError
@@ -91,7 +92,8 @@ def test_a_path_that_is_no_python(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["report", "--python", str(tmp_path / "missing")]) == 2
     assert main(["report", "--python", "/bin/true"]) == 2
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "no such file" in err
+    assert_no_traceback(err)
+    assert "no such file" in err
 
 
 def test_report_cli_json_is_the_fixed_schema(numpy_python: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811

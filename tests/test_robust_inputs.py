@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.mounts import tmpfs
 from tests.test_kill_writes import PY311, PY312, cli_ok, index, leftovers, old_lock, tree  # noqa: F401 (fixtures)
 
@@ -37,7 +38,7 @@ def one_error(result: subprocess.CompletedProcess[str], *needles: str, code: int
     assert result.returncode != 0, result.stdout + result.stderr
     if code is not None:
         assert result.returncode == code, result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
+    assert_no_traceback(result.stderr)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, result.stderr
     for needle in needles:
@@ -304,7 +305,7 @@ def test_unreadable_files_are_one_line(open_folder: Path, old_lock: Path, capsys
     runs["fragment"] = (["release", "small.toml", "--previous", "readable.json", "--out", str(outs / "out")], "1.fix.md")
     for verb, (args, needle) in runs.items():
         code, err = as_nobody(args, project)
-        assert "Traceback" not in err, err
+        assert_no_traceback(err)
         errors = [line for line in err.splitlines() if line.startswith("error:")]
         assert code == 2 and len(errors) == 1, f"{verb}: {err}"
         assert needle in errors[0] or "Permission denied" in errors[0], f"{verb}: {err}"
@@ -366,6 +367,7 @@ def test_linkcheck_skips_special_files_and_fails_on_broken_elf(tmp_path: Path) -
     (root / "libcorrupt.so").write_bytes(b"\x7fELF" + b"\xff" * 200)
     broken = trainstack("linkcheck", str(root), "--no-confirm")
     text = broken.stdout + broken.stderr
-    assert broken.returncode == 1 and "Traceback" not in text, text
+    assert_no_traceback(text)
+    assert broken.returncode == 1, text
     assert "libtruncated.so" in text and "truncated" in text and "libcorrupt.so" in text
     assert "linkcheck FAILED" in text

@@ -3,13 +3,13 @@ unless a TRAINSTACK_* variable is set; the run verb's errors; a job's own error 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback, clean_env
 from tests.venvs import venv_over_this_python
 from trainstack.run.install import PTH_NAME, install_into_venv
 
@@ -29,13 +29,6 @@ def venv(tmp_path_factory) -> Path:
     installed = install_into_venv(root)
     assert [p.name for p in installed] == [PTH_NAME]
     return root
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    # the allocator's variables too: a bench test run in this process may have set them
-    dropped = {"PYTHONPATH", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINSTACK_") and k not in dropped}
-    return {**env, **extra}
 
 
 def test_the_installed_hook_is_off_and_imports_nothing_unless_a_variable_is_set(venv):
@@ -85,7 +78,7 @@ def test_run_verb_errors_are_one_line(tmp_path, args, code, line):
     done = subprocess.run([*TRAINSTACK, "run", "--out", str(tmp_path / "o"), *args], capture_output=True, text=True, env=clean_env(), timeout=60)
     assert done.returncode == code
     assert done.stderr.startswith(line), done.stderr
-    assert "Traceback" not in done.stderr
+    assert_no_traceback(done.stderr)
 
 
 @pytest.mark.timeout(120)

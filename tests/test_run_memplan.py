@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_run_hook import clean_env
+from tests.clirun import clean_env
 
 DATA = Path(__file__).parent / "data" / "run"
 PLAIN = DATA / "plain_loop.py"

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.clirun import assert_no_traceback
 from trainstack.cli import main
 from trainstack.errors import SpecError
 from trainstack.stackfile import expand_flavours, load_stack
@@ -116,7 +117,7 @@ def test_cli_prints_one_line_and_exits_2(write_stack, capsys) -> None:
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert len(lines) == 1 and "did you mean 'cuda'?" in lines[0]
-    assert "Traceback" not in captured.err + captured.out
+    assert_no_traceback(captured.err + captured.out)
 
 
 # Bad input generated at random: whatever the text, the loader answers with a Stack or one

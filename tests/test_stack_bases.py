@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from trainstack.cli import main
 from trainstack.errors import SpecError
 from trainstack.stackfile import expand_flavours, load_stack
@@ -89,4 +90,5 @@ def test_a_key_that_cannot_be_used_is_one_line_naming_what_is_accepted(tmp_path:
     assert message in info.value.message, info.value.message
     assert f"{path}:16:" in info.value.message
     code, _, stderr = cli(path, capsys, monkeypatch, "check")
-    assert code == 2 and stderr.count("error:") == 1 and "Traceback" not in stderr
+    assert_no_traceback(stderr)
+    assert code == 2 and stderr.count("error:") == 1

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.test_release_core import COMPONENTS, R128, two_releases
 from tests.test_suites_gate import PLANTED, gate, pytest_suite
 from trainstack.cli import main
@@ -141,4 +142,5 @@ def test_exclusions_need_a_pytest_command(planted: Path, capsys: pytest.CaptureF
                                                             '"sh run-tests.sh"'))
     assert main(["check", str(stack)]) == 2
     err = capsys.readouterr().err
-    assert "exclude needs a pytest command" in err and "Traceback" not in err
+    assert_no_traceback(err)
+    assert "exclude needs a pytest command" in err

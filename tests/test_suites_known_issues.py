@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from trainstack.cli import main
 from trainstack.errors import SpecError
 from trainstack.verify.suites.known_issues import load_known_issues
@@ -69,7 +70,8 @@ def test_malformed_file_through_verify_is_exit_2_one_line(tmp_path: Path, capsys
     )
     code = main(["verify", str(stack), "--python", sys.executable, "--skip", "report", "--skip", "ops", "--skip", "linkcheck"])
     err = capsys.readouterr().err
-    assert code == 2 and "known.toml:4: known.0.link" in err and "Traceback" not in err
+    assert_no_traceback(err)
+    assert code == 2 and "known.toml:4: known.0.link" in err
 
 
 def test_the_readme_example_is_a_known_issues_file_the_reader_takes(tmp_path: Path) -> None:

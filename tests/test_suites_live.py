@@ -13,6 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from tests.clirun import assert_no_traceback
 from trainstack.verify.suites.live import EventTail, Tally
 
 SLOW = Path(__file__).resolve().parent / "data" / "planted_suite" / "slow"
@@ -65,7 +66,7 @@ def test_plain_progress_lines_come_early_and_while_the_suite_runs(tmp_path: Path
     child, lines = verify(tmp_path, **env)
     text = "\n".join(line for _, line in lines)
     assert child.returncode == 0, text
-    assert "Traceback" not in text
+    assert_no_traceback(text)
     start = next(t for t, line in lines if line == "suite slow")
     progress = [(t, line) for t, line in lines if line.startswith("  slow: ")]
     assert progress and progress[0][0] - start < 2.0, text  # the first line within 2 s of the suite's start
@@ -85,7 +86,7 @@ def test_terminal_shows_one_status_line_and_the_result(tmp_path: Path) -> None:
     child, lines = verify(tmp_path, TTY_COMPATIBLE="1", COLUMNS="100")
     text = ANSI.sub("", "\n".join(line for _, line in lines))
     assert child.returncode == 0, text
-    assert "Traceback" not in text
+    assert_no_traceback(text)
     assert "slow: finished: 20/20 tests (100%), 1 failed" in text
     assert FAILING in text
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
 from tests.test_verify_fixtures import REPO, numpy_python  # noqa: F401 - fixture
 from trainstack.cli import main
 
@@ -106,10 +107,12 @@ def test_failing_suite_on_any_python_exits_1_and_writes_json(
 def test_bad_input_is_exit_2_and_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
+    assert_no_traceback(err)
+    assert message in err
 
 
 def test_a_flavour_never_built_is_exit_8_verification_could_not_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", str(REPO / "examples/stacks/cpu-minimal.toml"), "--build-dir", "/nonexistent"]) == 8
     err = capsys.readouterr().err
-    assert "is not built" in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert_no_traceback(err)
+    assert "is not built" in err and len(err.splitlines()) == 1

@@ -1,7 +1,7 @@
 """Environments shared by the verify, report, linkcheck, smoke and suite tests.
 
-Each is made once per test session (uv's cache makes later sessions fast) and cached here,
-so every test module that imports a fixture gets the same directory.
+Each is made once per test session for every pytest-xdist worker (tests/session_cache.py; uv's
+cache makes later sessions fast), so every test module that asks gets the same directory.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.session_cache import made_once
 from tests.venvs import venv_over_this_python
 from trainstack.stackfile import load_stack
 
 REPO = Path(__file__).resolve().parent.parent
-_MADE: dict[str, Path] = {}
 
 
 def _uv(*args: str | Path) -> None:
@@ -27,8 +27,8 @@ def _uv(*args: str | Path) -> None:
 
 def make_venv(factory: pytest.TempPathFactory, key: str, packages: list[str], *, system_site: bool = False) -> Path:
     """A uv venv with ``packages`` (over this Python's packages where ``system_site``); returns its python."""
-    if key not in _MADE:
-        root = factory.mktemp(key)
+
+    def make(root: Path) -> None:
         if system_site:
             python = venv_over_this_python(root / "venv")
         else:
@@ -36,8 +36,8 @@ def make_venv(factory: pytest.TempPathFactory, key: str, packages: list[str], *,
             python = root / "venv" / "bin" / "python"
         if packages:
             _uv("pip", "install", "-q", "--python", python, *packages)
-        _MADE[key] = python
-    return _MADE[key]
+
+    return made_once(factory, key, make) / "venv" / "bin" / "python"
 
 
 @pytest.fixture(scope="session")
@@ -74,28 +74,31 @@ def _link(src: str, dst: str) -> None:
 
 
 def planted_torch(factory: pytest.TempPathFactory, key: str, body: str) -> Path:
-    """A venv whose 'torch' package is broken in a chosen way (a planted package); its python."""
-    python = make_venv(factory, key, [])
-    site = site_packages(python.parent.parent)
-    (site / "torch").mkdir(exist_ok=True)
-    (site / "torch" / "__init__.py").write_text(body)
-    info = site / "torch-2.11.0.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n")
-    return python
+    """A venv whose 'torch' package is broken in a chosen way (a planted package, one ``body`` a
+    ``key``); its python."""
+
+    def make(root: Path) -> None:
+        _uv("venv", "-q", "--python", sys.executable, root / "venv")
+        site = site_packages(root / "venv")
+        (site / "torch").mkdir()
+        (site / "torch" / "__init__.py").write_text(body)
+        info = site / "torch-2.11.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n")
+
+    return made_once(factory, key, make) / "venv" / "bin" / "python"
 
 
 @pytest.fixture(scope="session")
 def deepspeed_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """DeepSpeed (no ops built ahead of time) over this machine's CPU torch."""
-    key = "deepspeed-venv"
-    if key not in _MADE:
-        root = tmp_path_factory.mktemp(key)
+
+    def make(root: Path) -> None:
         python = venv_over_this_python(root / "venv")
         subprocess.run(
             ["uv", "pip", "install", "-q", "--python", str(python), "--no-build-isolation", "--no-deps",
              "deepspeed==0.18.9", "hjson", "py-cpuinfo", "msgpack", "einops", "psutil", "ninja", "tqdm"],
             check=True, capture_output=True, text=True, env={**os.environ, "DS_BUILD_OPS": "0"},
         )
-        _MADE[key] = python
-    return _MADE[key]
+
+    return made_once(tmp_path_factory, "deepspeed-venv", make) / "venv" / "bin" / "python"

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trainstack.bench.device import close_process_group, dist_from_env
 from trainstack.nn.hf import HfShape, resolve
 from trainstack.nn.decoder import ModelConfig
 from trainstack.nn.modes import Mode, parse_mode
-from trainstack.nn.presets import default_seq, preset
+from trainstack.nn import defaults
+from trainstack.nn.presets import preset
 from trainstack.bench.parity import LR, MAX_SEEDS, describe, parity_result
 from trainstack.bench.report import breakdown_table, explain, rescue, results_table, write_jsonl
 from trainstack.bench.runner import RunSpec, run
@@ -29,13 +30,13 @@ EXPECTED = {"ok", "oom", "unavailable"}
 
 @dataclass(frozen=True)
 class BenchOptions:
-    model: str = "125m"
+    model: str = defaults.PRESET
     hf_config: Path | None = None
     batch: int = 1
-    seq: int | None = None  # None: 2048, or the model's max_seq if smaller
+    seq: int | None = None  # None: defaults.seq's
     steps: int = 20
     warmup: int = 3
-    modes: tuple[Mode, ...] = (Mode(compile=True),)  # parsed once, from --modes
+    modes: tuple[Mode, ...] = field(default_factory=lambda: defaults.modes(None, ablation=False))  # parsed once, from --modes
     ablation: bool = False
     out: Path | None = None
     device: str = "auto"
@@ -58,7 +59,7 @@ def resolve_config(opts: BenchOptions) -> tuple[str, ModelConfig | HfShape]:
 
 def make_spec(opts: BenchOptions) -> RunSpec:
     label, cfg = resolve_config(opts)
-    seq = opts.seq if opts.seq is not None else (min(2048, cfg.max_seq) if opts.hf_config is not None else default_seq(opts.model))
+    seq = defaults.seq(opts.seq, preset=None if opts.hf_config is not None else opts.model, max_seq=cfg.max_seq)
     checks = (
         (opts.batch >= 1, f"--batch {opts.batch}: accepted: 1 or more"),
         (opts.accum >= 1, f"--accum {opts.accum}: accepted: 1 or more micro-batches per optimizer step"),

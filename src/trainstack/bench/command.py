@@ -10,21 +10,23 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from trainstack.nn import defaults
+
 if TYPE_CHECKING:
     from trainstack.bench.compare import Matched
 
 
 def command(
     ctx: typer.Context,
-    model: str = typer.Option("125m", "--preset", "-m", help="Preset: tiny, 125m, 1b, 3b, 8b; the reference configurations llama3.2-1b, llama3.2-3b, llama3.1-8b (those shapes at sequence 8192)."),
-    old_model: str | None = typer.Option(None, "--model", hidden=True, help="Deprecated spelling of --preset."),
+    model: str = typer.Option(defaults.PRESET, "--preset", "-m", help=defaults.PRESET_HELP),
+    old_model: str | None = typer.Option(None, "--model", hidden=True, help=defaults.MODEL_HELP),
     hf_config: Path | None = typer.Option(None, "--hf-config", help="A Hugging Face config.json (or its folder) instead of a preset; no download."),
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences per GPU per step."),
-    seq: int | None = typer.Option(None, "--seq", "-s", help="Sequence length [default: 8192 for a llama3.x preset, else 2048 or the model's max_seq if smaller]."),
+    seq: int | None = typer.Option(None, "--seq", "-s", help=defaults.SEQ_HELP),
     steps: int | None = typer.Option(None, "--steps", help="Timed steps [default: 20; 300 with --parity]."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed steps first (compilation happens here)."),
     accum: int = typer.Option(1, "--accum", help="Micro-batches (of --batch sequences) per optimizer step; a step's figures are the optimizer step's."),
-    modes: str | None = typer.Option(None, "--modes", help="Mode, or modes with --ablation (commas): eager, compile, bf16, fp8[-rowwise|-fastacc], ac-none|full|every-N|selective, planned, fsdp2, zero1|2|3, offload; '+' joins."),
+    modes: str | None = typer.Option(None, "--modes", help=defaults.MODES_HELP),
     ablation: bool = typer.Option(False, "--ablation", help="Run each mode in a fresh process; one table, JSON lines and a PNG chart."),
     out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Folder for bench-<model>-b<batch>-s<seq>.jsonl (and .png for several modes)."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
@@ -58,8 +60,8 @@ def command(
     if old_model is not None:
         from trainstack.console import print_error
 
-        print_error("bench --model is now --preset (a preset name); --model will go", prefix="warning:")
-        model = old_model
+        print_error(f"bench {defaults.MODEL_WARNING}", prefix="warning:")
+        model = defaults.model(old_model, "bench", factories=False)[1]
     if compare is not None:
         from trainstack.bench.compare import Matched, attributions_beside, print_attributions, print_compare
 
@@ -71,12 +73,13 @@ def command(
         if json_out or output is not None:
             _emit(_compare_document(matched) | {"attributions": [a.model_dump(mode="json") for a in attributions]}, json_out, output)
         return
+    given_modes: str | list[str] | None = modes
     if stack is not None:
         table = _stack_table(ctx, stack)
         model, batch, seq, steps, warmup = (table.get(k, v) for k, v in
                                             (("preset", model), ("batch", batch), ("seq", seq), ("steps", steps), ("warmup", warmup)))
-        if "modes" in table:
-            modes, ablation = ",".join(table["modes"]), ablation or len(table["modes"]) > 1
+        if "modes" in table:  # the table's list, each mode parsed once below
+            given_modes, ablation = table["modes"], ablation or len(table["modes"]) > 1
     from trainstack.nn.presets import shape
     from trainstack.extras import require, require_cuda, require_importable
     from trainstack.nn.versions import check_torch
@@ -96,7 +99,6 @@ def command(
         require_cuda("trainstack bench --device cuda")
     from trainstack.bench import api
     from trainstack.bench.device import dist_from_env
-    from trainstack.nn.modes import DEFAULT_ABLATION, parse_modes
 
     if over is not None and attribute is None:
         from trainstack.errors import UsageError
@@ -105,15 +107,15 @@ def command(
     if in_envs or attribute is not None:  # the same bench in other environments
         _across(json_out, output, in_envs, repeats, attribute, order, flavour, over, api.BenchOptions(
             model=model, hf_config=hf_config, batch=batch, seq=seq, steps=steps if steps is not None else 20, warmup=warmup,
-            modes=tuple(parse_modes(modes or "compile")), ablation=ablation, accum=accum, out=out, device=device,
+            modes=defaults.modes(given_modes, ablation=False), ablation=ablation, accum=accum, out=out, device=device,
             memory_cap_gib=memory_cap_gib, timeout_s=timeout_s, profile=profile, parity=api.parse_parity(parity) if parity else None))
         return
 
-    chosen = modes or (",".join(DEFAULT_ABLATION) if ablation else "compile")
+    chosen = defaults.modes(given_modes, ablation=ablation)
     steps = steps if steps is not None else (300 if parity else 20)
     opts = api.BenchOptions(
         model=model, hf_config=hf_config, batch=batch, seq=seq, steps=steps, warmup=warmup,
-        modes=tuple(parse_modes(chosen)), ablation=ablation, accum=accum, out=out, device=device, memory_cap_gib=memory_cap_gib,
+        modes=chosen, ablation=ablation, accum=accum, out=out, device=device, memory_cap_gib=memory_cap_gib,
         timeout_s=timeout_s, profile=profile, parity=api.parse_parity(parity) if parity else None, parity_seeds=parity_seeds, health=ceilings,
     )
     with _tables_to_stderr(json_out):
@@ -121,7 +123,7 @@ def command(
     code = api.exit_code(rows, ablation, parity_rows=2 * parity_seeds if parity is not None else 0)
     if (json_out or output is not None) and dist_from_env().rank == 0:
         document = {"model": model if hf_config is None else str(hf_config), "batch": batch, "device": device,
-                    "modes": chosen, "ablation": ablation, "parity": parity, "exit_code": code, "rows": rows}
+                    "modes": ",".join(m.name for m in chosen), "ablation": ablation, "parity": parity, "exit_code": code, "rows": rows}
         _emit(document, json_out, output)
     if code:
         raise typer.Exit(code)

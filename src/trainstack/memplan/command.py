@@ -6,11 +6,13 @@ from pathlib import Path
 
 import typer
 
+from trainstack.nn import defaults
+
 
 def command(
-    preset: str = typer.Option("125m", "--preset", "-m", help="Model preset: tiny, 125m, 1b, 3b, 8b; the reference configurations llama3.2-1b, llama3.2-3b, llama3.1-8b (those shapes at sequence 8192)."),
+    preset: str = typer.Option(defaults.PRESET, "--preset", "-m", help=defaults.PRESET_HELP),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Sequences per GPU per step."),
-    seq: int | None = typer.Option(None, "--seq", "-s", min=1, help="Sequence length [default: 8192 for a llama3.x preset, else 2048 or the preset's max_seq if smaller]."),
+    seq: int | None = typer.Option(None, "--seq", "-s", min=1, help=defaults.SEQ_HELP),
     budget: str = typer.Option("0.9", "--budget", help="Memory per GPU: bytes with a unit ('60GiB', '80GB') or a fraction of the GPU's memory ('0.8'; of the host's where there is no GPU)."),
     world_size: int = typer.Option(1, "--world-size", min=1, help="Ranks (GPUs) the model is sharded over; the prediction is per rank."),
     shard: str | None = typer.Option(None, "--shard", help="Sharding over --world-size ranks: fsdp2, zero1 (optimizer state, master weights), zero2 (+ gradients), zero3 (+ parameters), none [default: fsdp2 over several ranks]."),
@@ -22,8 +24,8 @@ def command(
     compiled: bool = typer.Option(False, "--compiled", help="Plan for torch.compile'd blocks: on a GPU, kept blocks are also measured under the compiler's activation memory budgets, and the plan names one."),
     hf_config: Path | None = typer.Option(None, "--hf-config", help="Plan a Hugging Face causal LM from a local config.json (or its folder), built on the meta device; nothing is downloaded."),
     model_factory: str | None = typer.Option(None, "--factory", metavar="MODULE:FUNCTION", help="Plan your own model: module:function returning a model, (model, example_batch) or (model, example_batch, loss_fn)."),
-    old_model: str | None = typer.Option(None, "--model", hidden=True, help="Deprecated spelling of --factory."),
-    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw-foreach, adam, sgd, sgd-momentum, adafactor, adamw8bit (with --hf-config or --model)."),
+    old_model: str | None = typer.Option(None, "--model", hidden=True, help=defaults.MODEL_HELP),
+    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, adamw-foreach, adam, sgd, sgd-momentum, adafactor, adamw8bit (with --hf-config or --factory)."),
     precision: str = typer.Option("autocast-bf16", "--precision", help="autocast-bf16, bf16 (bf16 parameters, fp32 master weights and AdamW state, as bench's +bf16 modes) or fp32 (no autocast, as bench on a CPU)."),
     blocks: str | None = typer.Option(None, "--blocks", help="Dotted name of the list of blocks to plan (default: found)."),
     stray: list[str] = typer.Argument(None, hidden=True),
@@ -39,7 +41,7 @@ def command(
     Any model: --hf-config path/to/config.json, or --factory mymodels:build.
     """
     from trainstack.nn.presets import preset as get_preset
-    from trainstack.nn.presets import default_seq, shape
+    from trainstack.nn.presets import shape
     from trainstack.console import print_error
     from trainstack.errors import UsageError
     from trainstack.extras import require, require_importable
@@ -50,10 +52,14 @@ def command(
         hint = f"; to write a file: --output {stray[0]}" if json_out else ""
         raise UsageError(f"unexpected argument '{stray[0]}'{hint} (--json prints the plan on stdout and takes no file name)")
     if old_model is not None:
-        if model_factory is not None:
-            raise UsageError("--model is the old spelling of --factory; give one")
-        print_error("memplan --model is now --factory (module:function); --model will go", prefix="warning:")
-        model_factory = old_model
+        print_error(f"memplan {defaults.MODEL_WARNING}", prefix="warning:")
+        kind, named = defaults.model(old_model, "memplan", factories=True)
+        if model_factory is not None or hf_config is not None:
+            raise UsageError("--model is the old spelling of --preset and --factory; give one model")
+        if kind == "factory":
+            model_factory = named
+        else:
+            preset = named
     if output is not None:
         from trainstack.fsutil import check_output
 
@@ -67,11 +73,9 @@ def command(
         if precision not in ("autocast-bf16", "bf16", "fp32"):
             raise UsageError(f"--precision: '{precision}' is not a precision of the presets; accepted: autocast-bf16, bf16, fp32")
         max_seq = shape(preset)["max_seq"]
-        if seq is None:
-            seq = default_seq(preset)
+        seq = defaults.seq(seq, preset=preset)
         if seq > max_seq:
             raise UsageError(f"--seq: {seq} exceeds the {preset} preset's max_seq {max_seq}")
-    seq = 2048 if seq is None else seq
     budget_bytes = parse_budget(budget, device_memory_bytes)
     if _is_fraction(budget) and gpu_memory_bytes() is None:
         from trainstack.console import err
@@ -128,7 +132,7 @@ def _is_fraction(budget: str) -> bool:
         return False
 
 
-def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, seq: int, budget_bytes: int, world_size: int, optimizer: str, precision: str, blocks: str | None, json_out: bool, output: Path | None, placement=None) -> None:
+def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, seq: int | None, budget_bytes: int, world_size: int, optimizer: str, precision: str, blocks: str | None, json_out: bool, output: Path | None, placement=None) -> None:
     from trainstack.memplan import plan as plan_model
     from trainstack.memplan.report import to_json
     from trainstack.memplan.sources import from_factory, from_hf_config
@@ -146,7 +150,7 @@ def _plan_any_model(hf_config: Path | None, factory: str | None, *, batch: int, 
             raise
         # a model built from a config fails where the config is inconsistent: name the config
         raise UnplannableModel(f"{hf_config}: {exc}") from None
-    document = {"model": source.name, "batch": batch, "seq": seq, "compiled": False, "blocks": plan.blocks, "first_block": plan.first_block,
+    document = {"model": source.name, "batch": batch, "seq": source.seq, "compiled": False, "blocks": plan.blocks, "first_block": plan.first_block,
                 "optimizer": plan.profile.optimizer, "precision": plan.profile.precision, **to_json(plan)}
     _emit(plan, document, json_out=json_out, output=output)
 

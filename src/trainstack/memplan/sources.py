@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.errors import SpecError, UsageError
+from trainstack.nn import defaults
 
 
 @dataclass
@@ -19,6 +20,7 @@ class Source:
     example_batch: Any
     loss_fn: Any = None
     name: str = ""
+    seq: int = 0  # the sequence of the token batch made for it (defaults.seq's where none was given)
 
 
 def token_batch(vocab_size: int, batch: int, seq: int) -> dict:
@@ -66,26 +68,31 @@ def _token_model(hf: Any, path: str | Path) -> Any:
     )
 
 
-def from_hf_config(path: str | Path, *, batch: int, seq: int) -> Source:
-    """The config's model (``_token_model``) on the meta device, trained with labels (its own loss)."""
+def from_hf_config(path: str | Path, *, batch: int, seq: int | None) -> Source:
+    """The config's model (``_token_model``) on the meta device, trained with labels (its own
+    loss) on sequences of ``seq`` tokens (None: defaults.seq's for the config's max_seq)."""
     from trainstack.nn.hf import load_hf_config
 
     hf = load_hf_config(path, "memplan")
     max_seq = getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None)
+    seq = defaults.seq(seq, max_seq=max_seq if isinstance(max_seq, int) else None)
     if max_seq and seq > max_seq:
         raise UsageError(f"--seq: {seq} exceeds {path}'s max_position_embeddings {max_seq}")
     model = _token_model(hf, path)
     vocab = getattr(hf, "vocab_size", None) or getattr(getattr(hf, "text_config", None), "vocab_size", None)
     if not vocab:
         raise SpecError(f"{path}: field 'vocab_size' is missing; accepted: a language-model config with vocab_size")
-    return Source(model.train(), token_batch(int(vocab), batch, seq), name=f"{getattr(hf, 'model_type', 'hf')} ({path})")
+    return Source(model.train(), token_batch(int(vocab), batch, seq), name=f"{getattr(hf, 'model_type', 'hf')} ({path})", seq=seq)
 
 
-def from_factory(spec: str, *, batch: int, seq: int) -> Source:
+def from_factory(spec: str, *, batch: int, seq: int | None) -> Source:
     """``module:function`` (the module importable from the current directory): the function
     returns a model, ``(model, example_batch)`` or ``(model, example_batch, loss_fn)``; a
-    model alone trains on token ids and labels of (batch, seq) from its ``config.vocab_size``."""
+    model alone trains on token ids and labels of (batch, seq) from its ``config.vocab_size``
+    (seq None: defaults.seq's)."""
     from torch import nn
+
+    seq = defaults.seq(seq)
 
     module_name, _, function = spec.partition(":")
     if not module_name or not function:
@@ -105,8 +112,8 @@ def from_factory(spec: str, *, batch: int, seq: int) -> Source:
         raise UsageError(f"--factory: {spec}() returned {type(made).__name__}; accepted: a model, (model, example_batch) or (model, example_batch, loss_fn)")
     model = parts[0]
     if len(parts) >= 2:
-        return Source(model, parts[1], parts[2] if len(parts) == 3 else None, name=spec)
+        return Source(model, parts[1], parts[2] if len(parts) == 3 else None, name=spec, seq=seq)
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     if not vocab:
         raise UsageError(f"--factory: {spec}() returned a model without config.vocab_size; return (model, example_batch) to say what it trains on")
-    return Source(model, token_batch(int(vocab), batch, seq), name=spec)
+    return Source(model, token_batch(int(vocab), batch, seq), name=spec, seq=seq)

@@ -30,15 +30,19 @@ from dataclasses import dataclass
 
 from trainstack.errors import UsageError
 
-ACCEPTED = ("eager, compile, bf16, fp8, fp8-rowwise, fp8-fastacc, flash, ac-none, ac-full, ac-every-N, ac-selective, planned, "
-            "fsdp2, zero1, zero2, zero3, offload, or parts joined by '+'")
 FRAMEWORKS = ("fsdp2", "zero1", "zero2", "zero3")
 DEFAULT_ABLATION = ("eager", "compile", "compile+bf16", "ac-full", "ac-every-2", "ac-selective", "compile+ac-selective", "planned")
 
 _AC_PART = re.compile(r"^ac-(none|full|selective|every-([1-9][0-9]*))$")
+AC_PARTS = ("ac-none", "ac-full", "ac-every-N", "ac-selective", "planned")  # as _AC_PART (and planned) accept them
 # fp8 mode part -> torchao float8 recipe (the scaling granularity)
 FP8_PARTS = {"fp8": "tensorwise", "fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise", "fp8-fastacc": "tensorwise-fastacc"}
 FP8_NAMES = {"tensorwise": "fp8", "rowwise": "fp8-rowwise", "tensorwise-fastacc": "fp8-fastacc"}  # recipe -> its part in a mode's name
+# every part parse_mode accepts, in the order the help and the errors name them
+PROCESS_PARTS = ("eager", "compile", "bf16", *FP8_PARTS, "flash", *AC_PARTS)  # how one process trains
+FRAMEWORK_PARTS = (*FRAMEWORKS, "offload")  # how the state is sharded or offloaded
+PARTS = PROCESS_PARTS + FRAMEWORK_PARTS
+ACCEPTED = f"{', '.join(PARTS)}, or parts joined by '+'"
 
 
 @dataclass(frozen=True)

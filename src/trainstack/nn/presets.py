@@ -25,7 +25,7 @@ SHAPES: dict[str, dict[str, int]] = {
 # The reference configurations the field publishes its training speed at (NVIDIA's NeMo and
 # Megatron-Bridge, torchtitan: Llama 3.1 8B at sequence 8192): the shapes of Llama 3.1 8B and
 # Llama 3.2 1B and 3B (those of 8b, 1b and 3b: Llama 3.1's RoPE scaling changes no cost at
-# 8192 and is not modelled), trained at sequence REFERENCE_SEQ unless --seq says otherwise.
+# 8192 and is not modelled), trained at sequence REFERENCE_SEQ unless --seq says otherwise (nn.defaults.seq).
 REFERENCE_SEQ = 8192
 REFERENCES: dict[str, str] = {"llama3.1-8b": "8b", "llama3.2-1b": "1b", "llama3.2-3b": "3b"}
 SHAPES.update({name: dict(SHAPES[base]) for name, base in REFERENCES.items()})
@@ -37,12 +37,6 @@ def shape(name: str) -> dict[str, int]:
         return SHAPES[name]
     except KeyError:
         raise UsageError(f"--preset: unknown preset '{name}'; accepted: {', '.join(SHAPES)}") from None
-
-
-def default_seq(name: str) -> int:
-    """The sequence a preset trains at when none is given: REFERENCE_SEQ for a reference
-    configuration, else 2048 or the preset's max_seq if smaller."""
-    return REFERENCE_SEQ if name in REFERENCES else min(2048, shape(name)["max_seq"])
 
 
 def preset(name: str) -> ModelConfig:
