@@ -13,8 +13,8 @@ from packaging.utils import canonicalize_name
 
 from trainstack.errors import SpecError
 from trainstack.rules import Rules, cuda_archs
-from trainstack.stackfile.schema import CompilerCache, Component, JobBudget
 from trainstack.stackfile.paths import stack_path
+from trainstack.stackfile.schema import CompilerCache, Component, JobBudget
 
 # Compiling these packages needs far more memory per job than CPUs per job, hence the divisors.
 DEFAULT_BUDGETS: dict[str, JobBudget] = {
@@ -73,8 +73,10 @@ def missing_compiler_cache(settings: CompilerCache) -> str | None:
     PATH): the compiles then run without one, which a build says rather than leaving silent."""
     if settings.kind == "none" or shutil.which(settings.kind) is not None:
         return None
-    return (f"build.compiler_cache asks for {settings.kind}, which is not installed here (not on PATH): "
-            f"the compiles run without a cache; install {settings.kind}, or set compiler_cache = {{ kind = \"none\" }}")
+    return (
+        f"build.compiler_cache asks for {settings.kind}, which is not installed here (not on PATH): "
+        f'the compiles run without a cache; install {settings.kind}, or set compiler_cache = {{ kind = "none" }}'
+    )
 
 
 def torch_arch_list(archs: list[str]) -> str:

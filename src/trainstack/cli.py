@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterable
 
 import typer
 
-from trainstack import __version__
-from trainstack import console
+from trainstack import __version__, console
 from trainstack.console import print_error, print_hint
 from trainstack.errors import EXIT_TABLE, INTERRUPTED, TrainstackError, UsageError, bad_input_code, exit_codes_line
 from trainstack.redact import masked
@@ -136,15 +135,49 @@ def _set_color(ctx: object, param: object, value: str) -> str:
 
 
 COMMON_OPTIONS = (
-    inspect.Parameter("ts_quiet", inspect.Parameter.KEYWORD_ONLY, annotation=int, default=typer.Option(
-        0, "--quiet", "-q", count=True, is_eager=True, callback=_set_verbosity, show_default=False,
-        help="Only errors, warnings and the result: no progress, commands or notes.")),
-    inspect.Parameter("ts_verbose", inspect.Parameter.KEYWORD_ONLY, annotation=int, default=typer.Option(
-        0, "--verbose", "-v", count=True, is_eager=True, callback=_set_verbosity, show_default=False,
-        help="More detail: every command trainstack runs, and the verb's notes.")),
-    inspect.Parameter("ts_color", inspect.Parameter.KEYWORD_ONLY, annotation=str, default=typer.Option(
-        "auto", "--color", metavar="auto|always|never", is_eager=True, callback=_set_color,
-        help="Colour: auto (a terminal, unless NO_COLOR is set; FORCE_COLOR colours anything), always or never.")),
+    inspect.Parameter(
+        "ts_quiet",
+        inspect.Parameter.KEYWORD_ONLY,
+        annotation=int,
+        default=typer.Option(
+            0,
+            "--quiet",
+            "-q",
+            count=True,
+            is_eager=True,
+            callback=_set_verbosity,
+            show_default=False,
+            help="Only errors, warnings and the result: no progress, commands or notes.",
+        ),
+    ),
+    inspect.Parameter(
+        "ts_verbose",
+        inspect.Parameter.KEYWORD_ONLY,
+        annotation=int,
+        default=typer.Option(
+            0,
+            "--verbose",
+            "-v",
+            count=True,
+            is_eager=True,
+            callback=_set_verbosity,
+            show_default=False,
+            help="More detail: every command trainstack runs, and the verb's notes.",
+        ),
+    ),
+    inspect.Parameter(
+        "ts_color",
+        inspect.Parameter.KEYWORD_ONLY,
+        annotation=str,
+        default=typer.Option(
+            "auto",
+            "--color",
+            metavar="auto|always|never",
+            is_eager=True,
+            callback=_set_color,
+            help="Colour: auto (a terminal, unless NO_COLOR is set; FORCE_COLOR colours anything), always or never.",
+        ),
+    ),
 )
 
 
@@ -158,7 +191,7 @@ def _with_common_options(func: Callable[..., object]) -> Callable[..., object]:
             kwargs.pop(parameter.name, None)  # their callbacks already set the console
         return func(*args, **kwargs)
 
-    verb.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *COMMON_OPTIONS])  # type: ignore[attr-defined]
+    verb.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *COMMON_OPTIONS])  # type: ignore[attr-defined]  # typer reads __signature__ from the wrapper, which mypy's Callable has no slot for
     return verb
 
 

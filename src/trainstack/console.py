@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO, cast
 
 from rich.console import Console
 from rich.text import Text
@@ -30,7 +30,7 @@ from trainstack.redact import masked, redact
 UNWRAPPED_WIDTH = 10_000
 
 COLOR_CHOICES = ("auto", "always", "never")
-_settings: dict[str, object] = {"color": "auto", "verbosity": 0, "generation": 0}
+_settings: dict[str, Any] = {"color": "auto", "verbosity": 0, "generation": 0}
 
 
 def configure(*, color: str | None = None, verbosity: int | None = None) -> None:
@@ -80,8 +80,7 @@ def make_console(stream: TextIO | None = None, *, stderr: bool = False, quiet: b
         styling = {"no_color": False, "color_system": "auto" if terminal and not _dumb_terminal() else "standard"}
     if terminal:
         return Console(file=target, stderr=stderr, quiet=quiet, markup=False, **styling)
-    return Console(file=target, stderr=stderr, width=_columns() or UNWRAPPED_WIDTH, soft_wrap=True, quiet=quiet, markup=False,
-                   **styling)
+    return Console(file=target, stderr=stderr, width=_columns() or UNWRAPPED_WIDTH, soft_wrap=True, quiet=quiet, markup=False, **styling)
 
 
 def _masked_json(document: str) -> str:
@@ -154,9 +153,10 @@ class _LazyConsole:
         return getattr(self._get(), name)
 
 
-out: Console = _LazyConsole(stderr=False)  # type: ignore[assignment]
-err: Console = _LazyConsole(stderr=True, quietened=True)  # progress, commands and notes: silent under -q
-_alerts: Console = _LazyConsole(stderr=True)  # errors and warnings: shown even under -q
+# stand-ins that make their Console on first use and forward every attribute to it
+out = cast(Console, _LazyConsole(stderr=False))
+err = cast(Console, _LazyConsole(stderr=True, quietened=True))  # progress, commands and notes: silent under -q
+_alerts = cast(Console, _LazyConsole(stderr=True))  # errors and warnings: shown even under -q
 
 
 def styled(markup: str) -> Text:

@@ -114,32 +114,77 @@ HEALTH_BAD_INPUT = 64
 # verb -> (what 0 means, the other codes with what each means), in the README's order.
 EXIT_TABLE: dict[str, tuple[str, tuple[tuple[int, str], ...]]] = {
     "check": ("every rule holds", ((3, "a rule is broken"), (10, "--output not written (disk full)"), (2, BAD_INPUT))),
-    "lock": ("locked", ((3, "a rule is broken"), (4, "resolution failed"), (5, "network failure"),
-                        (10, "not written (disk full, no permission; the previous lock kept)"), (2, BAD_INPUT))),
+    "lock": (
+        "locked",
+        (
+            (3, "a rule is broken"),
+            (4, "resolution failed"),
+            (5, "network failure"),
+            (10, "not written (disk full, no permission; the previous lock kept)"),
+            (2, BAD_INPUT),
+        ),
+    ),
     "keys": ("done", ((4, "no lock, or it no longer matches the stack"), (2, BAD_INPUT))),
-    "render": ("done", ((4, "no lock, or it no longer matches the stack"),
-                        (10, "not written (the previous files kept)"), (2, BAD_INPUT))),
-    "build": ("built", ((7, "a step failed (its log kept)"), (5, "network failure"), (6, "a tool missing"),
-                        (4, "stale lock"), (10, "build folder not writable (the previous build kept)"),
-                        (11, "another build of the flavour is running (nothing done)"), (2, BAD_INPUT))),
-    "report": ("reported", ((8, "the flavour is not built (with --stack)"), (10, "--output not written (disk full)"),
-                            (2, "bad input (a path that is not a working Python included)"))),
+    "render": ("done", ((4, "no lock, or it no longer matches the stack"), (10, "not written (the previous files kept)"), (2, BAD_INPUT))),
+    "build": (
+        "built",
+        (
+            (7, "a step failed (its log kept)"),
+            (5, "network failure"),
+            (6, "a tool missing"),
+            (4, "stale lock"),
+            (10, "build folder not writable (the previous build kept)"),
+            (11, "another build of the flavour is running (nothing done)"),
+            (2, BAD_INPUT),
+        ),
+    ),
+    "report": (
+        "reported",
+        (
+            (8, "the flavour is not built (with --stack)"),
+            (10, "--output not written (disk full)"),
+            (2, "bad input (a path that is not a working Python included)"),
+        ),
+    ),
     "linkcheck": ("nothing broken", ((1, "a link is broken"), (10, "--output not written (disk full)"), (2, BAD_INPUT))),
-    "verify": ("the gate passes", ((1, "the gate fails, or --provenance does not hold"), (8, "the flavour is not built"),
-                                   (6, "an image's --provenance: buildah or docker, the one that built it, missing"),
-                                   (10, "verify.json not written (disk full)"),
-                                   (2, "bad input (a suite command not pytest without --trust)"))),
-    "release": ("written", ((4, "a lock manifest missing or stale"), (10, "not written (the previous notes kept)"),
-                            (2, BAD_INPUT))),
-    "health": ("ok", ((1, "warn; with --prolog the node fails (Slurm drains it); with --fleet a node fails, stands out or a node pair is slow"),
-                      (2, "critical"), (3, "unknown"), (6, "no torch at level 2 or 3"), (10, "--output not written (disk full)"),
-                      (HEALTH_BAD_INPUT, BAD_INPUT))),
-    "bench": ("measured", ((1, "a mode failed or nothing was measured"), (6, "no torch or no GPU"),
-                           (4, "a lock of --attribute missing or stale"), (7, "an environment of --attribute not built"),
-                           (10, "a result not written where asked (it is in a new file the error names)"), (2, BAD_INPUT))),
+    "verify": (
+        "the gate passes",
+        (
+            (1, "the gate fails, or --provenance does not hold"),
+            (8, "the flavour is not built"),
+            (6, "an image's --provenance: buildah or docker, the one that built it, missing"),
+            (10, "verify.json not written (disk full)"),
+            (2, "bad input (a suite command not pytest without --trust)"),
+        ),
+    ),
+    "release": ("written", ((4, "a lock manifest missing or stale"), (10, "not written (the previous notes kept)"), (2, BAD_INPUT))),
+    "health": (
+        "ok",
+        (
+            (1, "warn; with --prolog the node fails (Slurm drains it); with --fleet a node fails, stands out or a node pair is slow"),
+            (2, "critical"),
+            (3, "unknown"),
+            (6, "no torch at level 2 or 3"),
+            (10, "--output not written (disk full)"),
+            (HEALTH_BAD_INPUT, BAD_INPUT),
+        ),
+    ),
+    "bench": (
+        "measured",
+        (
+            (1, "a mode failed or nothing was measured"),
+            (6, "no torch or no GPU"),
+            (4, "a lock of --attribute missing or stale"),
+            (7, "an environment of --attribute not built"),
+            (10, "a result not written where asked (it is in a new file the error names)"),
+            (2, BAD_INPUT),
+        ),
+    ),
     "memplan": ("a plan", ((9, "no plan fits the budget"), (6, "no torch"), (10, "--output not written (disk full)"), (2, BAD_INPUT))),
-    "run": ("the job succeeded (once it starts, the code is the job's own)", ((2, "bad input (before the job starts)"),
-                                         (6, "the command is not a program on PATH"))),
+    "run": (
+        "the job succeeded (once it starts, the code is the job's own)",
+        ((2, "bad input (before the job starts)"), (6, "the command is not a program on PATH")),
+    ),
 }
 
 
@@ -157,5 +202,7 @@ def exit_codes_line(verb: str) -> str:
 
 def readme_rows() -> list[str]:
     """The README's exit-code table, as Markdown rows, made from the same table."""
-    return [f"| `{verb}` | {success} | {', '.join(f'{code} {meaning}' for code, meaning in others)} |"
-            for verb, (success, others) in EXIT_TABLE.items()]
+    return [
+        f"| `{verb}` | {success} | {', '.join(f'{code} {meaning}' for code, meaning in others)} |"
+        for verb, (success, others) in EXIT_TABLE.items()
+    ]

@@ -75,7 +75,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
-def loads_strict(text: str, *, allow_nan: bool = False) -> Any:
+def loads_strict(text: str | bytes, *, allow_nan: bool = False) -> Any:
     """json.loads that refuses a key given twice in one object (which of the two a reader keeps
     differs between readers) and NaN, Infinity and -Infinity (unless ``allow_nan``: a figure a
     run could not measure), with ValueError; so too arrays or objects nested past the parser's
@@ -188,8 +188,7 @@ def _open_inside(path: Path, folder: Path, what: str, folder_name: str, links: b
                 except OSError as exc:
                     if exc.errno not in (errno.ELOOP, errno.ENOTDIR) or not _is_link(part, fd):
                         raise
-                    parts = _through_link(root, parts, index, os.readlink(part, dir_fd=fd), folder, what,
-                                          folder_name, links)
+                    parts = _through_link(root, parts, index, os.readlink(part, dir_fd=fd), folder, what, folder_name, links)
                     break
                 os.close(fd)
                 fd = opened
@@ -209,8 +208,7 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return False
 
 
-def _through_link(root: str, parts: list[str], index: int, link: str, folder: Path, what: str,
-                  folder_name: str, links: bool) -> list[str]:
+def _through_link(root: str, parts: list[str], index: int, link: str, folder: Path, what: str, folder_name: str, links: bool) -> list[str]:
     """The components below ``root`` that the link at ``parts[index]`` stands for; LeavesFolder
     when it leads out of the folder (or when no link is allowed)."""
     # the link named: the file itself, or the folder on its way that is one
@@ -219,14 +217,17 @@ def _through_link(root: str, parts: list[str], index: int, link: str, folder: Pa
         raise LeavesFolder(errno.ELOOP, f"{link_is} a symbolic link; a {what} is a file in the {folder_name} {folder}, not a link")
     landed = os.path.normpath(os.path.join(root, *parts[:index], link))
     if os.path.commonpath([root, landed]) != root or landed == root:
-        raise LeavesFolder(errno.EXDEV, f"{link_is} a symbolic link that leads out of the {folder_name} {folder}; "
-                                        f"a {what} is a file in it")
+        raise LeavesFolder(errno.EXDEV, f"{link_is} a symbolic link that leads out of the {folder_name} {folder}; a {what} is a file in it")
     return os.path.relpath(landed, root).split(os.sep) + parts[index + 1 :]
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return name
     return "a special file"
@@ -354,9 +355,7 @@ def replace_tree(final: Path, files: Mapping[str, bytes], *, mode: int | None = 
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
     except OSError as exc:
-        raise OutputError(
-            f"{final}: cannot write: {describe_os_error(exc)}", hint="nothing was replaced"
-        ) from None
+        raise OutputError(f"{final}: cannot write: {describe_os_error(exc)}", hint="nothing was replaced") from None
     return True
 
 

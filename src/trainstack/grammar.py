@@ -23,10 +23,7 @@ from packaging.version import InvalidVersion, Version
 # hyphen, zero-width spaces and joiners, word joiner and invisible operators, the byte order
 # mark, interlinear annotations, TAG characters), bidirectional marks, embeddings, overrides and
 # isolates (U+061C, U+200E/F, U+202A-202E, U+2066-2069), and lone surrogates (no text encodes them).
-_INVISIBLE = (
-    "\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufff9-\ufffb"
-    "\U000e0000-\U000e007f\ud800-\udfff"
-)
+_INVISIBLE = "\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufff9-\ufffb\U000e0000-\U000e007f\ud800-\udfff"
 # C0 and C1 controls (newline and tab included), DEL, the Unicode line/paragraph separators and
 # the invisible characters: refused in every value.
 CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{_INVISIBLE}]")
@@ -48,9 +45,7 @@ _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}
 OCI_REPOSITORY = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*\Z")
 OCI_REGISTRY = re.compile(rf"^{_DOMAIN}(?:/{_PATH_COMPONENT})*\Z")
 OCI_TAG = re.compile(rf"^{_TAG}\Z", re.ASCII)
-OCI_REFERENCE = re.compile(
-    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?\Z", re.ASCII
-)
+OCI_REFERENCE = re.compile(rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?\Z", re.ASCII)
 DEBOOTSTRAP_SUITE = re.compile(r"^[a-z][a-z0-9.-]*\Z")
 DEBIAN_COMPONENT = re.compile(r"^[a-z][a-z-]*\Z")
 CUDA_RELEASE = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}\Z")
@@ -92,8 +87,11 @@ def matching(value: str, pattern: re.Pattern[str], accepted: str) -> str:
 
 
 def pep508_name(value: str) -> str:
-    return matching(value, PEP508_NAME, "a package name (PEP 508: letters, digits, '.', '_', '-', "
-                    "starting and ending with a letter or digit, such as 'flash-attn')")
+    return matching(
+        value,
+        PEP508_NAME,
+        "a package name (PEP 508: letters, digits, '.', '_', '-', starting and ending with a letter or digit, such as 'flash-attn')",
+    )
 
 
 def pep508_extra(value: str) -> str:
@@ -128,8 +126,7 @@ def requirement(value: str) -> str:
         raise ValueError(f"'{shown(value)}' is not a requirement (try 'einops' or 'torch>=2.4')") from None
     if parsed.url is not None:
         raise ValueError(
-            f"'{shown(value)}' is a direct URL requirement; give a name and version "
-            "(a source goes into its own component with git or path)"
+            f"'{shown(value)}' is a direct URL requirement; give a name and version (a source goes into its own component with git or path)"
         )
     if value.lstrip().startswith("-"):
         raise ValueError(f"'{shown(value)}' is not a requirement (try 'einops' or 'torch>=2.4')")
@@ -147,8 +144,11 @@ def debian_package(value: str) -> str:
 
 
 def oci_repository(value: str) -> str:
-    return matching(value, OCI_REPOSITORY, "an image repository (OCI reference grammar: lower case path components "
-                    "separated by '/', such as 'ml/trainstack-torch')")
+    return matching(
+        value,
+        OCI_REPOSITORY,
+        "an image repository (OCI reference grammar: lower case path components separated by '/', such as 'ml/trainstack-torch')",
+    )
 
 
 def oci_registry(value: str) -> str:
@@ -175,8 +175,11 @@ def base_image(value: str) -> str:
         if not DEBOOTSTRAP_SUITE.fullmatch(value.removeprefix("debootstrap:")):
             raise ValueError(f"'{shown(value)}' names no debootstrap suite (such as 'debootstrap:bookworm')")
         return value
-    return matching(value, OCI_REFERENCE, "an image reference (OCI reference grammar, such as "
-                    "'docker.io/library/ubuntu:24.04', or 'debootstrap:bookworm')")
+    return matching(
+        value,
+        OCI_REFERENCE,
+        "an image reference (OCI reference grammar, such as 'docker.io/library/ubuntu:24.04', or 'debootstrap:bookworm')",
+    )
 
 
 def env_name(value: str) -> str:
@@ -194,11 +197,14 @@ def test_pattern(value: str) -> str:
     would leave no test)."""
     no_controls(value)
     if not value or len(value) > MAX_TEST_PATTERN or value != value.strip():
-        raise ValueError(f"'{shown(value)}' is not a test id pattern (accepted: 1 to {MAX_TEST_PATTERN} characters "
-                         "without leading or trailing blanks, such as 'tests/test_x.py::test_y' or '*test_x.py::*')")
+        raise ValueError(
+            f"'{shown(value)}' is not a test id pattern (accepted: 1 to {MAX_TEST_PATTERN} characters "
+            "without leading or trailing blanks, such as 'tests/test_x.py::test_y' or '*test_x.py::*')"
+        )
     if all(ch in _TEST_WILDCARDS for ch in value):
-        raise ValueError(f"'{shown(value)}' matches every test (accepted: a test id or a pattern naming some of them, "
-                         "such as '*test_x.py::*')")
+        raise ValueError(
+            f"'{shown(value)}' matches every test (accepted: a test id or a pattern naming some of them, such as '*test_x.py::*')"
+        )
     return value
 
 
@@ -206,8 +212,7 @@ def one_line_text(value: str, limit: int = 300) -> str:
     """A non-empty line of prose of at most ``limit`` characters (a reason, a note)."""
     no_controls(value)
     if not value.strip() or len(value) > limit:
-        raise ValueError(f"'{shown(value)}' is not a one-line text (accepted: 1 to {limit} characters on one line, "
-                         "not only blanks)")
+        raise ValueError(f"'{shown(value)}' is not a one-line text (accepted: 1 to {limit} characters on one line, not only blanks)")
     return value
 
 
@@ -218,8 +223,10 @@ ENV_VALUE = re.compile(r"^[\x20-\x7e]{0,2000}\Z")
 def env_value(value: str) -> str:
     if not ENV_VALUE.fullmatch(value):
         no_controls(value)
-        raise ValueError(f"'{shown(value)}' is not an environment value trainstack bakes in (accepted: printable "
-                         "ASCII on one line, at most 2000 characters: what the lock manifest records)")
+        raise ValueError(
+            f"'{shown(value)}' is not an environment value trainstack bakes in (accepted: printable "
+            "ASCII on one line, at most 2000 characters: what the lock manifest records)"
+        )
     return value
 
 
@@ -234,8 +241,10 @@ def tag_template_fields(value: str) -> list[str]:
     ValueError when its text is not tag characters or a field is not a plain '{name}'."""
     no_controls(value)
     if not value or len(value) > 500:
-        raise ValueError(f"'{shown(value)}' is not a tag template (accepted: 1 to 500 characters, such as "
-                         "'{release}-cuda{cuda}-torch{torch}-py{python}')")
+        raise ValueError(
+            f"'{shown(value)}' is not a tag template (accepted: 1 to 500 characters, such as "
+            "'{release}-cuda{cuda}-torch{torch}-py{python}')"
+        )
     fields = []
     try:
         parts = list(string.Formatter().parse(value))
@@ -243,13 +252,17 @@ def tag_template_fields(value: str) -> list[str]:
         raise ValueError(f"'{shown(value)}' is not a tag template ({exc}; a literal brace is not accepted)") from None
     for literal, field, spec, conversion in parts:
         if not _TAG_LITERAL.fullmatch(literal):
-            raise ValueError(f"'{shown(literal)}' in the tag template is not tag text (accepted: letters, digits, "
-                             "'_', '.', '-' around '{field}' names)")
+            raise ValueError(
+                f"'{shown(literal)}' in the tag template is not tag text (accepted: letters, digits, "
+                "'_', '.', '-' around '{field}' names)"
+            )
         if field is None:
             continue
         if spec or conversion or not TAG_FIELD.fullmatch(field):
-            raise ValueError(f"'{{{shown(field)}{'!' + shown(conversion) if conversion else ''}{':' + shown(spec) if spec else ''}}}' "
-                             "is not a tag field (accepted: '{name}' with a lower-case name, no format or conversion)")
+            raise ValueError(
+                f"'{{{shown(field)}{'!' + shown(conversion) if conversion else ''}{':' + shown(spec) if spec else ''}}}' "
+                "is not a tag field (accepted: '{name}' with a lower-case name, no format or conversion)"
+            )
         fields.append(field)
     return fields
 
@@ -257,8 +270,10 @@ def tag_template_fields(value: str) -> list[str]:
 def image_tag(value: str) -> str:
     """A full image tag (OCI distribution grammar: [A-Za-z0-9_][A-Za-z0-9_.-]{0,127})."""
     if len(value) > MAX_IMAGE_TAG or not OCI_TAG.fullmatch(value):
-        raise ValueError(f"'{shown(value, 200)}' is not a valid image tag (OCI: letters, digits, '_', '.', '-', not "
-                         f"starting with '.' or '-', at most {MAX_IMAGE_TAG} characters; {len(value)} given)")
+        raise ValueError(
+            f"'{shown(value, 200)}' is not a valid image tag (OCI: letters, digits, '_', '.', '-', not "
+            f"starting with '.' or '-', at most {MAX_IMAGE_TAG} characters; {len(value)} given)"
+        )
     return value
 
 
@@ -278,12 +293,7 @@ def git_url(value: str) -> str:
     if parts.scheme == "file":
         if parts.netloc or not parts.path.startswith("/"):
             raise ValueError(f"'{shown(value)}' is not a file:// URL of an absolute path (file:///srv/git/apex)")
-    elif (
-        not parts.hostname
-        or parts.hostname.startswith("-")
-        or (parts.username or "").startswith("-")
-        or not parts.path.strip("/")
-    ):
+    elif not parts.hostname or parts.hostname.startswith("-") or (parts.username or "").startswith("-") or not parts.path.strip("/"):
         raise ValueError(f"'{shown(value)}' is not {accepted}")
     if parts.password is not None or (parts.username is not None and parts.scheme in ("https", "git")):
         raise ValueError(
@@ -300,9 +310,7 @@ def index_url(value: str) -> str:
         raise ValueError(f"'{shown(value)}' is not an index URL (such as 'https://pypi.example.com/simple')")
     parts = urlsplit(value)
     if parts.scheme not in INDEX_SCHEMES or (parts.scheme != "file" and not parts.hostname):
-        raise ValueError(
-            f"'{shown(value)}' is not an index URL (http://, https:// or file://, such as 'https://pypi.example.com/simple')"
-        )
+        raise ValueError(f"'{shown(value)}' is not an index URL (http://, https:// or file://, such as 'https://pypi.example.com/simple')")
     if parts.username is not None or parts.password is not None:
         raise ValueError(
             f"'{shown(redacted_url(value))}': credentials do not belong in a stack file; give the URL without "

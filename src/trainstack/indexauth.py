@@ -88,9 +88,7 @@ def credentials(index: Index, environ: Mapping[str, str]) -> tuple[str, str] | N
     return None
 
 
-def uv_index_options(
-    default: str | None, extras: Sequence[str], environ: Mapping[str, str]
-) -> tuple[list[str], dict[str, str]]:
+def uv_index_options(default: str | None, extras: Sequence[str], environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     """uv's command-line options for these indexes and the environment that carries their
     credentials (uv's own index variables blanked, so that only the stack's indexes count).
 

@@ -31,7 +31,9 @@ def python_downloads_off(environ: Mapping[str, str]) -> str | None:
     setting = environ.get("UV_PYTHON_DOWNLOADS", "").strip().lower()
     if setting in ("never", "manual"):
         return f"UV_PYTHON_DOWNLOADS={setting}"
-    if environ.get("UV_PYTHON_PREFERENCE", "").strip().lower() == "only-system" or \
-            environ.get("UV_NO_MANAGED_PYTHON", "").strip().lower() in _TRUE:
+    if (
+        environ.get("UV_PYTHON_PREFERENCE", "").strip().lower() == "only-system"
+        or environ.get("UV_NO_MANAGED_PYTHON", "").strip().lower() in _TRUE
+    ):
         return "uv is told to use system Pythons only (UV_PYTHON_PREFERENCE / UV_NO_MANAGED_PYTHON)"
     return None

@@ -10,8 +10,8 @@ process still holds them."""
 from __future__ import annotations
 
 import codecs
-import errno
 import ctypes
+import errno
 import os
 import selectors
 import shlex
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from trainstack.console import err, verbosity
 from trainstack.errors import ToolMissingError
 from trainstack.redact import redact
-from trainstack.console import err, verbosity
 
 # Which Debian package (or pip package) provides each external program.
 INSTALL_HINTS: dict[str, str] = {
@@ -99,7 +99,6 @@ def run(
     args[0] = require(args[0]) if os.sep not in args[0] else args[0]
 
     if echo or verbosity() > 0:  # -v shows every command, the quiet probes too
-
         from rich.text import Text
 
         err.print(Text(f"$ {render(args)}", style="dim"), highlight=False)
@@ -111,9 +110,14 @@ def run(
     start = time.perf_counter()
     try:
         child = subprocess.Popen(
-            args, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            args,
+            cwd=cwd,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            start_new_session=new_session, preexec_fn=tree.enter if tree is not None and tree.cgroup else None,
+            start_new_session=new_session,
+            preexec_fn=tree.enter if tree is not None and tree.cgroup else None,
         )
     except BaseException:
         if tree is not None:
@@ -169,8 +173,7 @@ def _append_no_link(path: Path) -> int:
     symbolic link (what a command could put in their place is never written through)."""
     folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        fd = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     0o644, dir_fd=folder)
+        fd = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=folder)
     finally:
         os.close(folder)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -181,22 +184,28 @@ def _append_no_link(path: Path) -> int:
 
 
 def _collect(
-    child: subprocess.Popen[bytes], timeout: float | None, input: str | None, tree: Tree | None,
-    new_session: bool, sink: _Log | None, on_line: Callable[[str], None] | None,
+    child: subprocess.Popen[bytes],
+    timeout: float | None,
+    input: str | None,
+    tree: Tree | None,
+    new_session: bool,
+    sink: _Log | None,
+    on_line: Callable[[str], None] | None,
 ) -> tuple[str, str, bool]:
     """Both streams read as they come until the command has ended and its pipes are closed,
     or GRACE_SECONDS after it ended (what an escaped process still holds is not waited on).
     A command past ``timeout`` is killed with everything it started. (stdout, stderr, timed out)"""
     if input is not None:
         threading.Thread(target=_feed, args=(child.stdin, input.encode()), daemon=True).start()
+    assert child.stdout is not None and child.stderr is not None  # both piped where the child was started
     streams = {child.stdout: "out", child.stderr: "err"}
     decoders = {key: codecs.getincrementaldecoder("utf-8")(errors="replace") for key in ("out", "err")}
     kept: dict[str, list[str]] = {"out": [], "err": []}
     partial = {"out": "", "err": ""}
     selector = selectors.DefaultSelector()
-    for stream in streams:
+    for stream, name in streams.items():
         os.set_blocking(stream.fileno(), False)
-        selector.register(stream, selectors.EVENT_READ)
+        selector.register(stream, selectors.EVENT_READ, name)
     deadline = None if timeout is None else time.monotonic() + timeout
     drain_until: float | None = None
     timed_out = False
@@ -231,14 +240,13 @@ def _collect(
             limits = [t for t in (deadline if drain_until is None else None, drain_until) if t is not None]
             wait = min([0.2] + [max(0.0, t - now) for t in limits])
             for found, _ in selector.select(wait):
-                stream = found.fileobj
                 try:
-                    chunk = os.read(stream.fileno(), 65536)
+                    chunk = os.read(found.fd, 65536)
                 except BlockingIOError:
                     continue
-                key = streams[stream]
+                key = found.data
                 if not chunk:
-                    selector.unregister(stream)
+                    selector.unregister(found.fileobj)
                     take(key, decoders[key].decode(b"", final=True))
                     continue
                 take(key, decoders[key].decode(chunk))
@@ -281,7 +289,6 @@ def no_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
 
 
 def _feed(stdin: IO[bytes] | None, data: bytes) -> None:
@@ -451,8 +458,13 @@ def _sweep(root: Path) -> None:
         return
     for entry in entries:
         parts = entry.name.split("-")
-        if len(parts) == 3 and parts[0] == "trainstack" and parts[1].isascii() and parts[1].isdigit() \
-                and not os.path.exists(f"/proc/{parts[1]}"):
+        if (
+            len(parts) == 3
+            and parts[0] == "trainstack"
+            and parts[1].isascii()
+            and parts[1].isdigit()
+            and not os.path.exists(f"/proc/{parts[1]}")
+        ):
             try:
                 os.rmdir(entry.path)
             except OSError:

@@ -75,8 +75,13 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
 
 def _forms(value: str) -> list[str]:
     """``value`` as written and as JSON and HTML write it, longest first."""
-    forms = {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1],
-             html.escape(value), html.escape(value, quote=False)}
+    forms = {
+        value,
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        html.escape(value),
+        html.escape(value, quote=False),
+    }
     return sorted(forms, key=len, reverse=True)
 
 
@@ -88,8 +93,7 @@ def redact_data(data: object, environ: Mapping[str, str] | None = None) -> objec
     if isinstance(data, list):
         return [redact_data(item, environ) for item in data]
     if isinstance(data, dict):
-        return {redact(str(key), environ) if isinstance(key, str) else key: redact_data(value, environ)
-                for key, value in data.items()}
+        return {redact(str(key), environ) if isinstance(key, str) else key: redact_data(value, environ) for key, value in data.items()}
     return data
 
 
@@ -118,4 +122,4 @@ class MaskedStream:
 
 def masked(stream: TextIO) -> TextIO:
     """``stream`` behind the masking pass (once: a masked stream is returned as it is)."""
-    return stream if isinstance(stream, MaskedStream) else MaskedStream(stream)  # type: ignore[return-value]
+    return stream if isinstance(stream, MaskedStream) else MaskedStream(stream)  # type: ignore[return-value]  # MaskedStream writes and flushes as a TextIO does, without subclassing it

@@ -32,8 +32,7 @@ def with_retries(
     retrying = Retrying(
         stop=stop_after_attempt(attempts),
         wait=wait_exponential_jitter(multiplier=initial, max=max_wait, jitter=jitter),
-        retry=lambda state: state.outcome is not None
-        and isinstance(state.outcome.exception(), TransientFailure),
+        retry=lambda state: state.outcome is not None and isinstance(state.outcome.exception(), TransientFailure),
         reraise=False,
     )
     try:

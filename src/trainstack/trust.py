@@ -56,8 +56,11 @@ def what_it_runs(suites: list, components: dict, env: dict | None = None) -> dic
     each with ``runs``: why it loads or runs code (allowed by name in [env] allow), else None."""
     return {
         "suites": [{"name": s.name, "command": s.command, "pytest": is_pytest_command(s.command)} for s in suites],
-        "build_env": [{"component": name, "variable": key, "value": value}
-                      for name, component in components.items() for key, value in (component.build_env or {}).items()],
+        "build_env": [
+            {"component": name, "variable": key, "value": value}
+            for name, component in components.items()
+            for key, value in (component.build_env or {}).items()
+        ],
         "image_env": [{"variable": key, "value": value, "runs": runs_code(key)} for key, value in (env or {}).items()],
     }
 

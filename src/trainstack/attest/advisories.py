@@ -84,7 +84,7 @@ class Advisory(_Open):
         """The advisory's severity as its database words it (GitHub's database_specific.severity);
         'unknown' where the record gives none."""
         word = (self.database_specific or {}).get("severity")
-        return _WORDS.get(word.upper(), "unknown") if isinstance(word, str) else "unknown"  # type: ignore[return-value]
+        return _WORDS.get(word.upper(), "unknown") if isinstance(word, str) else "unknown"  # type: ignore[return-value]  # _WORDS maps to SEVERITIES' words only
 
 
 class Finding(BaseModel):
@@ -144,8 +144,7 @@ def load_advisory(path: Path, folder: Path) -> Advisory:
                 for key in ("introduced", "fixed", "last_affected", "limit"):
                     value = getattr(event, key)
                     if rng.type == "ECOSYSTEM" and value is not None and value != "0" and _version(value) is None:
-                        raise SpecError(f"{path}: affected.{i}.ranges.{j}.events.{k}.{key}: '{value[:50]}' is not a "
-                                        "PEP 440 version")
+                        raise SpecError(f"{path}: affected.{i}.ranges.{j}.events.{k}.{key}: '{value[:50]}' is not a PEP 440 version")
     return advisory
 
 
@@ -208,20 +207,27 @@ def findings(advisories: list[Advisory], packages: Mapping[str, str]) -> list[Fi
             if version is None or not affects(affected, version):
                 continue
             fixed = sorted({e.fixed for r in affected.ranges if r.type == "ECOSYSTEM" for e in r.events if e.fixed}, key=_sort_key)
-            found.append(Finding(id=adv.id, aliases=sorted(adv.aliases), package=name, version=version,
-                                 severity=adv.level, summary=adv.summary, fixed=fixed))
+            found.append(
+                Finding(
+                    id=adv.id,
+                    aliases=sorted(adv.aliases),
+                    package=name,
+                    version=version,
+                    severity=adv.level,
+                    summary=adv.summary,
+                    fixed=fixed,
+                )
+            )
     unique = {(f.package, f.id): f for f in found}  # an advisory with two entries for one package counts once
     return [unique[k] for k in sorted(unique)]
 
 
 def _sort_key(text: str) -> tuple[int, Version | str]:
     parsed = _version(text)
-    return (0, parsed) if parsed is not None else (1, text)  # type: ignore[return-value]
+    return (0, parsed) if parsed is not None else (1, text)
 
 
 def above(found: list[Finding], highest_accepted: str) -> list[Finding]:
     """The findings more severe than ``highest_accepted`` (one of SEVERITIES); 'unknown' never is."""
     limit = SEVERITIES.index(highest_accepted)
     return [f for f in found if f.severity in SEVERITIES and SEVERITIES.index(f.severity) > limit]
-
-

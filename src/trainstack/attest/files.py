@@ -198,14 +198,18 @@ def compare(record: FilesRecord, root: Path, record_path: Path | None = None) ->
         was, is_ = built.get(name), installed.get(name)
         if was is None and is_ is None:
             continue
-        change = ("added" if was is None else "removed" if is_ is None else "replaced" if was != is_
-                  else "modified" if paths else None)
+        change: Literal["replaced", "modified", "added", "removed"] | None
+        change = "added" if was is None else "removed" if is_ is None else "replaced" if was != is_ else "modified" if paths else None
         if change is not None:
-            changes.append(DistributionChange(name=name, change=change, built=was, installed=is_,
-                                              files=len(paths), example=paths[0] if paths else ""))
+            changes.append(
+                DistributionChange(name=name, change=change, built=was, installed=is_, files=len(paths), example=paths[0] if paths else "")
+            )
     return FileDrift(
-        basis="build record", record=str(record_path) if record_path else None, checked=len(now.files),
-        distributions=changes, unowned={k: len(v) for k, v in unowned.items() if v},
+        basis="build record",
+        record=str(record_path) if record_path else None,
+        checked=len(now.files),
+        distributions=changes,
+        unowned={k: len(v) for k, v in unowned.items() if v},
         **{k: v[:EXAMPLES] for k, v in unowned.items()},
     )
 
@@ -227,6 +231,9 @@ def against_record_files(root: Path, sites: list[Path]) -> FileDrift:
             if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != expected.removeprefix("sha256="):
                 differ.append(path)
         if differ:
-            changes.append(DistributionChange(name=dist.name, change="modified", built=dist.version, installed=dist.version,
-                                              files=len(differ), example=differ[0]))
+            changes.append(
+                DistributionChange(
+                    name=dist.name, change="modified", built=dist.version, installed=dist.version, files=len(differ), example=differ[0]
+                )
+            )
     return FileDrift(basis="RECORD", checked=checked, distributions=changes)

@@ -72,8 +72,12 @@ def statement(facts: BuildFacts) -> dict[str, Any]:
         "predicate": {
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
-                "externalParameters": {"stack": facts.stack_name, "flavour": facts.flavour, "backend": facts.backend,
-                                       "skip_sources": facts.skip_sources},
+                "externalParameters": {
+                    "stack": facts.stack_name,
+                    "flavour": facts.flavour,
+                    "backend": facts.backend,
+                    "skip_sources": facts.skip_sources,
+                },
                 "internalParameters": {"build_settings": facts.build_settings},
                 "resolvedDependencies": dependencies,
             },
@@ -103,8 +107,10 @@ def load_signer(path: Path) -> Any:
     try:
         key = load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
-        raise UsageError(f"{path}: --signing-key: not an unencrypted PEM private key ({_first(exc)})",
-                         hint="make one with: openssl genpkey -algorithm ed25519 -out KEY && chmod 600 KEY") from None
+        raise UsageError(
+            f"{path}: --signing-key: not an unencrypted PEM private key ({_first(exc)})",
+            hint="make one with: openssl genpkey -algorithm ed25519 -out KEY && chmod 600 KEY",
+        ) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise UsageError(f"{path}: --signing-key: a {type(key).__name__.removeprefix('_')} key; accepted: an ed25519 private key")
     return CryptoSigner(key)
@@ -120,8 +126,9 @@ def load_public_key(path: Path) -> Any:
     try:
         key = load_pem_public_key(data)
     except (ValueError, TypeError) as exc:
-        raise UsageError(f"{path}: --public-key: not a PEM public key ({_first(exc)})",
-                         hint="derive it with: openssl pkey -in KEY -pubout -out KEY.pub") from None
+        raise UsageError(
+            f"{path}: --public-key: not a PEM public key ({_first(exc)})", hint="derive it with: openssl pkey -in KEY -pubout -out KEY.pub"
+        ) from None
     if not isinstance(key, Ed25519PublicKey):
         raise UsageError(f"{path}: --public-key: not an ed25519 public key")
     return SSlibKey.from_crypto(key)
@@ -135,8 +142,11 @@ def _read_key(path: Path, option: str, *, private: bool) -> bytes:
     if not stat.S_ISREG(info.st_mode):
         raise UsageError(f"{path}: {option}: not a regular file")
     if private and info.st_mode & 0o077:
-        raise UsageError(f"{path}: {option}: permissions {stat.S_IMODE(info.st_mode):04o} are too open: a private key "
-                         f"must be readable by its owner alone", hint=f"chmod 600 {path}")
+        raise UsageError(
+            f"{path}: {option}: permissions {stat.S_IMODE(info.st_mode):04o} are too open: a private key "
+            f"must be readable by its owner alone",
+            hint=f"chmod 600 {path}",
+        )
     if info.st_size > MAX_KEY_BYTES:
         raise UsageError(f"{path}: {option}: larger than {MAX_KEY_BYTES // 1024} KiB: not a key")
     return path.read_bytes()
@@ -173,8 +183,10 @@ def open_envelope(path: Path, key: Any) -> dict[str, Any]:
     try:
         envelope.verify([key], 1)
     except VerificationError:
-        raise ProvenanceError(f"{path}: the signature does not verify with the public key given: the statement was "
-                              "changed after signing, or signed with another key") from None
+        raise ProvenanceError(
+            f"{path}: the signature does not verify with the public key given: the statement was "
+            "changed after signing, or signed with another key"
+        ) from None
     try:
         found = json.loads(envelope.payload)
     except ValueError:
@@ -193,8 +205,11 @@ def member(value: Any, *keys: str) -> Any:
 
 def subjects(found: dict[str, Any]) -> dict[str, str]:
     listed = found.get("subject", [])
-    return {str(s.get("name", "")): str(member(s, "digest", "sha256") or "")
-            for s in (listed if isinstance(listed, list) else []) if isinstance(s, dict)}
+    return {
+        str(s.get("name", "")): str(member(s, "digest", "sha256") or "")
+        for s in (listed if isinstance(listed, list) else [])
+        if isinstance(s, dict)
+    }
 
 
 def dependency(found: dict[str, Any], role: str) -> tuple[str, str] | None:
@@ -208,5 +223,3 @@ def dependency(found: dict[str, Any], role: str) -> tuple[str, str] | None:
 
 def _first(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:120] or type(exc).__name__
-
-

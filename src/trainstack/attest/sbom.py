@@ -62,14 +62,17 @@ def make_sbom(inputs: SbomInputs) -> str:
         return [Property(name=f"{PROPERTY}{k.replace('_', '-')}", value=v) for k, v in values.items() if v]
 
     root = Component(
-        name=f"{inputs.stack}/{inputs.flavour}", version=inputs.release, bom_ref=f"flavour:{inputs.flavour}",
+        name=f"{inputs.stack}/{inputs.flavour}",
+        version=inputs.release,
+        bom_ref=f"flavour:{inputs.flavour}",
         type=ComponentType.CONTAINER if inputs.backend == "oci" else ComponentType.APPLICATION,
         properties=props(backend=inputs.backend, flavour=inputs.flavour),
     )
     bom = Bom()
     bom.metadata.component = root
-    bom.metadata.tools.components.add(Component(name="trainstack", version=inputs.trainstack_version or None,
-                                                type=ComponentType.APPLICATION))
+    bom.metadata.tools.components.add(
+        Component(name="trainstack", version=inputs.trainstack_version or None, type=ComponentType.APPLICATION)
+    )
     parts = []
     names = sorted(set(inputs.installed) | {e.name for e in inputs.lock.entries})
     for name in names:
@@ -77,28 +80,48 @@ def make_sbom(inputs: SbomInputs) -> str:
         version = inputs.installed.get(name) or (entry.version if entry else None) or ""
         purl = PackageURL("pypi", name=name, version=version or None)
         locked = entry is not None and (entry.version is None or entry.version == version or name in inputs.sources)
-        parts.append(Component(
-            name=name, version=version or None, type=ComponentType.LIBRARY, purl=purl, bom_ref=str(purl),
-            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=h) for h in (hashes(entry) if entry else [])],
-            properties=props(
-                locked="yes" if locked else "no: installed, not in the lock",
-                installed="yes" if name in inputs.installed else "no",
-                built_from=inputs.sources.get(name, ""),
-                compiled_wheel=inputs.extension_wheels.get(name, ""),
-            ),
-        ))
+        parts.append(
+            Component(
+                name=name,
+                version=version or None,
+                type=ComponentType.LIBRARY,
+                purl=purl,
+                bom_ref=str(purl),
+                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=h) for h in (hashes(entry) if entry else [])],
+                properties=props(
+                    locked="yes" if locked else "no: installed, not in the lock",
+                    installed="yes" if name in inputs.installed else "no",
+                    built_from=inputs.sources.get(name, ""),
+                    compiled_wheel=inputs.extension_wheels.get(name, ""),
+                ),
+            )
+        )
     parts.append(Component(name="python", version=inputs.python, type=ComponentType.PLATFORM, bom_ref="python"))
     if inputs.cuda is not None:
-        parts.append(Component(name="cuda-toolkit", version=inputs.cuda.version, type=ComponentType.PLATFORM,
-                               bom_ref="cuda-toolkit", properties=props(cuda_route=inputs.cuda.route, cuda_source=inputs.cuda.text)))
+        parts.append(
+            Component(
+                name="cuda-toolkit",
+                version=inputs.cuda.version,
+                type=ComponentType.PLATFORM,
+                bom_ref="cuda-toolkit",
+                properties=props(cuda_route=inputs.cuda.route, cuda_source=inputs.cuda.text),
+            )
+        )
     if inputs.base_image:
-        parts.append(Component(name=inputs.base_image, type=ComponentType.CONTAINER, bom_ref="base-image",
-                               properties=props(role="base image")))
+        parts.append(
+            Component(name=inputs.base_image, type=ComponentType.CONTAINER, bom_ref="base-image", properties=props(role="base image"))
+        )
     parts += _system_parts(inputs, props)
     for lib in inputs.native:
-        parts.append(Component(name=lib.path, type=ComponentType.FILE, bom_ref=f"file:{lib.path}",
-                               hashes=[HashType(alg=HashAlgorithm.SHA_256, content=lib.sha256)],
-                               properties=props(role="native library outside the Python packages")))
+        parts.append(
+            Component(
+                name=lib.path,
+                type=ComponentType.FILE,
+                bom_ref=f"file:{lib.path}",
+                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=lib.sha256)],
+                properties=props(role="native library outside the Python packages"),
+            )
+        )
     for part in parts:
         bom.components.add(part)
     bom.register_dependency(root, parts)
@@ -114,14 +137,29 @@ def _system_parts(inputs: SbomInputs, props) -> list:
     parts = []
     distro = inputs.distro
     if distro is not None:
-        parts.append(Component(name=distro.id, version=distro.version_id or None, type=ComponentType.OPERATING_SYSTEM,
-                               bom_ref="operating-system", properties=props(role="the image's operating system")))
+        parts.append(
+            Component(
+                name=distro.id,
+                version=distro.version_id or None,
+                type=ComponentType.OPERATING_SYSTEM,
+                bom_ref="operating-system",
+                properties=props(role="the image's operating system"),
+            )
+        )
     namespace = distro.id if distro is not None else "debian"
     for pkg in inputs.system_packages:
         qualifiers = {"arch": pkg.arch} | ({"distro": distro.qualifier} if distro is not None else {})
         purl = PackageURL("deb", namespace=namespace, name=pkg.name, version=pkg.version, qualifiers=qualifiers)
-        parts.append(Component(name=pkg.name, version=pkg.version, type=ComponentType.LIBRARY, purl=purl, bom_ref=str(purl),
-                               properties=props(role="Debian package of the image (dpkg)", source_package=pkg.source)))
+        parts.append(
+            Component(
+                name=pkg.name,
+                version=pkg.version,
+                type=ComponentType.LIBRARY,
+                purl=purl,
+                bom_ref=str(purl),
+                properties=props(role="Debian package of the image (dpkg)", source_package=pkg.source),
+            )
+        )
     return parts
 
 

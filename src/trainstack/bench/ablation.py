@@ -14,11 +14,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from trainstack import proc
 from trainstack.bench import runtime
-from trainstack.bench.kineto import without_kineto_noise
 from trainstack.bench.device import dist_from_env
 from trainstack.bench.runner import RunSpec
 from trainstack.fsutil import atomic_write_json
@@ -48,7 +45,7 @@ def run_mode(spec: RunSpec, index: int, timeout_s: float | None, python: str | N
     with tempfile.TemporaryDirectory(prefix="trainstack-bench-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         atomic_write_json(spec_path, spec.to_json())
-        argv = [python or sys.executable, "-m", "trainstack.bench.worker", spec_path, result_path]
+        argv = [python or sys.executable, "-m", "trainstack.bench.worker", str(spec_path), str(result_path)]
         env = _worker_env(index) | ({"PYTHONPATH": SOURCE, runtime.VARIABLE: runtime.site_folders()} if python else {})
         try:
             result = proc.run(argv, env=env, timeout=timeout_s, echo=dist_from_env().rank == 0)
@@ -76,7 +73,15 @@ def _status_of(result: proc.Result) -> str:
 
 
 def _failed(spec: RunSpec, status: str, error: str) -> dict:
-    return {"model": spec.model, "mode": spec.mode.name, "batch": spec.batch, "seq": spec.seq, "seed": spec.seed, "status": status, "error": error}
+    return {
+        "model": spec.model,
+        "mode": spec.mode.name,
+        "batch": spec.batch,
+        "seq": spec.seq,
+        "seed": spec.seed,
+        "status": status,
+        "error": error,
+    }
 
 
 def _last_line(text: str) -> str:

@@ -9,8 +9,16 @@ from pathlib import Path
 from trainstack.bench import attribute as attr
 from trainstack.bench.api import BenchOptions, make_spec
 from trainstack.bench.environments import (
-    Environment, across_document, attribution_table, check_counts, environment, environments_table, label_of, probe,
-    run_across, write_results,
+    Environment,
+    across_document,
+    attribution_table,
+    check_counts,
+    environment,
+    environments_table,
+    label_of,
+    probe,
+    run_across,
+    write_results,
 )
 from trainstack.console import out
 from trainstack.errors import UsageError
@@ -49,8 +57,9 @@ def in_environments(opts: BenchOptions, named: list[str], repeats: int) -> tuple
     return document, _code(rows)
 
 
-def attribute(opts: BenchOptions, previous: Path, current: Path, order: list[str], flavour: str | None,
-              repeats: int, over: Path | None = None) -> tuple[dict, int]:
+def attribute(
+    opts: BenchOptions, previous: Path, current: Path, order: list[str], flavour: str | None, repeats: int, over: Path | None = None
+) -> tuple[dict, int]:
     """The environments between two releases built (each over ``over``'s packages where given),
     each benched, the change attributed."""
     from trainstack.bench.between import build_steps, over_python, releases
@@ -76,27 +85,43 @@ def attribute(opts: BenchOptions, previous: Path, current: Path, order: list[str
     figures = {f.label: f for f in attr.figures_of(rows, label_of)}
     result = attr.attribute(built.groups, [figures.get(n, attr.Figures(n, ())) for n in names], built.unresolved)
     flavours = after.slug if after.slug == before.slug else f"{before.slug} → {after.slug}"
-    title = f"{after.manifest.stack} {before.manifest.release} → {after.manifest.release} ({flavours}): {spec.model} {spec.mode.name}, " \
-            f"batch {spec.batch} x seq {spec.seq}, {repeats} repeat(s)"
+    title = (
+        f"{after.manifest.stack} {before.manifest.release} → {after.manifest.release} ({flavours}): {spec.model} {spec.mode.name}, "
+        f"batch {spec.batch} x seq {spec.seq}, {repeats} repeat(s)"
+    )
     out.print(attribution_table(result, title))
-    document = attribution_document(before, after, result, rows, model=spec.model, mode=spec.mode.name, batch=spec.batch,
-                                    seq=spec.seq, repeats=repeats)
+    document = attribution_document(
+        before, after, result, rows, model=spec.model, mode=spec.mode.name, batch=spec.batch, seq=spec.seq, repeats=repeats
+    )
     if seen is not None:
         document["over"] = str(seen.python)
     out.print(document["headline"], highlight=False, soft_wrap=True)
-    write_results(opts.out, f"bench-{spec.model}-b{spec.batch}-s{spec.seq}-{before.manifest.release}-{after.manifest.release}", rows, document)
+    write_results(
+        opts.out, f"bench-{spec.model}-b{spec.batch}-s{spec.seq}-{before.manifest.release}-{after.manifest.release}", rows, document
+    )
     return {**document, "rows": rows}, _code(rows)
 
 
-def attribution_document(before, after, result: attr.Attribution, rows: list[dict], *, model: str, mode: str, batch: int,
-                         seq: int, repeats: int) -> dict:
+def attribution_document(
+    before, after, result: attr.Attribution, rows: list[dict], *, model: str, mode: str, batch: int, seq: int, repeats: int
+) -> dict:
     """What --out's ``.attribution.json`` holds (release --results reads it): the two releases and
     their flavours, the setup, the headline, the steps each with its environment's versions."""
     steps = result.to_json()["steps"]
     for step in steps:  # what each step's environment held, so that a reader can rebuild it
         step["environment"] = next((r.get("environment") for r in rows if label_of(r) == step["step"]), None)
     return {
-        "stack": after.manifest.stack, "previous_release": before.manifest.release, "release": after.manifest.release,
-        "flavour": after.slug, "previous_flavour": before.slug, "model": model, "mode": mode, "batch": batch, "seq": seq,
-        "repeats": repeats, "headline": attr.headline(result), **result.to_json(), "steps": steps,
+        "stack": after.manifest.stack,
+        "previous_release": before.manifest.release,
+        "release": after.manifest.release,
+        "flavour": after.slug,
+        "previous_flavour": before.slug,
+        "model": model,
+        "mode": mode,
+        "batch": batch,
+        "seq": seq,
+        "repeats": repeats,
+        "headline": attr.headline(result),
+        **result.to_json(),
+        "steps": steps,
     }

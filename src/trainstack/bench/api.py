@@ -5,24 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from trainstack.bench.device import close_process_group, dist_from_env
-from trainstack.nn.hf import HfShape, resolve
-from trainstack.nn.decoder import ModelConfig
-from trainstack.nn.modes import Mode, parse_mode
-from trainstack.nn import defaults
-from trainstack.nn.presets import preset
-from trainstack.bench.parity import LR, MAX_SEEDS, describe, parity_result
-from trainstack.bench.report import breakdown_table, explain, rescue, results_table, write_jsonl
-from trainstack.bench.runner import RunSpec, run
 from rich.text import Text
 
-from trainstack.console import err, out
-from trainstack.errors import OutputError, ToolMissingError, UsageError
 from trainstack.bench.ablation import run_ablation
+from trainstack.bench.device import close_process_group, dist_from_env
 from trainstack.bench.flash import INSTALL
 from trainstack.bench.fp8 import EXTRA, MIN_CAPABILITY, torchao_missing
+from trainstack.bench.parity import LR, MAX_SEEDS, describe, parity_result
 from trainstack.bench.plot import write_chart
+from trainstack.bench.report import breakdown_table, explain, rescue, results_table, write_jsonl
+from trainstack.bench.runner import RunSpec, run
+from trainstack.console import err, out
+from trainstack.errors import OutputError, ToolMissingError, UsageError
 from trainstack.fsutil import atomic_write_json
+from trainstack.nn import defaults
+from trainstack.nn.decoder import ModelConfig
+from trainstack.nn.hf import HfShape, resolve
+from trainstack.nn.modes import Mode, parse_mode
+from trainstack.nn.presets import preset
 
 # Statuses that are results (the mode cannot run here), not failures of the benchmark.
 EXPECTED = {"ok", "oom", "unavailable"}
@@ -76,8 +76,19 @@ def make_spec(opts: BenchOptions) -> RunSpec:
             raise UsageError(message)
     cap = int(opts.memory_cap_gib * 2**30) if opts.memory_cap_gib else None
     profile = str(opts.profile.resolve()) if opts.profile is not None else None
-    return RunSpec(label, cfg, batch=opts.batch, seq=seq, steps=opts.steps, warmup=opts.warmup, device=opts.device, memory_cap_bytes=cap,
-                   profile_dir=profile, health=opts.health, accum=opts.accum)
+    return RunSpec(
+        label,
+        cfg,
+        batch=opts.batch,
+        seq=seq,
+        steps=opts.steps,
+        warmup=opts.warmup,
+        device=opts.device,
+        memory_cap_bytes=cap,
+        profile_dir=profile,
+        health=opts.health,
+        accum=opts.accum,
+    )
 
 
 def parse_parity(text: str) -> tuple[Mode, Mode]:
@@ -99,7 +110,9 @@ def check_fp8(modes: list[Mode], device: str) -> None:
     import torch
 
     if device == "cpu" or not torch.cuda.is_available():
-        raise UsageError(f"--modes {fp8}: float8 training needs an NVIDIA GPU of compute capability sm{''.join(map(str, MIN_CAPABILITY))} or newer; accepted here: modes without fp8")
+        raise UsageError(
+            f"--modes {fp8}: float8 training needs an NVIDIA GPU of compute capability sm{''.join(map(str, MIN_CAPABILITY))} or newer; accepted here: modes without fp8"
+        )
 
 
 def check_flash(modes: list[Mode], device: str) -> None:
@@ -148,8 +161,13 @@ def benchmark(opts: BenchOptions) -> list[dict]:
 def _starting(spec: RunSpec, modes: list[str]) -> None:
     """One line before the first step: the warm-up (compilation included) can take minutes."""
     what = f"{spec.model}, batch {spec.batch} x seq {spec.seq}, device {spec.device}"
-    err.print(Text(f"bench {what}: {', '.join(modes)}; {spec.warmup} warm-up step(s) first (compilation happens there), "
-                   f"then {spec.steps} timed", style="dim"), highlight=False)
+    err.print(
+        Text(
+            f"bench {what}: {', '.join(modes)}; {spec.warmup} warm-up step(s) first (compilation happens there), then {spec.steps} timed",
+            style="dim",
+        ),
+        highlight=False,
+    )
 
 
 def _progress(row: dict) -> None:
@@ -163,8 +181,9 @@ def _with_parity(opts: BenchOptions, spec: RunSpec, parity_modes: tuple[Mode, Mo
     if opts.ablation:
         rows = run_ablation([replace(spec, mode=m) for m in opts.modes], timeout_s=opts.timeout_s, on_row=_progress if lead else None)
 
-    specs = [replace(spec, mode=m, task="markov", lr=LR, lr_schedule=True, seed=seed)
-             for seed in range(opts.parity_seeds) for m in parity_modes]
+    specs = [
+        replace(spec, mode=m, task="markov", lr=LR, lr_schedule=True, seed=seed) for seed in range(opts.parity_seeds) for m in parity_modes
+    ]
     result = parity_result(run_ablation(specs, timeout_s=opts.timeout_s, on_row=_progress if lead else None))
     if lead:
         _publish(rows or result["rows"], spec, opts.out, result, stem_prefix="bench" if rows else "parity")
@@ -192,11 +211,9 @@ def _publish(rows: list[dict], spec: RunSpec, out_dir: Path | None, parity: dict
         import json
 
         text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
-        raise OutputError(f"{jsonl}: cannot write ({exc.strerror or exc}); "
-                          f"the results are in {rescue(text, name + '.jsonl')}") from None
+        raise OutputError(f"{jsonl}: cannot write ({exc.strerror or exc}); the results are in {rescue(text, name + '.jsonl')}") from None
     if kept is not None:
-        out.print(Text(f"{kept} holds an earlier run's results: kept; this run's are in {jsonl.name}"), highlight=False,
-                  soft_wrap=True)
+        out.print(Text(f"{kept} holds an earlier run's results: kept; this run's are in {jsonl.name}"), highlight=False, soft_wrap=True)
     out.print(f"wrote {jsonl}", highlight=False)
     if parity is not None:
         path = out_dir / f"{name.replace(stem_prefix, 'parity', 1)}.json"
@@ -230,5 +247,3 @@ def exit_code(rows: list[dict], ablation: bool, parity_rows: int = 0) -> int:
     if not any(r.get("status") == "ok" for r in rows):
         return 1
     return 0 if ablation or rows[0]["status"] == "ok" else 1
-
-

@@ -21,7 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 # torch and what ships with it as one group: its CUDA libraries, triton, its domain libraries
-TORCH_GROUP = re.compile(r"^(torch|torchvision|torchaudio|triton|pytorch-triton(-[a-z]+)?|nvidia-.+|cuda-(bindings|pathfinder|python|toolkit))\Z")
+TORCH_GROUP = re.compile(
+    r"^(torch|torchvision|torchaudio|triton|pytorch-triton(-[a-z]+)?|nvidia-.+|cuda-(bindings|pathfinder|python|toolkit))\Z"
+)
 CLEAR = 2.0  # a change at least this many times the noise floor is "clear"
 METRIC = "tokens_per_s_per_gpu"
 
@@ -99,8 +101,16 @@ def against_first(figures: Sequence[Figures]) -> list[dict]:
     for index, f in enumerate(figures):
         delta = Delta(f.median / base - 1, floor) if base and f.median and index else None
         verdict = "baseline" if index == 0 else (delta.confidence if delta else "not measured")
-        table.append({"environment": f.label, "repeats": len(f.samples), "median": f.median, "spread": f.spread,
-                      "change": delta.change if delta else None, "confidence": verdict})
+        table.append(
+            {
+                "environment": f.label,
+                "repeats": len(f.samples),
+                "median": f.median,
+                "spread": f.spread,
+                "change": delta.change if delta else None,
+                "confidence": verdict,
+            }
+        )
     return table
 
 
@@ -139,8 +149,9 @@ class Group:
 
 def changes_between(before: dict[str, str], after: dict[str, str]) -> list[Change]:
     """Every package whose version differs between two locks, by name."""
-    return [Change(name, before.get(name), after.get(name))
-            for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]
+    return [
+        Change(name, before.get(name), after.get(name)) for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)
+    ]
 
 
 def plan_groups(before: dict[str, str], after: dict[str, str], components: Iterable[str], order: Sequence[str] = ()) -> list[Group]:
@@ -200,15 +211,22 @@ class Attribution:
             "total_change": self.total.change if self.total else None,
             "total_confidence": self.total.confidence if self.total else "not measured",
             "unresolved": list(self.unresolved),
-            "steps": [{
-                "step": "base" if s.group is None else f"+{s.group.name}",
-                "changes": [] if s.group is None else [{"name": c.name, "before": c.before, "after": c.after} for c in s.group.changes],
-                "note": None if s.group is None else s.group.note,
-                "repeats": list(s.figures.samples), "median": s.figures.median, "spread": s.figures.spread,
-                "change": s.delta.change if s.delta else None, "contribution": s.contribution, "share": s.share,
-                "confidence": s.delta.confidence if s.delta else ("base" if s.group is None else "not measured"),
-                "headline": None if s.group is None else s.group.text(),
-            } for s in self.steps],
+            "steps": [
+                {
+                    "step": "base" if s.group is None else f"+{s.group.name}",
+                    "changes": [] if s.group is None else [{"name": c.name, "before": c.before, "after": c.after} for c in s.group.changes],
+                    "note": None if s.group is None else s.group.note,
+                    "repeats": list(s.figures.samples),
+                    "median": s.figures.median,
+                    "spread": s.figures.spread,
+                    "change": s.delta.change if s.delta else None,
+                    "contribution": s.contribution,
+                    "share": s.share,
+                    "confidence": s.delta.confidence if s.delta else ("base" if s.group is None else "not measured"),
+                    "headline": None if s.group is None else s.group.text(),
+                }
+                for s in self.steps
+            ],
         }
 
 
@@ -239,6 +257,11 @@ def percent(value: float) -> str:
     return f"{value * 100:+.1f}%"
 
 
+def _group_text(step) -> str:
+    """A step's component group as the notes name it (the base, which changes none: 'base')."""
+    return step.group.text() if step.group is not None else "base"
+
+
 def headline(attribution: Attribution, what: str = "training throughput") -> str:
     """'training throughput +6.1% (torch 2.5.1 → 2.7.0: +5.2%; transformers 4.46.2 → 5.0.0: +0.9%, within noise)'."""
     total = attribution.total
@@ -247,10 +270,10 @@ def headline(attribution: Attribution, what: str = "training throughput") -> str
     parts = []
     for step in attribution.steps[1:]:
         if step.contribution is None or step.delta is None:
-            parts.append(f"{step.group.text()}: not measured")
+            parts.append(f"{_group_text(step)}: not measured")
             continue
         verdict = ", within noise" if step.delta.within_noise else ""
-        parts.append(f"{step.group.text()}: {percent(step.contribution)}{verdict}")
+        parts.append(f"{_group_text(step)}: {percent(step.contribution)}{verdict}")
     noise = ", within noise" if total.within_noise else ""
     return f"{what} {percent(total.change)}{noise} ({'; '.join(parts)})" if parts else f"{what} {percent(total.change)}{noise}"
 
@@ -263,13 +286,18 @@ def table_rows(attribution: Attribution) -> list[list[str]]:
         what = "base" if step.group is None else "; ".join(c.text() for c in step.group.changes) or step.group.name
         if step.group is not None and step.group.note:
             what += f" ({step.group.note})"
-        rows.append([
-            "base" if step.group is None else f"+{step.group.name}", what,
-            f"{f.median:,.1f} (n={len(f.samples)})" if f.median else "not measured", f"{f.spread * 100:.1f}%",
-            percent(step.delta.change) if step.delta else "", percent(step.contribution) if step.contribution is not None else "",
-            f"{step.share * 100:.0f}%" if step.share is not None else "",
-            "base" if step.group is None else (step.delta.confidence if step.delta else "not measured"),
-        ])
+        rows.append(
+            [
+                "base" if step.group is None else f"+{step.group.name}",
+                what,
+                f"{f.median:,.1f} (n={len(f.samples)})" if f.median else "not measured",
+                f"{f.spread * 100:.1f}%",
+                percent(step.delta.change) if step.delta else "",
+                percent(step.contribution) if step.contribution is not None else "",
+                f"{step.share * 100:.0f}%" if step.share is not None else "",
+                "base" if step.group is None else (step.delta.confidence if step.delta else "not measured"),
+            ]
+        )
     return rows
 
 
@@ -278,6 +306,7 @@ TABLE_HEADER = ["step", "what changed", "tokens/s", "spread", "change", "contrib
 
 def markdown_table(attribution: Attribution) -> str:
     """The attribution as a Markdown table (each cell escaped by the caller's renderer where needed)."""
+
     def cell(text: str) -> str:
         return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 

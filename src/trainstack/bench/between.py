@@ -76,13 +76,17 @@ def releases(previous: Path, current: Path, flavour: str | None) -> tuple[Releas
     if flavour is not None:
         slug = flavour.replace(".", "")
         if slug not in common:
-            raise UsageError(f"--flavour {flavour}: not a flavour of the new release that follows one of the previous; "
-                             f"accepted: {', '.join(named(s) for s in common) or 'none'}")
+            raise UsageError(
+                f"--flavour {flavour}: not a flavour of the new release that follows one of the previous; "
+                f"accepted: {', '.join(named(s) for s in common) or 'none'}"
+            )
     elif len(common) == 1:
         slug = common[0]
     else:
-        raise UsageError(f"--attribute: the releases share {len(common)} flavours; pick one with --flavour "
-                         f"(accepted: {', '.join(named(s) for s in common) or 'none'})")
+        raise UsageError(
+            f"--attribute: the releases share {len(common)} flavours; pick one with --flavour "
+            f"(accepted: {', '.join(named(s) for s in common) or 'none'})"
+        )
     made = []
     for (manifest, folder, components), where, side_slug in zip(sides, (previous, current), (follows[slug], slug)):
         entry = manifest.flavours[side_slug]
@@ -94,8 +98,10 @@ def releases(previous: Path, current: Path, flavour: str | None) -> tuple[Releas
             raise LockError(f"{folder / entry.lock_file}: changed since it was locked", hint=f"re-lock {where}")
         made.append(Release(where, manifest, side_slug, entry, text, components))
     if made[0].flavour.python != made[1].flavour.python:
-        raise SpecError(f"flavour {named(slug)}: Python {made[0].flavour.python} in {previous}, {made[1].flavour.python} in {current}; "
-                        "accepted: releases whose flavour has one Python")
+        raise SpecError(
+            f"flavour {named(slug)}: Python {made[0].flavour.python} in {previous}, {made[1].flavour.python} in {current}; "
+            "accepted: releases whose flavour has one Python"
+        )
     return made[0], made[1]
 
 
@@ -152,8 +158,9 @@ def _requirements(before: Release, after: Release, components: tuple[str, ...], 
     return "".join(f"{o}\n" for o in options) + "".join(f"{n}=={v}\n" for n, v in sorted(pinned.items()))
 
 
-def _resolve(work: Path, before: Release, after: Release, components: tuple[str, ...], applied: list,
-             python: str) -> tuple[str | None, str | None]:
+def _resolve(
+    work: Path, before: Release, after: Release, components: tuple[str, ...], applied: list, python: str
+) -> tuple[str | None, str | None]:
     """The step's pins (uv pip compile, the previous pins as preferences): (the text, None), or
     (None, uv's reason in one line)."""
     request = _requirements(before, after, components, applied)
@@ -162,8 +169,21 @@ def _resolve(work: Path, before: Release, after: Release, components: tuple[str,
     atomic_write_text(folder / "requirements.in", request)
     preferences = "".join(f"{n}=={v}\n" for n, v in sorted(before.packages.items()))
     atomic_write_text(folder / "requirements.txt", preferences)  # uv keeps these pins unless the step needs others
-    result = proc.run(["uv", "pip", "compile", "--quiet", "--no-header", "--python-version", python,
-                       folder / "requirements.in", "-o", folder / "requirements.txt"], timeout=UV_TIMEOUT_S)
+    result = proc.run(
+        [
+            "uv",
+            "pip",
+            "compile",
+            "--quiet",
+            "--no-header",
+            "--python-version",
+            python,
+            folder / "requirements.in",
+            "-o",
+            folder / "requirements.txt",
+        ],
+        timeout=UV_TIMEOUT_S,
+    )
     if not result.ok:
         return None, condense(result.stderr, list(components))
     options = "".join(f"{o}\n" for o in parse_lock(request).options)
@@ -210,15 +230,16 @@ def _venv_from_text(work: Path, name: str, body: str, python: str, over: Over | 
         return interpreter
     shutil.rmtree(venv, ignore_errors=True)
     atomic_write_text(work / f"{name}-{digest}.txt", body)
-    for argv in (["uv", "venv", "--quiet", "--python", python if over is None else over.python, venv],
-                 ["uv", "pip", "sync", "--quiet", "--python", interpreter, work / f"{name}-{digest}.txt"]):
+    for argv in (
+        ["uv", "venv", "--quiet", "--python", str(python if over is None else over.python), str(venv)],
+        ["uv", "pip", "sync", "--quiet", "--python", str(interpreter), str(work / f"{name}-{digest}.txt")],
+    ):
         result = proc.run(argv, timeout=UV_TIMEOUT_S)
         if not result.ok:
             last = [line for line in result.stderr.strip().splitlines() if line.strip()][-1:] or [f"exit {result.returncode}"]
             raise BuildError(f"environment {name} ({work / f'{name}-{digest}.txt'}): {last[0][:300]}")
     if over is not None:  # site.addsitedir: the folders' own .pth files count too; they come after the venv's
         (site_packages,) = (venv / "lib").glob("python*/site-packages")
-        atomic_write_text(site_packages / "zz-trainstack-over.pth",
-                          "".join(f"import site; site.addsitedir({s!r})\n" for s in over.site))
+        atomic_write_text(site_packages / "zz-trainstack-over.pth", "".join(f"import site; site.addsitedir({s!r})\n" for s in over.site))
     ready.touch()
     return interpreter

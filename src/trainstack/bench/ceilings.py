@@ -38,7 +38,7 @@ def read_health(path: Path) -> dict:
     except json.JSONDecodeError as exc:
         raise SpecError(f"--health {path}:{exc.lineno}: not valid JSON ({exc.msg}); accepted: {ACCEPTED}") from None
     except (ValueError, RecursionError) as exc:
-        why = exc if isinstance(exc, ValueError) else "nested too deeply"
+        why = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
         raise SpecError(f"--health {path}: not valid JSON ({why}); accepted: {ACCEPTED}") from None
     checks = data.get("checks") if isinstance(data, dict) else None
     if not isinstance(checks, list):
@@ -50,10 +50,16 @@ def read_health(path: Path) -> dict:
         name = check["name"]
         unit, largest = HEALTH_CHECKS[name]
         value = check.get("value")
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= largest
-        if not ok or check.get("unit") != unit:
-            raise SpecError(f"--health {path}: checks[{i}] ({name}): value '{grammar.shown(value)}' unit '{grammar.shown(check.get('unit'))}'; "
-                            f"accepted: a positive number up to {largest:g} in {unit}")
+        if (
+            not isinstance(value, (int, float))
+            or isinstance(value, bool)
+            or not (math.isfinite(value) and 0 < value <= largest)
+            or check.get("unit") != unit
+        ):
+            raise SpecError(
+                f"--health {path}: checks[{i}] ({name}): value '{grammar.shown(value)}' unit '{grammar.shown(check.get('unit'))}'; "
+                f"accepted: a positive number up to {largest:g} in {unit}"
+            )
         found.setdefault(name, float(value))  # the first GPU's figure
     if not found:
         raise SpecError(f"--health {path}: no gemm.bf16 or copy.device check; accepted: {ACCEPTED}")
@@ -106,4 +112,3 @@ def optimizer_bytes(params: int) -> int:
     parameter and the moments, 4 bytes each (fp32 weights; bf16 weights with fp32 master
     copies move as many: 2-byte parameter and gradient, 4-byte master read and written)."""
     return 28 * params
-

@@ -14,17 +14,16 @@ from pathlib import Path
 from typing import NoReturn
 
 import jiter
-
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from trainstack import grammar
 from trainstack.bench.kernels import CLASSES, IDLE, class_cell
+from trainstack.console import out
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
-from trainstack import grammar
-from trainstack.console import out
 
 ACCEPTED = "a JSON-lines file written by 'trainstack bench'"
 
@@ -111,7 +110,7 @@ _LARGEST = sys.float_info.max
 
 def _number(value: object) -> bool:
     """A finite int or float (not a bool; NaN, infinity and an int past the float's range refused)."""
-    return (type(value) is float or type(value) is int) and -_LARGEST <= value <= _LARGEST  # type: ignore[operator]
+    return (type(value) is float or type(value) is int) and -_LARGEST <= value <= _LARGEST
 
 
 def _parse_list(path: Path, text: str) -> list:
@@ -200,8 +199,9 @@ def print_compare(path_a: Path, path_b: Path, console: Console | None = None, ma
 
 def _more(console: Console, count: int) -> None:
     if count > MAX_SHOWN:
-        console.print(Text(f"... and {count - MAX_SHOWN:,} more pair(s), not shown: --json lists every pair"),
-                      highlight=False, soft_wrap=True)
+        console.print(
+            Text(f"... and {count - MAX_SHOWN:,} more pair(s), not shown: --json lists every pair"), highlight=False, soft_wrap=True
+        )
 
 
 def _key(row: dict) -> tuple:
@@ -245,16 +245,26 @@ def compare_table(matched: Matched) -> Table:
         table.add_column(name, justify="left" if name in ("model", "mode") else "right", overflow="fold")
     for key in matched.ordered_keys[:MAX_SHOWN]:
         ra, rb = a.get(key), b.get(key)
-        table.add_row(*(Text(cell) for cell in (
-            str(key[0]), str(key[1]), f"{key[2]} x {key[3]}", str(key[4]),
-            _pair(ra, rb, "tokens_per_s_per_gpu", ",.0f"), _pair(ra, rb, "mfu", "", ratio=False),
-            _pair(ra, rb, "mem_allocated_gib", ".1f"),
-        )))
+        table.add_row(
+            *(
+                Text(cell)
+                for cell in (
+                    str(key[0]),
+                    str(key[1]),
+                    f"{key[2]} x {key[3]}",
+                    str(key[4]),
+                    _pair(ra, rb, "tokens_per_s_per_gpu", ",.0f"),
+                    _pair(ra, rb, "mfu", "", ratio=False),
+                    _pair(ra, rb, "mem_allocated_gib", ".1f"),
+                )
+            )
+        )
     return table
 
 
 def breakdown_shares(ra: dict | None, rb: dict | None) -> dict[str, dict[str, float | None]]:
     """Class -> {"a": share, "b": share} of a matched pair (idle last); {} when neither has a breakdown."""
+
     def shares(row: dict | None) -> dict[str, float]:
         b = (row or {}).get("breakdown") if (row or {}).get("status") == "ok" else None
         if not isinstance(b, dict):

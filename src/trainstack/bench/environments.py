@@ -45,8 +45,10 @@ def environment(text: str) -> Environment:
     elif path.is_file():
         python = path
     else:
-        raise UsageError(f"--in {text}: no such venv or Python interpreter; accepted: a venv folder or a Python "
-                         "interpreter (an image runs here only as a venv or interpreter it holds)")
+        raise UsageError(
+            f"--in {text}: no such venv or Python interpreter; accepted: a venv folder or a Python "
+            "interpreter (an image runs here only as a venv or interpreter it holds)"
+        )
     probe(text, python)
     return Environment(text, python)
 
@@ -56,12 +58,16 @@ def probe(label: str, python: Path) -> dict:
     try:
         result = proc.run([str(python.absolute()), "-c", PROBE], env={"PYTHONPATH": ""}, echo=False, timeout=PROBE_TIMEOUT_S)
     except OSError as exc:
-        raise UsageError(f"--in {label}: {python} does not run ({exc.strerror or exc}); accepted: a venv folder or a Python interpreter") from None
+        raise UsageError(
+            f"--in {label}: {python} does not run ({exc.strerror or exc}); accepted: a venv folder or a Python interpreter"
+        ) from None
     if not result.ok:
         lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
         last = lines[-1][:200] if lines else f"exit {result.returncode}"
         if "No module named 'torch'" in last:
-            raise ToolMissingError(f"--in {label}: its Python ({python}) has no torch", hint="install torch there, or name an environment that has it")
+            raise ToolMissingError(
+                f"--in {label}: its Python ({python}) has no torch", hint="install torch there, or name an environment that has it"
+            )
         raise UsageError(f"--in {label}: its Python ({python}) cannot import torch: {last}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -101,10 +107,16 @@ def environments_table(rows: list[dict], title: str) -> Table:
     versions = {label_of(r): r.get("environment") or {} for r in rows}
     for entry in attr.against_first(figures):
         env = versions.get(entry["environment"], {})
-        table.add_row(Text(entry["environment"]), Text(str(env.get("torch") or "-")), Text(str(env.get("python") or "-")),
-                      f"{entry['median']:,.1f}" if entry["median"] else "not measured", str(entry["repeats"]),
-                      f"{entry['spread'] * 100:.1f}%", attr.percent(entry["change"]) if entry["change"] is not None else "-",
-                      entry["confidence"])
+        table.add_row(
+            Text(entry["environment"]),
+            Text(str(env.get("torch") or "-")),
+            Text(str(env.get("python") or "-")),
+            f"{entry['median']:,.1f}" if entry["median"] else "not measured",
+            str(entry["repeats"]),
+            f"{entry['spread'] * 100:.1f}%",
+            attr.percent(entry["change"]) if entry["change"] is not None else "-",
+            entry["confidence"],
+        )
     return table
 
 
@@ -137,7 +149,9 @@ def write_results(out_dir: Path | None, stem: str, rows: list[dict], extra: dict
             atomic_write_json(written[-1], extra)
     except OSError as exc:
         text = json.dumps({"rows": rows, "attribution": extra}, sort_keys=True)
-        raise OutputError(f"{written[-1]}: cannot write ({exc.strerror or exc}); the results are in {rescue(text, name + '.json')}") from None
+        raise OutputError(
+            f"{written[-1]}: cannot write ({exc.strerror or exc}); the results are in {rescue(text, name + '.json')}"
+        ) from None
     for path in written:
         out.print(f"wrote {path}", highlight=False)
     return written

@@ -26,7 +26,9 @@ def use_flash_attn(model: nn.Module) -> int:
     A model without the bench decoder's attention (a Hugging Face model) is refused."""
     attentions = [m for m in model.modules() if isinstance(m, Attention)]
     if not attentions:
-        raise ModeUnavailable("unavailable: flash applies to the bench decoder's attention; a Hugging Face model chooses its own (its config's attn_implementation)")
+        raise ModeUnavailable(
+            "unavailable: flash applies to the bench decoder's attention; a Hugging Face model chooses its own (its config's attn_implementation)"
+        )
     from flash_attn import flash_attn_func
 
     for attention in attentions:

@@ -64,11 +64,14 @@ class Conversion:
         groups: dict[tuple[str, str], list[str]] = {}
         for name, why in self.kept.items():
             groups.setdefault((re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", name), why), []).append(name)
-        kept = "; ".join(
-            f"{names[0] if len(names) == 1 else f'{pattern} x{len(names)}'} ({why})" for (pattern, why), names in groups.items()
-        ) or "none"
+        kept = (
+            "; ".join(f"{names[0] if len(names) == 1 else f'{pattern} x{len(names)}'} ({why})" for (pattern, why), names in groups.items())
+            or "none"
+        )
         total = len(self.converted) + len(self.kept)
-        scaling = base_recipe(self.recipe) + (" scaling, fast accumulation in every product" if self.recipe.endswith(FAST_ACCUMULATION) else " scaling")
+        scaling = base_recipe(self.recipe) + (
+            " scaling, fast accumulation in every product" if self.recipe.endswith(FAST_ACCUMULATION) else " scaling"
+        )
         return f"float8 {scaling} (torchao): {len(self.converted)} of {total} linear layers; kept in bf16: {kept}"
 
 
@@ -86,13 +89,17 @@ def require(device) -> None:
     if torchao_missing():
         raise ModeUnavailable(f"unavailable: fp8 needs torchao: {EXTRA}")
     if device.type != "cuda":
-        raise ModeUnavailable(f"unavailable: fp8 needs an NVIDIA GPU of compute capability {_cc(MIN_CAPABILITY)} or newer; this run is on {device.type}")
+        raise ModeUnavailable(
+            f"unavailable: fp8 needs an NVIDIA GPU of compute capability {_cc(MIN_CAPABILITY)} or newer; this run is on {device.type}"
+        )
     import torch
 
     capability = torch.cuda.get_device_capability(device)
     if capability < MIN_CAPABILITY:
         name = torch.cuda.get_device_name(device)
-        raise ModeUnavailable(f"unavailable: fp8 needs compute capability {_cc(MIN_CAPABILITY)} or newer (Ada, Hopper, Blackwell); {name} is {_cc(capability)}")
+        raise ModeUnavailable(
+            f"unavailable: fp8 needs compute capability {_cc(MIN_CAPABILITY)} or newer (Ada, Hopper, Blackwell); {name} is {_cc(capability)}"
+        )
 
 
 def _cc(capability: tuple[int, int]) -> str:
@@ -166,7 +173,9 @@ def swap_linears(model: nn.Module, recipe: str, selected: Callable[[str], bool],
     layers whose name ``selected`` accepts (no size rule: ``convert`` applies those), each fed
     its input as one matrix (``_flat_input_linear``)."""
     float8 = _torchao_float8()
-    float8.convert_to_float8_training(model, config=float8_config(recipe, emulate=emulate), module_filter_fn=lambda module, fqn: selected(fqn))
+    float8.convert_to_float8_training(
+        model, config=float8_config(recipe, emulate=emulate), module_filter_fn=lambda module, fqn: selected(fqn)
+    )
     torchao_linear = float8.float8_linear.Float8Linear
     for module in model.modules():
         if type(module) is torchao_linear:
@@ -186,7 +195,7 @@ def _flat_input_linear(float8_linear: type) -> type:
     same results: only the repeated passes go."""
 
     class Float8LinearFlatInput(float8_linear):
-        def forward(self, input):  # noqa: A002 - nn.Linear's name
+        def forward(self, input):  # nn.Linear's name
             if input.dim() <= 2:
                 return super().forward(input)
             return super().forward(input.reshape(-1, input.shape[-1])).unflatten(0, input.shape[:-1])

@@ -84,7 +84,11 @@ def plain(model: torch.nn.Module, opt: Any, accum: int, *, master: bool) -> Trai
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    name = "AdamW on fp32 master copies (bench.precision)" if master else f"torch AdamW ({'fused' if opt.defaults.get('fused') else 'for-loop or foreach'})"
+    name = (
+        "AdamW on fp32 master copies (bench.precision)"
+        if master
+        else f"torch AdamW ({'fused' if opt.defaults.get('fused') else 'for-loop or foreach'})"
+    )
     return Trainer(model, step, backward, Layout("none", 1), name, opt=opt)
 
 
@@ -95,7 +99,9 @@ def fsdp2(model: torch.nn.Module, mode: Mode, lr: float, device: torch.device, d
     optimizer steps there."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if device.type == "cuda" else MixedPrecisionPolicy()
+    policy = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if device.type == "cuda" else MixedPrecisionPolicy()
+    )
     extra = {"offload_policy": CPUOffloadPolicy(pin_memory=device.type == "cuda")} if mode.offload else {}
     last = len(model.layers) - 1
     for i, block in enumerate(model.layers):
@@ -117,10 +123,14 @@ def fsdp2(model: torch.nn.Module, mode: Mode, lr: float, device: torch.device, d
 
     offload = frozenset(KINDS) if mode.offload else frozenset()
     name = "torch AdamW on the CPU (for-loop)" if mode.offload else f"torch AdamW ({'fused' if on_gpu else 'for-loop'})"
-    return Trainer(model, step, backward, Layout("fsdp2", dist.world_size, offload), name, cpu_step=mode.offload, before_micro=before, opt=opt)
+    return Trainer(
+        model, step, backward, Layout("fsdp2", dist.world_size, offload), name, cpu_step=mode.offload, before_micro=before, opt=opt
+    )
 
 
-def deepspeed_engine(model: torch.nn.Module, mode: Mode, lr: float, device: torch.device, dist: dev.Dist, *, batch: int, accum: int) -> Trainer:
+def deepspeed_engine(
+    model: torch.nn.Module, mode: Mode, lr: float, device: torch.device, dist: dev.Dist, *, batch: int, accum: int
+) -> Trainer:
     """DeepSpeed ZeRO at the mode's stage; with ``offload``, ZeRO-Offload (master weights,
     AdamW state and fp32 gradients on the host, its cpu_adam op stepping them). Clipping is
     off, as in every other mode (DeepSpeed clips at 1.0 unless told)."""
@@ -153,7 +163,9 @@ def deepspeed_engine(model: torch.nn.Module, mode: Mode, lr: float, device: torc
 
     shard = {1: "zero1", 2: "zero2", 3: "zero3"}[mode.zero_stage]
     offload = frozenset({"optimizer", "master", "grads"}) if mode.offload else frozenset()
-    return Trainer(engine, engine.step, backward, Layout(shard, dist.world_size, offload), name, cpu_step=mode.offload, opt=engine.optimizer)
+    return Trainer(
+        engine, engine.step, backward, Layout(shard, dist.world_size, offload), name, cpu_step=mode.offload, opt=engine.optimizer
+    )
 
 
 def _deepspeed_optimizer(model: torch.nn.Module, lr: float, device: torch.device, *, offload: bool) -> tuple[Any, str]:
@@ -162,7 +174,9 @@ def _deepspeed_optimizer(model: torch.nn.Module, lr: float, device: torch.device
     AdamW (fused on a GPU), the same kernel one process uses."""
     if not offload:
         fused = device.type == "cuda"
-        return torch.optim.AdamW(model.parameters(), lr=lr, fused=fused or None, foreach=None if fused else False), f"torch AdamW ({'fused' if fused else 'for-loop'}) under ZeRO"
+        return torch.optim.AdamW(
+            model.parameters(), lr=lr, fused=fused or None, foreach=None if fused else False
+        ), f"torch AdamW ({'fused' if fused else 'for-loop'}) under ZeRO"
     from deepspeed.ops.adam import DeepSpeedCPUAdam
 
     try:

@@ -66,8 +66,14 @@ class StepStats:
     chunks: int = 0
 
     def to_json(self) -> dict:
-        return {"d2h_bytes": self.d2h_bytes, "h2d_bytes": self.h2d_bytes, "cpu_ms": self.cpu_seconds * 1e3,
-                "exposed_ms": self.wait_seconds * 1e3, "chunks": self.chunks, "chunks_during_backward": self.early_chunks}
+        return {
+            "d2h_bytes": self.d2h_bytes,
+            "h2d_bytes": self.h2d_bytes,
+            "cpu_ms": self.cpu_seconds * 1e3,
+            "exposed_ms": self.wait_seconds * 1e3,
+            "chunks": self.chunks,
+            "chunks_during_backward": self.early_chunks,
+        }
 
 
 @dataclass
@@ -177,6 +183,7 @@ class HostAdamW:
             if self._armed and index not in self._announced:
                 self._announced.add(index)
                 self._queue.put((index, _event(self.cuda), True))
+
         return hook
 
     def _start(self) -> None:
@@ -188,7 +195,7 @@ class HostAdamW:
     def _run(self, lr: float) -> None:
         try:
             self._drain(lr)
-        except BaseException as exc:  # noqa: BLE001 - handed to the training loop's thread, raised there by step()
+        except BaseException as exc:  # noqa: BLE001 - handed to the training loop's thread, raised there by step(
             self._error = exc
             while self._queue.get() is not _STOP:
                 pass
@@ -237,7 +244,7 @@ class HostAdamW:
     def _down(self, chunk: Chunk, slot: int, ready):
         """The chunk's bf16 gradient to the host's staging buffer (the optimizer rung: a view,
         the device steps it where it is); with the event the copy records (None on the CPU)."""
-        grad = self.params[chunk.index].grad.reshape(-1)[chunk.start:chunk.stop]
+        grad = self.params[chunk.index].grad.reshape(-1)[chunk.start : chunk.stop]
         if not self.on_cpu:
             return grad
         buf = self._staging.down[slot][: chunk.stop - chunk.start]
@@ -254,7 +261,7 @@ class HostAdamW:
         return (buf, done)
 
     def _update_on_host(self, chunk: Chunk, slot: int, down, lr: float) -> None:
-        param = self.params[chunk.index].data.reshape(-1)[chunk.start:chunk.stop]
+        param = self.params[chunk.index].data.reshape(-1)[chunk.start : chunk.stop]
         grad, done = down
         if done is not None:
             done.synchronize()
@@ -263,9 +270,9 @@ class HostAdamW:
             event.synchronize()  # the upload that last read this buffer is done
         out = self._staging.up[slot][: chunk.stop - chunk.start]
         start = time.perf_counter()
-        m = self.exp_avgs[chunk.index][chunk.start:chunk.stop]
-        v = self.exp_avg_sqs[chunk.index][chunk.start:chunk.stop]
-        self._adamw(out, grad, self.masters[chunk.index][chunk.start:chunk.stop], m, v, lr, self._g32[slot])
+        m = self.exp_avgs[chunk.index][chunk.start : chunk.stop]
+        v = self.exp_avg_sqs[chunk.index][chunk.start : chunk.stop]
+        self._adamw(out, grad, self.masters[chunk.index][chunk.start : chunk.stop], m, v, lr, self._g32[slot])
         self.stats.cpu_seconds += time.perf_counter() - start
         self.stats.h2d_bytes += out.numel() * out.element_size()
         if not self.cuda:
@@ -282,10 +289,10 @@ class HostAdamW:
         """The optimizer rung: the moments come up, are updated with the device's master
         weight, and go back down, in order on one side stream (on the CPU: copied and
         copied back, as on a GPU)."""
-        param = self.params[chunk.index].data.reshape(-1)[chunk.start:chunk.stop]
-        master = self.masters[chunk.index][chunk.start:chunk.stop]
-        m_home = self.exp_avgs[chunk.index][chunk.start:chunk.stop]
-        v_home = self.exp_avg_sqs[chunk.index][chunk.start:chunk.stop]
+        param = self.params[chunk.index].data.reshape(-1)[chunk.start : chunk.stop]
+        master = self.masters[chunk.index][chunk.start : chunk.stop]
+        m_home = self.exp_avgs[chunk.index][chunk.start : chunk.stop]
+        v_home = self.exp_avg_sqs[chunk.index][chunk.start : chunk.stop]
         moved = 2 * m_home.numel() * m_home.element_size()
         self.stats.h2d_bytes += moved
         self.stats.d2h_bytes += moved
@@ -304,8 +311,16 @@ class HostAdamW:
             m_home.copy_(m, non_blocking=True)
             v_home.copy_(v, non_blocking=True)
 
-    def _adamw(self, out: torch.Tensor, grad: torch.Tensor, master: torch.Tensor, m: torch.Tensor, v: torch.Tensor, lr: float,
-               scratch: torch.Tensor | None = None) -> None:
+    def _adamw(
+        self,
+        out: torch.Tensor,
+        grad: torch.Tensor,
+        master: torch.Tensor,
+        m: torch.Tensor,
+        v: torch.Tensor,
+        lr: float,
+        scratch: torch.Tensor | None = None,
+    ) -> None:
         """One chunk's AdamW on its fp32 state, in place; the rounded weight into ``out``;
         ``scratch``: where the fused kernel's fp32 gradient goes (else a new tensor)."""
         beta1, beta2, eps, weight_decay = self.hyper
@@ -315,15 +330,31 @@ class HostAdamW:
             adamw_update(out, grad, master, m, v, step, rate, beta1, beta2, eps, weight_decay)
             return
         g32 = grad.float() if scratch is None else scratch[: grad.numel()].copy_(grad)
-        torch._fused_adamw_([master], [g32], [m], [v], [], [step], lr=lr, beta1=beta1, beta2=beta2,
-                            weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=False)
+        torch._fused_adamw_(
+            [master],
+            [g32],
+            [m],
+            [v],
+            [],
+            [step],
+            lr=lr,
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=weight_decay,
+            eps=eps,
+            amsgrad=False,
+            maximize=False,
+        )
         out.copy_(master)
 
     def _make_staging(self, largest: int) -> _Staging | None:
         if not self.on_cpu or largest == 0:
             return None
-        make = lambda: torch.empty(largest, dtype=torch.bfloat16, pin_memory=self.cuda)  # noqa: E731 - two of each
-        return _Staging(down=[make(), make()], up=[make(), make()])
+
+        def make() -> torch.Tensor:
+            return torch.empty(largest, dtype=torch.bfloat16, pin_memory=self.cuda)
+
+        return _Staging(down=[make(), make()], up=[make(), make()])  # two of each
 
     def host_tensors(self) -> list[torch.Tensor]:
         """What this optimizer keeps in host memory: its state there and its buffers."""
@@ -360,8 +391,9 @@ def block_parameters(model: nn.Module, params: list[nn.Parameter]) -> frozenset[
     return frozenset(i for i, p in enumerate(params) if id(p) in inside and id(p) not in outside)
 
 
-def to_bf16_with_host_state(model: nn.Module, *, lr: float, kinds: frozenset[str], kernel: str = "fused",
-                            chunk_elements: int = CHUNK_ELEMENTS) -> HostAdamW:
+def to_bf16_with_host_state(
+    model: nn.Module, *, lr: float, kinds: frozenset[str], kernel: str = "fused", chunk_elements: int = CHUNK_ELEMENTS
+) -> HostAdamW:
     """Cast ``model``'s parameters to bf16 in place and return the optimizer holding their
     fp32 values in host memory (or, for the optimizer rung, on the device), taken before the
     cast so the master weights start exact."""
@@ -371,5 +403,6 @@ def to_bf16_with_host_state(model: nn.Module, *, lr: float, kinds: frozenset[str
     with torch.no_grad():
         for p in params:
             p.data = p.data.to(torch.bfloat16)
-    return HostAdamW(params, masters, kinds=kinds, lr=lr, kernel=kernel, chunk_elements=chunk_elements,
-                     early=block_parameters(model, params))
+    return HostAdamW(
+        params, masters, kinds=kinds, lr=lr, kernel=kernel, chunk_elements=chunk_elements, early=block_parameters(model, params)
+    )

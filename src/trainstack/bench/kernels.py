@@ -90,8 +90,12 @@ class Breakdown:
         per_step = 1e3 * self.steps
         wall = self.wall_us or 1.0
         classes = {
-            name: {"ms_per_step": us / per_step, "share": us / wall, "kernel_ms_per_step": self.class_kernel_us.get(name, 0.0) / per_step,
-                   "kernels_per_step": self.class_count.get(name, 0) / max(self.steps, 1)}
+            name: {
+                "ms_per_step": us / per_step,
+                "share": us / wall,
+                "kernel_ms_per_step": self.class_kernel_us.get(name, 0.0) / per_step,
+                "kernels_per_step": self.class_count.get(name, 0) / max(self.steps, 1),
+            }
             for name, us in self.per_class.items()
         }
         return {
@@ -140,8 +144,10 @@ def class_of(name: str, phase: str = "", *, cpu: bool = False) -> str:
 
 def _split_overlaps(ks: list[Kernel], classes: list[str]) -> dict[str, float]:
     """Each covered instant once: where kernels overlap, the time is split evenly among them."""
-    edges = sorted([(k.start_us, 1, c) for k, c in zip(ks, classes)] + [(k.start_us + k.duration_us, -1, c) for k, c in zip(ks, classes)],
-                   key=lambda e: (e[0], e[1]))
+    edges = sorted(
+        [(k.start_us, 1, c) for k, c in zip(ks, classes)] + [(k.start_us + k.duration_us, -1, c) for k, c in zip(ks, classes)],
+        key=lambda e: (e[0], e[1]),
+    )
     active: dict[str, int] = {}
     running, last = 0, 0.0
     out: dict[str, float] = {}
@@ -186,7 +192,9 @@ def breakdown(kernels: Iterable[Kernel], steps: int, top: int = 3, *, wall_us: f
         counts[c] = counts.get(c, 0) + 1
     split = _split_overlaps(ks, classes)
     per_class = {c: split.get(c, 0.0) for c in CLASSES if c in summed}
-    return Breakdown(steps, wall, busy, ordered, largest, per_class, {c: summed[c] for c in per_class}, {c: counts[c] for c in per_class}, source)
+    return Breakdown(
+        steps, wall, busy, ordered, largest, per_class, {c: summed[c] for c in per_class}, {c: counts[c] for c in per_class}, source
+    )
 
 
 def text(b: Breakdown) -> str:
@@ -194,7 +202,10 @@ def text(b: Breakdown) -> str:
     if not b.wall_us:
         return "no device kernels were recorded\n"
     per = 1e3 * b.steps
-    lines = [f"{b.steps} steps, {b.wall_us / per:.2f} ms per step on the device, idle {b.idle_us / per:.2f} ms ({b.idle_us / b.wall_us:.1%})", ""]
+    lines = [
+        f"{b.steps} steps, {b.wall_us / per:.2f} ms per step on the device, idle {b.idle_us / per:.2f} ms ({b.idle_us / b.wall_us:.1%})",
+        "",
+    ]
     lines.append(f"{'kind':22s} {'ms/step':>9s} {'share':>7s}  largest kernels")
     for kind, us in b.per_kind.items():
         names = "; ".join(f"{_short(n)} {t / per:.2f}" for n, t in b.top.get(kind, []))

@@ -52,4 +52,4 @@ def kineto_noise_dropped(*, gpu: bool) -> Iterator[None]:
             held.seek(0)
             kept = without_kineto_noise(held.read().decode("utf-8", "replace"), gpu=gpu).encode()
             while kept:
-                kept = kept[os.write(2, kept):]
+                kept = kept[os.write(2, kept) :]

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainstack.errors import TrainstackError
-from trainstack.nn.modes import Mode
-from trainstack.memplan import apply, plan as plan_model, plan_memory
+from trainstack.memplan import apply, plan_memory
+from trainstack.memplan import plan as plan_model
 from trainstack.memplan.costs import Choice
 from trainstack.memplan.wrappers import compile_block, wrap
+from trainstack.nn.modes import Mode
 
 if TYPE_CHECKING:
     from torch import nn
@@ -27,18 +28,43 @@ def apply_checkpointing(model: nn.Module, mode: Mode) -> None:
             wrap(block, Choice.SELECTIVE if mode.ac == "selective" else Choice.FULL)
 
 
-def apply_planned(model: nn.Module, cfg, *, batch: int, seq: int, budget_bytes: int, world_size: int, compiled: bool = False, precision: str = "autocast-bf16",
-                  placement=None):
+def apply_planned(
+    model: nn.Module,
+    cfg,
+    *,
+    batch: int,
+    seq: int,
+    budget_bytes: int,
+    world_size: int,
+    compiled: bool = False,
+    precision: str = "autocast-bf16",
+    placement=None,
+):
     """Let memplan choose what to recompute for ``budget_bytes`` (for compiled blocks when
     ``compiled``; ``precision`` as memplan names the mode's weights, gradients and optimizer
     state); returns (model, plan)."""
     try:
         if hasattr(model, "example_batch"):  # a Hugging Face model: planned from the model itself
-            plan = plan_model(model, model.example_batch(batch, seq), budget=budget_bytes, world_size=world_size, precision=precision, compiled=compiled,
-                              placement=placement)
+            plan = plan_model(
+                model,
+                model.example_batch(batch, seq),
+                budget=budget_bytes,
+                world_size=world_size,
+                precision=precision,
+                compiled=compiled,
+                placement=placement,
+            )
         else:
-            plan = plan_memory(cfg, batch=batch, seq=seq, budget_bytes=budget_bytes, world_size=world_size, compiled=compiled, precision=precision,
-                               placement=placement)
+            plan = plan_memory(
+                cfg,
+                batch=batch,
+                seq=seq,
+                budget_bytes=budget_bytes,
+                world_size=world_size,
+                compiled=compiled,
+                precision=precision,
+                placement=placement,
+            )
     except TrainstackError as exc:
         raise ModeUnavailable(f"memplan: {exc}") from None
     return apply(model, plan), plan

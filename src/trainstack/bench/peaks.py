@@ -4,13 +4,14 @@ peaks and memory bandwidth, with the datasheet each comes from. Pure: reads pack
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 

@@ -8,8 +8,8 @@ import io
 import math
 from pathlib import Path
 
-from trainstack.fsutil import atomic_write_bytes
 from trainstack.bench.kernels import CLASSES, IDLE
+from trainstack.fsutil import atomic_write_bytes
 
 
 def write_chart(path: Path, rows: list[dict], title: str, parity: dict | None = None) -> None:
@@ -75,7 +75,8 @@ def _classes(ax, rows: list[dict], ok: list[bool]) -> None:
     """Each mode's step as stacked shares of its classes, idle last (bench.kernels)."""
     shares = []
     for row, good in zip(rows, ok):
-        b = row.get("breakdown") if good and isinstance(row.get("breakdown"), dict) else {}
+        given = row.get("breakdown")
+        b: dict = given if good and isinstance(given, dict) else {}
         figures = {name: c.get("share", 0.0) for name, c in b.get("classes", {}).items() if isinstance(c, dict)}
         shares.append(figures | ({IDLE: b.get("idle_share", 0.0)} if b else {}))
     names = [n for n in (*CLASSES, IDLE) if any(s.get(n) for s in shares)]
@@ -120,7 +121,7 @@ def _parity(fig, parity: dict) -> None:
     gap = [100 * abs(y - x) / abs(x) for x, y in zip(sa, sb)]
     gaps.plot(gap, color="tab:purple")
     gaps.axvspan(parity["tail_from"], len(gap) - 1, color="tab:purple", alpha=0.1, label="compared tail")
-    gaps.set_ylim(0, max(1.0, 1.5 * max(gap[parity["tail_from"]:])))
+    gaps.set_ylim(0, max(1.0, 1.5 * max(gap[parity["tail_from"] :])))
     gaps.set_xlabel("step")
     gaps.set_ylabel("|B - A| / A % (moving averages)")
     gaps.set_title(

@@ -23,9 +23,9 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from trainstack.bench.kineto import kineto_noise_dropped
 from trainstack.bench.kernels import Breakdown, Kernel, breakdown, class_text
 from trainstack.bench.kernels import text as kernel_text
+from trainstack.bench.kineto import kineto_noise_dropped
 from trainstack.fsutil import atomic_write_text
 
 ROWS = 40  # kernels in the table
@@ -117,8 +117,13 @@ def device_breakdown(prof: profile, n: int) -> Breakdown:
     events = prof.events()
     ops = {e.id: e for e in events if e.device_type == DeviceType.CPU and not getattr(e, "linked_correlation_id", 0)}
     found = (e for e in events if is_kernel(e))
-    return breakdown((Kernel(e.name, e.time_range.start, e.time_range.elapsed_us(), _phase(ops.get(getattr(e, "linked_correlation_id", 0))))
-                      for e in found), n)
+    return breakdown(
+        (
+            Kernel(e.name, e.time_range.start, e.time_range.elapsed_us(), _phase(ops.get(getattr(e, "linked_correlation_id", 0))))
+            for e in found
+        ),
+        n,
+    )
 
 
 def is_kernel(event) -> bool:

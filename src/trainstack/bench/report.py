@@ -27,26 +27,46 @@ def _speedup(row: dict, baseline: dict | None) -> str:
 def results_table(rows: list[dict], title: str = "trainstack bench") -> Table:
     table = Table(title=Text(title))  # names as plain text: a '[' in a model's name is no markup
     for name, justify in (
-        ("mode", "left"), ("status", "left"), ("tok/s/GPU", "right"), ("tok/s total", "right"), ("vs eager", "right"),
-        ("MFU", "right"), ("MFU fp8 peak", "right"), ("TFLOP/s/GPU", "right"), ("step ms median [p10-p90]", "right"),
-        ("mem GiB alloc/resv", "right"), ("warm-up s", "right"), ("loss first->final", "right"),
-    ):  # fmt: skip
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        ("mode", "left"),
+        ("status", "left"),
+        ("tok/s/GPU", "right"),
+        ("tok/s total", "right"),
+        ("vs eager", "right"),
+        ("MFU", "right"),
+        ("MFU fp8 peak", "right"),
+        ("TFLOP/s/GPU", "right"),
+        ("step ms median [p10-p90]", "right"),
+        ("mem GiB alloc/resv", "right"),
+        ("warm-up s", "right"),
+        ("loss first->final", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]  # each justify is one of rich's JustifyMethod words, written out above
     baseline = next((r for r in rows if r.get("mode") == "eager" and r.get("status") == "ok"), None)
     for row in rows:
         if row.get("status") != "ok":
             error = row.get("error") or ""
-            table.add_row(Text(row["mode"]), Text(row["status"].upper(), style="red"),
-                          Text(error if len(error) <= 40 else error[:39] + "…"), *[""] * 9)
+            table.add_row(
+                Text(row["mode"]),
+                Text(row["status"].upper(), style="red"),
+                Text(error if len(error) <= 40 else error[:39] + "…"),
+                *[""] * 9,
+            )
             continue
         mfu = "unknown" if row["mfu"] is None else f"{row['mfu']:.1%}"
         table.add_row(
-            Text(row["mode"]), "ok", fmt(row["tokens_per_s_per_gpu"]), fmt(row["tokens_per_s_total"]), _speedup(row, baseline),
-            mfu, _mfu_fp8(row), fmt(row["achieved_tflops_per_gpu"], ".1f"),
+            Text(row["mode"]),
+            "ok",
+            fmt(row["tokens_per_s_per_gpu"]),
+            fmt(row["tokens_per_s_total"]),
+            _speedup(row, baseline),
+            mfu,
+            _mfu_fp8(row),
+            fmt(row["achieved_tflops_per_gpu"], ".1f"),
             f"{row['step_ms_median']:.1f} [{row['step_ms_p10']:.1f}-{row['step_ms_p90']:.1f}]",
             f"{fmt(row['mem_allocated_gib'], '.1f', 'n/a')}/{fmt(row['mem_reserved_gib'], '.1f', 'n/a')}",
-            f"{row['warmup_s']:.1f}", f"{row['loss_first']:.3f}->{row['loss_final']:.3f}",
-        )  # fmt: skip
+            f"{row['warmup_s']:.1f}",
+            f"{row['loss_first']:.3f}->{row['loss_final']:.3f}",
+        )
     return table
 
 
@@ -67,20 +87,32 @@ def explain(rows: list[dict]) -> list[str]:
     fp8_peak = next((r["peak_fp8_tflops"] for r in rows if r.get("peak_fp8_tflops")), None)
     if fp8_peak:
         basis += f" (every row, float8 ones too, so they compare); 'MFU fp8 peak': float8 rows against the dense float8 peak {fp8_peak:g} TFLOP/s"
-    return [
-        f"model {row['model']}: {_count(row['params'])} parameters, {_count(row['non_embedding_params'])} without the input embedding; "
-        f"batch {row['batch']} x seq {row['seq']} per GPU; {row['world_size']} x {row['device_name']}; torch {row['torch']}",
-        _precisions(rows),
-        f"MFU basis: {basis}",
-        f"{FORMULA} = {row['flops_per_token'] / 1e9:.3f} GFLOP/token",
-        *_causal(rows),
-        f"timed steps {row['steps']} after {row['warmup_steps']} warm-up steps (warm-up s includes compilation); "
-        + ("step times from CUDA events, one sync at the end of the timed window" if row["device_type"] == "cuda" else "step times from the wall clock"),
-    ] + _attention(rows) + [f"{r['mode']} plan: {r['plan']}" for r in rows if r.get("plan")] + [
-        f"{r['mode']}: {r['fp8']}" for r in rows if r.get("fp8")
-    ] + [
-        f"{r['mode']} profile: {r['profile']['kernels']} (kernels by time), {r['profile']['trace']} (Chrome trace)" for r in rows if r.get("profile")
-    ] + _breakdown_basis(rows) + [f"{r['mode']}: {r['status']}: {r['error']}" for r in rows if r.get("status") != "ok" and r.get("error")]
+    return (
+        [
+            f"model {row['model']}: {_count(row['params'])} parameters, {_count(row['non_embedding_params'])} without the input embedding; "
+            f"batch {row['batch']} x seq {row['seq']} per GPU; {row['world_size']} x {row['device_name']}; torch {row['torch']}",
+            _precisions(rows),
+            f"MFU basis: {basis}",
+            f"{FORMULA} = {row['flops_per_token'] / 1e9:.3f} GFLOP/token",
+            *_causal(rows),
+            f"timed steps {row['steps']} after {row['warmup_steps']} warm-up steps (warm-up s includes compilation); "
+            + (
+                "step times from CUDA events, one sync at the end of the timed window"
+                if row["device_type"] == "cuda"
+                else "step times from the wall clock"
+            ),
+        ]
+        + _attention(rows)
+        + [f"{r['mode']} plan: {r['plan']}" for r in rows if r.get("plan")]
+        + [f"{r['mode']}: {r['fp8']}" for r in rows if r.get("fp8")]
+        + [
+            f"{r['mode']} profile: {r['profile']['kernels']} (kernels by time), {r['profile']['trace']} (Chrome trace)"
+            for r in rows
+            if r.get("profile")
+        ]
+        + _breakdown_basis(rows)
+        + [f"{r['mode']}: {r['status']}: {r['error']}" for r in rows if r.get("status") != "ok" and r.get("error")]
+    )
 
 
 def _causal(rows: list[dict]) -> list[str]:
@@ -98,13 +130,17 @@ def _breakdown_basis(rows: list[dict]) -> list[str]:
     if row is None:
         return []
     b = row["breakdown"]
-    lines = [f"time per class: {b.get('steps')} more steps profiled after the timed ones ({b.get('source')}; overlapping kernels "
-             "counted once, idle = no kernel running); rates over each class's kernel time, its work counted as:"]
+    lines = [
+        f"time per class: {b.get('steps')} more steps profiled after the timed ones ({b.get('source')}; overlapping kernels "
+        "counted once, idle = no kernel running); rates over each class's kernel time, its work counted as:"
+    ]
     lines += [f"  {name}: {w.get('counted', '?')}" for name, w in b.get("work", {}).items()]
     limits = b.get("ceilings") or {}
     if limits.get("gemm_tflops") or limits.get("copy_gbps"):
-        lines.append(f"ceilings: products {fmt(limits.get('gemm_tflops'), ',.0f')} TFLOP/s ({limits.get('gemm_source')}), "
-                     f"memory {fmt(limits.get('copy_gbps'), ',.0f')} GB/s ({limits.get('copy_source')})")
+        lines.append(
+            f"ceilings: products {fmt(limits.get('gemm_tflops'), ',.0f')} TFLOP/s ({limits.get('gemm_source')}), "
+            f"memory {fmt(limits.get('copy_gbps'), ',.0f')} GB/s ({limits.get('copy_source')})"
+        )
     return lines
 
 
@@ -115,8 +151,12 @@ def breakdown_table(rows: list[dict]) -> Table | None:
     if not found:
         return None
     present = [c for c in CLASSES if any(c in r["breakdown"].get("classes", {}) for r in found)]
-    table = Table(title=Text("time per step by class, of a profiled step (the profiler slows it; the timed median "
-                             "is the table above's): share of the step; achieved rate (of its ceiling)"))
+    table = Table(
+        title=Text(
+            "time per step by class, of a profiled step (the profiler slows it; the timed median "
+            "is the table above's): share of the step; achieved rate (of its ceiling)"
+        )
+    )
     table.add_column("mode")
     # a profiled step (after the timed ones, under the profiler): not the timed steps' median
     table.add_column("profiled step ms", justify="right")
@@ -136,7 +176,9 @@ def _attention(rows: list[dict]) -> list[str]:
     if row is None:
         return []
     times = ", ".join(f"{name} {ms:.2f} ms" for name, ms in sorted(row["sdpa_ms"].items(), key=lambda kv: kv[1]))
-    return [f"attention: {row.get('sdpa_backend', '?')}, the fastest of the fused backends timed at these shapes (forward+backward: {times})"]
+    return [
+        f"attention: {row.get('sdpa_backend', '?')}, the fastest of the fused backends timed at these shapes (forward+backward: {times})"
+    ]
 
 
 def _precisions(rows: list[dict]) -> str:

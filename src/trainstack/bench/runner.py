@@ -20,23 +20,24 @@ from datetime import datetime, timezone
 import torch
 from torch.profiler import record_function
 
-from trainstack.bench import device as dev, flash, fp8
+from trainstack.bench import device as dev
+from trainstack.bench import flash, fp8
+from trainstack.bench.ceilings import ceilings, with_rates
 from trainstack.bench.frameworks import Trainer, deepspeed_engine, ensure_group, fsdp2, needs_group, plain
+from trainstack.bench.host_optimizer import HOST_RUNGS, HostAdamW, to_bf16_with_host_state
+from trainstack.bench.mfu import class_work, flops_per_token, flops_per_token_causal, mfu, mfu_causal, mfu_fp8
+from trainstack.bench.modes import ModeUnavailable, apply_checkpointing, apply_compile, apply_planned
+from trainstack.bench.parity import lr_factor, markov_tokens
+from trainstack.bench.peaks import peak_for
+from trainstack.bench.precision import to_bf16_with_master
+from trainstack.bench.profile import profile_steps
 from trainstack.memplan.budget import host_memory_bytes
 from trainstack.memplan.offload import Placement
 from trainstack.memplan.placement import KINDS, Layout
 from trainstack.memplan.rates import measure_rates
-from trainstack.bench.mfu import class_work, flops_per_token, flops_per_token_causal, mfu, mfu_causal, mfu_fp8
-from trainstack.bench.peaks import peak_for
-from trainstack.nn.hf import HfShape, build_hf_model
 from trainstack.nn.decoder import ModelConfig, Transformer
-from trainstack.bench.modes import ModeUnavailable, apply_checkpointing, apply_compile, apply_planned
+from trainstack.nn.hf import HfShape, build_hf_model
 from trainstack.nn.modes import Mode, parse_mode
-from trainstack.bench.parity import lr_factor, markov_tokens
-from trainstack.bench.ceilings import ceilings, with_rates
-from trainstack.bench.precision import to_bf16_with_master
-from trainstack.bench.host_optimizer import HOST_RUNGS, HostAdamW, to_bf16_with_host_state
-from trainstack.bench.profile import profile_steps
 
 # Distinct synthetic batches cycled through, generated on the device once.
 _BATCHES = 4
@@ -99,7 +100,7 @@ def run(spec: RunSpec) -> dict:
         measured = measure(spec, device, dist)
     except ModeUnavailable as exc:
         return {**row, "status": "unavailable", "error": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - only OOMs are reported as rows; anything else propagates
+    except Exception as exc:  # only OOMs are reported as rows; anything else propagates
         if not dev.is_oom(exc):
             raise
         return {**row, "status": "oom", "error": _first_line(exc)}
@@ -156,14 +157,19 @@ def measure(spec: RunSpec, device: torch.device, dist: dev.Dist) -> Measured:
         allocated, reserved = dev.peak_memory(device)
         extra = _profile(spec, step, device, dist) if spec.profile_dir or spec.breakdown else {}
     local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
-    extra |= {"params_per_rank": local, "sdpa_ms": {name.lower(): ms for name, ms in sdpa_ms.items()},
-              "framework": mode.framework or ("fsdp2" if dist.enabled else "none"), "accum": accum,
-              "state_lived": trainer.where(), "optimizer": trainer.optimizer,
-              "precision": _precision(device, dist, mode)}  # the mode as planned: a plan may put state on the host
+    extra |= {
+        "params_per_rank": local,
+        "sdpa_ms": {name.lower(): ms for name, ms in sdpa_ms.items()},
+        "framework": mode.framework or ("fsdp2" if dist.enabled else "none"),
+        "accum": accum,
+        "state_lived": trainer.where(),
+        "optimizer": trainer.optimizer,
+        "precision": _precision(device, dist, mode),
+    }  # the mode as planned: a plan may put state on the host
     if isinstance(trainer.opt, HostAdamW):
         extra["host_optimizer"] = host_summary(trainer.opt, spec)
     if trainer.cpu_step_seconds:
-        timed = trainer.cpu_step_seconds[spec.warmup:spec.warmup + spec.steps] or trainer.cpu_step_seconds
+        timed = trainer.cpu_step_seconds[spec.warmup : spec.warmup + spec.steps] or trainer.cpu_step_seconds
         extra["cpu_optimizer_ms_per_step"] = statistics.median(timed) * 1e3
     if built.fp8_note:
         extra["fp8"] = built.fp8_note
@@ -182,8 +188,9 @@ def _mean_over_ranks(losses: torch.Tensor, dist: dev.Dist) -> list[float]:
     return (t / dist.world_size).tolist()
 
 
-def make_trainer(model: torch.nn.Module, mode: Mode, spec: RunSpec, device: torch.device, dist: dev.Dist,
-                 host_kinds: frozenset[str] | None = None) -> Trainer:
+def make_trainer(
+    model: torch.nn.Module, mode: Mode, spec: RunSpec, device: torch.device, dist: dev.Dist, host_kinds: frozenset[str] | None = None
+) -> Trainer:
     """The mode's framework around ``model``: DeepSpeed ZeRO, FSDP2 (under torchrun, or on one
     process where the mode names it or offloads, in a group of its own), bench's own host
     optimizer (a ``bf16`` mode offloaded on one process: memplan's rung, or master weights and
@@ -221,13 +228,15 @@ def synthetic_batches(spec: RunSpec, device: torch.device, dist: dev.Dist) -> to
     """(n, batch, seq + 1) tokens, the same in every mode: uniform random tokens (a few
     batches, cycled), or for the ``markov`` task one learnable batch per step."""
     if spec.task == "markov":
-        return markov_tokens(spec.cfg.vocab_size, (spec.warmup + spec.steps, spec.batch, spec.seq + 1), device=device, seed=spec.seed + dist.rank)
+        return markov_tokens(
+            spec.cfg.vocab_size, (spec.warmup + spec.steps, spec.batch, spec.seq + 1), device=device, seed=spec.seed + dist.rank
+        )
     # a generator of its own: the same tokens in every mode, whatever a mode draws from the global one;
     # the ranks take their shares of one global batch, so N ranks see what one process of N times the batch sees
     gen = torch.Generator(device).manual_seed(spec.seed)
     n = max(_BATCHES, spec.accum)
     tokens = torch.randint(0, spec.cfg.vocab_size, (n, dist.world_size * spec.batch, spec.seq + 1), device=device, generator=gen)
-    return tokens[:, dist.rank * spec.batch:(dist.rank + 1) * spec.batch].contiguous()
+    return tokens[:, dist.rank * spec.batch : (dist.rank + 1) * spec.batch].contiguous()
 
 
 @dataclass
@@ -259,8 +268,15 @@ def build(spec: RunSpec, mode: Mode, device: torch.device, dist: dev.Dist) -> Bu
     if mode.ac == "planned":
         budget = dev.memory_budget(device, spec.memory_cap_bytes)
         model, chosen = apply_planned(
-            model, spec.cfg, batch=spec.batch, seq=spec.seq, budget_bytes=budget, world_size=dist.world_size,
-            compiled=mode.compile, precision=planned_precision(mode, dist, device), placement=bench_placement(spec, mode, dist, device),
+            model,
+            spec.cfg,
+            batch=spec.batch,
+            seq=spec.seq,
+            budget_bytes=budget,
+            world_size=dist.world_size,
+            compiled=mode.compile,
+            precision=planned_precision(mode, dist, device),
+            placement=bench_placement(spec, mode, dist, device),
         )
         plan = chosen.summary() if hasattr(chosen, "summary") else _first_line(chosen)
         keep_budget = getattr(chosen, "compiler_budget", None)
@@ -287,8 +303,14 @@ def plan_predicted(chosen: object) -> dict:
     if b is None:
         return {}
     cost = getattr(chosen, "step_cost", None)
-    return {"plan_predicted": {"allocated_gib": b.allocated_peak / 2**30, "reserved_gib": b.reserved_peak / 2**30,
-                               "host_gib": b.host_bytes / 2**30, "step_s": getattr(cost, "total_s", None)}}
+    return {
+        "plan_predicted": {
+            "allocated_gib": b.allocated_peak / 2**30,
+            "reserved_gib": b.reserved_peak / 2**30,
+            "host_gib": b.host_bytes / 2**30,
+            "step_s": getattr(cost, "total_s", None),
+        }
+    }
 
 
 def planned_precision(mode: Mode, dist: dev.Dist, device: torch.device) -> str:
@@ -308,15 +330,25 @@ def bench_placement(spec: RunSpec, mode: Mode, dist: dev.Dist, device: torch.dev
         return None
     if host_optimizer_mode(replace(mode, offload=True), dist):  # bench's host optimizer: its two rungs
         host = host_memory_bytes()
-        return Placement(shard="none", offload=HOST_RUNGS[-1] if mode.offload else None, accum=spec.accum,
-                         ladder=(frozenset(), *HOST_RUNGS), host_budget_bytes=int(host * 0.9) if host else None,
-                         rates=measure_rates(device))
+        return Placement(
+            shard="none",
+            offload=HOST_RUNGS[-1] if mode.offload else None,
+            accum=spec.accum,
+            ladder=(frozenset(), *HOST_RUNGS),
+            host_budget_bytes=int(host * 0.9) if host else None,
+            rates=measure_rates(device),
+        )
     shard = mode.framework or ("fsdp2" if dist.enabled or mode.offload else "none")
     kinds = frozenset({"optimizer", "master", "grads"}) if mode.zero_stage else frozenset(KINDS)
     host = host_memory_bytes()
-    return Placement(shard=shard, offload=kinds if mode.offload else None, accum=spec.accum, ladder=(frozenset(), kinds),
-                     host_budget_bytes=int(host * 0.9) if host else None,
-                     rates=measure_rates(device))
+    return Placement(
+        shard=shard,
+        offload=kinds if mode.offload else None,
+        accum=spec.accum,
+        ladder=(frozenset(), kinds),
+        host_budget_bytes=int(host * 0.9) if host else None,
+        rates=measure_rates(device),
+    )
 
 
 def host_optimizer_mode(mode: Mode, dist: dev.Dist) -> bool:
@@ -339,7 +371,7 @@ def host_offload(model: torch.nn.Module, opt: HostAdamW, accum: int) -> Trainer:
 
 def host_summary(opt: HostAdamW, spec: RunSpec) -> dict:
     """The host optimizer's timed steps: median bytes each way, CPU update and exposed wait."""
-    timed = opt.history[spec.warmup:spec.warmup + spec.steps] or opt.history
+    timed = opt.history[spec.warmup : spec.warmup + spec.steps] or opt.history
     rows = [s.to_json() for s in timed]
     return {key: statistics.median(r[key] for r in rows) for key in rows[0]} if rows else {}
 
@@ -376,7 +408,9 @@ def shard(model: torch.nn.Module, device: torch.device) -> None:
     """FSDP2: each block is one all-gather unit; the last block stays gathered for backward."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if device.type == "cuda" else MixedPrecisionPolicy()
+    policy = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if device.type == "cuda" else MixedPrecisionPolicy()
+    )
     last = len(model.layers) - 1
     for i, block in enumerate(model.layers):
         fully_shard(block, mp_policy=policy, reshard_after_forward=i < last)
@@ -460,7 +494,8 @@ def _precision(device: torch.device, dist: dev.Dist, mode: Mode) -> str:
     if mode.framework or mode.offload:
         name = {"fsdp2": "FSDP2", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}[mode.framework or "fsdp2"]
         return f"{name}{' with offload' if mode.offload else ''} over {dist.world_size} rank{'s' if dist.world_size > 1 else ''}, " + (
-            "bf16 params, fp32 master and optimizer state" if device.type == "cuda" else "fp32")
+            "bf16 params, fp32 master and optimizer state" if device.type == "cuda" else "fp32"
+        )
     if dist.enabled:
         return f"FSDP2 over {dist.world_size} ranks, " + ("bf16 params, fp32 master and reduction" if device.type == "cuda" else "fp32")
     fp8 = f" + float8 linear layers ({mode.fp8} scaling)" if mode.fp8 else ""
@@ -480,7 +515,9 @@ def _sdpa_choice(spec: RunSpec, device: torch.device) -> str:
 def _max_over_ranks(values: list[float], dist: dev.Dist) -> list[float]:
     if not dist.enabled:
         return values
-    t = torch.tensor(values, dtype=torch.float64, device="cuda" if torch.cuda.is_available() and torch.distributed.get_backend() == "nccl" else "cpu")
+    t = torch.tensor(
+        values, dtype=torch.float64, device="cuda" if torch.cuda.is_available() and torch.distributed.get_backend() == "nccl" else "cpu"
+    )
     torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
     return t.tolist()
 

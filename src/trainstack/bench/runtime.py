@@ -25,7 +25,7 @@ class _Fallback(importlib.abc.MetaPathFinder):
     def __init__(self, folders: list[str]) -> None:
         self.folders = folders
 
-    def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001 - the finder protocol
+    def find_spec(self, fullname, path=None, target=None):
         if path is not None or fullname not in NAMES:
             return None
         return importlib.machinery.PathFinder.find_spec(fullname, self.folders)
@@ -45,11 +45,17 @@ def install() -> None:
 def borrowed() -> dict[str, str]:
     """The distributions this process imported through the fallback, with their versions."""
     chosen = folders()
-    used = {name for name in NAMES if name in sys.modules
-            and any(str(getattr(sys.modules[name], "__file__", "") or "").startswith(f) for f in chosen)}
+    used = {
+        name
+        for name in NAMES
+        if name in sys.modules and any(str(getattr(sys.modules[name], "__file__", "") or "").startswith(f) for f in chosen)
+    }
     wanted = {name.replace("_", "-").lower() for name in used}
-    return {dist.metadata["Name"]: dist.version for dist in importlib.metadata.distributions(path=chosen)
-            if str(dist.metadata["Name"]).replace("_", "-").lower() in wanted}
+    return {
+        dist.metadata["Name"]: dist.version
+        for dist in importlib.metadata.distributions(path=chosen)
+        if str(dist.metadata["Name"]).replace("_", "-").lower() in wanted
+    }
 
 
 def site_folders() -> str:

@@ -18,7 +18,7 @@ from trainstack.trust import reserved_name
 BEGIN = "# trainstack: the stack's [env] (set in the image too)"
 END = "# trainstack: end of [env]"
 RESTORE = "_trainstack_env_restore"
-CALL = f"    command -v {RESTORE} >/dev/null 2>&1 && {RESTORE} \"${{1:-}}\"  # trainstack: the stack's [env] given back"
+CALL = f'    command -v {RESTORE} >/dev/null 2>&1 && {RESTORE} "${{1:-}}"  # trainstack: the stack\'s [env] given back'
 # the function every venv's (python -m venv, uv) bin/activate defines, at the start of a line
 _DEACTIVATE = re.compile(r"^deactivate \(\) \{[ \t]*$", re.MULTILINE)
 
@@ -28,8 +28,10 @@ def activation_block(env: Mapping[str, str]) -> str:
     lines, restore = [BEGIN], [f"{RESTORE} () {{"]
     for name, value in env.items():
         if not grammar.ENV_NAME.fullmatch(name) or not grammar.ENV_VALUE.fullmatch(value):
-            raise SpecError(f"env.{grammar.shown(name)}: '{grammar.shown(value)}' cannot be written into an activation "
-                            "script (accepted: a variable name and printable ASCII on one line)")
+            raise SpecError(
+                f"env.{grammar.shown(name)}: '{grammar.shown(value)}' cannot be written into an activation "
+                "script (accepted: a variable name and printable ASCII on one line)"
+            )
         if reserved_name(name) is not None:  # it would overwrite a value kept for deactivate
             raise SpecError(f"env.{grammar.shown(name)}: a name the activation keeps to itself ({reserved_name(name)})")
         kept, was_set = f"_TRAINSTACK_OLD_{name}", f"_TRAINSTACK_HAD_{name}"
@@ -52,8 +54,10 @@ def write_activation_env(venv: Path, env: Mapping[str, str]) -> Path | None:
     if CALL not in text:
         found = _DEACTIVATE.search(text)
         if found is None:
-            raise BuildError(f"{script}: no 'deactivate () {{' line to give the stack's [env] back in "
-                            "(accepted: the activation script python -m venv or uv writes)")
-        text = text[: found.end()] + "\n" + CALL + text[found.end():]
+            raise BuildError(
+                f"{script}: no 'deactivate () {{' line to give the stack's [env] back in "
+                "(accepted: the activation script python -m venv or uv writes)"
+            )
+        text = text[: found.end()] + "\n" + CALL + text[found.end() :]
     atomic_write_text(script, text.rstrip("\n") + "\n\n" + activation_block(env))
     return script

@@ -17,26 +17,25 @@ from typing import Any
 
 from rich.text import Text
 
-from trainstack.builder.backend import Backend, BuildJob
 from trainstack.attest.provenance import load_signer
+from trainstack.buildenv import budget_for, max_jobs
+from trainstack.builder.backend import Backend, BuildJob
 from trainstack.builder.cpu import effective_cpus
 from trainstack.builder.evidence import FILES_RECORD, write_provenance
 from trainstack.builder.extensions import require_venv_nvcc
-from trainstack.buildenv import budget_for, max_jobs
+from trainstack.builder.oci import select_oci
 from trainstack.builder.record import BuildRecord
 from trainstack.builder.steps import Steps
 from trainstack.builder.swap import swap_into_place
+from trainstack.builder.venv import VenvBackend, python_installed
 from trainstack.console import err
-from trainstack.proc import no_interrupt
-from trainstack.errors import (BuildError, BusyError, DiskSpaceError, OutputError, SpecError, ToolMissingError, TrainstackError,
-                               UsageError)
+from trainstack.errors import BuildError, BusyError, DiskSpaceError, OutputError, SpecError, ToolMissingError, TrainstackError, UsageError
 from trainstack.fsutil import atomic_write_json, describe_os_error
-from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.lock.layers import FlavourLayers
+from trainstack.proc import no_interrupt
+from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.stackfile.matrix import Flavour
 from trainstack.stackfile.paths import stack_path
-from trainstack.builder.oci import select_oci
-from trainstack.builder.venv import VenvBackend, python_installed
 
 BACKENDS = ("venv", "oci")
 
@@ -82,10 +81,7 @@ def build_stack(
         for layers in inputs.layers:
             _plan(layers, chosen.name, build_dir.absolute(), cpus, skip_sources, force)
         return []
-    return [
-        _build_one(inputs, layers, chosen, tools, build_dir.absolute(), cpus, skip_sources, force, signer)
-        for layers in inputs.layers
-    ]
+    return [_build_one(inputs, layers, chosen, tools, build_dir.absolute(), cpus, skip_sources, force, signer) for layers in inputs.layers]
 
 
 def _plan(layers: FlavourLayers, backend: str, build_dir: Path, cpus: float, skip_sources: bool, force: bool) -> None:
@@ -94,12 +90,20 @@ def _plan(layers: FlavourLayers, backend: str, build_dir: Path, cpus: float, ski
     if not force and _up_to_date(final, layers, backend, skip_sources) is not None:
         err.print(f"{layers.flavour.slug}: up to date ({final / 'build.json'}); would do nothing", highlight=False)
         return
-    installs = ", ".join(f"{name} {len(layer.entries)}" for name, layer in
-                         (("toolchain", layers.toolchain), ("torch", layers.torch), ("extras", layers.extras)) if layer.entries)
+    installs = ", ".join(
+        f"{name} {len(layer.entries)}"
+        for name, layer in (("toolchain", layers.toolchain), ("torch", layers.torch), ("extras", layers.extras))
+        if layer.entries
+    )
     compiles = ("left out (--skip-sources): " if skip_sources else "compile: ") + ", ".join(
-        f"{s.component.key} (MAX_JOBS {max_jobs(cpus, budget_for(s.component))})" for s in layers.sources)
-    err.print(f"{layers.flavour.slug}: would build with {backend} into {final}: install {installs or 'nothing'} package(s)"
-              + (f"; {compiles}" if layers.sources else ""), highlight=False, soft_wrap=True)
+        f"{s.component.key} (MAX_JOBS {max_jobs(cpus, budget_for(s.component))})" for s in layers.sources
+    )
+    err.print(
+        f"{layers.flavour.slug}: would build with {backend} into {final}: install {installs or 'nothing'} package(s)"
+        + (f"; {compiles}" if layers.sources else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _with_installed_python(layers: list[FlavourLayers]) -> list[FlavourLayers]:
@@ -108,14 +112,17 @@ def _with_installed_python(layers: list[FlavourLayers]) -> list[FlavourLayers]:
     kept = [one for one in layers if python_installed(one.flavour.python)]
     for one in layers:
         if one not in kept:
-            err.print(f"{one.flavour.slug}: left out, no Python {one.flavour.python} on this machine "
-                      f"([build] venv_flavours = \"installed-python\"; --flavour {one.flavour.slug} builds it)", highlight=False)
+            err.print(
+                f"{one.flavour.slug}: left out, no Python {one.flavour.python} on this machine "
+                f'([build] venv_flavours = "installed-python"; --flavour {one.flavour.slug} builds it)',
+                highlight=False,
+            )
     if not kept:
         wanted = ", ".join(sorted({one.flavour.python for one in layers}))
         raise ToolMissingError(
             f"no flavour's Python is on this machine (the stack's flavours need Python {wanted})",
             hint="install one of them (the distribution's python3.X package, or 'uv python install 3.X'), or build "
-                 "one with --flavour SLUG, which lets uv download its Python",
+            "one with --flavour SLUG, which lets uv download its Python",
         )
     for one in kept:
         err.print(f"{one.flavour.slug}: building on this machine's Python {one.flavour.python}", highlight=False)
@@ -152,16 +159,30 @@ def _build_one(
         return _build_locked(inputs, layers, backend, tools, build_dir, cpus, skip_sources, force, final, signer)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskSpaceError(f"{build_dir}: no space left on the device while building {slug}",
-                                 hint="free some space; the previous build of this flavour is unchanged") from None
+            raise DiskSpaceError(
+                f"{build_dir}: no space left on the device while building {slug}",
+                hint="free some space; the previous build of this flavour is unchanged",
+            ) from None
         if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-            raise OutputError(f"{build_dir}: the build folder cannot be written ({describe_os_error(exc)}); nothing was "
-                              f"built for {slug}, the previous build, if any, is unchanged") from None
+            raise OutputError(
+                f"{build_dir}: the build folder cannot be written ({describe_os_error(exc)}); nothing was "
+                f"built for {slug}, the previous build, if any, is unchanged"
+            ) from None
         raise
 
 
-def _build_locked(inputs: Inputs, layers: FlavourLayers, backend: Backend, tools: dict[str, str], build_dir: Path,
-                  cpus: float, skip_sources: bool, force: bool, final: Path, signer: Any = None) -> BuildRecord:
+def _build_locked(
+    inputs: Inputs,
+    layers: FlavourLayers,
+    backend: Backend,
+    tools: dict[str, str],
+    build_dir: Path,
+    cpus: float,
+    skip_sources: bool,
+    force: bool,
+    final: Path,
+    signer: Any = None,
+) -> BuildRecord:
     slug = layers.flavour.slug
     with _flavour_lock(build_dir, final.name):
         current = _up_to_date(final, layers, backend.name, skip_sources)
@@ -185,10 +206,14 @@ def _build_locked(inputs: Inputs, layers: FlavourLayers, backend: Backend, tools
             raise
         except BaseException as exc:
             full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
-            error = DiskSpaceError(
-                f"{build_dir}: no space left on the device while building {slug}",
-                hint="free some space; the previous build of this flavour is unchanged",
-            ) if full else exc
+            error = (
+                DiskSpaceError(
+                    f"{build_dir}: no space left on the device while building {slug}",
+                    hint="free some space; the previous build of this flavour is unchanged",
+                )
+                if full
+                else exc
+            )
             _keep_failed_logs(staging, final, error)
             shutil.rmtree(staging, ignore_errors=True)
             if full:
@@ -220,7 +245,13 @@ def _keep_failed_logs(staging: Path, final: Path, exc: BaseException) -> Path | 
         return None
     if isinstance(exc, TrainstackError):
         where = f"logs in {kept}"
-        exc.hint = exc.hint.replace(str(logs), str(kept)) if exc.hint and str(logs) in exc.hint else where if not exc.hint else f"{exc.hint}; {where}"
+        exc.hint = (
+            exc.hint.replace(str(logs), str(kept))
+            if exc.hint and str(logs) in exc.hint
+            else where
+            if not exc.hint
+            else f"{exc.hint}; {where}"
+        )
     return kept
 
 
@@ -245,8 +276,15 @@ def _run(
     job = BuildJob(inputs, layers, staging, final, skip_sources, _ca_bundle(inputs), cpus, jobs)
     steps = Steps(staging, retries=inputs.stack.build.retries, shown_root=final)
     err.print(Text.assemble((layers.flavour.slug, "bold"), f" ({backend.name}): {cpus:g} CPUs"), highlight=False)
-    err.print(Text(f"logs: {final / 'logs'} once built (while building: {staging / 'logs'}; "
-                   f"a failed build's under {final / 'logs'}/failed-<time>/)", style="dim"), highlight=False, soft_wrap=True)
+    err.print(
+        Text(
+            f"logs: {final / 'logs'} once built (while building: {staging / 'logs'}; "
+            f"a failed build's under {final / 'logs'}/failed-<time>/)",
+            style="dim",
+        ),
+        highlight=False,
+        soft_wrap=True,
+    )
     output = backend.build(job, steps)
     record = BuildRecord(
         stack=inputs.stack.stack.name,
@@ -321,8 +359,10 @@ def _no_link(path: Path) -> None:
     """BuildError when ``path``, a name of the build's own in the build folder, is a link: the
     build writes and removes its own files there through no link."""
     if path.is_symlink():
-        raise BuildError(f"{path}: a link in the build folder (to {os.readlink(path)}); a build writes its own "
-                         "files there, never through a link", hint=f"remove the link ({path}); the build makes its own")
+        raise BuildError(
+            f"{path}: a link in the build folder (to {os.readlink(path)}); a build writes its own files there, never through a link",
+            hint=f"remove the link ({path}); the build makes its own",
+        )
 
 
 @contextmanager
@@ -340,6 +380,8 @@ def _flavour_lock(build_dir: Path, slug: str) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise BusyError(f"{build_dir / slug}: another build of this flavour is running; nothing was done",
-                            hint="wait for it to finish, or build into another --build-dir") from None
+            raise BusyError(
+                f"{build_dir / slug}: another build of this flavour is running; nothing was done",
+                hint="wait for it to finish, or build into another --build-dir",
+            ) from None
         yield

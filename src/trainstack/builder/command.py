@@ -10,23 +10,28 @@ import typer
 def command(
     stack: Path = typer.Argument(..., help="The stack file (its lock must be current)."),
     flavour: str | None = typer.Option(None, "--flavour", "--flavor", help="Build one flavour (its slug); default: all."),
-    backend: str | None = typer.Option(None, "--backend", show_default=False,
-                                       help="venv (uv, needs only Python) or oci (buildah or docker buildx); default: "
-                                            "the stack's [build] backend, venv unless it says."),
-    build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Outputs go to BUILD_DIR/<flavour>/."),
-    skip_sources: bool = typer.Option(
-        False, "--skip-sources", help="Leave out components built from source (recorded in build.json)."
+    backend: str | None = typer.Option(
+        None,
+        "--backend",
+        show_default=False,
+        help="venv (uv, needs only Python) or oci (buildah or docker buildx); default: the stack's [build] backend, venv unless it says.",
     ),
+    build_dir: Path = typer.Option(Path("build"), "--build-dir", help="Outputs go to BUILD_DIR/<flavour>/."),
+    skip_sources: bool = typer.Option(False, "--skip-sources", help="Leave out components built from source (recorded in build.json)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even when build.json matches the lock."),
     signing_key: Path | None = typer.Option(
-        None, "--signing-key", metavar="KEY",
+        None,
+        "--signing-key",
+        metavar="KEY",
         help="An ed25519 private key (PEM, mode 600): sign each build's provenance (BUILD_DIR/<flavour>/provenance.intoto.json).",
     ),
-    dry_run: bool = typer.Option(False, "--dry-run",
-                                 help="Check the lock, the backend and its tools, and say what would be built; download and write nothing."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Check the lock, the backend and its tools, and say what would be built; download and write nothing."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the build records (build.json of each flavour) as a JSON list on stdout."),
     offline: bool = typer.Option(
-        False, "--offline",
+        False,
+        "--offline",
         help="Install from uv's cache and the installed Pythons only, never the network (as UV_OFFLINE=1 does).",
     ),
 ) -> None:
@@ -45,7 +50,12 @@ def command(
 
     check_output(build_dir, "--build-dir", folder=True)
     records = build_stack(
-        stack, flavour=flavour, backend=backend, build_dir=build_dir, skip_sources=skip_sources, force=force,
+        stack,
+        flavour=flavour,
+        backend=backend,
+        build_dir=build_dir,
+        skip_sources=skip_sources,
+        force=force,
         signing_key=signing_key,
         dry_run=dry_run,
     )

@@ -3,7 +3,6 @@ bounded by the memory free for compiling at a per-unit estimate."""
 
 from __future__ import annotations
 
-
 import os
 import re
 from dataclasses import dataclass
@@ -107,7 +106,9 @@ def cgroup_room(root: Path, self_cgroup: str) -> int | None:
             limit = _read(directory / "memory.limit_in_bytes")
             # no limit reads as a page-rounded 2**63 - 1
             if limit and limit.isdigit() and int(limit) < 2**62:
-                found.append(_room(int(limit), _read(directory / "memory.usage_in_bytes"), _read(directory / "memory.stat"), "total_inactive_file"))
+                found.append(
+                    _room(int(limit), _read(directory / "memory.usage_in_bytes"), _read(directory / "memory.stat"), "total_inactive_file")
+                )
     return min(found) if found else None
 
 

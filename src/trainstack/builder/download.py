@@ -93,9 +93,7 @@ class Fetcher:
     auth: Mapping[str, HostAuth] = field(default_factory=dict)
 
     def get(self, url: str, *, accept: str | None = None) -> bytes:
-        return with_retries(
-            lambda: self._once(url, accept), what=f"GET {redact(url)}", attempts=self.attempts, initial=self.initial_wait
-        )
+        return with_retries(lambda: self._once(url, accept), what=f"GET {redact(url)}", attempts=self.attempts, initial=self.initial_wait)
 
     def _opener(self) -> urllib.request.OpenerDirector:
         context = ssl.create_default_context(cafile=self.ca_bundle)
@@ -136,7 +134,13 @@ def sdist_url(fetcher: Fetcher, index: str, name: str, version: str, sha256s: li
         hashes = item.get("hashes") if isinstance(item, dict) else None
         digest = hashes.get("sha256") if isinstance(hashes, dict) else None
         filename = item.get("filename") if isinstance(item, dict) else None
-        if isinstance(filename, str) and isinstance(item.get("url"), str) and digest in sha256s and filename.endswith((".tar.gz", ".zip")) and f"-{version}." in filename:
+        if (
+            isinstance(filename, str)
+            and isinstance(item.get("url"), str)
+            and digest in sha256s
+            and filename.endswith((".tar.gz", ".zip"))
+            and f"-{version}." in filename
+        ):
             return urllib.parse.urljoin(page, item["url"]), digest
     raise BuildError(
         f"{redact(page)}: no sdist of {name}=={version} with a hash from the lock",

@@ -50,9 +50,14 @@ def image_system(run_in_image: Callable[[list[str]], proc.Result]) -> tuple[Dist
     return distro, installed_packages(status.stdout) if status.ok else ()
 
 
-def sbom_inputs(job: BuildJob, backend: str, installed: dict[str, str], extensions: dict[str, ExtensionRecord],
-                native: tuple[NativeLibrary, ...] = (), system: tuple[Distro | None, tuple[DebPackage, ...]] = (None, ())
-                ) -> SbomInputs:
+def sbom_inputs(
+    job: BuildJob,
+    backend: str,
+    installed: dict[str, str],
+    extensions: dict[str, ExtensionRecord],
+    native: tuple[NativeLibrary, ...] = (),
+    system: tuple[Distro | None, tuple[DebPackage, ...]] = (None, ()),
+) -> SbomInputs:
     layers, stack = job.layers, job.inputs.stack
     sources, wheels = {}, {}
     for src in layers.sources:
@@ -70,11 +75,21 @@ def sbom_inputs(job: BuildJob, backend: str, installed: dict[str, str], extensio
         if comp.key in extensions:
             wheels[comp.key] = extensions[comp.key].wheel
     return SbomInputs(
-        stack=stack.stack.name, release=stack.stack.release, flavour=layers.flavour.slug, backend=backend,
-        python=layers.flavour.python, lock=layers.full, installed=installed, sources=sources, extension_wheels=wheels,
+        stack=stack.stack.name,
+        release=stack.stack.release,
+        flavour=layers.flavour.slug,
+        backend=backend,
+        python=layers.flavour.python,
+        lock=layers.full,
+        installed=installed,
+        sources=sources,
+        extension_wheels=wheels,
         cuda=cuda_toolkit(job, backend),
         base_image=(layers.locked.base_image or _base(stack, layers.flavour)) if backend == "oci" else "",
-        native=native, trainstack_version=_version(), distro=system[0], system_packages=system[1],
+        native=native,
+        trainstack_version=_version(),
+        distro=system[0],
+        system_packages=system[1],
     )
 
 
@@ -133,12 +148,20 @@ def write_provenance(folder: Path, inputs: Inputs, layers: FlavourLayers, record
         subjects = {record.image or layers.flavour.slug: (record.image_id or "").removeprefix("sha256:")}
     byproducts = {name: sha256_file(folder / name) for name in ("build.json", FILES_RECORD) if (folder / name).is_file()}
     facts = BuildFacts(
-        subjects=subjects, stack_name=inputs.stack_path.name, stack_sha256=sha256_file(inputs.stack_path),
-        lock_file=layers.locked.lock_file, lock_sha256=layers.locked.lock_sha256,
-        manifest_sha256=sha256_file(manifest_path(inputs.stack_path)), flavour=layers.flavour.slug,
-        backend=record.backend, skip_sources=bool(record.skipped_sources), build_settings=dict(layers.locked.build_settings),
+        subjects=subjects,
+        stack_name=inputs.stack_path.name,
+        stack_sha256=sha256_file(inputs.stack_path),
+        lock_file=layers.locked.lock_file,
+        lock_sha256=layers.locked.lock_sha256,
+        manifest_sha256=sha256_file(manifest_path(inputs.stack_path)),
+        flavour=layers.flavour.slug,
+        backend=record.backend,
+        skip_sources=bool(record.skipped_sources),
+        build_settings=dict(layers.locked.build_settings),
         base_image=layers.locked.base_image if record.backend == "oci" else "",
-        tools={"trainstack": _version(), **record.tools}, started=record.started_at, finished=record.finished_at,
+        tools={"trainstack": _version(), **record.tools},
+        started=record.started_at,
+        finished=record.finished_at,
         byproducts=byproducts,
     )
     target = folder / PROVENANCE_NAME

@@ -31,15 +31,15 @@ from trainstack.builder.steps import Steps
 from trainstack.console import err
 from trainstack.errors import BuildError, ToolMissingError
 from trainstack.fsutil import atomic_write_json, loads_strict, read_regular
-from trainstack.lock.lockfile import parse_lock
 from trainstack.hostnvcc import find_host_nvcc
+from trainstack.lock.lockfile import parse_lock
 from trainstack.rules.nvcc import no_route, venv_route, wheel_route
 from trainstack.rules.toolchain import toolchain_rules
 
 if TYPE_CHECKING:
-    from trainstack.rules.schema import Rules
     from trainstack.builder.backend import BuildJob
     from trainstack.lock.layers import FlavourLayers, SourceBuild
+    from trainstack.rules.schema import Rules
     from trainstack.stackfile.schema import Component
 
 PROBE_KERNEL = "__global__ void trainstack_probe(float* x) { x[threadIdx.x] *= 2.0f; }\n"
@@ -81,9 +81,11 @@ def require_venv_nvcc(rules: Rules, layers: FlavourLayers) -> None:
     if venv_route(rules, flavour.cuda, host) is not None and host.home is not None:
         return
     sources = ", ".join(s.component.key for s in layers.sources)
-    raise ToolMissingError(f"flavour {flavour.slug}: {no_route(rules, flavour.cuda, flavour.os, host)}; nothing was "
-                           "downloaded", hint=f"or build it without {sources} with --skip-sources, or as an image with "
-                                              "--backend oci (trainstack check --backend oci says whether that can)")
+    raise ToolMissingError(
+        f"flavour {flavour.slug}: {no_route(rules, flavour.cuda, flavour.os, host)}; nothing was downloaded",
+        hint=f"or build it without {sources} with --skip-sources, or as an image with "
+        "--backend oci (trainstack check --backend oci says whether that can)",
+    )
 
 
 def host_cuda_home(rules: Rules, slug: str, cuda: str, os_name: str) -> Path:
@@ -110,7 +112,7 @@ def probe_compile(steps: Steps, home: Path, arch: str, workdir: Path) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     kernel = workdir / "probe.cu"
     kernel.write_text(PROBE_KERNEL, encoding="utf-8")
-    argv = [home / "bin" / "nvcc", *nvcc_arch_flags(arch), "-c", kernel, "-o", workdir / "probe.o"]
+    argv: list[str | Path] = [home / "bin" / "nvcc", *nvcc_arch_flags(arch), "-c", kernel, "-o", workdir / "probe.o"]
     name = f"nvcc-probe-sm_{arch}"
     log = steps.log_path(name)
     try:
@@ -204,14 +206,17 @@ class WheelCache:
         if not isinstance(name, str) or not isinstance(digest, str) or not _WHEEL_NAME.fullmatch(name):
             return None  # written before wheels were recorded by hash: built again
         if canonicalize_name(name.split("-", 1)[0]) != canonicalize_name(key.package):
-            return self._stale(key, f"its record names {name}, a wheel of another package than {key.package}")
+            self._stale(key, f"its record names {name}, a wheel of another package than {key.package}")
+            return None
         try:
             copy = _copy_hashed(folder / name, dest / name)
         except OSError as exc:
-            return self._stale(key, f"its wheel {name} cannot be read ({exc.strerror or exc})")
+            self._stale(key, f"its wheel {name} cannot be read ({exc.strerror or exc})")
+            return None
         if copy != digest:
             (dest / name).unlink(missing_ok=True)
-            return self._stale(key, f"its wheel {name} has sha256 {copy[:16]}..., not the {digest[:16]}... it was stored with")
+            self._stale(key, f"its wheel {name} has sha256 {copy[:16]}..., not the {digest[:16]}... it was stored with")
+            return None
         return dest / name, meta
 
     def _stale(self, key: ExtensionKey, why: str) -> None:
@@ -299,9 +304,13 @@ def build_wheel(
         KeptBuild(cache.kept_folder(key), key, {}, cache.build_root).discard()  # left by a build killed right after storing
         steps.timed(f"compile-{build.name}", lambda: None, detail=f"cache hit {cache.folder(key).name}")
         record = ExtensionRecord(
-            key=key.digest(), cache="hit", compile_seconds=0.0, ccache_hit_rate=None,
-            wheel=wheel.name, wheel_bytes=wheel.stat().st_size,
-        )  # fmt: skip
+            key=key.digest(),
+            cache="hit",
+            compile_seconds=0.0,
+            ccache_hit_rate=None,
+            wheel=wheel.name,
+            wheel_bytes=wheel.stat().st_size,
+        )
         return wheel, record
     if cache is None or not (Path(build.target).is_dir() or str(build.target).endswith((".tar.gz", ".zip"))):
         return _compile(steps, cache, key, build)
@@ -311,7 +320,8 @@ def build_wheel(
         if earlier is not None:
             err.print(
                 f"{build.name}: resuming: {earlier.done} of {earlier.total} units compiled by an earlier run ({kept.folder.name})",
-                highlight=False, markup=False,
+                highlight=False,
+                markup=False,
             )
         with kept.recording():
             wheel, record = _compile(steps, cache, key, replace(build, target=kept.source), earlier=earlier)
@@ -341,12 +351,16 @@ def _compile(
     meta = {"compile_seconds": seconds, "ccache_hit_rate": rate}
     stored = cache.store(key, wheels[0], meta) if cache is not None else wheels[0]
     record = ExtensionRecord(
-        key=key.digest(), cache="miss" if cache is not None else "off", compile_seconds=seconds, ccache_hit_rate=rate,
-        wheel=stored.name, wheel_bytes=stored.stat().st_size,
+        key=key.digest(),
+        cache="miss" if cache is not None else "off",
+        compile_seconds=seconds,
+        ccache_hit_rate=rate,
+        wheel=stored.name,
+        wheel_bytes=stored.stat().st_size,
         units=units.total if units is not None else None,
         units_resumed=earlier.done if earlier is not None else (0 if units is not None else None),
         unit_seconds=units.seconds if units is not None else None,
-    )  # fmt: skip
+    )
     return stored, record
 
 
@@ -398,9 +412,7 @@ class ExtensionBuilder:
         the GPU targets, the compiler cache; the component's own build_env wins over all of them."""
         jobs_text = str(jobs if jobs is not None else self.job.max_jobs.get(key, 1))
         settings = self.job.inputs.stack.build.compiler_cache
-        cache = compiler_cache_env(
-            settings, self.job.final.parent, launcher=False, stack_folder=self.job.inputs.stack_path.parent
-        )
+        cache = compiler_cache_env(settings, self.job.final.parent, launcher=False, stack_folder=self.job.inputs.stack_path.parent)
         links, launch = ccache_launch(self.home, self.work) if "CCACHE_DIR" in cache else (None, {})
         path = [str(p) for p in (links, python.parent) if p is not None] + [os.environ.get("PATH", "")]
         env = {
@@ -456,9 +468,16 @@ class ExtensionBuilder:
         # a local path can change under the same version: built every time, never cached
         cache = self.cache if comp.path is None else None
         wheel, record = build_wheel(
-            self.steps, cache, key, name=comp.key, target=target, python=python,
-            env=compile_env, out=self.work / "wheels" / comp.key, free_disk_gb=free_disk_gb,
-        )  # fmt: skip
+            self.steps,
+            cache,
+            key,
+            name=comp.key,
+            target=target,
+            python=python,
+            env=compile_env,
+            out=self.work / "wheels" / comp.key,
+            free_disk_gb=free_disk_gb,
+        )
         self.steps.run(
             f"install-{comp.key}",
             ["uv", "pip", "install", "--python", python, "--no-deps", "--reinstall-package", comp.name, wheel],

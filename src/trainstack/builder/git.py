@@ -5,10 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from trainstack import proc
+from trainstack import grammar, proc
 from trainstack.builder.steps import Steps
 from trainstack.errors import BuildError
-from trainstack import grammar
 from trainstack.stackfile.schema import Component
 
 # the transports a stack's git source may use; never 'ext::' (runs a command) or another helper
@@ -25,7 +24,7 @@ def fetch_git(steps: Steps, component: Component, dest: Path) -> str:
         raise BuildError(f"components.{grammar.shown(component.name)}: {exc}") from None
     shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    clone = ["git", "clone", "--quiet", "--no-checkout", "--", component.git, dest]
+    clone = ["git", "clone", "--quiet", "--no-checkout", "--", component.git, str(dest)]
     steps.run(f"fetch-{component.key}", clone, network=True, env=GIT_ENV)
     found = proc.run(
         ["git", "-C", dest, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{component.commit}^{{commit}}"],

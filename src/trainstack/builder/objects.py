@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -334,15 +335,15 @@ def carry(old: Path, new: Path, record: ObjectRecord) -> Carried:
     carried = Carried(ObjectRecord(key=record.key, toolchain=record.toolchain))
     uid = os.getuid()
     listing = _listing(old)
-    for folder, recorded in record.folders.items():  # first: a folder's objects count only under its build.ninja
+    for folder, kept in record.folders.items():  # first: a folder's objects count only under its build.ninja
         rel = f"{folder}/{NINJA_FILE}"
         if listing.get(rel) != "file":
             continue
-        verdict = _take(old, new, rel, lambda digest, st, r=recorded: "" if digest == r.ninja_sha256 and st.st_uid == uid else "ninja")
+        verdict = _take(old, new, rel, partial(_ninja_verdict, sha256=kept.ninja_sha256, uid=uid))
         if verdict:
             carried.drop(verdict, rel)
         else:
-            carried.record.folders[folder] = recorded
+            carried.record.folders[folder] = kept
         del listing[rel]
     logs: dict[str, list[str]] = {}
     for rel, kind in sorted(listing.items()):
@@ -357,12 +358,12 @@ def carry(old: Path, new: Path, record: ObjectRecord) -> Carried:
         elif top not in carried.record.folders:
             carried.drop("ninja", rel)
         elif name == NINJA_DEPS and rel not in record.objects:
-            verdict = _take(old, new, rel, lambda digest, st: "" if st.st_uid == uid else "owner")
+            verdict = _take(old, new, rel, partial(_owner_verdict, uid=uid))
             if verdict:
                 carried.drop(verdict, rel)
         else:
             recorded = record.objects[rel]
-            verdict = _take(old, new, rel, lambda digest, st, r=recorded: _verdict(digest, st, r, uid))
+            verdict = _take(old, new, rel, partial(_verdict, recorded=recorded, uid=uid))
             if verdict:
                 carried.drop(verdict, rel)
             else:
@@ -374,7 +375,17 @@ def carry(old: Path, new: Path, record: ObjectRecord) -> Carried:
     return carried
 
 
-def _verdict(digest: str, st: os.stat_result, recorded: RecordedObject, uid: int) -> str:
+def _ninja_verdict(digest: str, st: os.stat_result, *, sha256: str, uid: int) -> str:
+    """'' when a folder's build.ninja is the one recorded, made by this user; else 'ninja'."""
+    return "" if digest == sha256 and st.st_uid == uid else "ninja"
+
+
+def _owner_verdict(digest: str, st: os.stat_result, *, uid: int) -> str:
+    """'' when a file is this user's; else 'owner'."""
+    return "" if st.st_uid == uid else "owner"
+
+
+def _verdict(digest: str, st: os.stat_result, *, recorded: RecordedObject, uid: int) -> str:
     """'' when an object is the one recorded; else the reason to drop it."""
     if digest != recorded.sha256 or st.st_size != recorded.size:
         return "differ"

@@ -25,10 +25,10 @@ from trainstack.builder.evidence import image_system, sbom_inputs
 from trainstack.builder.steps import Steps
 from trainstack.errors import BuildError, SpecError, ToolMissingError
 from trainstack.fsutil import atomic_write_text
+from trainstack.grammar import CONTROL, shown
 from trainstack.indexauth import lock_index_urls, netrc_text
 from trainstack.render.api import flavour_files
 from trainstack.render.dockerfile import Base, base_for, stage_name
-from trainstack.grammar import CONTROL, shown
 
 # run by the image's Python: every installed distribution, canonical name -> version, as one JSON line
 LIST_DISTRIBUTIONS = (
@@ -113,7 +113,6 @@ def debootstrap_rootfs(steps: Steps, suite: str, work: Path) -> Path:
     return tar
 
 
-
 # the matrix's arch as an OCI platform; x86_64 builds keep the builder's own default
 OCI_PLATFORMS = {"aarch64": "linux/arm64"}
 
@@ -159,8 +158,10 @@ class BuildahBackend:
         the rest from the lock and the build."""
         container = self._must(self._cmd("from", "--quiet", tag), "open the image").strip()
         try:
-            listed = self._must(self._cmd("run", "--isolation", "chroot", container, "--", "python", "-I", "-c", LIST_DISTRIBUTIONS),
-                                "list the image's distributions")
+            listed = self._must(
+                self._cmd("run", "--isolation", "chroot", container, "--", "python", "-I", "-c", LIST_DISTRIBUTIONS),
+                "list the image's distributions",
+            )
             installed = json.loads(listed.strip().splitlines()[-1])
             system = image_system(lambda argv: proc.run(self._cmd("run", "--isolation", "chroot", container, "--", *argv), echo=False))
             path = job.staging / "sbom.cdx.json"
@@ -240,12 +241,12 @@ class DockerBackend:
             layers=list(data["RootFS"]["Layers"]),
         )
 
-
     def _attach_sbom(self, job: BuildJob, tag: str) -> None:
         """As buildah's: the image's SBOM at SBOM_PATH_IN_IMAGE and its sha256 in the SBOM_LABEL
         label, from what the image's own Python lists and its dpkg database; with the Docker
         engine's own commands (a container created from the image, the file copied in, committed
         with the label under the same tag: its entrypoint, command and variables kept)."""
+
         def run_in_image(argv: list[str]) -> proc.Result:
             return proc.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", argv[0], tag, *argv[1:]], echo=False)
 
@@ -257,10 +258,13 @@ class DockerBackend:
         container = _must(proc.run(["docker", "create", tag], echo=False), "create a container of the image").strip()
         try:
             # a folder copied to a path that does not exist yet becomes it (its parent, /usr/share, does)
-            _must(proc.run(["docker", "cp", f"{folder}/.", f"{container}:{Path(SBOM_PATH_IN_IMAGE).parent}"], echo=False),
-                  "copy the SBOM in")
-            _must(proc.run(["docker", "commit", "--change", f"LABEL {SBOM_LABEL}={sha256_file(path)}", container, tag], echo=False),
-                  "commit the image with its SBOM")
+            _must(
+                proc.run(["docker", "cp", f"{folder}/.", f"{container}:{Path(SBOM_PATH_IN_IMAGE).parent}"], echo=False), "copy the SBOM in"
+            )
+            _must(
+                proc.run(["docker", "commit", "--change", f"LABEL {SBOM_LABEL}={sha256_file(path)}", container, tag], echo=False),
+                "commit the image with its SBOM",
+            )
         finally:
             proc.run(["docker", "rm", "--force", container], echo=False)
 

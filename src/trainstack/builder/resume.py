@@ -52,10 +52,24 @@ SOURCE = "src"
 COMPILERS = ("c++", "g++", "cc", "gcc", "clang++", "clang", "nvcc")
 # variables read by setuptools, torch's cpp_extension and nvcc that change an object's bytes
 COMPILE_VARIABLES = (
-    "CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "NVCC_FLAGS", "NVCC_PREPEND_FLAGS",
-    "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "PYTORCH_NVCC", "CUDA_HOME", "CUDA_PATH", "NVCC_THREADS",
-    "TORCH_CUDA_ARCH_LIST", "FLASH_ATTN_CUDA_ARCHS", "_GLIBCXX_USE_CXX11_ABI",
-)  # fmt: skip
+    "CC",
+    "CXX",
+    "CFLAGS",
+    "CXXFLAGS",
+    "CPPFLAGS",
+    "LDFLAGS",
+    "NVCC_FLAGS",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "NVCC_CCBIN",
+    "PYTORCH_NVCC",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "NVCC_THREADS",
+    "TORCH_CUDA_ARCH_LIST",
+    "FLASH_ATTN_CUDA_ARCHS",
+    "_GLIBCXX_USE_CXX11_ABI",
+)
 # a ninja edge: 'build <outputs>: <rule> <inputs>' (paths escape ' ', ':' and '$' with '$')
 _PATH = r"(?:[^\s:$|]|\$.)+"
 _EDGE = re.compile(rf"^build ({_PATH}(?: {_PATH})*)(?: \|[^:]*)?: (\S+)")

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlparse
 
-from trainstack import proc
-from trainstack.builder.record import StepRecord
 from rich.status import Status
 from rich.text import Text
 
-from trainstack.console import err
+from trainstack import proc
 from trainstack.builder.disk import free_gb
+from trainstack.builder.record import StepRecord
+from trainstack.console import err
 from trainstack.errors import BuildError, DiskSpaceError, NetworkError
 from trainstack.retry import TransientFailure, with_retries
 
@@ -229,7 +229,10 @@ class Steps:
             err.print(Text(f"… {name}{where}"), highlight=False)
         try:
             self.last_output = ""
-            with err.status(Text.assemble((name, "bold"), (where, "dim"))) as status, _heartbeat(name, where, start, status, lambda: self.last_output):
+            with (
+                err.status(Text.assemble((name, "bold"), (where, "dim"))) as status,
+                _heartbeat(name, where, start, status, lambda: self.last_output),
+            ):
                 value = fn()
         except KeyboardInterrupt:
             self._record(name, start, "interrupted", log, free_disk_gb, detail)
@@ -243,9 +246,13 @@ class Steps:
     def _record(self, name: str, start: float, status: str, log: Path | None, free_disk_gb: float | None, detail: str) -> None:
         seconds = time.perf_counter() - start
         rel = str(log.relative_to(self.root)) if log is not None else None
-        self.records.append(StepRecord(name=name, seconds=round(seconds, 3), status=status, log=rel, free_disk_gb=free_disk_gb, detail=detail))
+        self.records.append(
+            StepRecord(name=name, seconds=round(seconds, 3), status=status, log=rel, free_disk_gb=free_disk_gb, detail=detail)
+        )
         mark = Text("✓", style="green") if status == "ok" else Text("✗", style="bold red")
-        err.print(Text.assemble(mark, " ", name, " ", (f"{seconds:.1f}s" + ("" if status == "ok" else f" {status}"), "dim")), highlight=False)
+        err.print(
+            Text.assemble(mark, " ", name, " ", (f"{seconds:.1f}s" + ("" if status == "ok" else f" {status}"), "dim")), highlight=False
+        )
 
     def skipped(self, name: str, why: str) -> None:
         self.records.append(StepRecord(name=name, seconds=0.0, status="skipped", detail=why))

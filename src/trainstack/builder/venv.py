@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from trainstack import proc
+from trainstack.buildenv import missing_compiler_cache
 from trainstack.builder.activation import write_activation_env
 from trainstack.builder.backend import BuildJob, BuildOutput
 from trainstack.builder.disk import require_free_disk, tree_size
@@ -20,14 +21,13 @@ from trainstack.builder.evidence import record_venv
 from trainstack.builder.extensions import ExtensionBuilder
 from trainstack.builder.git import fetch_git
 from trainstack.builder.steps import Steps
-from trainstack.buildenv import missing_compiler_cache
 from trainstack.console import err
 from trainstack.errors import ToolMissingError
 from trainstack.fsutil import atomic_write_text
 from trainstack.indexauth import lock_index_urls, uv_index_options
-from trainstack.offline import python_downloads_off
 from trainstack.lock.layers import SourceBuild
 from trainstack.lock.lockfile import LockFile, hashes, parse_lock
+from trainstack.offline import python_downloads_off
 from trainstack.run.install import install_into_venv
 
 
@@ -106,14 +106,18 @@ def provide_python(steps: Steps, slug: str, version: str, env: dict[str, str]) -
     why = python_downloads_off({**os.environ, **env})
     if why is not None:
         raise ToolMissingError(
-            f"flavour {slug} needs Python {version}: no Python {version} is installed here, "
-            f"and uv may not download one ({why})",
+            f"flavour {slug} needs Python {version}: no Python {version} is installed here, and uv may not download one ({why})",
             hint=f"install Python {version} (the distribution's python{version} package, or 'uv python install "
             f"{version}' where the network is reachable) so that 'uv python find {version}' finds it, "
             "or let uv download it (UV_PYTHON_DOWNLOADS=automatic, without --offline)",
         )
-    steps.run(f"python-{version}", ["uv", "python", "install", version], env={**env, "UV_HTTP_RETRIES": "0"},
-              network=True, fetching=f"Python {version} (uv's standalone build)")
+    steps.run(
+        f"python-{version}",
+        ["uv", "python", "install", version],
+        env={**env, "UV_HTTP_RETRIES": "0"},
+        network=True,
+        fetching=f"Python {version} (uv's standalone build)",
+    )
 
 
 # uv's words for a pin that the index page does not list (not a hash or platform mismatch)

@@ -27,15 +27,23 @@ class AllreduceFailed(Exception):
     """The workers did not finish; the message holds the end of their output."""
 
 
-def run_allreduce(nprocs: int, *, backend: str, nbytes: int, iters: int = 20, warmup: int = 5,
-                  timeout: float = 300) -> AllreduceResult:
+def run_allreduce(nprocs: int, *, backend: str, nbytes: int, iters: int = 20, warmup: int = 5, timeout: float = 300) -> AllreduceResult:
     """Start ``nprocs`` ranks through torchrun and return rank 0's measurement."""
     with tempfile.TemporaryDirectory(prefix="trainstack-allreduce-") as tmp:
         out = Path(tmp) / "result.json"
         argv = [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}",
-            "-m", "trainstack.health.allreduce_worker",
-            f"--bytes={nbytes}", f"--iters={iters}", f"--warmup={warmup}", f"--backend={backend}", f"--out={out}",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nprocs}",
+            "-m",
+            "trainstack.health.allreduce_worker",
+            f"--bytes={nbytes}",
+            f"--iters={iters}",
+            f"--warmup={warmup}",
+            f"--backend={backend}",
+            f"--out={out}",
         ]
         # One thread per rank: the ranks share the node's cores with each other.
         result = proc.run(argv, env={"OMP_NUM_THREADS": "1"}, timeout=timeout)

@@ -75,12 +75,19 @@ def _sweep(device: torch.device, rank: int, world: int, args: argparse.Namespace
         gathered: list[list[dict]] = [[] for _ in range(world)]
         dist.all_gather_object(gathered, pairs if rank == min(r for r, n in enumerate(names) if n == node) else [])
         pairs = sorted({tuple(p["nodes"]): p for ps in gathered for p in ps}.values(), key=lambda p: p["nodes"])
-    return {"kind": "allreduce", "schema_version": 1, "backend": args.backend, "world_size": world,
-            "nodes": nodes, "ranks": names, "sizes": rows, "pairs": mark_slow(pairs)}
+    return {
+        "kind": "allreduce",
+        "schema_version": 1,
+        "backend": args.backend,
+        "world_size": world,
+        "nodes": nodes,
+        "ranks": names,
+        "sizes": rows,
+        "pairs": mark_slow(pairs),
+    }
 
 
-def _group_busbw(device: torch.device, group: dist.ProcessGroup, n: int, nbytes: int,
-                 args: argparse.Namespace) -> dict:
+def _group_busbw(device: torch.device, group: dist.ProcessGroup, n: int, nbytes: int, args: argparse.Namespace) -> dict:
     x = torch.ones(nbytes // 4, device=device)  # (numel,) float32
     times = _time(device, x, args.warmup, args.iters, group=group)
     seconds = statistics.median(times)
@@ -117,8 +124,7 @@ def _measure(device: torch.device, rank: int, world: int, args: argparse.Namespa
     }
 
 
-def _time(device: torch.device, x: torch.Tensor, warmup: int, iters: int,
-          group: dist.ProcessGroup | None = None) -> list[float]:
+def _time(device: torch.device, x: torch.Tensor, warmup: int, iters: int, group: dist.ProcessGroup | None = None) -> list[float]:
     for _ in range(warmup):
         dist.all_reduce(x, group=group)
     dist.barrier(group=group)
@@ -131,12 +137,12 @@ def _time(device: torch.device, x: torch.Tensor, warmup: int, iters: int,
         return times
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     torch.cuda.synchronize()
-    for start, end in events:
-        start.record()
+    for begin, end in events:
+        begin.record()
         dist.all_reduce(x, group=group)
         end.record()
     torch.cuda.synchronize()
-    return [start.elapsed_time(end) / 1000 for start, end in events]
+    return [begin.elapsed_time(end) / 1000 for begin, end in events]
 
 
 if __name__ == "__main__":

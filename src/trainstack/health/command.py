@@ -18,8 +18,9 @@ DRIVER_VERSION = re.compile(r"^\d{1,4}(\.\d{1,4}){0,2}$")  # 550, 550.54, 550.54
 
 
 def command(
-    level: int = typer.Option(1, "--level", help="1: NVML and host (seconds); 2: + GEMM and copies (< 60 s a GPU); "
-                              "3: + all-reduce and sustained GEMM."),
+    level: int = typer.Option(
+        1, "--level", help="1: NVML and host (seconds); 2: + GEMM and copies (< 60 s a GPU); 3: + all-reduce and sustained GEMM."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON (schema: HealthReport)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write the report as JSON to this file."),
     expect_gpus: int | None = typer.Option(None, "--expect-gpus", help="GPUs this node must show."),
@@ -28,14 +29,23 @@ def command(
     disk: Path = typer.Option(Path("."), "--disk", help="Where free disk is measured."),
     duration: float = typer.Option(30.0, "--duration", help="Seconds of sustained GEMM at level 3."),
     allreduce_gib: float = typer.Option(2.0, "--allreduce-gib", help="All-reduce message size at level 3."),
-    prolog: bool = typer.Option(False, "--prolog", help="Slurm prolog/epilog convention: exit 0 passes, 1 drains; "
-                                "one reason line on stdout; GPU checks skip on a node without a GPU."),
-    drain: bool = typer.Option(False, "--drain", help="With --prolog: a failing node drains itself with "
-                               "trainstack's reason through scontrol (as NHC does)."),
-    node_out: Path | None = typer.Option(None, "--node-out", metavar="DIR", help="Also write the report to DIR/<node>.json "
-                                         "(the input of --fleet)."),
-    fleet: Path | None = typer.Option(None, "--fleet", metavar="DIR", help="Check nothing: read the JSON each node wrote "
-                                      "in DIR and print one fleet table (--json, -o, --html)."),
+    prolog: bool = typer.Option(
+        False,
+        "--prolog",
+        help="Slurm prolog/epilog convention: exit 0 passes, 1 drains; one reason line on stdout; GPU checks skip on a node without a GPU.",
+    ),
+    drain: bool = typer.Option(
+        False, "--drain", help="With --prolog: a failing node drains itself with trainstack's reason through scontrol (as NHC does)."
+    ),
+    node_out: Path | None = typer.Option(
+        None, "--node-out", metavar="DIR", help="Also write the report to DIR/<node>.json (the input of --fleet)."
+    ),
+    fleet: Path | None = typer.Option(
+        None,
+        "--fleet",
+        metavar="DIR",
+        help="Check nothing: read the JSON each node wrote in DIR and print one fleet table (--json, -o, --html).",
+    ),
     html: Path | None = typer.Option(None, "--html", help="With --fleet: also write the fleet report as an HTML page."),
 ) -> None:
     """Check whether this node can run a training job. Exit 0 ok, 1 warn, 2 critical, 3 unknown.
@@ -78,9 +88,17 @@ def command(
         from trainstack.extras import require_importable
 
         require_importable("torch", f"trainstack health --level {level}")
-    opts = HealthOptions(level=level, expect_gpus=expect_gpus, thresholds_file=thresholds, min_driver=min_driver,
-                         disk_path=disk, sustained_s=duration, allreduce_bytes=int(allreduce_gib * 1024**3),
-                         prolog=prolog, node=node)
+    opts = HealthOptions(
+        level=level,
+        expect_gpus=expect_gpus,
+        thresholds_file=thresholds,
+        min_driver=min_driver,
+        disk_path=disk,
+        sustained_s=duration,
+        allreduce_bytes=int(allreduce_gib * 1024**3),
+        prolog=prolog,
+        node=node,
+    )
     report = run_health(opts)
     from trainstack.console import emit_json
 

@@ -23,8 +23,9 @@ SOURCES = {
 
 def _slowest(report: HealthReport, names: tuple[str, ...]) -> float | None:
     for name in names:
-        values = [float(c.value) for c in report.checks
-                  if c.name == name and isinstance(c.value, (int, float)) and not isinstance(c.value, bool)]
+        values = [
+            float(c.value) for c in report.checks if c.name == name and isinstance(c.value, (int, float)) and not isinstance(c.value, bool)
+        ]
         if values:
             return min(values)
     return None
@@ -44,15 +45,19 @@ def _allreduce_of(node: str, sweep: AllreduceSweep | None) -> float | None:
 def node_row(report: HealthReport, file: str, sweep: AllreduceSweep | None) -> FleetNode:
     name = report.node or file
     return FleetNode(
-        node=name, file=file, status=report.status, exit_code=report.exit_code, reason=report.reason,
-        level=report.level, gpu_model=report.gpu_model,
+        node=name,
+        file=file,
+        status=report.status,
+        exit_code=report.exit_code,
+        reason=report.reason,
+        level=report.level,
+        gpu_model=report.gpu_model,
         allreduce_busbw_gbps=_allreduce_of(name, sweep),
         **{metric: _slowest(report, names) for metric, names in SOURCES.items()},
     )
 
 
-def fleet_report(reports: list[tuple[str, HealthReport]], sweep: AllreduceSweep | None,
-                 fraction: float = OUTLIER_FRACTION) -> FleetReport:
+def fleet_report(reports: list[tuple[str, HealthReport]], sweep: AllreduceSweep | None, fraction: float = OUTLIER_FRACTION) -> FleetReport:
     rows = sorted((node_row(r, f, sweep) for f, r in reports), key=lambda n: n.node)
     medians: dict[str, float] = {}
     outliers: list[Outlier] = []
@@ -66,16 +71,20 @@ def fleet_report(reports: list[tuple[str, HealthReport]], sweep: AllreduceSweep 
             if median > 0 and value < (1 - fraction) * median:
                 outliers.append(Outlier(node=node, metric=metric, value=value, median=median, ratio=value / median))
     failing = [n.node for n in rows if n.status in FAILING]
-    return FleetReport(outlier_fraction=fraction, nodes=rows, medians=medians,
-                       outliers=sorted(outliers, key=lambda o: o.ratio), failing=failing, allreduce=sweep)
+    return FleetReport(
+        outlier_fraction=fraction,
+        nodes=rows,
+        medians=medians,
+        outliers=sorted(outliers, key=lambda o: o.ratio),
+        failing=failing,
+        allreduce=sweep,
+    )
 
 
 def findings(report: FleetReport) -> list[str]:
     """One line per finding, worst first: failing nodes, then outliers."""
     lines = [f"{n.node}: {n.reason or n.status.value}" for n in report.nodes if n.node in report.failing]
-    lines += [f"{o.node}: {o.metric} {o.value:.4g} is {1 - o.ratio:.0%} below the fleet median {o.median:.4g}"
-              for o in report.outliers]
+    lines += [f"{o.node}: {o.metric} {o.value:.4g} is {1 - o.ratio:.0%} below the fleet median {o.median:.4g}" for o in report.outliers]
     if report.allreduce:
-        lines += [f"{' - '.join(p.nodes)}: all-reduce pair slow, busbw {p.busbw_gbps:.3g} GB/s"
-                  for p in report.allreduce.pairs if p.slow]
+        lines += [f"{' - '.join(p.nodes)}: all-reduce pair slow, busbw {p.busbw_gbps:.3g} GB/s" for p in report.allreduce.pairs if p.slow]
     return lines

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -67,5 +66,6 @@ def _validated(model: type[M], data: object, path: Path) -> M:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "(document)"
-        raise SpecError(f"{path}: {field}: {first['msg']} "
-                        f"(accepted: a {model.__name__} as 'trainstack health --node-out' writes it)") from None
+        raise SpecError(
+            f"{path}: {field}: {first['msg']} (accepted: a {model.__name__} as 'trainstack health --node-out' writes it)"
+        ) from None

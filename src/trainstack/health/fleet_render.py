@@ -10,8 +10,12 @@ from trainstack.health.fleet import findings
 from trainstack.health.fleet_schema import FleetNode, FleetReport
 from trainstack.health.render import STYLE
 
-COLUMNS = (("gemm_tflops", "GEMM TFLOP/s"), ("hbm_gbps", "HBM GB/s"), ("h2d_gbps", "H2D GB/s"),
-           ("allreduce_busbw_gbps", "all-reduce busbw GB/s"))
+COLUMNS = (
+    ("gemm_tflops", "GEMM TFLOP/s"),
+    ("hbm_gbps", "HBM GB/s"),
+    ("h2d_gbps", "H2D GB/s"),
+    ("allreduce_busbw_gbps", "all-reduce busbw GB/s"),
+)
 
 
 def number(value: float | None) -> str:
@@ -23,9 +27,11 @@ def _flagged(report: FleetReport, node: FleetNode, metric: str) -> bool:
 
 
 def table(report: FleetReport) -> Table:
-    t = Table(title=f"fleet: {len(report.nodes)} nodes, {len(report.failing)} failing, "
-                    f"{len({o.node for o in report.outliers})} outliers (>{report.outlier_fraction:.0%} below median)",
-              title_justify="left")
+    t = Table(
+        title=f"fleet: {len(report.nodes)} nodes, {len(report.failing)} failing, "
+        f"{len({o.node for o in report.outliers})} outliers (>{report.outlier_fraction:.0%} below median)",
+        title_justify="left",
+    )
     for column in ("node", "verdict", "reason", *(label for _, label in COLUMNS)):
         t.add_column(column, overflow="fold")
     for n in report.nodes:
@@ -40,13 +46,20 @@ def sweep_table(report: FleetReport) -> Table | None:
     sweep = report.allreduce
     if sweep is None:
         return None
-    t = Table(title=f"all-reduce across {len(sweep.nodes)} nodes ({', '.join(sweep.nodes)}), "
-                    f"{sweep.world_size} ranks, {sweep.backend}", title_justify="left")
+    t = Table(
+        title=f"all-reduce across {len(sweep.nodes)} nodes ({', '.join(sweep.nodes)}), {sweep.world_size} ranks, {sweep.backend}",
+        title_justify="left",
+    )
     for column in ("size B", "time us", "algbw GB/s", "busbw GB/s", "correct"):
         t.add_column(column, justify="right")
     for s in sweep.sizes:
-        t.add_row(f"{s.bytes:,}", f"{s.median_s * 1e6:,.1f}", f"{s.algbw_gbps:.3f}", f"{s.busbw_gbps:.3f}",
-                  "yes" if s.correct else Text("no", style="bold red"))
+        t.add_row(
+            f"{s.bytes:,}",
+            f"{s.median_s * 1e6:,.1f}",
+            f"{s.algbw_gbps:.3f}",
+            f"{s.busbw_gbps:.3f}",
+            "yes" if s.correct else Text("no", style="bold red"),
+        )
     return t
 
 
@@ -57,7 +70,13 @@ def findings_lines(report: FleetReport) -> list[str]:
 def render_html(report: FleetReport) -> str:
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-    env = Environment(loader=PackageLoader("trainstack.health", "templates"), autoescape=select_autoescape(default=True),
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("fleet.html.j2").render(report=report, columns=COLUMNS, number=number,
-                                                    flagged=_flagged, findings=findings(report))
+    env = Environment(
+        loader=PackageLoader("trainstack.health", "templates"),
+        autoescape=select_autoescape(default=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env.get_template("fleet.html.j2").render(
+        report=report, columns=COLUMNS, number=number, flagged=_flagged, findings=findings(report)
+    )

@@ -75,8 +75,7 @@ class FleetNode(BaseModel):
     gemm_tflops: float | None = Field(description="slowest GPU's bf16 GEMM; the host's on a node without GPU")
     hbm_gbps: float | None = Field(description="slowest GPU's device copy; the host's memory copy without GPU")
     h2d_gbps: float | None = Field(description="slowest GPU's pinned host-to-device copy")
-    allreduce_busbw_gbps: float | None = Field(description="best node pair holding this node, else the sweep's "
-                                               "largest size")
+    allreduce_busbw_gbps: float | None = Field(description="best node pair holding this node, else the sweep's largest size")
 
 
 class FleetReport(BaseModel):

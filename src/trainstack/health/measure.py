@@ -41,12 +41,12 @@ def time_repeats(fn: Callable[[], Any], device: Any, *, warmup: int, repeats: in
     with torch.cuda.device(device):
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
         torch.cuda.synchronize()
-        for start, end in events:
-            start.record()
+        for begin, end in events:
+            begin.record()
             fn()
             end.record()
         torch.cuda.synchronize()
-    return [start.elapsed_time(end) / 1000 for start, end in events]
+    return [begin.elapsed_time(end) / 1000 for begin, end in events]
 
 
 def _median_rate(amount: float, times: list[float]) -> Rate:

@@ -98,9 +98,7 @@ class PynvmlSource:
             "ecc_volatile_corrected": ask(nv.nvmlDeviceGetTotalEccErrors, h, corr, vol),
             "ecc_aggregate_corrected": ask(nv.nvmlDeviceGetTotalEccErrors, h, corr, agg),
             "remapped_rows": ask(nv.nvmlDeviceGetRemappedRows, h),
-            "retired_pages_sbe": ask(
-                nv.nvmlDeviceGetRetiredPages, h, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
-            ),
+            "retired_pages_sbe": ask(nv.nvmlDeviceGetRetiredPages, h, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
             "retired_pages_dbe": ask(nv.nvmlDeviceGetRetiredPages, h, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
             "retired_pages_pending": ask(nv.nvmlDeviceGetRetiredPagesPendingStatus, h),
             "max_clock_sm_mhz": ask(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),

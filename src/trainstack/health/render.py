@@ -12,7 +12,8 @@ STYLE = {Status.skip: "dim", Status.ok: "green", Status.warn: "yellow", Status.c
 
 def table(report: HealthReport) -> Table:
     title = Text.assemble(
-        f"health level {report.level}: ", (report.status.value, STYLE[report.status]),
+        f"health level {report.level}: ",
+        (report.status.value, STYLE[report.status]),
         f" (exit {report.exit_code}) · {report.gpu_model or 'no GPU seen'} · thresholds {report.thresholds_profile} "
         f"· {report.seconds:.1f} s",
     )

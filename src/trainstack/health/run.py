@@ -7,13 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainstack.errors import RuleViolation
 from trainstack.health import gpu_checks, host
 from trainstack.health.level1 import Expectations, host_checks, node_checks, nvml_missing_checks
+from trainstack.health.nvml import NodeSnapshot, NvmlSource, NvmlUnavailable, PynvmlSource, parse_node
 from trainstack.health.reason import prolog_exit, reason_line
 from trainstack.health.schema import Check, HealthReport, worst
-from trainstack.health.nvml import NodeSnapshot, NvmlSource, NvmlUnavailable, PynvmlSource, parse_node
 from trainstack.health.thresholds import Thresholds, load_thresholds
-from trainstack.errors import RuleViolation
 from trainstack.rules import min_driver, shipped_rules
 
 
@@ -53,8 +53,9 @@ def open_nvml() -> NvmlSource:
     return PynvmlSource()
 
 
-def run_health(opts: HealthOptions, *, nvml_factory: Callable[[], NvmlSource] = open_nvml,
-               torch_probe: Callable[[], Torch] = probe_torch) -> HealthReport:
+def run_health(
+    opts: HealthOptions, *, nvml_factory: Callable[[], NvmlSource] = open_nvml, torch_probe: Callable[[], Torch] = probe_torch
+) -> HealthReport:
     start = time.perf_counter()
     nvml, node, nvml_reason = _snapshot(nvml_factory)
     gpu_name = node.gpus[0].name if node and node.gpus else None
@@ -74,10 +75,17 @@ def run_health(opts: HealthOptions, *, nvml_factory: Callable[[], NvmlSource] = 
         checks += gpu_checks.host_rates() if no_gpu else []  # no GPU: the host measured instead, for the fleet
         checks += _gpu_levels(opts, t, tor, nvml, node, no_gpu)
     status = worst([c.status for c in checks])
-    return HealthReport.build(level=opts.level, checks=checks, gpu_model=gpu_name, profile=t.profile,
-                              seconds=time.perf_counter() - start, node=opts.node,
-                              mode="prolog" if opts.prolog else "check", reason=reason_line(checks),
-                              exit_code=prolog_exit(status) if opts.prolog else None)
+    return HealthReport.build(
+        level=opts.level,
+        checks=checks,
+        gpu_model=gpu_name,
+        profile=t.profile,
+        seconds=time.perf_counter() - start,
+        node=opts.node,
+        mode="prolog" if opts.prolog else "check",
+        reason=reason_line(checks),
+        exit_code=prolog_exit(status) if opts.prolog else None,
+    )
 
 
 def _no_gpu(opts: HealthOptions, node: NodeSnapshot | None, tor: Torch) -> str:
@@ -118,14 +126,15 @@ def _rules_min_driver(cuda: str) -> tuple[str, str] | None:
         return None
 
 
-def _gpu_levels(opts: HealthOptions, t: Thresholds, tor: Torch, nvml: NvmlSource | None,
-                node: NodeSnapshot | None, no_gpu: str = "") -> list[Check]:
+def _gpu_levels(
+    opts: HealthOptions, t: Thresholds, tor: Torch, nvml: NvmlSource | None, node: NodeSnapshot | None, no_gpu: str = ""
+) -> list[Check]:
     if tor.devices == 0:
         absent = gpu_checks.skip_checks if no_gpu else gpu_checks.unknown_checks
-        checks = absent(gpu_checks.LEVEL2_NAMES, 2, no_gpu or tor.reason)
+        skipped = absent(gpu_checks.LEVEL2_NAMES, 2, no_gpu or tor.reason)
         if opts.level >= 3:
-            checks += absent(gpu_checks.LEVEL3_NAMES, 3, no_gpu or tor.reason)
-        return checks
+            skipped += absent(gpu_checks.LEVEL3_NAMES, 3, no_gpu or tor.reason)
+        return skipped
     import torch
 
     devices = [torch.device("cuda", i) for i in range(tor.devices)]

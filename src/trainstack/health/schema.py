@@ -69,23 +69,37 @@ class HealthReport(BaseModel):
     schema_version: int = Field(default=2, ge=1, le=2, description="1: before node, reason and mode")
     level: int = Field(ge=1, le=3)
     status: Status
-    exit_code: int = Field(ge=0, le=3, description="check mode: 0 ok, 1 warn, 2 critical, 3 unknown; "
-                           "prolog mode: 0 passes, 1 drains")
+    exit_code: int = Field(ge=0, le=3, description="check mode: 0 ok, 1 warn, 2 critical, 3 unknown; prolog mode: 0 passes, 1 drains")
     gpu_model: str | None = Field(default=None, description="NVML name of GPU 0")
     thresholds_profile: str = Field(description="which thresholds section applied")
     seconds: float = Field(description="wall time of all checks")
     checks: list[Check]
-    node: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$",
-                             description="the node's name (Slurm's, else the hostname)")
-    mode: str = Field(default="check", pattern="^(check|prolog)$",
-                      description="prolog: Slurm's convention, exit 0 passes and 1 drains the node")
-    reason: str = Field(default="", max_length=200, description="one line naming the worst failing checks, "
-                        "as `sinfo -R` shows it; empty when the node passes")
+    node: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$", description="the node's name (Slurm's, else the hostname)"
+    )
+    mode: str = Field(
+        default="check", pattern="^(check|prolog)$", description="prolog: Slurm's convention, exit 0 passes and 1 drains the node"
+    )
+    reason: str = Field(
+        default="",
+        max_length=200,
+        description="one line naming the worst failing checks, as `sinfo -R` shows it; empty when the node passes",
+    )
 
     @classmethod
-    def build(cls, *, level: int, checks: list[Check], gpu_model: str | None, profile: str, seconds: float,
-              node: str | None = None, mode: str = "check", reason: str = "",
-              exit_code: int | None = None) -> HealthReport:
+    def build(
+        cls,
+        *,
+        level: int,
+        checks: list[Check],
+        gpu_model: str | None,
+        profile: str,
+        seconds: float,
+        node: str | None = None,
+        mode: str = "check",
+        reason: str = "",
+        exit_code: int | None = None,
+    ) -> HealthReport:
         status = worst([c.status for c in checks])
         return cls(
             node=node,

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainstack.health.nvml import NvmlSource
 from trainstack.health.measure import time_repeats
+from trainstack.health.nvml import NvmlSource
 
 
 @dataclass
@@ -37,8 +37,16 @@ class Sustained:
         return min(self.window_tflops) / head
 
 
-def sustained_gemm(devices: list[Any], seconds: float, nvml: NvmlSource | None, *, gpu_ids: list[int],
-                   n: int = 8192, window_s: float = 1.0, sample_s: float = 0.5) -> list[Sustained]:
+def sustained_gemm(
+    devices: list[Any],
+    seconds: float,
+    nvml: NvmlSource | None,
+    *,
+    gpu_ids: list[int],
+    n: int = 8192,
+    window_s: float = 1.0,
+    sample_s: float = 0.5,
+) -> list[Sustained]:
     """Run bf16 products on all ``devices`` for ``seconds``, one worker thread per device.
 
     ``gpu_ids`` are the NVML indexes of ``devices`` (CUDA_VISIBLE_DEVICES can renumber them).
@@ -46,9 +54,7 @@ def sustained_gemm(devices: list[Any], seconds: float, nvml: NvmlSource | None, 
     results = [Sustained(gpu=g) for g in gpu_ids]
     stop = threading.Event()
     watcher = threading.Thread(target=_watch, args=(nvml, results, stop, sample_s), daemon=True) if nvml else None
-    workers = [
-        threading.Thread(target=_run, args=(d, r, seconds, n, window_s), daemon=True) for d, r in zip(devices, results)
-    ]
+    workers = [threading.Thread(target=_run, args=(d, r, seconds, n, window_s), daemon=True) for d, r in zip(devices, results)]
     if watcher:
         watcher.start()
     for w in workers:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import tomllib
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from trainstack.errors import SpecError
@@ -119,13 +119,11 @@ def _parse(text: str, origin: str) -> dict[str, Any]:
 def _check_layout(doc: dict[str, Any], origin: str) -> None:
     unknown = sorted(set(doc) - {"default", "models"})
     if unknown:
-        raise SpecError(
-            f"{origin}: unknown top-level table '{unknown[0]}' (accepted: [default], [models.<name>])"
-        )
+        raise SpecError(f"{origin}: unknown top-level table '{unknown[0]}' (accepted: [default], [models.<name>])")
     for name, section in doc.get("models", {}).items():
         pattern = section.get("match")
         if not isinstance(pattern, str):
-            raise SpecError(f"{origin}: [models.{name}] needs match = \"<regular expression on the NVML name>\"")
+            raise SpecError(f'{origin}: [models.{name}] needs match = "<regular expression on the NVML name>"')
         try:
             re.compile(pattern)
         except re.error as exc:

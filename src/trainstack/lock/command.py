@@ -14,9 +14,7 @@ def command(
         [], "--upgrade-package", "-P", metavar="NAME", help="Let this package move to its newest allowed version (repeatable)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the lock manifest (stack.lock.json) on stdout instead of the summary."),
-    offline: bool = typer.Option(
-        False, "--offline", help="Resolve from uv's cache only, never the network (as UV_OFFLINE=1 does)."
-    ),
+    offline: bool = typer.Option(False, "--offline", help="Resolve from uv's cache only, never the network (as UV_OFFLINE=1 does)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Resolve and show what would change; write nothing."),
 ) -> None:
     """Resolve every flavour with uv (hashes, per-flavour Python and platform) and write
@@ -30,9 +28,7 @@ def command(
 
     if offline:
         go_offline()
-    from trainstack.lock.manifest import manifest_path
-
-    from trainstack.lock.manifest import load_manifest
+    from trainstack.lock.manifest import load_manifest, manifest_path
 
     before = manifest_path(stack)
     previous = load_manifest(before) if dry_run and before.is_file() else None
@@ -52,6 +48,9 @@ def command(
         old = previous.flavours[slug].packages if previous is not None and slug in previous.flavours else {}
         for name in sorted(set(old) | set(locked.packages)):
             if old.get(name) != locked.packages.get(name):
-                out.print(f"  {slug}: {name} {old.get(name, '(none)')} -> {locked.packages.get(name, '(removed)')}",
-                          highlight=False, soft_wrap=True)
+                out.print(
+                    f"  {slug}: {name} {old.get(name, '(none)')} -> {locked.packages.get(name, '(removed)')}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
     out.print(f"dry run: nothing written ({manifest_path(stack)} unchanged)", highlight=False, soft_wrap=True)

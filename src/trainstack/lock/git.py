@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
-from trainstack import proc
+from trainstack import grammar, proc
 from trainstack.errors import LockError
-from trainstack import grammar
 from trainstack.stackfile.schema import Component
 
 FULL_SHA_LEN = 40
@@ -55,7 +54,5 @@ def _resolve_local(repo: Path, component: Component, where: str) -> str:
     argv = ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options", f"{component.commit}^{{commit}}"]
     result = proc.run(argv, echo=False)
     if not result.ok:
-        raise LockError(
-            f"{where}: components.{component.name}.commit: '{component.commit}' is not a commit of {component.git}"
-        )
+        raise LockError(f"{where}: components.{component.name}.commit: '{component.commit}' is not a commit of {component.git}")
     return result.stdout.strip()

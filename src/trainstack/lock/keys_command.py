@@ -20,8 +20,9 @@ def command(
     from trainstack.lock.lock import check_lock_current
 
     manifest = check_lock_current(stack, flavour)
-    keys = {slug: locked.cache_key for slug, locked in manifest.flavours.items()
-            if flavour is None or slug == flavour.replace(".", "")}  # a slug written with the matrix's dots too
+    keys = {
+        slug: locked.cache_key for slug, locked in manifest.flavours.items() if flavour is None or slug == flavour.replace(".", "")
+    }  # a slug written with the matrix's dots too
     if json_out:
         import json
 

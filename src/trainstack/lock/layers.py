@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack.errors import LockError
-from trainstack.lock.manifest import DeclaredIndexes, LockedFlavour, read_lock_text
 from trainstack.lock.lockfile import LockFile, parse_lock
+from trainstack.lock.manifest import DeclaredIndexes, LockedFlavour, read_lock_text
 from trainstack.stackfile.matrix import Flavour, components_for
 from trainstack.stackfile.schema import Component, Stack
 
@@ -36,9 +36,7 @@ def needs_build(component: Component) -> bool:
     return component.is_source_build or bool(component.build_env)
 
 
-def read_layer_lock(
-    lock_dir: Path, relative: str, what: str, direct: frozenset[str], indexes: DeclaredIndexes
-) -> LockFile:
+def read_layer_lock(lock_dir: Path, relative: str, what: str, direct: frozenset[str], indexes: DeclaredIndexes) -> LockFile:
     path = lock_dir / relative
     try:  # a committed lock folder is input like the stack: every line checked before use
         return parse_lock(read_lock_text(lock_dir, relative, direct, indexes))
@@ -46,9 +44,7 @@ def read_layer_lock(
         raise LockError(f"{path}: {what} lock file is missing", hint="run 'trainstack lock STACK' again") from None
 
 
-def split_layers(
-    stack: Stack, flavour: Flavour, locked: LockedFlavour, lock_dir: Path, indexes: DeclaredIndexes
-) -> FlavourLayers:
+def split_layers(stack: Stack, flavour: Flavour, locked: LockedFlavour, lock_dir: Path, indexes: DeclaredIndexes) -> FlavourLayers:
     """The flavour's lock files read (every line checked, each index option one of ``indexes``)
     and split into the layers an image installs."""
     components = components_for(stack, flavour)

@@ -20,8 +20,11 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from trainstack import grammar
+from trainstack.console import err
 from trainstack.errors import LockError, SpecError
 from trainstack.fsutil import dump_json, exclusive, replace_tree
+from trainstack.hostnvcc import find_host_nvcc
 from trainstack.indexauth import default_from_env
 from trainstack.lock.git import pin_source
 from trainstack.lock.keys import base_image, build_settings, flavour_cache_key
@@ -39,18 +42,14 @@ from trainstack.lock.requests import FlavourRequests, flavour_requests, require_
 from trainstack.lock.resolve import compile_request, uv_version
 from trainstack.lock.tags import stack_image_refs
 from trainstack.redact import strip_userinfo
-from trainstack.hostnvcc import find_host_nvcc
-from trainstack.stackfile.compat import needs_host_nvcc, require_rules
-from trainstack import grammar
 from trainstack.stackfile import expand_flavours, load_stack, select_flavour
+from trainstack.stackfile.compat import needs_host_nvcc, require_rules
 from trainstack.stackfile.schema import Stack
-from trainstack.console import err
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)", re.MULTILINE)
 
 
-def lock_stack(stack_path: Path, *, flavour: str | None = None, upgrade: Sequence[str] = (),
-               dry_run: bool = False) -> Manifest:
+def lock_stack(stack_path: Path, *, flavour: str | None = None, upgrade: Sequence[str] = (), dry_run: bool = False) -> Manifest:
     """Resolve the stack (or one flavour of it) and replace its lock directory as one unit;
     ``dry_run``: resolve, write nothing, and return the manifest it would write.
 
@@ -170,8 +169,10 @@ def check_lock_current(stack_path: Path, flavour: str | None = None) -> Manifest
                 raise SpecError(f"{path}: flavours.{requests.flavour.slug}.packages: differs from the pins of {relative}; {fix}")
         if (entry.index or "").rstrip("/") != (requests.variant_index or "").rstrip("/"):
             accepted = requests.variant_index or "null (no CUDA-variant index)"
-            raise SpecError(f"{path}: flavours.{requests.flavour.slug}.index: '{grammar.shown(entry.index)}' is not the "
-                            f"flavour's CUDA-variant index (accepted: {accepted}); {fix}")
+            raise SpecError(
+                f"{path}: flavours.{requests.flavour.slug}.index: '{grammar.shown(entry.index)}' is not the "
+                f"flavour's CUDA-variant index (accepted: {accepted}); {fix}"
+            )
     return manifest
 
 
@@ -180,9 +181,7 @@ def declared_indexes(requests: FlavourRequests) -> DeclaredIndexes:
     index url declared the environment's default index (the one uv locked against)."""
     default = default_from_env(os.environ)
     request = requests.full
-    return DeclaredIndexes.of(
-        request.index_url, request.extra_index_urls, request.find_links, strip_userinfo(default) if default else None
-    )
+    return DeclaredIndexes.of(request.index_url, request.extra_index_urls, request.find_links, strip_userinfo(default) if default else None)
 
 
 def _lock_flavour(
@@ -195,9 +194,14 @@ def _lock_flavour(
     attempts = stack.build.retries
     full_rel = f"locks/{slug}.txt"
     full = compile_request(
-        requests.full, previous=_previous_lock(directory, full_rel, requests), constraints=None, upgrade=upgrade,
-        header=header, component_names=names, attempts=attempts,
-    )  # fmt: skip
+        requests.full,
+        previous=_previous_lock(directory, full_rel, requests),
+        constraints=None,
+        upgrade=upgrade,
+        header=header,
+        component_names=names,
+        attempts=attempts,
+    )
     texts = {full_rel: full.text}
     with tempfile.TemporaryDirectory(prefix="trainstack-constraints-") as tmp:
         constraints = Path(tmp) / "full.txt"
@@ -205,9 +209,14 @@ def _lock_flavour(
         for name, request in sorted(requests.layers.items()):
             relative = f"locks/{slug}.{name}.txt"
             texts[relative] = compile_request(
-                request, previous=_previous_lock(directory, relative, requests), constraints=constraints, upgrade=upgrade,
-                header=header, component_names=names, attempts=attempts,
-            ).text  # fmt: skip
+                request,
+                previous=_previous_lock(directory, relative, requests),
+                constraints=constraints,
+                upgrade=upgrade,
+                header=header,
+                component_names=names,
+                attempts=attempts,
+            ).text
     for relative, text in sorted(texts.items()):
         require_one_release(requests.flavour, relative, parse_pins(text), where)
     lock_bytes = full.text.encode() + json.dumps(sources, sort_keys=True).encode()

@@ -11,18 +11,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from trainstack import grammar
 from trainstack.errors import LockError, SpecError
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
-from trainstack import grammar
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "stack.lock.json"
@@ -76,7 +76,9 @@ class LockedFlavour(BaseModel):
     arch: Literal["x86_64", "aarch64"] = "x86_64"
     lock_file: str  # relative to the lock directory: "locks/<slug>.txt"
     lock_sha256: str  # of the lock file's bytes
-    index: Annotated[str, AfterValidator(grammar.index_url)] | None  # the CUDA-variant index the flavour resolved against (None: default index)
+    index: (
+        Annotated[str, AfterValidator(grammar.index_url)] | None
+    )  # the CUDA-variant index the flavour resolved against (None: default index)
     cache_key: str  # "<image>-<slug>-<12 hex>"
     packages: dict[str, str]  # canonical name -> resolved version
     sources: dict[str, str] = {}  # canonical name -> "git+URL@SHA" or "file://..." for non-index sources
@@ -86,7 +88,9 @@ class LockedFlavour(BaseModel):
     layers: dict[str, str] = {}
     inputs_hash: str = ""  # sha256 of this flavour's resolution inputs (uv requests, sources)
     # what the release notes diff besides versions; "" and {} in manifests written before they were recorded
-    base_image: Annotated[str, Field(max_length=500), AfterValidator(grammar.no_controls)] = ""  # the image (or debootstrap suite) it builds on
+    base_image: Annotated[str, Field(max_length=500), AfterValidator(grammar.no_controls)] = (
+        ""  # the image (or debootstrap suite) it builds on
+    )
     # system packages, each component's build_env (DS_BUILD_* flags among them) and job budget, the compiler cache
     build_settings: Annotated[dict[str, Annotated[str, Field(max_length=2000)]], Field(max_length=1000)] = {}
 
@@ -103,7 +107,7 @@ class LockedFlavour(BaseModel):
     def _pattern(cls, value: str, info: ValidationInfo) -> str:
         if info.field_name == "inputs_hash" and not value:  # locks before inputs were hashed
             return value
-        pattern, accepted = FLAVOUR_PATTERNS[info.field_name]
+        pattern, accepted = FLAVOUR_PATTERNS[str(info.field_name)]
         return grammar.matching(value, pattern, accepted)
 
     @field_validator("packages", "sources")
@@ -221,9 +225,7 @@ class DeclaredIndexes:
     find_links: tuple[str, ...]
 
     @classmethod
-    def of(
-        cls, index_url: str | None, extra: Sequence[str], find_links: Sequence[str], environment_default: str | None
-    ) -> DeclaredIndexes:
+    def of(cls, index_url: str | None, extra: Sequence[str], find_links: Sequence[str], environment_default: str | None) -> DeclaredIndexes:
         defaults = (index_url,) if index_url is not None else (PYPI, *([environment_default] if environment_default else []))
         return cls(tuple(defaults), tuple(extra), tuple(find_links))
 
@@ -240,9 +242,7 @@ class DeclaredIndexes:
         )
 
 
-def read_lock_text(
-    lock_dir: Path, relative: str, direct: Collection[str] = (), indexes: DeclaredIndexes | None = None
-) -> str:
+def read_lock_text(lock_dir: Path, relative: str, direct: Collection[str] = (), indexes: DeclaredIndexes | None = None) -> str:
     """A lock file named by the manifest: a regular file inside ``lock_dir`` (symbolic links may
     not lead out), every line checked by ``check_lock_text``."""
     path = lock_dir / relative
@@ -262,9 +262,7 @@ def read_lock_text(
     return text
 
 
-def check_lock_text(
-    text: str, path: Path, direct: Collection[str] = (), indexes: DeclaredIndexes | None = None
-) -> None:
+def check_lock_text(text: str, path: Path, direct: Collection[str] = (), indexes: DeclaredIndexes | None = None) -> None:
     """Each line of a requirements lock is a comment, an index option with a URL without
     credentials, a pinned requirement by name (``name==version``, with a marker at most), a
     ``--hash=sha256:`` line under it, or a direct reference ('name @ git+URL@SHA' or
@@ -304,7 +302,7 @@ def _option(line: str, indexes: DeclaredIndexes | None) -> None:
         indexes.check(flag, value)
 
 
-def _requirement(line: str, direct: set[str]) -> None:
+def _requirement(line: str, direct: AbstractSet[str]) -> None:
     try:
         parsed = Requirement(line)
     except InvalidRequirement:

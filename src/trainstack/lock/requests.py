@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from trainstack import rules
 from trainstack.errors import LockError
-from trainstack.stackfile.compat import torch_version
 from trainstack.rules.nvcc import wheel_route
 from trainstack.rules.toolchain import release_message, release_mismatches, toolkit_requirement
+from trainstack.stackfile.compat import torch_version
 from trainstack.stackfile.matrix import Flavour, components_for
 from trainstack.stackfile.schema import Component, Stack
 
@@ -66,7 +67,7 @@ class FlavourRequests:
 def flavour_requests(stack: Stack, flavour: Flavour) -> FlavourRequests:
     components = components_for(stack, flavour)
     variant = _variant_index(stack, flavour)
-    base = dict(
+    base: dict[str, Any] = dict(
         python=flavour.python,
         platform=rules.python_platform(stack.rules_in_effect, flavour.os, flavour.arch),
         index_url=stack.index.url,
@@ -85,9 +86,7 @@ def flavour_requests(stack: Stack, flavour: Flavour) -> FlavourRequests:
     layers = {}
     torch_group = [c for c in resolved if c.group == "torch"]
     if torch_group:
-        layers["torch"] = Request(
-            requirements=tuple(sorted(_line(c, flavour) for c in torch_group)), constrained=True, **base
-        )
+        layers["torch"] = Request(requirements=tuple(sorted(_line(c, flavour) for c in torch_group)), constrained=True, **base)
     toolchain = toolchain_requirements(stack, flavour)
     if toolchain:
         layers["toolchain"] = Request(requirements=tuple(sorted(toolchain)), constrained=True, **base)

@@ -10,12 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainstack import proc
+from trainstack import grammar, proc
 from trainstack.errors import LockError, NetworkError
 from trainstack.indexauth import name_indexes, uv_index_options
-from trainstack.redact import redact, strip_userinfo
-from trainstack import grammar
 from trainstack.lock.requests import Request
+from trainstack.redact import redact, strip_userinfo
 from trainstack.retry import TransientFailure, with_retries
 
 # uv's own retries would multiply ours; trainstack.retry owns the backoff.
@@ -89,10 +88,7 @@ def _credentials_hint(message: str, request: Request) -> str | None:
     urls = [m.group(0) for m in _URL.finditer(message)]
     named = name_indexes(request.indexes)
     index = next((i for i in named for u in urls if u.startswith(i.url.rstrip("/"))), named[0])
-    return (
-        f"index {index.url} asks for credentials: set {index.env_prefix}_USERNAME and "
-        f"{index.env_prefix}_PASSWORD in the environment"
-    )
+    return f"index {index.url} asks for credentials: set {index.env_prefix}_USERNAME and {index.env_prefix}_PASSWORD in the environment"
 
 
 def check_request(request: Request) -> None:
@@ -113,19 +109,29 @@ def check_request(request: Request) -> None:
         raise LockError(f"refusing to resolve: {exc}") from None
 
 
-def _argv(
-    request: Request, work: Path, previous: Path | None, constraints: Path | None, upgrade: Sequence[str], header: str
-) -> list[str]:
+def _argv(request: Request, work: Path, previous: Path | None, constraints: Path | None, upgrade: Sequence[str], header: str) -> list[str]:
     (work / "requirements.in").write_text("".join(f"{line}\n" for line in request.requirements), encoding="utf-8")
     if previous is not None and previous.is_file():
         shutil.copyfile(previous, work / "out.txt")
     argv = [
-        "uv", "pip", "compile", "requirements.in", "-o", "out.txt", "--quiet",
-        "--python-version", request.python, "--python-platform", request.platform,
-        "--generate-hashes", "--custom-compile-command", header,
+        "uv",
+        "pip",
+        "compile",
+        "requirements.in",
+        "-o",
+        "out.txt",
+        "--quiet",
+        "--python-version",
+        request.python,
+        "--python-platform",
+        request.platform,
+        "--generate-hashes",
+        "--custom-compile-command",
+        header,
         # the indexes go into the file, so `uv pip sync`/`pip install -r` need nothing else
-        "--emit-index-url", "--emit-find-links",
-    ]  # fmt: skip
+        "--emit-index-url",
+        "--emit-find-links",
+    ]
     if request.metadata:
         (work / "uv.toml").write_text(_metadata_toml(request), encoding="utf-8")
         argv += ["--config-file", "uv.toml"]
@@ -145,9 +151,7 @@ def _argv(
 
 def without_credentials(lock_text: str) -> str:
     """A lock file's option lines (--index-url, --extra-index-url, --find-links) without user info."""
-    return "".join(
-        strip_userinfo(line) if line.startswith("-") else line for line in lock_text.splitlines(keepends=True)
-    )
+    return "".join(strip_userinfo(line) if line.startswith("-") else line for line in lock_text.splitlines(keepends=True))
 
 
 def _metadata_toml(request: Request) -> str:
@@ -155,8 +159,7 @@ def _metadata_toml(request: Request) -> str:
     for item in request.metadata:
         requires = ", ".join(_toml_str(r) for r in item.requires_dist)
         blocks.append(
-            f"[[dependency-metadata]]\nname = {_toml_str(item.name)}\n"
-            f"version = {_toml_str(item.version)}\nrequires-dist = [{requires}]\n"
+            f"[[dependency-metadata]]\nname = {_toml_str(item.name)}\nversion = {_toml_str(item.version)}\nrequires-dist = [{requires}]\n"
         )
     return "\n".join(blocks)
 
@@ -168,8 +171,7 @@ def _toml_str(value: str) -> str:
 # uv's words when it runs offline (UV_OFFLINE, lock --offline) and its cache lacks a page or file
 _OFFLINE_MISS = "Network connectivity is disabled"
 _NOT_CACHED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*) was not found in the cache")
-_OFFLINE_HINT = ("lock once where the index is reachable (it fills uv's cache), or point the stack's [index] "
-                 "at a mirror inside the network")
+_OFFLINE_HINT = "lock once where the index is reachable (it fills uv's cache), or point the stack's [index] at a mirror inside the network"
 
 
 def _offline_line(message: str, request: Request) -> str:

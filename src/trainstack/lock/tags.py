@@ -13,11 +13,24 @@ from trainstack.stackfile.schema import Stack
 from trainstack.stackfile.tags import flavour_tags, tag_template
 
 
-def image_refs(template: str, *, image: str, name: str, release: str,
-               flavours: Mapping[str, LockedFlavour]) -> dict[str, str]:
+def image_refs(template: str, *, image: str, name: str, release: str, flavours: Mapping[str, LockedFlavour]) -> dict[str, str]:
     """slug -> 'image:tag'; ValueError when a tag cannot be made or two flavours share one."""
-    axes = {slug: ({"name": name, "release": release, "slug": slug, "cuda": f.cuda, "os": f.os, "python": f.python,
-                    "channel": f.channel, "arch": f.arch}, f.packages) for slug, f in flavours.items()}
+    axes = {
+        slug: (
+            {
+                "name": name,
+                "release": release,
+                "slug": slug,
+                "cuda": f.cuda,
+                "os": f.os,
+                "python": f.python,
+                "channel": f.channel,
+                "arch": f.arch,
+            },
+            f.packages,
+        )
+        for slug, f in flavours.items()
+    }
     return {slug: f"{image}:{tag}" for slug, tag in flavour_tags(template, axes).items()}
 
 
@@ -25,8 +38,9 @@ def stack_image_refs(stack: Stack, flavours: Mapping[str, LockedFlavour], stack_
     """The images a build of the stack's locked ``flavours`` (slug -> its lock entry) makes;
     SpecError naming the stack file's [stack] tag line when the template cannot make one of them."""
     try:
-        return image_refs(tag_template(stack), image=stack.stack.image_ref, name=stack.stack.name,
-                          release=stack.stack.release, flavours=flavours)
+        return image_refs(
+            tag_template(stack), image=stack.stack.image_ref, name=stack.stack.name, release=stack.stack.release, flavours=flavours
+        )
     except ValueError as exc:
         where = "stack"
         if stack_path is not None:

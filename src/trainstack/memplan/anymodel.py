@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trainstack.errors import SpecError
-from trainstack.memplan.optim import OptimizerSpec, PrecisionSpec
 from trainstack.memplan.costs import BlockCost, Choice, HeadCost, Profile
+from trainstack.memplan.optim import OptimizerSpec, PrecisionSpec
 from trainstack.memplan.tracking import OpCost, Roofline, dispatch_mode_base, tracker
 from trainstack.memplan.wrappers import cache_configs, library_checkpointing_off, wrap
 
@@ -138,7 +138,9 @@ def _named_or_found(model: Any, name: str | None) -> BlockRun:
         try:
             container = model.get_submodule(name)
         except AttributeError:
-            raise UnplannableModel(f"blocks '{name}': no such module in {type(model).__name__}; accepted: the dotted name of a ModuleList or Sequential of blocks") from None
+            raise UnplannableModel(
+                f"blocks '{name}': no such module in {type(model).__name__}; accepted: the dotted name of a ModuleList or Sequential of blocks"
+            ) from None
         if not isinstance(container, (nn.ModuleList, nn.Sequential)) or len(container) == 0:
             raise UnplannableModel(f"blocks '{name}' is a {type(container).__name__}, not a non-empty ModuleList or Sequential of blocks")
         return run_of(name, container)
@@ -232,8 +234,9 @@ def no_kv_cache(model: Any) -> Iterator[None]:
 
 
 def autocast_for(device: Any, precision: PrecisionSpec) -> Any:
-    import torch
     from contextlib import nullcontext
+
+    import torch
 
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if precision.autocast else nullcontext()
 
@@ -266,13 +269,20 @@ def _param_bytes(params: list[Any], optimizer: OptimizerSpec, precision: Precisi
 def _largest_trained(params: list[Any], precision: PrecisionSpec) -> tuple[int, int]:
     """(elements, bytes as stored) of the largest trainable floating parameter."""
     numel = max((p.numel() for p in params if p.requires_grad and p.is_floating_point()), default=0)
-    itemsize = next((precision.param_itemsize or p.element_size() for p in params if p.requires_grad and p.is_floating_point() and p.numel() == numel), 0)
+    itemsize = next(
+        (precision.param_itemsize or p.element_size() for p in params if p.requires_grad and p.is_floating_point() and p.numel() == numel),
+        0,
+    )
     return numel, numel * itemsize
 
 
 def _largest_state_tensor(params: list[Any], precision: PrecisionSpec) -> int:
     """Bytes of the largest trainable parameter in the optimizer state's dtype."""
-    sizes = [p.numel() * (precision.state_itemsize or precision.param_itemsize or p.element_size()) for p in params if p.requires_grad and p.is_floating_point()]
+    sizes = [
+        p.numel() * (precision.state_itemsize or precision.param_itemsize or p.element_size())
+        for p in params
+        if p.requires_grad and p.is_floating_point()
+    ]
     return max(sizes, default=0)
 
 
@@ -304,7 +314,9 @@ def fake_copy(model: Any, device: Any, precision: PrecisionSpec) -> Any:
     try:
         fake = copy.deepcopy(model, memo)
     except Exception as exc:  # noqa: BLE001 - any failure to copy is the model's: one line
-        raise UnplannableModel(f"{type(model).__name__} cannot be copied for calibration ({type(exc).__name__}: {_first_line(exc)})") from None
+        raise UnplannableModel(
+            f"{type(model).__name__} cannot be copied for calibration ({type(exc).__name__}: {_first_line(exc)})"
+        ) from None
     for config in cache_configs(fake):
         config.use_cache = False  # see no_kv_cache
     return fake.train()
@@ -374,7 +386,9 @@ class BlockCall:
         if isinstance(out, (tuple, list)):
             i = next(i for i, o in enumerate(out) if isinstance(o, torch.Tensor))
             return type(out)((x if j == i else o) for j, o in enumerate(out))
-        raise UnplannableModel(f"a block returned {type(out).__name__}; accepted: a tensor, or a tuple or list whose first tensor is the hidden output")
+        raise UnplannableModel(
+            f"a block returned {type(out).__name__}; accepted: a tensor, or a tuple or list whose first tensor is the hidden output"
+        )
 
 
 def hidden_of(output: Any) -> Any:
@@ -407,7 +421,9 @@ def _hidden_index(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str:
     for name, v in kwargs.items():
         if isinstance(v, torch.Tensor) and v.is_floating_point():
             return name
-    raise UnplannableModel("the blocks are called without a floating-point tensor input; memplan plans blocks that transform a hidden state")
+    raise UnplannableModel(
+        "the blocks are called without a floating-point tensor input; memplan plans blocks that transform a hidden state"
+    )
 
 
 def record_call(model: Any, block: Any, batch: Any, *, label: str, context: Any) -> BlockCall:
@@ -435,19 +451,28 @@ def record_call(model: Any, block: Any, batch: Any, *, label: str, context: Any)
             h.remove()
     if "out" not in seen:
         raise UnplannableModel(f"{label} never ran in the model's forward")
-    detach = lambda t: t.detach() if isinstance(t, torch.Tensor) else t  # noqa: E731
+
+    def detach(t: Any) -> Any:
+        return t.detach() if isinstance(t, torch.Tensor) else t
+
     args, kwargs = tree_map(detach, seen["args"]), tree_map(detach, seen["kwargs"])
     hidden = _hidden_index(tuple(args), dict(kwargs))
     x = args[hidden] if isinstance(hidden, int) else kwargs[hidden]
     flat = tree_flatten((seen["args"], seen["kwargs"]))[0]
-    grad_inputs = tuple(i for i, (t, d) in enumerate(zip(flat, tree_flatten((args, kwargs))[0], strict=True)) if isinstance(t, torch.Tensor) and t.requires_grad and d is not x)
+    grad_inputs = tuple(
+        i
+        for i, (t, d) in enumerate(zip(flat, tree_flatten((args, kwargs))[0], strict=True))
+        if isinstance(t, torch.Tensor) and t.requires_grad and d is not x
+    )
     return BlockCall(tuple(args), dict(kwargs), hidden, tree_map(detach, seen["out"]), grad_inputs)
 
 
 # -- fake-tensor measurement -----------------------------------------------------------------
 
 
-def measure_block(block: Any, choice: Choice, call: BlockCall, device: Any, precision: PrecisionSpec, roofline: Roofline) -> tuple[BlockCost, OpCost, OpCost]:
+def measure_block(
+    block: Any, choice: Choice, call: BlockCall, device: Any, precision: PrecisionSpec, roofline: Roofline
+) -> tuple[BlockCost, OpCost, OpCost]:
     """Forward and backward of one block wrapped for ``choice``, called as ``call`` records
     with a fresh hidden input, on fake tensors under the live-bytes tracker: its saved,
     held and peak bytes (``BlockCost``), and the op costs of its forward and backward."""
@@ -586,7 +611,15 @@ def _joined(hidden: Any, others: list[Any]) -> Any:
 
 
 def _measure_head(
-    model: Any, run: BlockRun, call: BlockCall, batch: Any, loss_fn: LossFn, device: Any, precision: PrecisionSpec, roofline: Roofline, kept_inputs: frozenset[int]
+    model: Any,
+    run: BlockRun,
+    call: BlockCall,
+    batch: Any,
+    loss_fn: LossFn,
+    device: Any,
+    precision: PrecisionSpec,
+    roofline: Roofline,
+    kept_inputs: frozenset[int],
 ) -> tuple[HeadCost, OpCost]:
     """One step of the model with its blocks passed through: embedding, final norm, head,
     loss. The stand-ins keep what kept blocks save of their other inputs (``kept_inputs``)."""
@@ -722,8 +755,8 @@ def fake_as_real() -> Any:
     # P(draw OP number) for a draw uniform in [0, 1)
     below = {aten.lt.Scalar: lambda p: p, aten.le.Scalar: lambda p: p, aten.gt.Scalar: lambda p: 1 - p, aten.ge.Scalar: lambda p: 1 - p}
 
-    class FakeAsReal(dispatch_mode_base()):  # type: ignore[misc]
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    class FakeAsReal(dispatch_mode_base()):  # type: ignore[misc]  # the base is torch's dispatch mode of the installed version, chosen at run time
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func is local_scalar and args[0].dtype == torch.bool:
                 return getattr(args[0], "_trainstack_likely", True)
@@ -731,7 +764,11 @@ def fake_as_real() -> Any:
                 a, b, *rest = args
                 return func(a.to(torch.bfloat16), b.to(torch.bfloat16), *rest, **kwargs).to(a.dtype)
             out = func(*args, **kwargs)
-            if func in uniform and isinstance(out, torch.Tensor) and (tuple(args[1:3]) or (kwargs.get("from", 0), kwargs.get("to", 1))) in ((0, 1), (0.0, 1.0)):
+            if (
+                func in uniform
+                and isinstance(out, torch.Tensor)
+                and (tuple(args[1:3]) or (kwargs.get("from", 0), kwargs.get("to", 1))) in ((0, 1), (0.0, 1.0))
+            ):
                 out._trainstack_uniform = True  # a draw in [0, 1), as torch.rand makes
             elif func in below and getattr(args[0], "_trainstack_uniform", False) and isinstance(args[1], (int, float)):
                 out._trainstack_likely = below[func](float(args[1])) > 0.5
@@ -796,7 +833,19 @@ def calibrate_model(
     return _calibrate(model, batch, eager=False, **kwargs)
 
 
-def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpec, precision: PrecisionSpec, device: Any, loss_fn: LossFn, roofline: Roofline, label: str, eager: bool) -> Profile:
+def _calibrate(
+    model: Any,
+    batch: Any,
+    *,
+    run: BlockRun,
+    optimizer: OptimizerSpec,
+    precision: PrecisionSpec,
+    device: Any,
+    loss_fn: LossFn,
+    roofline: Roofline,
+    label: str,
+    eager: bool,
+) -> Profile:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     rows, seq = batch_shape(batch)
@@ -822,12 +871,17 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
     except Exception as exc:  # noqa: BLE001 - a model that fake tensors cannot run gets its one-line reason
         reason = _fake_failure(exc, model)
         if reason is None:
-            raise UnplannableModel(f"{type(model).__name__} failed under calibration at {where} or around it ({type(exc).__name__}: {_first_line(exc)})") from None
+            raise UnplannableModel(
+                f"{type(model).__name__} failed under calibration at {where} or around it ({type(exc).__name__}: {_first_line(exc)})"
+            ) from None
         raise UnplannableModel(f"{type(model).__name__}: {reason}") from None
     keep_fwd, keep_bwd = costs[Choice.KEEP]
     largest = max([c.largest for pair in costs.values() for c in pair] + [head_cost.largest])
     options[Choice.FULL] = replace(
-        options[Choice.FULL], recompute_flops=keep_fwd.flops, recompute_seconds=keep_fwd.seconds, host_seconds=keep_fwd.ops * roofline.full_op_s
+        options[Choice.FULL],
+        recompute_flops=keep_fwd.flops,
+        recompute_seconds=keep_fwd.seconds,
+        host_seconds=keep_fwd.ops * roofline.full_op_s,
     )
     options[Choice.SELECTIVE] = replace(
         options[Choice.SELECTIVE],
@@ -838,9 +892,15 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
     container = model.get_submodule(run.path)
     block_params = _param_bytes(list(container[run.first].parameters()), optimizer, precision)
     total = _param_bytes(_unique(model.parameters()), optimizer, precision)
-    others = [total.params - run.count * block_params.params, total.grads - run.count * block_params.grads, total.states - run.count * block_params.states]
+    others = [
+        total.params - run.count * block_params.params,
+        total.grads - run.count * block_params.grads,
+        total.states - run.count * block_params.states,
+    ]
     if min(others) < 0:
-        raise UnplannableModel(f"the blocks at {run.path} share parameters with each other; memplan plans blocks with parameters of their own")
+        raise UnplannableModel(
+            f"the blocks at {run.path} share parameters with each other; memplan plans blocks with parameters of their own"
+        )
     n = run.count
     largest_trained = _largest_trained(_unique(model.parameters()), precision)
     return Profile(
@@ -864,7 +924,8 @@ def _calibrate(model: Any, batch: Any, *, run: BlockRun, optimizer: OptimizerSpe
         other_state_bytes=others[2],
         block_master_bytes=block_params.master,
         other_master_bytes=total.master - n * block_params.master,
-        step_scratch=int(optimizer.step_scratch * total.grads) + optimizer.largest_scratch * _largest_state_tensor(_unique(model.parameters()), precision),
+        step_scratch=int(optimizer.step_scratch * total.grads)
+        + optimizer.largest_scratch * _largest_state_tensor(_unique(model.parameters()), precision),
         largest_param_elements=largest_trained[0],
         largest_param_bytes=largest_trained[1],
         blocks=run.path,

@@ -15,9 +15,9 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from trainstack.errors import BudgetError
-from trainstack.memplan.costs import Choice, Overheads, Plan, Profile
 from trainstack.memplan.anymodel import batch_rows, calibrate_model, default_loss, find_blocks
 from trainstack.memplan.budget import gpu_memory_bytes, parse_budget
+from trainstack.memplan.costs import Choice, Overheads, Plan, Profile
 from trainstack.memplan.memory import with_measured_memory, with_measured_times
 from trainstack.memplan.offload import Placement, choose_with_offload
 from trainstack.memplan.optim import optimizer_spec, precision_spec
@@ -96,7 +96,14 @@ def calibrate_any_compiled(
 
 
 def measured_profiles(
-    profile: Profile, model: nn.Module, batch: object, *, run: BlockRun, precision: PrecisionSpec, compiled: bool, timed: bool = True,
+    profile: Profile,
+    model: nn.Module,
+    batch: object,
+    *,
+    run: BlockRun,
+    precision: PrecisionSpec,
+    compiled: bool,
+    timed: bool = True,
     budgets: tuple[float, ...] | None = None,
 ) -> dict[float, Profile]:
     """``profile`` with the first block of ``run`` in ``model`` measured for real
@@ -112,7 +119,9 @@ def measured_profiles(
     keep_budgets = tuple(b for b in budgets if b < 1)
     try:
         with compiled_graphs_allowed(len(budgets) + 2) if compiled else nullcontext():
-            memory, seconds = measure_real(model, batch, run=run, precision=precision, compiled=compiled, keep_budgets=keep_budgets, timed=timed)
+            memory, seconds = measure_real(
+                model, batch, run=run, precision=precision, compiled=compiled, keep_budgets=keep_budgets, timed=timed
+            )
     except torch.OutOfMemoryError:
         return {1.0: profile}
     finally:
@@ -134,7 +143,7 @@ def per_budget(profile: Profile, memory: dict | None, seconds: dict | None, budg
     for budget in budgets:
         keep = Choice.KEEP if budget >= 1 else budget
 
-        def per_choice(measured: dict) -> dict:
+        def per_choice(measured: dict, keep: Choice | float = keep) -> dict:
             return {Choice.KEEP: measured[keep], Choice.SELECTIVE: measured[Choice.SELECTIVE], Choice.FULL: measured[Choice.FULL]}
 
         p = with_measured_memory(profile, per_choice(memory)) if memory is not None else profile
@@ -152,7 +161,13 @@ def compiled_graphs_allowed(n: int) -> Any:
 
 
 def choose_plan(
-    profiles: dict[float, Profile], *, budget_bytes: int, world_size: int, overheads: Overheads | None, profile_at: Callable[[int], Profile], compiled: bool,
+    profiles: dict[float, Profile],
+    *,
+    budget_bytes: int,
+    world_size: int,
+    overheads: Overheads | None,
+    profile_at: Callable[[int], Profile],
+    compiled: bool,
     placement: Placement | None = None,
 ) -> Plan:
     """The plan of least recompute cost over ``profiles`` (one per compiler budget) that fits
@@ -161,7 +176,9 @@ def choose_plan(
     sharding and offload it asks for (offload.choose_with_offload), the least estimated step
     time over the profiles winning."""
     if placement is not None:
-        return _choose_placed(profiles, budget_bytes=budget_bytes, world_size=world_size, overheads=overheads, compiled=compiled, placement=placement)
+        return _choose_placed(
+            profiles, budget_bytes=budget_bytes, world_size=world_size, overheads=overheads, compiled=compiled, placement=placement
+        )
     chosen = choose_over_budgets(
         profiles,
         budget_bytes=budget_bytes,
@@ -172,13 +189,23 @@ def choose_plan(
     return chosen if compiled else replace(chosen, compiler_budget=None)
 
 
-def _choose_placed(profiles: dict[float, Profile], *, budget_bytes: int, world_size: int, overheads: Overheads | None, compiled: bool, placement: Placement) -> Plan:
+def _choose_placed(
+    profiles: dict[float, Profile], *, budget_bytes: int, world_size: int, overheads: Overheads | None, compiled: bool, placement: Placement
+) -> Plan:
     plans, error = [], None
     for budget, profile in profiles.items():
         try:
             found = choose_with_offload(
-                profile, budget_bytes=budget_bytes, host_budget_bytes=placement.host_budget_bytes, shard=placement.shard or ("fsdp2" if world_size > 1 else "none"),
-                world_size=world_size, accum=placement.accum, rates=placement.rates, offload=placement.offload, ranks_per_host=placement.ranks_per_host, ladder=placement.ladder,
+                profile,
+                budget_bytes=budget_bytes,
+                host_budget_bytes=placement.host_budget_bytes,
+                shard=placement.shard or ("fsdp2" if world_size > 1 else "none"),
+                world_size=world_size,
+                accum=placement.accum,
+                rates=placement.rates,
+                offload=placement.offload,
+                ranks_per_host=placement.ranks_per_host,
+                ladder=placement.ladder,
                 overheads=overheads if overheads is not None else default_overheads(),
             )
         except BudgetError as exc:

@@ -35,7 +35,9 @@ def parse_budget(text: str, gpu_bytes: Callable[[], int | None], flag: str = "--
         raise UsageError(f"{flag}: '{text}' is not a budget; accepted: {ACCEPTED.format(of=of)}")
     value, unit = Decimal(m.group(1)), m.group(2).lower()  # exact: a thousand digits stay a number
     if unit == "" and value > 1:
-        raise UsageError(f"{flag}: '{text}' has no unit; write bytes with a unit such as '{m.group(1)}GiB' or '{m.group(1)}GB', or a fraction of {of} such as '0.8'")
+        raise UsageError(
+            f"{flag}: '{text}' has no unit; write bytes with a unit such as '{m.group(1)}GiB' or '{m.group(1)}GB', or a fraction of {of} such as '0.8'"
+        )
     if unit == "" and value <= 1:
         if value <= 0:
             raise UsageError(f"{flag}: fraction '{text}' must be above 0")

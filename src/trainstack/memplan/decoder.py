@@ -13,14 +13,23 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from trainstack.memplan.anymodel import (
+    autocast_for,
+    calibrate_model,
+    default_loss,
+    fake_copy,
+    fake_like,
+    find_blocks,
+    measure_block,
+    record_call,
+)
 from trainstack.memplan.api import COMPILER_BUDGETS, calibrate_any_compiled, choose_plan, cuda_available, measured_profiles
 from trainstack.memplan.costs import Choice, Overheads, Plan, Profile
 from trainstack.memplan.offload import Placement
 from trainstack.memplan.optim import OptimizerSpec, PrecisionSpec, optimizer_spec, precision_spec
-from trainstack.memplan.tracking import Roofline
-from trainstack.memplan.anymodel import autocast_for, calibrate_model, default_loss, fake_copy, fake_like, find_blocks, measure_block, record_call
 from trainstack.memplan.realblock import measure_real
 from trainstack.memplan.reference import fake_step_peak as whole_step_peak
+from trainstack.memplan.tracking import Roofline
 from trainstack.memplan.wrappers import reset_compiler
 
 if TYPE_CHECKING:
@@ -85,14 +94,23 @@ def one_block(cfg: ModelConfig, *, batch: int, seq: int, device: Any, dtype: Any
     return block, x
 
 
-def calibrate(cfg: ModelConfig, *, batch: int, seq: int, device: str | None = None, roofline: Roofline = Roofline(), label: str = "") -> Profile:
+def calibrate(
+    cfg: ModelConfig, *, batch: int, seq: int, device: str | None = None, roofline: Roofline = Roofline(), label: str = ""
+) -> Profile:
     """Profile ``cfg`` at (batch, seq) under bf16 autocast with fp32 weights and AdamW, on
     fake tensors of ``device`` (default: cuda when present, else cpu): seconds and no memory
     whatever the model size."""
     model, tokens = decoder_on_meta(cfg, batch=batch, seq=seq)
     return calibrate_model(
-        model, tokens, run=find_blocks(model, BLOCKS), optimizer=BENCH_OPTIMIZER, precision=BENCH_AUTOCAST, device=_device(device),
-        loss_fn=default_loss, roofline=roofline, label=label,
+        model,
+        tokens,
+        run=find_blocks(model, BLOCKS),
+        optimizer=BENCH_OPTIMIZER,
+        precision=BENCH_AUTOCAST,
+        device=_device(device),
+        loss_fn=default_loss,
+        roofline=roofline,
+        label=label,
     )
 
 
@@ -142,8 +160,15 @@ def plan_memory(
         model, tokens = decoder_on_meta(cfg, batch=rows, seq=seq)
         real = _one_block_or_none(cfg, batch=rows, seq=seq, dtype=block_dtype) if measured else None
         found = calibrate_any_compiled(
-            model, tokens, compiled=compiled, optimizer=optimizer, precision=calibrated_as, blocks=BLOCKS,
-            device=_device(device), measure=real is not None, measure_on=real,
+            model,
+            tokens,
+            compiled=compiled,
+            optimizer=optimizer,
+            precision=calibrated_as,
+            blocks=BLOCKS,
+            device=_device(device),
+            measure=real is not None,
+            measure_on=real,
         )
         del real
         _release_cached_memory()
@@ -200,7 +225,14 @@ def measure_real_block(profile: Profile, cfg: ModelConfig, *, batch: int, seq: i
 
 
 def measure_compiled_blocks(
-    profile: Profile, cfg: ModelConfig, *, batch: int, seq: int, budgets: tuple[float, ...] = COMPILER_BUDGETS, compiled: bool = True, timed: bool = True
+    profile: Profile,
+    cfg: ModelConfig,
+    *,
+    batch: int,
+    seq: int,
+    budgets: tuple[float, ...] = COMPILER_BUDGETS,
+    compiled: bool = True,
+    timed: bool = True,
 ) -> dict[float, Profile]:
     """One profile per activation memory budget of the kept blocks, all from real compiled
     blocks measured by the CUDA allocator and timed in one round robin (so their times
@@ -210,7 +242,9 @@ def measure_compiled_blocks(
     if real is None:
         return {1.0: profile}
     try:
-        return measured_profiles(profile, *real, run=find_blocks(real[0], BLOCKS), precision=BENCH_AUTOCAST, compiled=compiled, timed=timed, budgets=budgets)
+        return measured_profiles(
+            profile, *real, run=find_blocks(real[0], BLOCKS), precision=BENCH_AUTOCAST, compiled=compiled, timed=timed, budgets=budgets
+        )
     finally:
         del real
         _release_cached_memory()

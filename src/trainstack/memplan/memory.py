@@ -14,8 +14,17 @@ from dataclasses import dataclass, replace
 from itertools import accumulate
 
 from trainstack.memplan.costs import BlockCost, Breakdown, Choice, Overheads, Profile
-from trainstack.memplan.placement import CHUNK_BYTES, FP32_HOST_GRADS, FP32_MASTER_SHARDS, KINDS, SHARDED_KINDS, Layout, Where, layout_for
-from trainstack.memplan.placement import shard
+from trainstack.memplan.placement import (
+    CHUNK_BYTES,
+    FP32_HOST_GRADS,
+    FP32_MASTER_SHARDS,
+    KINDS,
+    SHARDED_KINDS,
+    Layout,
+    Where,
+    layout_for,
+    shard,
+)
 
 # FSDP keeps this many blocks' parameters unsharded at once (the one computing, the one prefetched).
 FSDP_UNSHARDED_BLOCKS = 2
@@ -73,9 +82,16 @@ def gathered_bytes(profile: Profile, layout: Layout) -> Gathered:
     # the block resharded, the reduce-scatter before it freed: its gradients whole, their copy
     # (the reduce-scatter input) and this rank's part of the sum (its output)
     reduce_scatter = tuple(other + prefetched[i] + 2 * block_grad + shard(block_grad, layout.world_size) for i in range(n))
-    return Gathered(gather=gather, forward=forward, loss_forward=other + 2 * pb if n else other, loss_backward=other + pb if n else other,
-                    backward=backward, reduce_scatter=reduce_scatter, embedding_backward=other + (block_grad if n else 0),
-                    rest_reduce_scatter=2 * other_grad + shard(other_grad, layout.world_size))
+    return Gathered(
+        gather=gather,
+        forward=forward,
+        loss_forward=other + 2 * pb if n else other,
+        loss_backward=other + pb if n else other,
+        backward=backward,
+        reduce_scatter=reduce_scatter,
+        embedding_backward=other + (block_grad if n else 0),
+        rest_reduce_scatter=2 * other_grad + shard(other_grad, layout.world_size),
+    )
 
 
 def state_totals(profile: Profile, layout: Layout | None = None) -> dict[str, int]:
@@ -151,8 +167,15 @@ def host_bytes(profile: Profile, layout: Layout) -> int:
 
 def per_kind(profile: Profile, layout: Layout) -> dict[str, dict]:
     totals, on_host = state_totals(profile, layout), host_totals(profile, layout)
-    return {k: {"where": str(layout.where(k)), "gpu_bytes": layout.gpu_bytes(k, totals[k]), "host_bytes": layout.host_bytes(k, on_host[k]), "total_bytes": totals[k]}
-            for k in KINDS}
+    return {
+        k: {
+            "where": str(layout.where(k)),
+            "gpu_bytes": layout.gpu_bytes(k, totals[k]),
+            "host_bytes": layout.host_bytes(k, on_host[k]),
+            "total_bytes": totals[k],
+        }
+        for k in KINDS
+    }
 
 
 @dataclass(frozen=True)
@@ -218,21 +241,48 @@ def phases(profile: Profile, choices: Sequence[Choice], *, layout: Layout, accum
     unkept = [head.unkept_shared if h else 0 for h in holding]
     # the blocks' input, once: where the head holds it and the first block saves it too
     twice = min(head.holds_input, cost[0].saved_input) if cost else 0
-    found.append(Phase("loss forward", accumulated, held[-1] - twice, head.fwd_peak + (head.unkept_loss if holding[-1] else 0) + gathered.loss_forward))
+    found.append(
+        Phase(
+            "loss forward", accumulated, held[-1] - twice, head.fwd_peak + (head.unkept_loss if holding[-1] else 0) + gathered.loss_forward
+        )
+    )
     found.append(Phase("loss backward", accumulated, total_saved - twice, head.bwd_peak + unkept[-1] + gathered.loss_backward))
     for i in reversed(range(len(cost))):
         grads = max(accumulated, (len(cost) - 1 - i) * block_grad)
         # the gradient the blocks accumulate for a shared input: from the second block's backward on
         # (the first's is part of its own backward's bytes)
         shared_grad = head.shared_grad if i < len(cost) - 1 else 0
-        found.append(Phase(f"backward of block {i}", grads, before[i] - (twice if i else 0),
-                           head.after_bwd + shared_grad + unkept[i] + cost[i].bwd_peak - (0 if i else twice) + gathered.backward[i]
-                           + (streaming if i < len(cost) - 1 else 0)))
+        found.append(
+            Phase(
+                f"backward of block {i}",
+                grads,
+                before[i] - (twice if i else 0),
+                head.after_bwd
+                + shared_grad
+                + unkept[i]
+                + cost[i].bwd_peak
+                - (0 if i else twice)
+                + gathered.backward[i]
+                + (streaming if i < len(cost) - 1 else 0),
+            )
+        )
         if gathered.reduce_scatter[i] and not accumulated:
-            found.append(Phase(f"reduce-scatter of block {i}", grads, before[i] - (twice if i else 0),
-                               head.after_bwd + shared_grad + unkept[i] + gathered.reduce_scatter[i]))
-    found.append(Phase("embedding backward", max(accumulated, len(cost) * block_grad), 0,
-                       head.embed_bwd_peak + gathered.embedding_backward + (streaming if cost else 0)))
+            found.append(
+                Phase(
+                    f"reduce-scatter of block {i}",
+                    grads,
+                    before[i] - (twice if i else 0),
+                    head.after_bwd + shared_grad + unkept[i] + gathered.reduce_scatter[i],
+                )
+            )
+    found.append(
+        Phase(
+            "embedding backward",
+            max(accumulated, len(cost) * block_grad),
+            0,
+            head.embed_bwd_peak + gathered.embedding_backward + (streaming if cost else 0),
+        )
+    )
     if gathered.rest_reduce_scatter and not accumulated:
         found.append(Phase("reduce-scatter of the rest", len(cost) * block_grad, 0, gathered.rest_reduce_scatter))
     found.append(Phase("optimizer step", all_grads, 0, step_transient))
@@ -248,8 +298,15 @@ def _accumulated(whole: int, kept: int, layout: Layout, accum: int) -> int:
     return whole if layout.shard == "fsdp2" and layout.world_size > 1 else kept
 
 
-def breakdown(profile: Profile, choices: Sequence[Choice], *, world_size: int = 1, overheads: Overheads = Overheads(),
-              layout: Layout | None = None, accum: int = 1) -> Breakdown:
+def breakdown(
+    profile: Profile,
+    choices: Sequence[Choice],
+    *,
+    world_size: int = 1,
+    overheads: Overheads = Overheads(),
+    layout: Layout | None = None,
+    accum: int = 1,
+) -> Breakdown:
     """Predicted peak of one step (after the first, once optimizer state exists) on one rank:
     the largest of its ``phases`` over the static state.
 
@@ -291,8 +348,15 @@ def _largest_transients(profile: Profile) -> dict[str, int]:
     }
 
 
-def peak_bytes(profile: Profile, choices: Sequence[Choice], *, world_size: int = 1, overheads: Overheads = Overheads(),
-               layout: Layout | None = None, accum: int = 1) -> int:
+def peak_bytes(
+    profile: Profile,
+    choices: Sequence[Choice],
+    *,
+    world_size: int = 1,
+    overheads: Overheads = Overheads(),
+    layout: Layout | None = None,
+    accum: int = 1,
+) -> int:
     return breakdown(profile, choices, world_size=world_size, overheads=overheads, layout=layout, accum=accum).reserved_peak
 
 
@@ -300,7 +364,14 @@ def with_measured_memory(profile: Profile, blocks: dict[Choice, BlockCost]) -> P
     """The profile with each choice's bytes (saved, held, forward and backward peaks) from
     a real block (realblock.measure_real); recompute costs unchanged."""
     options = {
-        c: replace(o, saved=blocks[c].saved, held=blocks[c].held, fwd_peak=blocks[c].fwd_peak, bwd_peak=blocks[c].bwd_peak, saved_input=blocks[c].saved_input)
+        c: replace(
+            o,
+            saved=blocks[c].saved,
+            held=blocks[c].held,
+            fwd_peak=blocks[c].fwd_peak,
+            bwd_peak=blocks[c].bwd_peak,
+            saved_input=blocks[c].saved_input,
+        )
         for c, o in profile.options.items()
     }
     return replace(profile, options=options)

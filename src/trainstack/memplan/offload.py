@@ -39,8 +39,12 @@ class Rates:
         return None not in (self.h2d_bytes_per_s, self.d2h_bytes_per_s, self.cpu_step_s_per_byte)
 
     def to_json(self) -> dict:
-        return {"h2d_bytes_per_s": self.h2d_bytes_per_s, "d2h_bytes_per_s": self.d2h_bytes_per_s,
-                "cpu_step_s_per_byte": self.cpu_step_s_per_byte, "source": self.source}
+        return {
+            "h2d_bytes_per_s": self.h2d_bytes_per_s,
+            "d2h_bytes_per_s": self.d2h_bytes_per_s,
+            "cpu_step_s_per_byte": self.cpu_step_s_per_byte,
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)
@@ -74,8 +78,15 @@ class StepCost:
         return self.compute_s + self.exposed_s
 
     def to_json(self) -> dict:
-        return {"compute_s": self.compute_s, "h2d_s": self.h2d_s, "d2h_s": self.d2h_s, "cpu_optimizer_s": self.cpu_optimizer_s,
-                "exposed_s": self.exposed_s, "total_s": self.total_s, "accum": self.accum}
+        return {
+            "compute_s": self.compute_s,
+            "h2d_s": self.h2d_s,
+            "d2h_s": self.d2h_s,
+            "cpu_optimizer_s": self.cpu_optimizer_s,
+            "exposed_s": self.exposed_s,
+            "total_s": self.total_s,
+            "accum": self.accum,
+        }
 
 
 def _seconds(nbytes: int, rate: float | None) -> float:
@@ -114,8 +125,19 @@ def _rung_name(offload: frozenset[str]) -> str:
     return "nothing on the host" if not offload else "on the host: " + ", ".join(k for k in KINDS if k in offload)
 
 
-def _would_fit(profile: Profile, short_of_host: list[tuple[int, frozenset[str]]], rungs: tuple[frozenset[str], ...], *, shard: str, world_size: int,
-               ranks_per_host: int | None, budget_bytes: int, host_budget_bytes: int | None, accum: int, overheads: Overheads) -> str:
+def _would_fit(
+    profile: Profile,
+    short_of_host: list[tuple[int, frozenset[str]]],
+    rungs: tuple[frozenset[str], ...],
+    *,
+    shard: str,
+    world_size: int,
+    ranks_per_host: int | None,
+    budget_bytes: int,
+    host_budget_bytes: int | None,
+    accum: int,
+    overheads: Overheads,
+) -> str:
     """What would fit where nothing does: the least host memory that a rung the GPU fits needs,
     else the fewest ranks whose shards fit both budgets (FSDP2 where nothing is sharded), every block recomputed, ``ranks_per_host`` on each host (default all)."""
     if short_of_host:
@@ -165,24 +187,46 @@ def choose_with_offload(
             plan = choose(profile, budget_bytes=budget_bytes, overheads=overheads, layout=layout, accum=accum)
         except BudgetError:
             least = peak_bytes(profile, choices_for(profile.n_blocks, 0, 0), overheads=overheads, layout=layout, accum=accum)
-            reasons.append(f"{_rung_name(rung)}: does not fit the GPU (every block recomputed: {human(least)})" + (f", and {host_text}" if host_short else ""))
+            reasons.append(
+                f"{_rung_name(rung)}: does not fit the GPU (every block recomputed: {human(least)})"
+                + (f", and {host_text}" if host_short else "")
+            )
             continue
         if host_short:
             short_of_host.append((needed_host, rung))
             reasons.append(f"{_rung_name(rung)}: fits the GPU ({plan.summary()}, peak {human(plan.peak_bytes)}), but {host_text}")
             continue
         cost = step_cost(profile, plan.counts, layout, accum=accum, rates=rates)
-        costed = (f"est. {cost.total_s:.3g} s per step ({cost.exposed_s:.3g} s of copies and CPU step not hidden)" if rates.measured
-                  else f"est. {cost.total_s:.3g} s per step of compute (copies and CPU step not costed)")
-        reasons.append(f"{_rung_name(rung)}: fits with {plan.summary()}, peak {human(plan.peak_bytes)}, host {human(needed_host)}, {costed}")
+        costed = (
+            f"est. {cost.total_s:.3g} s per step ({cost.exposed_s:.3g} s of copies and CPU step not hidden)"
+            if rates.measured
+            else f"est. {cost.total_s:.3g} s per step of compute (copies and CPU step not costed)"
+        )
+        reasons.append(
+            f"{_rung_name(rung)}: fits with {plan.summary()}, peak {human(plan.peak_bytes)}, host {human(needed_host)}, {costed}"
+        )
         fitting.append(((cost.total_s, index), replace(plan, step_cost=cost)))
         if not rates.measured and offload is None:
             break  # unmeasured copies cost nothing on paper: move no more than the budget needs
     if not fitting:
-        raise BudgetError(f"no plan fits {human(budget_bytes)} per GPU" + (f" and {human(host_budget_bytes)} per host" if host_budget_bytes else "")
-                          + f" ({shard}, {world_size} rank{'s' if world_size > 1 else ''}, {accum} micro-batch{'es' if accum > 1 else ''}): " + "; ".join(reasons)
-                          + _would_fit(profile, short_of_host, rungs, shard=shard, world_size=world_size, ranks_per_host=ranks_per_host, budget_bytes=budget_bytes,
-                                       host_budget_bytes=host_budget_bytes, accum=accum, overheads=overheads))
+        raise BudgetError(
+            f"no plan fits {human(budget_bytes)} per GPU"
+            + (f" and {human(host_budget_bytes)} per host" if host_budget_bytes else "")
+            + f" ({shard}, {world_size} rank{'s' if world_size > 1 else ''}, {accum} micro-batch{'es' if accum > 1 else ''}): "
+            + "; ".join(reasons)
+            + _would_fit(
+                profile,
+                short_of_host,
+                rungs,
+                shard=shard,
+                world_size=world_size,
+                ranks_per_host=ranks_per_host,
+                budget_bytes=budget_bytes,
+                host_budget_bytes=host_budget_bytes,
+                accum=accum,
+                overheads=overheads,
+            )
+        )
     _, best = min(fitting, key=lambda item: item[0])
     if offload is not None:
         basis = "the placement asked for"
@@ -193,5 +237,3 @@ def choose_with_offload(
     where = "" if best.layout.offload else ", nothing on the host"
     chosen = f"chose {best.layout.name()}{where} ({basis})"
     return replace(best, why=f"{chosen}; " + "; ".join(reasons) + f"; rates: {rates.source}")
-
-

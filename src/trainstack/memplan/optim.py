@@ -53,7 +53,9 @@ OPTIMIZERS = {
     "adafactor": OptimizerSpec("Adafactor", factored=True),
     "adamw8bit": OptimizerSpec("AdamW 8-bit (bitsandbytes)", full_states=2, state_bytes_per_element=_BNB_8BIT, small_tensor_elements=4096),
 }
-OPTIMIZERS["adam8bit"] = OptimizerSpec("Adam 8-bit (bitsandbytes)", full_states=2, state_bytes_per_element=_BNB_8BIT, small_tensor_elements=4096)
+OPTIMIZERS["adam8bit"] = OptimizerSpec(
+    "Adam 8-bit (bitsandbytes)", full_states=2, state_bytes_per_element=_BNB_8BIT, small_tensor_elements=4096
+)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,9 @@ class PrecisionSpec:
 
 PRECISIONS = {
     "autocast-bf16": PrecisionSpec("bf16 autocast, weights as stored (fp32)", param_itemsize=None),
-    "bf16": PrecisionSpec("bf16 parameters, fp32 master weights and optimizer state", param_itemsize=2, master_itemsize=4, state_itemsize=4, autocast=False),
+    "bf16": PrecisionSpec(
+        "bf16 parameters, fp32 master weights and optimizer state", param_itemsize=2, master_itemsize=4, state_itemsize=4, autocast=False
+    ),
     "fp32": PrecisionSpec("fp32, no autocast", param_itemsize=None, autocast=False),
 }
 

@@ -35,9 +35,19 @@ SHARDED_KINDS = {
 }
 # what an offloaded kind needs on the host with it: the CPU step reads master weights and
 # optimizer state together; parameters on the host are updated there, by that step
-OFFLOAD_NEEDS = {"optimizer": frozenset(), "master": frozenset({"optimizer"}), "params": frozenset({"master", "optimizer"}), "grads": frozenset({"master", "optimizer"})}
+OFFLOAD_NEEDS = {
+    "optimizer": frozenset(),
+    "master": frozenset({"optimizer"}),
+    "params": frozenset({"master", "optimizer"}),
+    "grads": frozenset({"master", "optimizer"}),
+}
 # the ladder the planner climbs when the GPU's budget needs it: the least moved first
-OFFLOAD_LADDER = (frozenset(), frozenset({"optimizer"}), frozenset({"optimizer", "master"}), frozenset({"optimizer", "master", "params"}))
+OFFLOAD_LADDER: tuple[frozenset[str], ...] = (
+    frozenset(),
+    frozenset({"optimizer"}),
+    frozenset({"optimizer", "master"}),
+    frozenset({"optimizer", "master", "params"}),
+)
 # the shardings whose offloaded gradients the host keeps in fp32 (DeepSpeed's ZeRO-Offload
 # copies each gradient partition into an fp32 buffer beside the fp32 master weights it steps)
 FP32_HOST_GRADS = frozenset({"zero1", "zero2", "zero3"})
@@ -75,7 +85,9 @@ class Layout:
                 raise UsageError(f"--offload: '{kind}' is not a kind of state; accepted: {', '.join(KINDS)} (commas)")
             missing = OFFLOAD_NEEDS[kind] - self.offload
             if missing:
-                raise UsageError(f"--offload: {kind} on the host needs {', '.join(sorted(missing))} there too (the step that updates it runs on the CPU)")
+                raise UsageError(
+                    f"--offload: {kind} on the host needs {', '.join(sorted(missing))} there too (the step that updates it runs on the CPU)"
+                )
 
     def where(self, kind: str) -> Where:
         if kind in self.offload:
@@ -114,8 +126,12 @@ class Layout:
         return text
 
     def to_json(self) -> dict:
-        return {"shard": self.shard, "world_size": self.world_size, "offload": [k for k in KINDS if k in self.offload],
-                "where": {k: str(self.where(k)) for k in KINDS}}
+        return {
+            "shard": self.shard,
+            "world_size": self.world_size,
+            "offload": [k for k in KINDS if k in self.offload],
+            "where": {k: str(self.where(k)) for k in KINDS},
+        }
 
 
 def shard(nbytes: int, world_size: int) -> int:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from trainstack.errors import BudgetError
-from trainstack.memplan.memory import breakdown, peak_bytes, recompute_fractions, step_seconds
 from trainstack.memplan.costs import CHOICE_ORDER, Choice, Overheads, Plan, Profile
+from trainstack.memplan.memory import breakdown, peak_bytes, recompute_fractions, step_seconds
 from trainstack.memplan.placement import Layout, layout_for
 
 GiB = 1 << 30
@@ -83,7 +83,8 @@ def placements(full: int, selective: int, keep: int) -> Iterator[tuple[Choice, .
 
 
 def _counts_of(choices: tuple[Choice, ...]) -> tuple[int, int, int]:
-    return tuple(choices.count(c) for c in CHOICE_ORDER)  # type: ignore[return-value]
+    full, selective, keep = (choices.count(c) for c in CHOICE_ORDER)
+    return full, selective, keep
 
 
 def choose(
@@ -123,7 +124,9 @@ def choose(
             best = (key, counts)
     if best is None:
         default = layout == layout_for(None, world_size) and accum == 1
-        raise BudgetError(_shortfall(profile, budget_bytes, world_size, overheads, profile_at if default else None, layout=layout, accum=accum))
+        raise BudgetError(
+            _shortfall(profile, budget_bytes, world_size, overheads, profile_at if default else None, layout=layout, accum=accum)
+        )
     chosen = next(c for c in placements(*best[1]) if peak(c) <= budget_bytes)
     return make_plan(profile, chosen, budget_bytes=budget_bytes, world_size=world_size, overheads=overheads, layout=layout, accum=accum)
 
@@ -135,7 +138,7 @@ def choose_over_budgets(profiles: dict[float, Profile], **kwargs: object) -> Pla
     plans, error = [], None
     for budget, profile in profiles.items():
         try:
-            plans.append(replace(choose(profile, **kwargs), compiler_budget=budget))  # type: ignore[arg-type]
+            plans.append(replace(choose(profile, **kwargs), compiler_budget=budget))  # type: ignore[arg-type]  # choose's keyword arguments as the caller gave them, typed there
         except BudgetError as exc:
             error = error or exc
     if not plans:
@@ -143,8 +146,16 @@ def choose_over_budgets(profiles: dict[float, Profile], **kwargs: object) -> Pla
     return min(plans, key=lambda p: (step_seconds(p.profile, p.counts), p.peak_bytes, -(p.compiler_budget or 0.0)))
 
 
-def make_plan(profile: Profile, choices: tuple[Choice, ...], *, budget_bytes: int, world_size: int = 1, overheads: Overheads = Overheads(),
-              layout: Layout | None = None, accum: int = 1) -> Plan:
+def make_plan(
+    profile: Profile,
+    choices: tuple[Choice, ...],
+    *,
+    budget_bytes: int,
+    world_size: int = 1,
+    overheads: Overheads = Overheads(),
+    layout: Layout | None = None,
+    accum: int = 1,
+) -> Plan:
     flops_fraction, time_fraction = recompute_fractions(profile, choices)
     layout = layout or layout_for(None, world_size)
     return Plan(
@@ -160,8 +171,16 @@ def make_plan(profile: Profile, choices: tuple[Choice, ...], *, budget_bytes: in
     )
 
 
-def _shortfall(profile: Profile, budget: int, world_size: int, overheads: Overheads, profile_at: ProfileAt | None,
-               *, layout: Layout | None = None, accum: int = 1) -> str:
+def _shortfall(
+    profile: Profile,
+    budget: int,
+    world_size: int,
+    overheads: Overheads,
+    profile_at: ProfileAt | None,
+    *,
+    layout: Layout | None = None,
+    accum: int = 1,
+) -> str:
     least = peak_bytes(profile, choices_for(profile.n_blocks, 0, 0), world_size=world_size, overheads=overheads, layout=layout, accum=accum)
     label = f"{profile.label}: " if profile.label else ""
     msg = (

@@ -5,9 +5,13 @@ CPU (fp32 master weights and two moments, the update the host runs when the stat
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from trainstack.health.measure import host_copy
 from trainstack.memplan.offload import Rates
+
+if TYPE_CHECKING:
+    import torch
 
 COPY_BYTES = 256 << 20
 # elements of the timed CPU step: large enough to leave the caches, small enough to take a second
@@ -31,7 +35,9 @@ def cpu_adamw_seconds_per_byte(elements: int = CPU_STEP_ELEMENTS, repeats: int =
         opt.step()
         times.append(time.perf_counter() - start)
     times.sort()
-    return times[len(times) // 2] / (elements * ADAMW_BYTES_PER_ELEMENT), "torch AdamW (fused, CPU)" if fused else "torch AdamW (for-loop, CPU)"
+    return times[len(times) // 2] / (
+        elements * ADAMW_BYTES_PER_ELEMENT
+    ), "torch AdamW (fused, CPU)" if fused else "torch AdamW (for-loop, CPU)"
 
 
 def _cpu_fused_available() -> bool:
@@ -46,7 +52,7 @@ def _cpu_fused_available() -> bool:
     return True
 
 
-def measure_rates(device: object = None) -> Rates:
+def measure_rates(device: str | torch.device | None = None) -> Rates:
     """The rates on ``device`` (default: the first GPU); where it is no CUDA GPU, nothing is
     measured (no bus between host and device to cost), and the plan offloads only what the
     budget needs."""
@@ -60,5 +66,10 @@ def measure_rates(device: object = None) -> Rates:
     cpu_rate, cpu_name = cpu_adamw_seconds_per_byte()
     h2d = host_copy(device, "h2d", nbytes=COPY_BYTES).rate.value * 1e9
     d2h = host_copy(device, "d2h", nbytes=COPY_BYTES).rate.value * 1e9
-    return Rates(h2d, d2h, cpu_rate, f"pinned H2D {h2d / 1e9:.1f} GB/s and D2H {d2h / 1e9:.1f} GB/s (health's copy measurement); "
-                                     f"CPU step {cpu_name} {1 / cpu_rate / 1e9:.2f} GB/s of state")
+    return Rates(
+        h2d,
+        d2h,
+        cpu_rate,
+        f"pinned H2D {h2d / 1e9:.1f} GB/s and D2H {d2h / 1e9:.1f} GB/s (health's copy measurement); "
+        f"CPU step {cpu_name} {1 / cpu_rate / 1e9:.2f} GB/s of state",
+    )

@@ -12,8 +12,8 @@ import warnings
 from typing import Any
 
 from trainstack.memplan.anymodel import BlockRun, autocast_for, backward_from, hidden_of, no_kv_cache, record_call
-from trainstack.memplan.optim import PrecisionSpec
 from trainstack.memplan.costs import BlockCost, Choice
+from trainstack.memplan.optim import PrecisionSpec
 from trainstack.memplan.wrappers import compile_block, library_checkpointing_off, wrap
 
 
@@ -118,12 +118,15 @@ def measure_real(
                 once(block) if on_cuda else seconds(block)
             except torch.OutOfMemoryError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a budget the compiler cannot partition under is left out, not the plan
+            except Exception as exc:  # a budget the compiler cannot partition under is left out, not the plan
                 if not isinstance(choice, float):
                     raise
                 del blocks[choice]
                 reason = (str(exc).strip().splitlines() or [""])[-1]
-                warnings.warn(f"memplan: compiler activation memory budget {choice:g} left out of the plan (the compile failed: {type(exc).__name__}: {reason})", stacklevel=2)
+                warnings.warn(
+                    f"memplan: compiler activation memory budget {choice:g} left out of the plan (the compile failed: {type(exc).__name__}: {reason})",
+                    stacklevel=2,
+                )
                 continue
             if on_cuda:
                 memory[choice] = once(block)

@@ -11,9 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainstack.memplan.anymodel import as_eager, call_model, default_loss, fake_as_real, fake_copy, fake_like, find_blocks, hidden_of, no_kv_cache, record_call
-from trainstack.memplan.optim import precision_spec
+from trainstack.memplan.anymodel import (
+    as_eager,
+    call_model,
+    default_loss,
+    fake_as_real,
+    fake_copy,
+    fake_like,
+    find_blocks,
+    hidden_of,
+    no_kv_cache,
+    record_call,
+)
 from trainstack.memplan.costs import Choice
+from trainstack.memplan.optim import precision_spec
 from trainstack.memplan.tracking import Roofline, tracker
 from trainstack.memplan.wrappers import apply_choices
 
@@ -34,7 +45,11 @@ def autograd_saved_bytes(model: Any, batch: Any, *, autocast: bool = True, block
         call = record_call(model, block, batch, label="block", context=amp).with_grad_inputs()
     args, kwargs = call.with_x(call.fresh_x())
     exclude = {p.untyped_storage().data_ptr() for p in (*model.parameters(), *model.buffers())}
-    exclude |= {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_flatten((call.args, call.kwargs))[0] if isinstance(t, torch.Tensor) and t is not call.x}
+    exclude |= {
+        t.untyped_storage().data_ptr()
+        for t in torch.utils._pytree.tree_flatten((call.args, call.kwargs))[0]
+        if isinstance(t, torch.Tensor) and t is not call.x
+    }
     storages: dict[int, int] = {}
 
     def pack(t: Any) -> Any:
@@ -49,7 +64,16 @@ def autograd_saved_bytes(model: Any, batch: Any, *, autocast: bool = True, block
     return sum(storages.values())
 
 
-def fake_step_peak(model: Any, batch: Any, choices: tuple[Choice, ...], *, loss_fn: Any = default_loss, steps: int = 2, blocks: str | None = None, device: str = "cpu") -> int:
+def fake_step_peak(
+    model: Any,
+    batch: Any,
+    choices: tuple[Choice, ...],
+    *,
+    loss_fn: Any = default_loss,
+    steps: int = 2,
+    blocks: str | None = None,
+    device: str = "cpu",
+) -> int:
     """The most bytes live over the last of ``steps`` training steps (fused AdamW, bf16
     autocast) of ``model`` with its blocks wrapped per ``choices``, built and trained on fake tensors
     (of ``device``) under the live-bytes tracker: the whole step, nothing composed."""

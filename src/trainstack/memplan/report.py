@@ -19,12 +19,19 @@ def _gib(n: int) -> str:
 def headline(plan: Plan) -> str:
     b = plan.breakdown
     return (
-        f"predicted peak {_gib(b.reserved_peak)} of {_gib(plan.budget_bytes)} budget "
-        f"(allocated {_gib(b.allocated_peak)}, set by {b.transient_phase}); "
-        f"plan: {plan.summary()}; recompute overhead {plan.recompute_flops_fraction:.1%} of step FLOPs "
-        f"(est. {plan.recompute_time_fraction:.1%} of step time)"
-    ) + (f"; {plan.layout.name()}, host {_gib(b.host_bytes)} per rank" if plan.layout is not None and (plan.layout.offload or plan.world_size > 1) else "") + (
-        f"\nwhy: {plan.why}" if plan.why else "")
+        (
+            f"predicted peak {_gib(b.reserved_peak)} of {_gib(plan.budget_bytes)} budget "
+            f"(allocated {_gib(b.allocated_peak)}, set by {b.transient_phase}); "
+            f"plan: {plan.summary()}; recompute overhead {plan.recompute_flops_fraction:.1%} of step FLOPs "
+            f"(est. {plan.recompute_time_fraction:.1%} of step time)"
+        )
+        + (
+            f"; {plan.layout.name()}, host {_gib(b.host_bytes)} per rank"
+            if plan.layout is not None and (plan.layout.offload or plan.world_size > 1)
+            else ""
+        )
+        + (f"\nwhy: {plan.why}" if plan.why else "")
+    )
 
 
 def blocks_table(plan: Plan) -> Table:

@@ -4,6 +4,7 @@ encoder-decoder) and a user's factory ``module:function``."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from dataclasses import dataclass
@@ -34,7 +35,11 @@ def token_batch(vocab_size: int, batch: int, seq: int) -> dict:
 # The heads a config's ``architectures`` may name that train on token ids with token labels,
 # and the auto class that builds each; a config that names none is built as an
 # encoder-decoder's language model where it is one, else as a causal LM, else as a masked LM.
-TOKEN_HEADS = {"ForCausalLM": "AutoModelForCausalLM", "ForMaskedLM": "AutoModelForMaskedLM", "ForConditionalGeneration": "AutoModelForSeq2SeqLM"}
+TOKEN_HEADS = {
+    "ForCausalLM": "AutoModelForCausalLM",
+    "ForMaskedLM": "AutoModelForMaskedLM",
+    "ForConditionalGeneration": "AutoModelForSeq2SeqLM",
+}
 
 
 def _token_model(hf: Any, path: str | Path) -> Any:
@@ -56,7 +61,9 @@ def _token_model(hf: Any, path: str | Path) -> Any:
         for auto in autos:
             for options in ({"attn_implementation": "sdpa"}, {}):
                 try:
-                    return built_from_config(path, hf, lambda: getattr(transformers, auto).from_config(hf, **options), keep=(ValueError,))
+                    return built_from_config(
+                        path, hf, functools.partial(getattr(transformers, auto).from_config, hf, **options), keep=(ValueError,)
+                    )
                 except ValueError as exc:
                     reason = str(exc).splitlines()[0]
             if not reason.startswith("Unrecognized configuration class"):  # the config's own fault: say it
@@ -102,18 +109,24 @@ def from_factory(spec: str, *, batch: int, seq: int | None) -> Source:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"--factory: cannot import '{module_name}' ({exc}); accepted: a module importable from the current directory") from None
+        raise UsageError(
+            f"--factory: cannot import '{module_name}' ({exc}); accepted: a module importable from the current directory"
+        ) from None
     factory = getattr(module, function, None)
     if not callable(factory):
         raise UsageError(f"--factory: '{module_name}' has no function '{function}'")
     made = factory()
     parts = made if isinstance(made, tuple) else (made,)
     if not parts or not isinstance(parts[0], nn.Module) or len(parts) > 3:
-        raise UsageError(f"--factory: {spec}() returned {type(made).__name__}; accepted: a model, (model, example_batch) or (model, example_batch, loss_fn)")
+        raise UsageError(
+            f"--factory: {spec}() returned {type(made).__name__}; accepted: a model, (model, example_batch) or (model, example_batch, loss_fn)"
+        )
     model = parts[0]
     if len(parts) >= 2:
         return Source(model, parts[1], parts[2] if len(parts) == 3 else None, name=spec, seq=seq)
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     if not vocab:
-        raise UsageError(f"--factory: {spec}() returned a model without config.vocab_size; return (model, example_batch) to say what it trains on")
+        raise UsageError(
+            f"--factory: {spec}() returned a model without config.vocab_size; return (model, example_batch) to say what it trains on"
+        )
     return Source(model, token_batch(int(vocab), batch, seq), name=spec, seq=seq)

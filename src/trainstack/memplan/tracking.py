@@ -73,7 +73,7 @@ def tracker(roofline: Roofline) -> Any:
     from torch.utils._pytree import tree_flatten
     from torch.utils.flop_counter import flop_registry
 
-    class LiveBytes(dispatch_mode_base()):  # type: ignore[misc]
+    class LiveBytes(dispatch_mode_base()):  # type: ignore[misc]  # the base is torch's dispatch mode of the installed version, chosen at run time
         def __init__(self) -> None:
             super().__init__()
             self.state = TrackerState()
@@ -117,7 +117,7 @@ def tracker(roofline: Roofline) -> Any:
             for k in dead:
                 del self.state.live[k]
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = run_op(func, args, kwargs)
             ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]

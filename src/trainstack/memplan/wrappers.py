@@ -13,8 +13,8 @@ from collections.abc import Callable
 from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
-from trainstack.memplan.costs import Choice, Plan
 from trainstack.memplan.attention_flops import grouped_query_flops
+from trainstack.memplan.costs import Choice, Plan
 
 if TYPE_CHECKING:
     from torch import nn

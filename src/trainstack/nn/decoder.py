@@ -148,6 +148,9 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
+    rope_cos: torch.Tensor  # buffers, registered in __init__
+    rope_sin: torch.Tensor
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -281,7 +284,7 @@ def _chunks(
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, targets, chunk, chunk_fn):  # type: ignore[override]
+    def forward(ctx, h, weight, targets, chunk, chunk_fn):
         with torch.autocast(h.device.type, enabled=False):
             n = h.shape[0]
             total = torch.zeros((), dtype=torch.float32, device=h.device)
@@ -297,7 +300,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         return total / n
 
     @staticmethod
-    def backward(ctx, grad_loss):  # type: ignore[override]
+    def backward(ctx, grad_loss):
         grad_h, grad_w = ctx.saved_tensors
         scale = grad_loss / ctx.n
         return grad_h * scale.to(grad_h.dtype), grad_w * scale.to(grad_w.dtype), None, None, None

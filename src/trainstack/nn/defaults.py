@@ -15,14 +15,20 @@ PRESET = "125m"  # the preset a verb plans or measures when no model is named
 SEQ = 2048  # the sequence of a model that is not a reference configuration, at most its max_seq
 MODE = "compile"  # bench's mode without --modes (DEFAULT_ABLATION with --ablation)
 
-PRESET_HELP = (f"Preset: {', '.join(name for name in SHAPES if name not in REFERENCES)}; the reference configurations "
-               f"{', '.join(REFERENCES)} (those shapes at sequence {REFERENCE_SEQ}).")
-SEQ_HELP = (f"Sequence length [default: {REFERENCE_SEQ} for a reference configuration ({', '.join(REFERENCES)}), "
-            f"else {SEQ} or the model's max_seq if smaller].")
-MODES_HELP = (f"A mode, or modes with --ablation (commas) [default: {MODE}].\n\n"
-              f"With --ablation and no --modes: {', '.join(DEFAULT_ABLATION)}.\n\n"
-              f"A mode's parts, joined by '+': {', '.join(PROCESS_PARTS)};\n\n"
-              f"and the frameworks' parts: {', '.join(FRAMEWORK_PARTS)}.")
+PRESET_HELP = (
+    f"Preset: {', '.join(name for name in SHAPES if name not in REFERENCES)}; the reference configurations "
+    f"{', '.join(REFERENCES)} (those shapes at sequence {REFERENCE_SEQ})."
+)
+SEQ_HELP = (
+    f"Sequence length [default: {REFERENCE_SEQ} for a reference configuration ({', '.join(REFERENCES)}), "
+    f"else {SEQ} or the model's max_seq if smaller]."
+)
+MODES_HELP = (
+    f"A mode, or modes with --ablation (commas) [default: {MODE}].\n\n"
+    f"With --ablation and no --modes: {', '.join(DEFAULT_ABLATION)}.\n\n"
+    f"A mode's parts, joined by '+': {', '.join(PROCESS_PARTS)};\n\n"
+    f"and the frameworks' parts: {', '.join(FRAMEWORK_PARTS)}."
+)
 MODEL_HELP = "A preset name (as --preset) or, where the verb plans any model, MODULE:FUNCTION (as --factory)."
 
 

@@ -11,9 +11,9 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trainstack.nn.hf_check import check_config_file
-from trainstack.nn.decoder import ModelConfig
 from trainstack.errors import SpecError, ToolMissingError
+from trainstack.nn.decoder import ModelConfig
+from trainstack.nn.hf_check import check_config_file
 from trainstack.nn.hf_model import HfCausalLM
 from trainstack.nn.versions import check_torch, check_transformers
 
@@ -80,7 +80,7 @@ def known_architectures(config: Path, architectures: object) -> None:
         if not found:
             raise SpecError(
                 f"{config}: field 'architectures' names {name!r}, a class transformers {transformers.__version__} does not have; "
-                "accepted: class names of this transformers, such as [\"LlamaForCausalLM\"], or no architectures"
+                'accepted: class names of this transformers, such as ["LlamaForCausalLM"], or no architectures'
             )
 
 
@@ -97,14 +97,16 @@ def built_from_config(path: str | Path, hf, build, keep: tuple[type[BaseExceptio
     ``keep``."""
     try:
         return build()
-    except (SpecError, MemoryError, *keep):
-        raise
-    except Exception as exc:  # noqa: BLE001 - a model's constructor refusing a config: one line
-        raise SpecError(f"{path}: {getattr(hf, 'model_type', 'the model')} cannot be built from this config{named_field(exc, hf)} ({first_line(exc)})") from None
+    except Exception as exc:
+        if isinstance(exc, (SpecError, MemoryError, *keep)):
+            raise
+        raise SpecError(
+            f"{path}: {getattr(hf, 'model_type', 'the model')} cannot be built from this config{named_field(exc, hf)} ({first_line(exc)})"
+        ) from None
 
 
 def named_field(exc: BaseException, hf) -> str:
-    """", field 'name'" for the config field an error's message names, else ""."""
+    """ ", field 'name'" for the config field an error's message names, else ""."""
     text = str(exc)
     try:
         fields = hf.to_dict()
@@ -136,7 +138,7 @@ def model_config_from_hf(path: str | Path) -> ModelConfig:
     values["norm_eps"] = float(getattr(hf, "rms_norm_eps", None) or 1e-5)
     values["rope_theta"] = float(_rope_theta(hf))
     try:
-        return ModelConfig(**values)  # type: ignore[arg-type]
+        return ModelConfig(**values)  # type: ignore[arg-type]  # values of the config's fields, each typed and checked by ModelConfig's own fields
     except ValueError as exc:
         raise SpecError(f"{path}: {exc}") from None
 

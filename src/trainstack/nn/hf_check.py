@@ -70,12 +70,17 @@ def check_config_file(config: Path) -> dict:
 
 def check_config(data: dict, config: Path | str, prefix: str = "") -> None:
     """``data`` (a config's object, or one nested in it at ``prefix``) held to the rules."""
-    where = lambda name: f"{config}: field '{prefix}{name}'"  # noqa: E731
+
+    def where(name: str) -> str:
+        return f"{config}: field '{prefix}{name}'"
+
     for name in SIZES:
         value = data.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise SpecError(f"{where(name)} is {_shown(value)}; accepted: a whole number >= 1")
-    _ceiling(data, LAYERS, MAX_LAYERS, where, "layers (a model of more takes minutes to build; the deepest published decoders have under 200)")
+    _ceiling(
+        data, LAYERS, MAX_LAYERS, where, "layers (a model of more takes minutes to build; the deepest published decoders have under 200)"
+    )
     _ceiling(data, POSITIONS, MAX_POSITIONS, where, "positions")
     _ceiling(data, ("vocab_size",), MAX_VOCAB, where, "tokens (the largest published vocabularies hold about 256k)")
     _check_heads(data, where)
@@ -136,7 +141,7 @@ def _check_ids(data: dict, where: Any) -> None:
         for v in values:
             if v is None and not isinstance(value, list):
                 continue
-            inside = name != "pad_token_id" or not isinstance(vocab, int) or v < vocab
+            inside = name != "pad_token_id" or not isinstance(vocab, int) or not isinstance(v, int) or v < vocab
             if isinstance(v, bool) or not isinstance(v, int) or v < -1 or not inside:
                 limit = f"0 to {vocab - 1} (vocab_size {vocab})" if name == "pad_token_id" and isinstance(vocab, int) else "a token id >= 0"
                 raise SpecError(f"{where(name)} is {_shown(value)}; accepted: null, -1 (none) or {limit}")
@@ -145,11 +150,17 @@ def _check_ids(data: dict, where: Any) -> None:
 def _check_names(data: dict, where: Any) -> None:
     arch = data.get("architectures")
     if arch is not None:
-        if not isinstance(arch, list) or len(arch) > MAX_ARCHITECTURES or not all(isinstance(a, str) and ARCHITECTURE.fullmatch(a) for a in arch):
-            raise SpecError(f"{where('architectures')} is {_shown(arch)}; accepted: a list of up to {MAX_ARCHITECTURES} class names such as [\"LlamaForCausalLM\"]")
+        if (
+            not isinstance(arch, list)
+            or len(arch) > MAX_ARCHITECTURES
+            or not all(isinstance(a, str) and ARCHITECTURE.fullmatch(a) for a in arch)
+        ):
+            raise SpecError(
+                f'{where("architectures")} is {_shown(arch)}; accepted: a list of up to {MAX_ARCHITECTURES} class names such as ["LlamaForCausalLM"]'
+            )
     model_type = data.get("model_type")
     if model_type is not None and not (isinstance(model_type, str) and MODEL_TYPE.fullmatch(model_type)):
-        raise SpecError(f"{where('model_type')} is {_shown(model_type)}; accepted: a model type name such as \"llama\"")
+        raise SpecError(f'{where("model_type")} is {_shown(model_type)}; accepted: a model type name such as "llama"')
 
 
 def parameter_count(data: dict) -> int:

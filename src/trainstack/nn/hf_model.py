@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainstack.nn.decoder import chunked_cross_entropy, softmax_xent_grad
 from trainstack.errors import SpecError
+from trainstack.nn.decoder import chunked_cross_entropy, softmax_xent_grad
 
 
 class HfCausalLM(nn.Module):

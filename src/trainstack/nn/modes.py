@@ -109,16 +109,22 @@ def parse_mode(text: str) -> Mode:
         seen_ac = True
         if part == "planned":
             ac = "planned"
-        elif match.group(2):
+            continue
+        assert match is not None  # a part neither planned nor matched was refused above
+        if match.group(2):
             ac, every = "every", int(match.group(2))
         else:
             ac = match.group(1)
     if compiled and "eager" in text.lower().split("+"):
         raise UsageError(f"--modes: '{text}' is both eager and compile; accepted: {ACCEPTED}")
     if flash and ac == "planned":
-        raise UsageError(f"--modes: '{text}' joins flash and planned, but memplan plans SDPA's attention only; accepted: flash with ac-* parts or none")
+        raise UsageError(
+            f"--modes: '{text}' joins flash and planned, but memplan plans SDPA's attention only; accepted: flash with ac-* parts or none"
+        )
     if (framework or offload) and (fp8 or flash):
-        raise UsageError(f"--modes: '{text}' joins a framework or offload with fp8 or flash; accepted: those on one process or FSDP2 under torchrun")
+        raise UsageError(
+            f"--modes: '{text}' joins a framework or offload with fp8 or flash; accepted: those on one process or FSDP2 under torchrun"
+        )
     return Mode(compile=compiled, ac=ac, every=every, bf16=bf16, fp8=fp8, flash=flash, framework=framework, offload=offload)
 
 

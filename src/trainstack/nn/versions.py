@@ -46,7 +46,10 @@ def check_transformers(verb: str = "memplan") -> None:
         return
     version = _release(found)
     if version is None or not TRANSFORMERS_MIN <= version < TRANSFORMERS_BELOW:
-        raise ToolMissingError(f"{verb} supports {TRANSFORMERS_RANGE}; found transformers {found}", hint=f"pip install 'transformers>={TRANSFORMERS_MIN},<{TRANSFORMERS_BELOW}'")
+        raise ToolMissingError(
+            f"{verb} supports {TRANSFORMERS_RANGE}; found transformers {found}",
+            hint=f"pip install 'transformers>={TRANSFORMERS_MIN},<{TRANSFORMERS_BELOW}'",
+        )
 
 
 def check_torch(verb: str = "memplan") -> None:

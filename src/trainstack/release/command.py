@@ -26,7 +26,9 @@ def command(
         None, "--out", metavar="DIR", help="Output directory. Default: <stack>.release/<release>/ beside the stack file."
     ),
     advisories: Path | None = typer.Option(
-        None, "--advisories", metavar="DIR",
+        None,
+        "--advisories",
+        metavar="DIR",
         help="A folder of OSV advisories (osv.dev's PyPI export): list those fixed and added per flavour. Default: the stack's [verify] advisories.",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print release.json on stdout instead of the files written."),
@@ -43,7 +45,12 @@ def command(
 
         check_output(out, "--out", folder=True)
     outcome = make_release(
-        stack, previous, results=results, previous_results=previous_results, out=out, changes=changes,
+        stack,
+        previous,
+        results=results,
+        previous_results=previous_results,
+        out=out,
+        changes=changes,
         advisories=advisories,
     )
     if json_out:

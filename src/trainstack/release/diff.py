@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from typing import Literal
 from urllib.parse import unquote, urlparse
 
 from packaging.version import InvalidVersion, Version
@@ -33,7 +34,7 @@ def names(flavour: LockedFlavour) -> set[str]:
     return set(flavour.packages) | set(flavour.sources)
 
 
-def direction(old: str | None, new: str | None) -> str:
+def direction(old: str | None, new: str | None) -> Literal["changed", "upgraded", "downgraded"]:
     """'upgraded' or 'downgraded' between two versions; 'changed' when they don't compare
     (commits, paths)."""
     if old is None or new is None:
@@ -51,8 +52,7 @@ def flavour_changes(old: LockedFlavour, new: LockedFlavour, components: Collecti
     for name in sorted(names(old) | names(new)):
         before, after = shown_version(old, name), shown_version(new, name)
         if before != after:
-            changes.append(Change(name=name, old=before, new=after, component=name in components,
-                                  direction=direction(before, after)))
+            changes.append(Change(name=name, old=before, new=after, component=name in components, direction=direction(before, after)))
     return sorted(changes, key=lambda c: (not c.component, c.name))
 
 
@@ -61,8 +61,7 @@ _AXES = (("cuda", "CUDA"), ("os", "OS"), ("python", "Python"))
 
 def moves(old: LockedFlavour, new: LockedFlavour) -> list[str]:
     """What moved between two matched flavours: 'CUDA 12.4 → 12.6', 'OS ubuntu22.04 → ubuntu24.04'."""
-    return [f"{label} {getattr(old, axis)} → {getattr(new, axis)}"
-            for axis, label in _AXES if getattr(old, axis) != getattr(new, axis)]
+    return [f"{label} {getattr(old, axis)} → {getattr(new, axis)}" for axis, label in _AXES if getattr(old, axis) != getattr(new, axis)]
 
 
 def _distance(old: LockedFlavour, new: LockedFlavour) -> tuple[int, float]:
@@ -73,8 +72,10 @@ def _distance(old: LockedFlavour, new: LockedFlavour) -> tuple[int, float]:
         a, b = getattr(old, axis), getattr(new, axis)
         if a != b:
             try:
-                far += abs(float(Version(a).release[0] * 100 + Version(a).release[-1])
-                           - float(Version(b).release[0] * 100 + Version(b).release[-1]))
+                far += abs(
+                    float(Version(a).release[0] * 100 + Version(a).release[-1])
+                    - float(Version(b).release[0] * 100 + Version(b).release[-1])
+                )
             except (InvalidVersion, IndexError):
                 far += 1000.0  # 'cpu' against a CUDA release: as far as anything
     return sum(getattr(old, axis) != getattr(new, axis) for axis, _ in _AXES), far
@@ -85,9 +86,9 @@ MAX_PAIRS = 40_000  # renamed flavours weighed against each other at most (200 x
 
 def match_flavours(old: Manifest, new: Manifest) -> dict[str, str]:
     """New slug -> old slug for flavours that carry on under another name: the same slug first;
-    then, among the rest, one-to-one, the same channel and the nearest other axes (a CUDA, OS or
-    Python move). Beyond MAX_PAIRS candidate pairs no renamed flavour is matched (each is listed
-as new or dropped), so a manifest of any size is diffed in time linear in it."""
+        then, among the rest, one-to-one, the same channel and the nearest other axes (a CUDA, OS or
+        Python move). Beyond MAX_PAIRS candidate pairs no renamed flavour is matched (each is listed
+    as new or dropped), so a manifest of any size is diffed in time linear in it."""
     matched = {slug: slug for slug in new.flavours if slug in old.flavours}
     left_old = [s for s in sorted(old.flavours) if s not in matched]
     left_new = [s for s in sorted(new.flavours) if s not in matched]
@@ -95,9 +96,9 @@ as new or dropped), so a manifest of any size is diffed in time linear in it."""
         return matched
     pairs = sorted(
         (_distance(old.flavours[o], new.flavours[n]), n, o)
-        for n in left_new for o in left_old
-        if old.flavours[o].channel == new.flavours[n].channel
-        and (old.flavours[o].cuda == "cpu") == (new.flavours[n].cuda == "cpu")
+        for n in left_new
+        for o in left_old
+        if old.flavours[o].channel == new.flavours[n].channel and (old.flavours[o].cuda == "cpu") == (new.flavours[n].cuda == "cpu")
     )
     taken: set[str] = set()
     for _, n, o in pairs:
@@ -112,8 +113,7 @@ def diff_manifests(old: Manifest, new: Manifest, components: Collection[str]) ->
     that moved to another CUDA, OS or Python release is diffed against the one it follows, and
     the move itself is stated."""
     matched = match_flavours(old, new)
-    per_flavour = {slug: flavour_changes(old.flavours[before], new.flavours[slug], components)
-                   for slug, before in matched.items()}
+    per_flavour = {slug: flavour_changes(old.flavours[before], new.flavours[slug], components) for slug, before in matched.items()}
     common = _in_all(per_flavour.values())
     return Updates(
         common=common,
@@ -121,11 +121,12 @@ def diff_manifests(old: Manifest, new: Manifest, components: Collection[str]) ->
         added_flavours=sorted(set(new.flavours) - set(matched)),
         removed_flavours=sorted(set(old.flavours) - set(matched.values())),
         followed={slug: before for slug, before in sorted(matched.items()) if slug != before},
-        moves={slug: moves(old.flavours[before], new.flavours[slug])
-               for slug, before in sorted(matched.items()) if slug != before},
-        settings={slug: settings_changes(old.flavours[before], new.flavours[slug])
-                  for slug, before in sorted(matched.items())
-                  if settings_changes(old.flavours[before], new.flavours[slug])},
+        moves={slug: moves(old.flavours[before], new.flavours[slug]) for slug, before in sorted(matched.items()) if slug != before},
+        settings={
+            slug: settings_changes(old.flavours[before], new.flavours[slug])
+            for slug, before in sorted(matched.items())
+            if settings_changes(old.flavours[before], new.flavours[slug])
+        },
         image=Change(name="image", old=old.image, new=new.image) if old.image != new.image else None,
     )
 
@@ -137,8 +138,11 @@ def settings_changes(old: LockedFlavour, new: LockedFlavour) -> list[Change]:
         return []
     before = {"base image": old.base_image, **old.build_settings}
     after = {"base image": new.base_image, **new.build_settings}
-    return [Change(name=name, old=_setting(name, before.get(name)), new=_setting(name, after.get(name)))
-            for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]
+    return [
+        Change(name=name, old=_setting(name, before.get(name)), new=_setting(name, after.get(name)))
+        for name in sorted(set(before) | set(after))
+        if before.get(name) != after.get(name)
+    ]
 
 
 _JOBS = re.compile(r"([0-9]{1,6})/([0-9]{1,6})")
@@ -154,9 +158,13 @@ def _setting(name: str, value: str | None) -> str | None:
 def first_release(new: Manifest, components: Collection[str]) -> Updates:
     """A stack's first release: every package of every flavour added, those common to every
     flavour once; no flavour is listed as new (all are)."""
-    per_flavour = {slug: sorted((Change(name=name, new=shown_version(flavour, name), component=name in components)
-                                 for name in names(flavour)), key=lambda c: (not c.component, c.name))
-                   for slug, flavour in new.flavours.items()}
+    per_flavour = {
+        slug: sorted(
+            (Change(name=name, new=shown_version(flavour, name), component=name in components) for name in names(flavour)),
+            key=lambda c: (not c.component, c.name),
+        )
+        for slug, flavour in new.flavours.items()
+    }
     common = _in_all(per_flavour.values())
     return Updates(
         common=common,

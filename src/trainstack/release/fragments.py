@@ -16,11 +16,11 @@ import re
 import stat
 from pathlib import Path
 
+from trainstack import grammar
 from trainstack.errors import SpecError
 from trainstack.fsutil import describe_os_error, read_regular
 from trainstack.release.markdown import safe_target
 from trainstack.release.schema import SECTIONS, Fragment
-from trainstack import grammar
 
 RELEASED_DIR = "released"
 NONE_MARKER = "none"  # a fragment's whole text: its section has nothing this release
@@ -39,17 +39,20 @@ def parse_fragment(name: str, text: str, where: Path) -> Fragment:
         raise SpecError(f"{where}: unknown fragment type '{kind}' in its file name; accepted: {accepted}")
     body = text.replace("\r\n", "\n").strip()
     if not body:
-        raise SpecError(f"{where}: empty fragment; write one change in Markdown, 'none' to say the section "
-                        "has nothing this release, or delete the file")
+        raise SpecError(
+            f"{where}: empty fragment; write one change in Markdown, 'none' to say the section has nothing this release, or delete the file"
+        )
     if body.rstrip(".").lower() == NONE_MARKER:
-        return Fragment(name=name, type=kind, text="None.", none=True)  # type: ignore[arg-type]
+        return Fragment(name=name, type=kind, text="None.", none=True)  # type: ignore[arg-type]  # kind is one of SECTIONS (checked above), the FragmentType literal's words
     found = grammar.TEXT_CONTROL.search(body)
     if found:
         line = body.count("\n", 0, found.start()) + 1 + _leading_lines(text)
-        raise SpecError(f"{where}:{line}: holds the character {grammar.shown(found.group(0))}; a fragment is Markdown "
-                        "text (newlines and tabs, but no other control, invisible or bidirectional characters)")
+        raise SpecError(
+            f"{where}:{line}: holds the character {grammar.shown(found.group(0))}; a fragment is Markdown "
+            "text (newlines and tabs, but no other control, invisible or bidirectional characters)"
+        )
     _check_markdown(body, f"{where}", _leading_lines(text))
-    return Fragment(name=name, type=kind, text=body)  # type: ignore[arg-type]
+    return Fragment(name=name, type=kind, text=body)  # type: ignore[arg-type]  # kind is one of SECTIONS (checked above), the FragmentType literal's words
 
 
 def _leading_lines(text: str) -> int:
@@ -63,23 +66,31 @@ def _check_markdown(body: str, where: str, offset: int) -> None:
     raw HTML, and links only to http(s) pages or relative paths."""
     from markdown_it import MarkdownIt
 
-    md = MarkdownIt("commonmark", {"html": True})
-    md.validateLink = lambda url: True  # every link as a token here, to be checked below
+    class EveryLink(MarkdownIt):
+        def validateLink(self, url: str) -> bool:  # markdown-it's name
+            return True  # every link as a token here, to be checked below
+
+    md = EveryLink("commonmark", {"html": True})
     line = offset + 1
     for token in md.parse(body):
         if token.map:
             line = offset + token.map[0] + 1
         if token.type == "heading_open":
-            raise SpecError(f"{where}:{line}: a heading; a fragment is one change for its section (the notes make "
-                            "the headings): write it as a paragraph or a list")
+            raise SpecError(
+                f"{where}:{line}: a heading; a fragment is one change for its section (the notes make "
+                "the headings): write it as a paragraph or a list"
+            )
         for part in [token, *(token.children or [])]:
             if part.type in ("html_block", "html_inline"):
-                raise SpecError(f"{where}:{line}: raw HTML '{grammar.shown(part.content.strip())}'; "
-                                "write Markdown (text, lists, links, code)")
+                raise SpecError(
+                    f"{where}:{line}: raw HTML '{grammar.shown(part.content.strip())}'; write Markdown (text, lists, links, code)"
+                )
             target = part.attrs.get("href", part.attrs.get("src")) if part.type in ("link_open", "image") else None
             if target is not None and safe_target(str(target)) is None:
-                raise SpecError(f"{where}:{line}: the link '{grammar.shown(target)}' is not one the notes hold; "
-                                "accepted: an http(s) URL or a relative path")
+                raise SpecError(
+                    f"{where}:{line}: the link '{grammar.shown(target)}' is not one the notes hold; "
+                    "accepted: an http(s) URL or a relative path"
+                )
 
 
 def check_none_alone(fragments: list[Fragment], changes: Path) -> None:
@@ -88,8 +99,10 @@ def check_none_alone(fragments: list[Fragment], changes: Path) -> None:
     for marker in (f for f in fragments if f.none):
         other = changes_by_type.get(marker.type)
         if other is not None:
-            raise SpecError(f"{changes / marker.name}: says 'none' for its section ({marker.type}), but "
-                            f"{other.name} is a {marker.type} of this release; delete one of them")
+            raise SpecError(
+                f"{changes / marker.name}: says 'none' for its section ({marker.type}), but "
+                f"{other.name} is a {marker.type} of this release; delete one of them"
+            )
 
 
 def _natural(name: str) -> list[object]:
@@ -112,8 +125,7 @@ def read_fragments(changes: Path, inside: Path | None = None) -> list[Fragment]:
     fragments = []
     for path in fragment_files(changes):
         try:
-            data = read_regular(path, "fragment", inside=inside or changes, folder_name="changes folder", links=False,
-                                limit=FRAGMENT_LIMIT)
+            data = read_regular(path, "fragment", inside=inside or changes, folder_name="changes folder", links=False, limit=FRAGMENT_LIMIT)
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise SpecError(f"{path}: not UTF-8 text; a fragment is a Markdown file") from None
@@ -142,8 +154,10 @@ def _check_released_folders(changes: Path, release: str) -> None:
     a link there would move fragments out of the repository."""
     for folder in (changes / RELEASED_DIR, released_dir(changes, release)):
         if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-            raise SpecError(f"{folder}: is not a folder of {changes} (a symbolic link or a file); "
-                            "released fragments are moved into a folder of the changes folder")
+            raise SpecError(
+                f"{folder}: is not a folder of {changes} (a symbolic link or a file); "
+                "released fragments are moved into a folder of the changes folder"
+            )
 
 
 def check_consumable(changes: Path, fragments: list[Fragment], release: str) -> None:

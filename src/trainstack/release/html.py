@@ -7,26 +7,27 @@ from dataclasses import dataclass
 from trainstack.release.markdown import (
     ATTRIBUTION_HEADER,
     ATTRIBUTION_LEGEND,
-    attribution_cells,
-    attribution_title,
+    EXCLUDED_SHOWN,
     LEGEND,
     MISSING,
     NOT_MEASURED,
+    attribution_cells,
+    attribution_title,
     flavour_label,
     fmt_count,
     fmt_delta,
     fmt_mfu,
     fmt_number,
     fmt_throughput,
-    safe_target,
-    EXCLUDED_SHOWN,
     reasons_heading,
+    safe_target,
     shown_excluded,
     shown_reasons,
     source_label,
 )
-from trainstack.release.schema import BenchRow, Fragment, KnownIssue, ReleaseNotes
 from trainstack.release.plots import Chart, attribution_charts
+from trainstack.release.schema import BenchRow, Fragment, KnownIssue, ReleaseNotes
+
 
 @dataclass(frozen=True)
 class ProseItem:
@@ -38,8 +39,11 @@ def _markdown_html(fragments: list[Fragment]) -> list[ProseItem]:
     from markupsafe import Markup
 
     # raw HTML in a fragment is shown as text, never executed; a link only to http(s) or a relative path
-    md = MarkdownIt("commonmark", {"html": False})
-    md.validateLink = lambda url: safe_target(url) is not None
+    class SafeLinks(MarkdownIt):
+        def validateLink(self, url: str) -> bool:  # markdown-it's name
+            return safe_target(url) is not None
+
+    md = SafeLinks("commonmark", {"html": False})
     return [ProseItem(html=Markup(md.render(f.text))) for f in fragments]
 
 
@@ -76,8 +80,9 @@ def render_html(notes: ReleaseNotes, charts: list[Chart]) -> str:
         notes=notes,
         nav=_nav(sections, bool(known), notes.advisories_read is not None),
         sections=_Sections(sections),
-        version_columns=[[flavour_label(slugs, len(notes.flavours))] if len(slugs) == len(notes.flavours) else slugs
-                         for slugs in notes.versions.columns],
+        version_columns=[
+            [flavour_label(slugs, len(notes.flavours))] if len(slugs) == len(notes.flavours) else slugs for slugs in notes.versions.columns
+        ],
         known_issues=known,
         charts=charts,
         not_measured=NOT_MEASURED,
@@ -120,8 +125,12 @@ def _nav(sections: dict[str, list[ProseItem]], known: bool, advisories: bool = F
     nav = [("highlights", "Highlights")] if "Highlights" in sections else []
     nav.append(("updates", "Updates"))
     nav += [(t.lower(), t) for t in ("Stability", "Fixes") if t in sections]
-    nav += [("flavours", "Flavours and images"), ("drivers", "Driver requirements"),
-            ("verification", "Verification"), ("performance", "Performance")]
+    nav += [
+        ("flavours", "Flavours and images"),
+        ("drivers", "Driver requirements"),
+        ("verification", "Verification"),
+        ("performance", "Performance"),
+    ]
     if known or "Known issues" in sections:
         nav.append(("known-issues", "Known issues"))
     if advisories:

@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlsplit
 
-from trainstack.release.schema import Attribution, AttributionStep, BenchRow, Change, Fragment, ReleaseNotes, Updates
 from trainstack import grammar
 from trainstack.release.results import NOT_BUILT, NOT_RUN, PARTIAL_VERIFY_NAME
+from trainstack.release.schema import Attribution, AttributionStep, BenchRow, Change, Fragment, ReleaseNotes, Updates
 
 NOT_MEASURED = "not measured"
 MISSING = "—"  # a figure that was not measured, in a table whose legend says so
@@ -158,8 +158,7 @@ def updates_lines(updates: Updates, previous: str | None) -> list[str]:
     for slugs, changes in updates.groups():
         lines += [f"### Only in {text(', '.join(slugs))}", "", *_changes(changes), ""]
     for slug, changes in updates.settings.items():
-        lines += [f"### Base image and build settings of {text(slug)}", "",
-                  *(f"- {text(c.text(), line_start=True)}" for c in changes), ""]
+        lines += [f"### Base image and build settings of {text(slug)}", "", *(f"- {text(c.text(), line_start=True)}" for c in changes), ""]
     if updates.added_flavours:
         lines += [f"New flavours: {text(', '.join(updates.added_flavours))}.", ""]
     if updates.removed_flavours:
@@ -190,15 +189,24 @@ def render_markdown(notes: ReleaseNotes) -> str:
     for title in ("Stability", "Fixes"):
         if title in prose:
             out += [f"## {title}", "", *_prose(prose[title]), ""]
-    out += ["## Flavours and images", "", *table(
-        ["flavour", "CUDA", "OS", "Python", "channel", "image", "cache key"],
-        ([f.slug, f.cuda, f.os, f.python, f.channel, Md(code(f.image)), Md(code(f.cache_key))] for f in notes.flavours),
-    ), ""]
-    out += ["## Driver requirements", "", *table(
-        ["flavour", "CUDA", "minimum driver", "source"],
-        ([d.slug, d.cuda, d.min_driver or d.note, Md(link("rules source", d.source)) if d.source else MISSING]
-         for d in notes.drivers),
-    ), ""]
+    out += [
+        "## Flavours and images",
+        "",
+        *table(
+            ["flavour", "CUDA", "OS", "Python", "channel", "image", "cache key"],
+            ([f.slug, f.cuda, f.os, f.python, f.channel, Md(code(f.image)), Md(code(f.cache_key))] for f in notes.flavours),
+        ),
+        "",
+    ]
+    out += [
+        "## Driver requirements",
+        "",
+        *table(
+            ["flavour", "CUDA", "minimum driver", "source"],
+            ([d.slug, d.cuda, d.min_driver or d.note, Md(link("rules source", d.source)) if d.source else MISSING] for d in notes.drivers),
+        ),
+        "",
+    ]
     out += ["## Verification", "", *verification_lines(notes), ""]
     out += ["## Performance", "", *performance_lines(notes.performance), ""]
     out += attribution_lines(notes.attribution)
@@ -216,14 +224,19 @@ def advisory_lines(notes: ReleaseNotes) -> list[str]:
     """## Security advisories: per flavour, the OSV advisories fixed, added and still affecting it."""
     if notes.advisories_read is None:
         return []
-    lines = ["## Security advisories", "",
-             f"{notes.advisories_read} OSV advisories read; those that affect each flavour's locked packages, "
-             f"{following(notes)}:", ""]
+    lines = [
+        "## Security advisories",
+        "",
+        f"{notes.advisories_read} OSV advisories read; those that affect each flavour's locked packages, {following(notes)}:",
+        "",
+    ]
     rows = []
     for flavour in notes.advisories:
         for status, items in (("fixed", flavour.fixed), ("added", flavour.added), ("remaining", flavour.remaining)):
-            rows += [[flavour.slug, status, a.id, a.severity, f"{a.package} {a.version}", ", ".join(a.fixed) or MISSING,
-                      a.summary] for a in items]
+            rows += [
+                [flavour.slug, status, a.id, a.severity, f"{a.package} {a.version}", ", ".join(a.fixed) or MISSING, a.summary]
+                for a in items
+            ]
     if not rows:
         return lines[:2] + ["None affects any flavour's locked packages.", ""]
     return lines + table(["flavour", "status", "advisory", "severity", "package", "fixed in", "summary"], rows) + [""]
@@ -239,23 +252,46 @@ def verification_lines(notes: ReleaseNotes) -> list[str]:
         if not v.measured:
             rows.append([v.slug, NOT_MEASURED, MISSING, MISSING, MISSING, MISSING])
         else:
-            rows.append([v.slug, v.verdict or NOT_MEASURED, fmt_count(v.tests_run), fmt_count(v.tests_failed),
-                         fmt_count(v.tests_allowed), source_label(v.source)])
+            rows.append(
+                [
+                    v.slug,
+                    v.verdict or NOT_MEASURED,
+                    fmt_count(v.tests_run),
+                    fmt_count(v.tests_failed),
+                    fmt_count(v.tests_allowed),
+                    source_label(v.source),
+                ]
+            )
     lines = [*table(["flavour", "verdict", "tests run", "failed", "allowed", "result file"], rows), "", LEGEND]
     for v in notes.verification:
         if v.reasons:
-            lines += ["", reasons_heading(v.slug, v.verdict) + ":", "", *(f"- {text(r, line_start=True)}" for r in shown_reasons(v.reasons))]
+            lines += [
+                "",
+                reasons_heading(v.slug, v.verdict) + ":",
+                "",
+                *(f"- {text(r, line_start=True)}" for r in shown_reasons(v.reasons)),
+            ]
     for v in notes.verification:
         if v.failures:
-            lines += ["", failures_heading(v.slug) + ":", "",
-                      *(f"- {code(item.test)} ({text(item.suite)})" + (f": {text(item.reason)}" if item.reason else "")
-                        for item in shown_excluded(v.failures))]
+            lines += [
+                "",
+                failures_heading(v.slug) + ":",
+                "",
+                *(
+                    f"- {code(item.test)} ({text(item.suite)})" + (f": {text(item.reason)}" if item.reason else "")
+                    for item in shown_excluded(v.failures)
+                ),
+            ]
             if len(v.failures) > EXCLUDED_SHOWN:
                 lines.append(f"- … and {len(v.failures) - EXCLUDED_SHOWN} more in verify.json")
     for v in notes.verification:
         if v.excluded:
-            lines += ["", excluded_heading(v.slug) + ":", "",
-                      *(f"- {code(item.test)}: {text(item.reason)}" for item in shown_excluded(v.excluded))]
+            lines += [
+                "",
+                excluded_heading(v.slug) + ":",
+                "",
+                *(f"- {code(item.test)}: {text(item.reason)}" for item in shown_excluded(v.excluded)),
+            ]
             if len(v.excluded) > EXCLUDED_SHOWN:
                 lines.append(f"- … and {len(v.excluded) - EXCLUDED_SHOWN} more in verify.json")
     return lines
@@ -304,18 +340,36 @@ def shown_reasons(reasons: list[str], limit: int = 10) -> list[str]:
 def performance_lines(rows: list[BenchRow]) -> list[str]:
     if not rows:
         return ["Not measured: no bench results were given for this release."]
-    return [*table(
-        ["flavour", "model", "setup", "mode", "tokens/s per GPU", "previous", "change", "MFU", "peak memory (GiB)"],
-        ([r.slug or "all", r.model, r.setup or "", r.mode, fmt_throughput(r), fmt_number(r.previous_tokens_per_s),
-          fmt_delta(r), fmt_mfu(r.mfu), fmt_number(r.peak_memory_gib, 1)] for r in rows),
-    ), "", LEGEND]
+    return [
+        *table(
+            ["flavour", "model", "setup", "mode", "tokens/s per GPU", "previous", "change", "MFU", "peak memory (GiB)"],
+            (
+                [
+                    r.slug or "all",
+                    r.model,
+                    r.setup or "",
+                    r.mode,
+                    fmt_throughput(r),
+                    fmt_number(r.previous_tokens_per_s),
+                    fmt_delta(r),
+                    fmt_mfu(r.mfu),
+                    fmt_number(r.peak_memory_gib, 1),
+                ]
+                for r in rows
+            ),
+        ),
+        "",
+        LEGEND,
+    ]
 
 
 ATTRIBUTION_HEADER = ["step", "what changed", "tokens/s per GPU", "repeats", "spread", "change", "contribution", "share", "confidence"]
-ATTRIBUTION_LEGEND = ("Each step changes one component group over the step before it (bench --attribute), each "
-                      "environment benched in repeats, interleaved; a step's contribution is its change in points of "
-                      "the base's figure (they add up to the total); a change no larger than the noise floor (the largest "
-                      "spread of one environment's repeats) is within noise.")
+ATTRIBUTION_LEGEND = (
+    "Each step changes one component group over the step before it (bench --attribute), each "
+    "environment benched in repeats, interleaved; a step's contribution is its change in points of "
+    "the base's figure (they add up to the total); a change no larger than the noise floor (the largest "
+    "spread of one environment's repeats) is within noise."
+)
 
 
 def attribution_title(a: Attribution) -> str:
@@ -325,24 +379,40 @@ def attribution_title(a: Attribution) -> str:
 
 def attribution_cells(step: AttributionStep) -> list[str]:
     """One step's cells, as text: the table of the notes and the page's alike."""
+
     def pct(value: float | None) -> str:
         return f"{value * 100:+.1f}%" if value is not None else ""
 
     changed = step.changed or ("base" if step.step == "base" else step.step)
     if step.note:
         changed += f" ({step.note})"
-    return [step.step, changed, fmt_number(step.median, 1), str(step.repeats), f"{step.spread * 100:.1f}%",
-            pct(step.change), pct(step.contribution), f"{step.share * 100:.0f}%" if step.share is not None else "",
-            step.confidence]
+    return [
+        step.step,
+        changed,
+        fmt_number(step.median, 1),
+        str(step.repeats),
+        f"{step.spread * 100:.1f}%",
+        pct(step.change),
+        pct(step.contribution),
+        f"{step.share * 100:.0f}%" if step.share is not None else "",
+        step.confidence,
+    ]
 
 
 def attribution_lines(attributions: list[Attribution]) -> list[str]:
     """Per attribution: its headline, its table and the noise floor."""
     lines = []
     for a in attributions:
-        lines += [f"### What changed the speed: {text(attribution_title(a))}", "", text(a.headline, line_start=True), "",
-                  *table(ATTRIBUTION_HEADER, (attribution_cells(s) for s in a.steps)), "",
-                  text(f"Noise floor {a.noise_floor * 100:.1f}%. {ATTRIBUTION_LEGEND}", line_start=True), ""]
+        lines += [
+            f"### What changed the speed: {text(attribution_title(a))}",
+            "",
+            text(a.headline, line_start=True),
+            "",
+            *table(ATTRIBUTION_HEADER, (attribution_cells(s) for s in a.steps)),
+            "",
+            text(f"Noise floor {a.noise_floor * 100:.1f}%. {ATTRIBUTION_LEGEND}", line_start=True),
+            "",
+        ]
     return lines
 
 

@@ -5,24 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
+from trainstack.attest.advisories import Advisory as OsvAdvisory
+from trainstack.attest.advisories import findings
 from trainstack.errors import UsageError
 from trainstack.lock.manifest import Manifest
 from trainstack.release.diff import component_versions, diff_manifests, first_release
-from trainstack.attest.advisories import Advisory as OsvAdvisory
-from trainstack.attest.advisories import findings
+from trainstack.release.results import BenchKey, BenchResult
 from trainstack.release.schema import (
     Advisory,
     Attribution,
     BenchRow,
-    FlavourAdvisories,
     DriverRequirement,
+    FlavourAdvisories,
     FlavourImage,
     Fragment,
     QuickStart,
     ReleaseNotes,
     Verification,
 )
-from trainstack.release.results import BenchKey, BenchResult
 from trainstack.rules import Rules, shipped_rules
 
 
@@ -60,8 +60,15 @@ def flavour_images(manifest: Manifest, images: dict[str, str] | None = None) -> 
     """``images``: slug -> the image its build is tagged with ([stack] tag); the default tag for others."""
     images = images or {}
     return [
-        FlavourImage(slug=slug, cuda=f.cuda, os=f.os, python=f.python, channel=f.channel,
-                     image=images.get(slug) or image_tag(manifest, slug), cache_key=f.cache_key)
+        FlavourImage(
+            slug=slug,
+            cuda=f.cuda,
+            os=f.os,
+            python=f.python,
+            channel=f.channel,
+            image=images.get(slug) or image_tag(manifest, slug),
+            cache_key=f.cache_key,
+        )
         for slug, f in sorted(manifest.flavours.items())
     ]
 
@@ -74,11 +81,13 @@ def driver_requirements(manifest: Manifest, lookup: DriverLookup) -> list[Driver
             continue
         rule = lookup(flavour.cuda)
         if rule is None:
-            found.append(DriverRequirement(slug=slug, cuda=flavour.cuda, min_driver=None,
-                                           note=f"CUDA {flavour.cuda} is not in the rules: not known"))
+            found.append(
+                DriverRequirement(slug=slug, cuda=flavour.cuda, min_driver=None, note=f"CUDA {flavour.cuda} is not in the rules: not known")
+            )
         else:
-            found.append(DriverRequirement(slug=slug, cuda=flavour.cuda, min_driver=rule.version,
-                                           note=f"CUDA {flavour.cuda}", source=rule.source))
+            found.append(
+                DriverRequirement(slug=slug, cuda=flavour.cuda, min_driver=rule.version, note=f"CUDA {flavour.cuda}", source=rule.source)
+            )
     return found
 
 
@@ -87,11 +96,19 @@ def performance(current: Mapping[BenchKey, BenchResult], previous: Mapping[Bench
     rows = []
     for key, result in current.items():  # in the order the bench recorded them
         before = previous.get(key)
-        rows.append(BenchRow(
-            slug=result.slug, model=result.model, setup=result.setup, mode=result.mode, status=result.status,
-            tokens_per_s=result.tokens_per_s, previous_tokens_per_s=before.tokens_per_s if before else None,
-            mfu=result.mfu, peak_memory_gib=result.peak_memory_gib,
-        ))
+        rows.append(
+            BenchRow(
+                slug=result.slug,
+                model=result.model,
+                setup=result.setup,
+                mode=result.mode,
+                status=result.status,
+                tokens_per_s=result.tokens_per_s,
+                previous_tokens_per_s=before.tokens_per_s if before else None,
+                mfu=result.mfu,
+                peak_memory_gib=result.peak_memory_gib,
+            )
+        )
     return rows
 
 
@@ -110,10 +127,15 @@ def quick_start(images: list[FlavourImage], components: Collection[str], built: 
         kinds = built.records.get(image.slug, frozenset()) if built is not None else frozenset({"oci"})
         if "oci" in kinds or (not kinds and built is not None and built.backend == "oci"):
             gpus = "" if image.cuda == "cpu" else " --gpus all"
-            found.append(QuickStart(slug=image.slug, commands=[
-                f"docker pull {image.image}",
-                f"docker run --rm -it{gpus} --ipc=host {image.image} {check}",
-            ]))
+            found.append(
+                QuickStart(
+                    slug=image.slug,
+                    commands=[
+                        f"docker pull {image.image}",
+                        f"docker run --rm -it{gpus} --ipc=host {image.image} {check}",
+                    ],
+                )
+            )
         elif "venv" in kinds and built is not None:
             found.append(QuickStart(slug=image.slug, commands=[f". {built.folder}/{image.slug}/venv/bin/activate", check]))
     return found
@@ -156,8 +178,9 @@ def make_notes(inputs: Inputs, drivers: DriverLookup) -> ReleaseNotes:
         previous_release=inputs.previous.release if inputs.previous else None,
         description=inputs.description,
         image=current.image,
-        updates=(diff_manifests(inputs.previous, current, inputs.components) if inputs.previous
-                 else first_release(current, inputs.components)),
+        updates=(
+            diff_manifests(inputs.previous, current, inputs.components) if inputs.previous else first_release(current, inputs.components)
+        ),
         versions=component_versions(current, inputs.components),
         flavours=images,
         drivers=driver_requirements(current, drivers),
@@ -178,12 +201,17 @@ def advisory_changes(current: Manifest, previous: Manifest | None, advisories: l
     for slug, flavour in sorted(current.flavours.items()):
         now = {(f.package, f.id): Advisory(**f.model_dump()) for f in findings(advisories, flavour.packages)}
         before_flavour = previous.flavours.get(slug) if previous is not None else None
-        before = ({(f.package, f.id): Advisory(**f.model_dump()) for f in findings(advisories, before_flavour.packages)}
-                  if before_flavour is not None else {})
-        found.append(FlavourAdvisories(
-            slug=slug,
-            fixed=[before[k] for k in sorted(set(before) - set(now))],
-            added=[now[k] for k in sorted(set(now) - set(before))] if before_flavour is not None else [],
-            remaining=[now[k] for k in sorted(set(now) & set(before))] if before_flavour is not None else [now[k] for k in sorted(now)],
-        ))
+        before = (
+            {(f.package, f.id): Advisory(**f.model_dump()) for f in findings(advisories, before_flavour.packages)}
+            if before_flavour is not None
+            else {}
+        )
+        found.append(
+            FlavourAdvisories(
+                slug=slug,
+                fixed=[before[k] for k in sorted(set(before) - set(now))],
+                added=[now[k] for k in sorted(set(now) - set(before))] if before_flavour is not None else [],
+                remaining=[now[k] for k in sorted(set(now) & set(before))] if before_flavour is not None else [now[k] for k in sorted(now)],
+            )
+        )
     return found

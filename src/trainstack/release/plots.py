@@ -21,8 +21,7 @@ class Chart:
 def charts(rows: list[BenchRow], release: str, previous: str) -> list[Chart]:
     """Charts of the measured rows only: a mode that ran out of memory has no bar."""
     measured = sorted((r for r in rows if r.tokens_per_s is not None), key=lambda r: (r.slug, r.model, r.setup))
-    return [_chart(list(group), release, previous)
-            for _, group in groupby(measured, key=lambda r: (r.slug, r.model, r.setup))]
+    return [_chart(list(group), release, previous) for _, group in groupby(measured, key=lambda r: (r.slug, r.model, r.setup))]
 
 
 def _bounded(value: float | None) -> float:
@@ -80,9 +79,15 @@ def attribution_charts(attributions: list[Attribution]) -> list[Chart]:
             continue
         with matplotlib.rc_context({"text.parse_math": False}):
             title = " ".join(p for p in (a.model, a.mode, a.setup) if p) + f" · {a.previous_release} → {a.release}"
-            png = _draw_contributions([s.step for s in steps], [max(-1e6, min(1e6, s.contribution * 100)) for s in steps],
-                                      [s.confidence == "within noise" for s in steps], title)
-        alt = f"contribution of each step to the change of {title}: " + ", ".join(f"{s.step} {s.contribution * 100:+.1f}%" for s in steps)
+            png = _draw_contributions(
+                [s.step for s in steps],
+                [max(-1e6, min(1e6, (s.contribution or 0.0) * 100)) for s in steps],
+                [s.confidence == "within noise" for s in steps],
+                title,
+            )
+        alt = f"contribution of each step to the change of {title}: " + ", ".join(
+            f"{s.step} {(s.contribution or 0.0) * 100:+.1f}%" for s in steps
+        )
         found.append(Chart(title=title, alt=alt, data_uri="data:image/png;base64," + base64.b64encode(png).decode()))
     return found
 

@@ -17,18 +17,18 @@ from trainstack.attest.advisories import Advisory as OsvAdvisory
 from trainstack.attest.advisories import load_advisories
 from trainstack.errors import SpecError, UsageError
 from trainstack.fsutil import dump_json, read_text, replace_tree
-from trainstack.redact import redact
 from trainstack.lock import check_lock_current
 from trainstack.lock.manifest import Manifest, load_manifest, manifest_path
 from trainstack.lock.tags import stack_image_refs
+from trainstack.redact import redact
 from trainstack.release.drivers import rules_lookup
 from trainstack.release.fragments import consume_fragments, release_fragments
 from trainstack.release.html import render_html
 from trainstack.release.markdown import render_markdown
-from trainstack.release.schema import ReleaseNotes
 from trainstack.release.notes import Built, DriverLookup, Inputs, check_same_stack, make_notes
 from trainstack.release.plots import charts
 from trainstack.release.results import BenchKey, BenchResult, Verified, bench_of_release, read_attributions, read_bench, read_verification
+from trainstack.release.schema import ReleaseNotes
 from trainstack.stackfile import Stack, load_stack
 from trainstack.stackfile.paths import stack_path as confined_path
 
@@ -100,8 +100,10 @@ def make_release(
     previous_results_dir = _previous_results(previous_results)
     changes_dir = changes if changes is not None else stack_path.parent / "changes"
     if changes is None and changes_dir.is_symlink():
-        raise SpecError(f"{changes_dir}: is a symbolic link; the changes folder beside the stack is a folder of "
-                        "its own (its fragments are read and moved there), or give one with --changes DIR")
+        raise SpecError(
+            f"{changes_dir}: is a symbolic link; the changes folder beside the stack is a folder of "
+            "its own (its fragments are read and moved there), or give one with --changes DIR"
+        )
     inputs = gather(stack_path, previous_path, results_dir, previous_results_dir, changes_dir, advisories)
     notes = make_notes(inputs, drivers if drivers is not None else partial(rules_lookup, inputs.rules))
     texts = {**render_all(notes), MANIFEST_COPY: read_text(manifest_path(stack_path), "lock manifest")}
@@ -110,7 +112,11 @@ def make_release(
 
 
 def gather(
-    stack_path: Path, previous_path: Path | None, results: Path | None, previous_results: Path | None, changes: Path,
+    stack_path: Path,
+    previous_path: Path | None,
+    results: Path | None,
+    previous_results: Path | None,
+    changes: Path,
     advisories: Path | None = None,
 ) -> Inputs:
     """Read and check every input; raises before anything is rendered or written."""
@@ -158,8 +164,9 @@ def read_built(results: Path | None, slugs: Collection[str], backend: str) -> Bu
         return None
     records = {}
     for slug in slugs:
-        kinds = frozenset(kind for kind, folder in (("venv", slug), ("oci", f"{slug}.oci"))
-                          if _regular_file(results / folder / "build.json"))
+        kinds = frozenset(
+            kind for kind, folder in (("venv", slug), ("oci", f"{slug}.oci")) if _regular_file(results / folder / "build.json")
+        )
         if kinds:
             records[slug] = kinds
     return Built(records, backend, str(results))

@@ -51,13 +51,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from trainstack import grammar
 from trainstack.errors import SpecError
 from trainstack.fsutil import loads_strict, read_text
-from trainstack.release.schema import (
-    FIGURE_MAX, SCHEMA_VERSION, Attribution, AttributionStep, ExcludedTest, FailedTest, KnownIssue, ReleaseNotes, Verification,
-)
-from trainstack import grammar
 from trainstack.redact import redact_data
+from trainstack.release.schema import (
+    FIGURE_MAX,
+    SCHEMA_VERSION,
+    Attribution,
+    AttributionStep,
+    ExcludedTest,
+    FailedTest,
+    KnownIssue,
+    ReleaseNotes,
+    Verification,
+)
 
 VERIFY_NAME = "verify.json"
 PARTIAL_VERIFY_NAME = "verify.partial.json"  # verify --skip: beside the full gate's result, read only without it
@@ -208,30 +216,40 @@ def parse_verify(text: str, slug: str, where: Path, source: str, expected: Verif
     _known_schema(doc.schema_version, where, VERIFY_SCHEMA_VERSION)
     _same_target(doc, where, expected)
     gate = doc.gate
-    verdict, reasons = doc.verdict, doc.reasons
+    verdict: str | None = doc.verdict
+    reasons = doc.reasons
     if "suites" in doc.skipped and verdict == "pass":
         verdict, reasons = NOT_RUN, ["the test suites were skipped (verify --skip suites): no test gate ran"]
     if doc.not_built and verdict == "pass":
         verdict = NOT_BUILT
         reasons = [*reasons, f"not built (build --skip-sources), so not checked: {', '.join(doc.not_built)}"]
-    links = [KnownIssue(title=f"link: {_site_path(i.file)} needs {i.library}: {i.accepted}", link=i.accepted_link)
-             for i in (doc.links.issues if doc.links else []) if i.accepted]
-    verification = Verification(slug=slug, measured=True, verdict=verdict, reasons=reasons, source=source,
-                                not_built=doc.not_built, known_issues=links)
+    links = [
+        KnownIssue(title=f"link: {_site_path(i.file)} needs {i.library}: {i.accepted}", link=i.accepted_link)
+        for i in (doc.links.issues if doc.links else [])
+        if i.accepted
+    ]
+    verification = Verification(
+        slug=slug, measured=True, verdict=verdict, reasons=reasons, source=source, not_built=doc.not_built, known_issues=links
+    )
     if gate is None:
         return verification
     known = [hit for suite in gate.suites for hit in suite.known]
     failed = gate.total_failed if gate.total_failed is not None else sum(len(s.failed) for s in gate.suites)
-    return verification.model_copy(update={
-        "tests_run": _sum(s.tests for s in gate.suites),
-        "tests_failed": failed,
-        "tests_allowed": len(known),
-        "known_issues": [KnownIssue(title=f"{hit.test}: {hit.reason}" if hit.reason else hit.test, link=hit.link)
-                         for hit in known] + links,
-        "excluded": [ExcludedTest(test=item.test, reason=item.reason) for suite in gate.suites for item in suite.excluded],
-        "failures": [FailedTest(suite=suite.name, test=test, reason=suite.failure_reasons.get(test, ""))
-                     for suite in gate.suites for test in suite.failed],
-    })
+    return verification.model_copy(
+        update={
+            "tests_run": _sum(s.tests for s in gate.suites),
+            "tests_failed": failed,
+            "tests_allowed": len(known),
+            "known_issues": [KnownIssue(title=f"{hit.test}: {hit.reason}" if hit.reason else hit.test, link=hit.link) for hit in known]
+            + links,
+            "excluded": [ExcludedTest(test=item.test, reason=item.reason) for suite in gate.suites for item in suite.excluded],
+            "failures": [
+                FailedTest(suite=suite.name, test=test, reason=suite.failure_reasons.get(test, ""))
+                for suite in gate.suites
+                for test in suite.failed
+            ],
+        }
+    )
 
 
 def _site_path(path: str) -> str:
@@ -241,12 +259,15 @@ def _site_path(path: str) -> str:
 
 def _same_target(doc: _VerifyDoc, where: Path, expected: Verified) -> None:
     if expected.stack is not None and doc.stack_name is not None and doc.stack_name != expected.stack:
-        raise SpecError(f"{where}: stack_name: verified stack '{grammar.shown(doc.stack_name)}', not "
-                        f"'{grammar.shown(expected.stack)}' (accepted: a verify.json of this stack; run 'trainstack verify' on it)")
-    if (expected.lock_inputs_hash is not None and doc.lock_inputs_hash is not None
-            and doc.lock_inputs_hash != expected.lock_inputs_hash):
-        raise SpecError(f"{where}: lock_inputs_hash: verified lock {doc.lock_inputs_hash[:12]}, not the current "
-                        f"{expected.lock_inputs_hash[:12]} (accepted: a verify.json of the current lock; verify again)")
+        raise SpecError(
+            f"{where}: stack_name: verified stack '{grammar.shown(doc.stack_name)}', not "
+            f"'{grammar.shown(expected.stack)}' (accepted: a verify.json of this stack; run 'trainstack verify' on it)"
+        )
+    if expected.lock_inputs_hash is not None and doc.lock_inputs_hash is not None and doc.lock_inputs_hash != expected.lock_inputs_hash:
+        raise SpecError(
+            f"{where}: lock_inputs_hash: verified lock {doc.lock_inputs_hash[:12]}, not the current "
+            f"{expected.lock_inputs_hash[:12]} (accepted: a verify.json of the current lock; verify again)"
+        )
 
 
 def _sum(values: Iterable[int | None]) -> int | None:
@@ -263,7 +284,11 @@ def read_verification(results: Path | None, slugs: Collection[str], expected: Ve
         if path is None:
             found.append(Verification(slug=slug, measured=False))
             continue
-        found.append(parse_verify(read_text(path, path.name, inside=results, folder_name="results folder"), slug, path, f"{slug}/{path.name}", expected))
+        found.append(
+            parse_verify(
+                read_text(path, path.name, inside=results, folder_name="results folder"), slug, path, f"{slug}/{path.name}", expected
+            )
+        )
     return found
 
 
@@ -291,11 +316,18 @@ def parse_bench_lines(text: str, where: Path, slug: str) -> list[BenchResult]:
         if rec.model is None or rec.mode is None or (rec.status == "ok" and rec.tokens_per_s is None) or rec.repeat is not None:
             continue
         ok = rec.status == "ok"
-        rows.append(BenchResult(
-            slug=slug, model=rec.model, setup=rec.setup, mode=rec.mode, status=rec.status,
-            tokens_per_s=rec.tokens_per_s if ok else None, mfu=rec.mfu if ok else None,
-            peak_memory_gib=rec.peak_memory_gib if ok else None,
-        ))
+        rows.append(
+            BenchResult(
+                slug=slug,
+                model=rec.model,
+                setup=rec.setup,
+                mode=rec.mode,
+                status=rec.status,
+                tokens_per_s=rec.tokens_per_s if ok else None,
+                mfu=rec.mfu if ok else None,
+                peak_memory_gib=rec.peak_memory_gib if ok else None,
+            )
+        )
     return rows
 
 
@@ -326,11 +358,23 @@ def bench_of_release(path: Path) -> dict[BenchKey, BenchResult]:
     for row in notes.performance:
         for figure in (row.tokens_per_s, row.mfu, row.peak_memory_gib):
             if figure is not None and not 0 <= figure <= FIGURE_MAX:
-                raise SpecError(f"{path}: performance: {grammar.shown(row.model)} {grammar.shown(row.mode)}: {figure} is not a measured figure "
-                                f"(accepted: a finite number from 0 to {FIGURE_MAX:g})")
-    found = (BenchResult(slug=r.slug, model=r.model, setup=r.setup, mode=r.mode, status=r.status,
-                         tokens_per_s=r.tokens_per_s, mfu=r.mfu, peak_memory_gib=r.peak_memory_gib)
-             for r in notes.performance)
+                raise SpecError(
+                    f"{path}: performance: {grammar.shown(row.model)} {grammar.shown(row.mode)}: {figure} is not a measured figure "
+                    f"(accepted: a finite number from 0 to {FIGURE_MAX:g})"
+                )
+    found = (
+        BenchResult(
+            slug=r.slug,
+            model=r.model,
+            setup=r.setup,
+            mode=r.mode,
+            status=r.status,
+            tokens_per_s=r.tokens_per_s,
+            mfu=r.mfu,
+            peak_memory_gib=r.peak_memory_gib,
+        )
+        for r in notes.performance
+    )
     return {row.key: row for row in found}
 
 
@@ -401,12 +445,30 @@ def read_attribution(path: Path, inside: Path) -> Attribution:
         raise SpecError(f"{path}: not an attribution (bench --attribute): {_first_error(exc)}") from None
     setup = " ".join(p for p in (f"b{doc.batch}" if doc.batch else "", f"s{doc.seq}" if doc.seq else "") if p)
     return Attribution(
-        slug=doc.flavour, model=doc.model, setup=setup, mode=doc.mode, previous_release=doc.previous_release,
-        release=doc.release, noise_floor=doc.noise_floor, total_change=doc.total_change,
-        total_confidence=doc.total_confidence, unresolved=doc.unresolved,
-        steps=[AttributionStep(
-            step=s.step, changed="; ".join(c.text() for c in s.changes[:50]) + (f"; … {len(s.changes) - 50} more" if len(s.changes) > 50 else ""),
-            headline=s.headline or "", note=s.note or "", median=s.median, repeats=len(s.repeats), spread=s.spread,
-            change=s.change, contribution=s.contribution, share=s.share, confidence=s.confidence,
-        ) for s in doc.steps],
+        slug=doc.flavour,
+        model=doc.model,
+        setup=setup,
+        mode=doc.mode,
+        previous_release=doc.previous_release,
+        release=doc.release,
+        noise_floor=doc.noise_floor,
+        total_change=doc.total_change,
+        total_confidence=doc.total_confidence,
+        unresolved=doc.unresolved,
+        steps=[
+            AttributionStep(
+                step=s.step,
+                changed="; ".join(c.text() for c in s.changes[:50]) + (f"; … {len(s.changes) - 50} more" if len(s.changes) > 50 else ""),
+                headline=s.headline or "",
+                note=s.note or "",
+                median=s.median,
+                repeats=len(s.repeats),
+                spread=s.spread,
+                change=s.change,
+                contribution=s.contribution,
+                share=s.share,
+                confidence=s.confidence,
+            )
+            for s in doc.steps
+        ],
     )

@@ -28,7 +28,7 @@ class Change(Frozen):
     # between two versions: upgraded or downgraded; changed when they don't compare (commits)
     direction: Literal["changed", "upgraded", "downgraded"] = "changed"
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's computed_field over a property, as pydantic documents it
     @property
     def kind(self) -> ChangeKind:
         if self.old is None:
@@ -64,8 +64,15 @@ class Updates(Frozen):
 
     @property
     def empty(self) -> bool:
-        return not (self.common or any(self.per_flavour.values()) or self.added_flavours or self.removed_flavours
-                    or self.followed or self.settings or self.image)
+        return not (
+            self.common
+            or any(self.per_flavour.values())
+            or self.added_flavours
+            or self.removed_flavours
+            or self.followed
+            or self.settings
+            or self.image
+        )
 
     def groups(self) -> list[tuple[list[str], list[Change]]]:
         """Flavours with the same non-empty changes together: (slugs, changes), in slug order."""
@@ -144,7 +151,7 @@ class BenchRow(Frozen):
     mfu: float | None = None  # a fraction of the GPU's peak
     peak_memory_gib: float | None = None
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's computed_field over a property, as pydantic documents it
     @property
     def delta_percent(self) -> float | None:
         if not self.previous_tokens_per_s or self.tokens_per_s is None:
@@ -190,8 +197,15 @@ class Attribution(Frozen):
         """'training throughput +6.1% (torch 2.5.1 → 2.7.0: +5.2%; transformers ...: +0.9%, within noise)'."""
         if self.total_change is None:
             return "training throughput: not measured"
-        parts = [f"{s.headline or s.step}: " + (f"{s.contribution * 100:+.1f}%" + (", within noise" if s.confidence == "within noise" else "")
-                                                 if s.contribution is not None else "not measured") for s in self.steps[1:]]
+        parts = [
+            f"{s.headline or s.step}: "
+            + (
+                f"{s.contribution * 100:+.1f}%" + (", within noise" if s.confidence == "within noise" else "")
+                if s.contribution is not None
+                else "not measured"
+            )
+            for s in self.steps[1:]
+        ]
         noise = ", within noise" if self.total_confidence == "within noise" else ""
         return f"training throughput {self.total_change * 100:+.1f}%{noise}" + (f" ({'; '.join(parts)})" if parts else "")
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from trainstack.errors import RuleViolation, UsageError
 from trainstack.fsutil import replace_tree
+from trainstack.lock.layers import FlavourLayers
 from trainstack.render import quote
 from trainstack.render.dockerfile import render_dockerfile, source_file
 from trainstack.render.inputs import Inputs, load_inputs
-from trainstack.lock.layers import FlavourLayers
 from trainstack.render.placement import ClusterOptions, cluster_files
-from trainstack.stackfile.compat import oci_refusal
 from trainstack.render.stackfiles import render_bake, render_environment, render_workflow
+from trainstack.stackfile.compat import oci_refusal
 
 
 def flavour_files(inputs: Inputs, layers: FlavourLayers) -> dict[str, str]:
@@ -23,8 +23,10 @@ def flavour_files(inputs: Inputs, layers: FlavourLayers) -> dict[str, str]:
     that compiles them without CUDA_HOME nor its GPU targets is never written."""
     refusal = oci_refusal(inputs.stack, layers.flavour)
     if refusal is not None:
-        raise RuleViolation(f"{inputs.stack_path}: flavour {layers.flavour.slug}: {refusal}",
-                            hint="trainstack check -v shows where each flavour's nvcc comes from")
+        raise RuleViolation(
+            f"{inputs.stack_path}: flavour {layers.flavour.slug}: {refusal}",
+            hint="trainstack check -v shows where each flavour's nvcc comes from",
+        )
     files = {
         "Dockerfile": render_dockerfile(inputs.stack, layers, inputs.manifest.uv_version),
         "torch.txt": layers.torch.text(),
@@ -50,8 +52,9 @@ def stack_files(inputs: Inputs) -> dict[str, str]:
         for name, text in flavour_files(inputs, layers).items():
             files[f"{slug}/{name}"] = text
         # each flavour's own conda environment (its Python, its pins), named apart
-        files[f"{slug}/environment.yml"] = render_environment(inputs.stack, inputs.manifest, layers,
-                                                              name=f"{inputs.stack.stack.name}-{layers.flavour.slug}")
+        files[f"{slug}/environment.yml"] = render_environment(
+            inputs.stack, inputs.manifest, layers, name=f"{inputs.stack.stack.name}-{layers.flavour.slug}"
+        )
     files["docker-bake.hcl"] = render_bake(inputs.stack, inputs.layers, inputs.images)
     files["workflow.yml"] = render_workflow(inputs.stack, inputs.layers)
     default = next((lay for lay in inputs.layers if lay.flavour.channel == "release"), inputs.layers[0])
@@ -59,8 +62,7 @@ def stack_files(inputs: Inputs) -> dict[str, str]:
     return files
 
 
-def render_stack(stack_path: Path, out: Path, flavour: str | None = None, *,
-                 cluster: ClusterOptions | None = None) -> list[Path]:
+def render_stack(stack_path: Path, out: Path, flavour: str | None = None, *, cluster: ClusterOptions | None = None) -> list[Path]:
     """Write the rendered files under ``out``; returns the paths whose content changed.
 
     Files of flavours not rendered this time are kept; ``out`` is replaced as a whole, so it

@@ -70,5 +70,22 @@ def allreduce_worker(p: Placement) -> list[str]:
 def bench_command(p: Placement) -> list[str]:
     """torchrun's module and arguments for the stack's bench (the caller adds --out)."""
     b = p.stack.bench
-    return ["-m", "trainstack", "bench", "--preset", b.preset, "--batch", str(b.batch), "--seq", str(b.seq),
-            "--steps", str(b.steps), "--warmup", str(b.warmup), "--modes", b.modes[0], "--device", p.device]
+    return [
+        "-m",
+        "trainstack",
+        "bench",
+        "--preset",
+        b.preset,
+        "--batch",
+        str(b.batch),
+        "--seq",
+        str(b.seq),
+        "--steps",
+        str(b.steps),
+        "--warmup",
+        str(b.warmup),
+        "--modes",
+        b.modes[0],
+        "--device",
+        p.device,
+    ]

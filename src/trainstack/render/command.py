@@ -12,27 +12,44 @@ def command(
     out: Path = typer.Option(Path("build/render"), "--out", metavar="DIR", help="Directory for the rendered files."),
     flavour: str | None = typer.Option(None, "--flavour", "--flavor", help="Render one flavour (its slug); default: all."),
     json_out: bool = typer.Option(False, "--json", help="Print the files changed as JSON on stdout."),
-    cluster: str | None = typer.Option(None, "--cluster", help="Also the files a cluster runs, per flavour: slurm "
-                                       "(prolog, epilog, sbatch for fleet health and bench) or kubernetes (DaemonSet, "
-                                       "indexed Jobs); see docs/cluster.md."),
-    build_dir: Path = typer.Option(Path("build"), "--build-dir", help="With --cluster: where the flavours were built "
-                                   "(their build.json gives the image digest, their venv the interpreter)."),
-    python: str | None = typer.Option(None, "--python", help="With --cluster slurm: the interpreter on the nodes "
-                                      "(holding trainstack and torch) [default: the built venv's]."),
-    image: bool = typer.Option(False, "--image", help="With --cluster slurm: the sbatch scripts run the stack's image "
-                               "through pyxis (srun --container-image), pinned by the digest build.json records."),
-    squashfs: str | None = typer.Option(None, "--squashfs", metavar="PATH", help="With --image: the image as a "
-                                        "squashfs file on the nodes (enroot import), an absolute path."),
+    cluster: str | None = typer.Option(
+        None,
+        "--cluster",
+        help="Also the files a cluster runs, per flavour: slurm "
+        "(prolog, epilog, sbatch for fleet health and bench) or kubernetes (DaemonSet, "
+        "indexed Jobs); see docs/cluster.md.",
+    ),
+    build_dir: Path = typer.Option(
+        Path("build"),
+        "--build-dir",
+        help="With --cluster: where the flavours were built (their build.json gives the image digest, their venv the interpreter).",
+    ),
+    python: str | None = typer.Option(
+        None,
+        "--python",
+        help="With --cluster slurm: the interpreter on the nodes (holding trainstack and torch) [default: the built venv's].",
+    ),
+    image: bool = typer.Option(
+        False,
+        "--image",
+        help="With --cluster slurm: the sbatch scripts run the stack's image "
+        "through pyxis (srun --container-image), pinned by the digest build.json records.",
+    ),
+    squashfs: str | None = typer.Option(
+        None,
+        "--squashfs",
+        metavar="PATH",
+        help="With --image: the image as a squashfs file on the nodes (enroot import), an absolute path.",
+    ),
 ) -> None:
     """Render a Dockerfile per flavour plus docker-bake.hcl, a CI workflow and environment.yml.
 
     Example: trainstack render examples/stacks/torch-cuda.toml --out build/render
     """
     from trainstack.console import out as console
+    from trainstack.errors import UsageError
     from trainstack.fsutil import check_output
     from trainstack.render import render_stack
-
-    from trainstack.errors import UsageError
     from trainstack.render.placement import ENGINES, ClusterOptions, squashfs_path
 
     check_output(out, "--out", folder=True)

@@ -15,18 +15,16 @@ goes (trainstack.render.quote), so that even a stack that skipped validation ren
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
-from trainstack.buildenv import compiler_cache_env
-from trainstack.buildenv import arch_env, nvcc_arch_flags, probe_arch
-from trainstack.buildenv import budget_for
+from trainstack import grammar
+from trainstack.buildenv import arch_env, budget_for, compiler_cache_env, nvcc_arch_flags, probe_arch
 from trainstack.errors import SpecError
+from trainstack.lock.layers import FlavourLayers, SourceBuild
+from trainstack.render import quote
 from trainstack.rules import nvcc_package, os_pythons
 from trainstack.rules.nvcc import Route, debian_route, devel_route, wheel_route
-from trainstack.render import quote
-from trainstack.lock.layers import FlavourLayers, SourceBuild
-from trainstack import grammar
 from trainstack.stackfile.matrix import Flavour, base_of
 from trainstack.stackfile.schema import PYTHON_RE, CompilerCache, Stack
 
@@ -136,23 +134,28 @@ def _system(stack: Stack, layers: FlavourLayers, uv_version: str) -> str:
     if from_archive and layers.sources:  # Python.h for the extensions compiled against the archive's Python
         pythons.append(f"python{py}-dev")
     packages = [
-        quote.shell(quote.matching(p, re.compile(r"[a-z0-9][a-z0-9+.-]+(=[0-9][A-Za-z0-9.+~:-]*)?"),
-                                   "build.system_packages", "a Debian package"), "build.system_packages")
+        quote.shell(
+            quote.matching(p, re.compile(r"[a-z0-9][a-z0-9+.-]+(=[0-9][A-Za-z0-9.+~:-]*)?"), "build.system_packages", "a Debian package"),
+            "build.system_packages",
+        )
         for p in sorted({*stack.build.system_packages, *pythons, *ccache})
-    ]  # fmt: skip
+    ]
     return (
         "FROM base AS system\n"
         'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
         "ENV DEBIAN_FRONTEND=noninteractive\n"
-        "# apt versions move with the base's archive; a stack pins one as build.system_packages = [\"name=version\"]\n"
+        '# apt versions move with the base\'s archive; a stack pins one as build.system_packages = ["name=version"]\n'
         "# hadolint ignore=DL3008\n"
         f"RUN {SECRET} \\\n"
         f"    {WITH_CA}; \\\n"
         "    apt-get update \\\n"
         f"    && apt-get install -y --no-install-recommends {' '.join(packages)} \\\n"
         "    && rm -rf /var/lib/apt/lists/* \\\n"
-        + (f"    && python{py} -m venv {VENV} \\\n{_uv(f'python{py}', uv_version)}\n" if from_archive
-           else _standalone_python(py, uv_version))
+        + (
+            f"    && python{py} -m venv {VENV} \\\n{_uv(f'python{py}', uv_version)}\n"
+            if from_archive
+            else _standalone_python(py, uv_version)
+        )
         + f"ENV VIRTUAL_ENV={VENV} PATH={VENV}/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1\n"
     )
 
@@ -207,16 +210,9 @@ def _fetch(src: SourceBuild) -> str:
             hint="use --backend venv, or give the component a version or a git source",
         )
     else:
-        get = (
-            f"pip download --no-deps --no-binary :all: --require-hashes --no-cache-dir -d /src/{name} "
-            f"-r {LOCKS}/{source_file(src)}"
-        )
+        get = f"pip download --no-deps --no-binary :all: --require-hashes --no-cache-dir -d /src/{name} -r {LOCKS}/{source_file(src)}"
     return (
-        f"FROM system AS fetch-{name}\n"
-        f"COPY {source_file(src)} {LOCKS}/{source_file(src)}\n"
-        f"RUN {SECRET} \\\n"
-        f"    {WITH_CA}; \\\n"
-        f"    {get}\n"
+        f"FROM system AS fetch-{name}\nCOPY {source_file(src)} {LOCKS}/{source_file(src)}\nRUN {SECRET} \\\n    {WITH_CA}; \\\n    {get}\n"
     )
 
 
@@ -255,8 +251,12 @@ def _debian_toolchain(layers: FlavourLayers, stack: Stack) -> str:
     if route is None or route.debian is None or debian is None:
         return ""
     what = "rules cuda.debian"
-    package = quote.matching(f"{debian.package}={route.debian.version}", re.compile(r"[a-z0-9][a-z0-9+.-]+=[0-9][A-Za-z0-9.+~:-]*"),
-                             what, "a Debian package pinned to its version")
+    package = quote.matching(
+        f"{debian.package}={route.debian.version}",
+        re.compile(r"[a-z0-9][a-z0-9+.-]+=[0-9][A-Za-z0-9.+~:-]*"),
+        what,
+        "a Debian package pinned to its version",
+    )
     component = quote.matching(debian.component, grammar.DEBIAN_COMPONENT, what, "a Debian archive component")
     enable = f"/{component}( |$)/! s/^(Components: .*main.*|deb .* main.*)$/\\1 {component}/"
     return (
@@ -265,7 +265,7 @@ def _debian_toolchain(layers: FlavourLayers, stack: Stack) -> str:
         f"RUN {SECRET} \\\n"
         f"    {WITH_CA}; \\\n"
         "    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.sources; do \\\n"
-        f"      if [ -f \"$f\" ]; then sed -i -E {quote.shell(enable, what)} \"$f\"; fi; \\\n"
+        f'      if [ -f "$f" ]; then sed -i -E {quote.shell(enable, what)} "$f"; fi; \\\n'
         "    done \\\n"
         "    && apt-get update \\\n"
         f"    && apt-get install -y --no-install-recommends {quote.shell(package, what)} \\\n"
@@ -280,10 +280,7 @@ def _compile(src: SourceBuild, layers: FlavourLayers, stack: Stack, parent: str 
     arg = f"{name.upper().replace('-', '_')}_MAX_JOBS"
     env = _build_env(src.component.name, {**_cuda_env(layers, stack, cache), **src.component.build_env})
     tool = (
-        f"COPY toolchain.txt {LOCKS}/toolchain.txt\n"
-        f"RUN {SECRET} \\\n"
-        f"    {WITH_CA}; \\\n"
-        f"    {UV_INSTALL} -r {LOCKS}/toolchain.txt\n"
+        f"COPY toolchain.txt {LOCKS}/toolchain.txt\nRUN {SECRET} \\\n    {WITH_CA}; \\\n    {UV_INSTALL} -r {LOCKS}/toolchain.txt\n"
         if layers.toolchain.entries
         else ""
     )
@@ -296,8 +293,8 @@ def _compile(src: SourceBuild, layers: FlavourLayers, stack: Stack, parent: str 
         f"{tool}"
         f"RUN --mount=type=bind,from=fetch-{name},source=/src/{name},target=/src/{name},rw \\\n"
         f"{_cache_mount(cache)}"
-        f"    jobs=$(( $(nproc) / {budget.divisor} )); [ \"$jobs\" -le {budget.cap} ] || jobs={budget.cap}; "
-        f"[ \"$jobs\" -ge 1 ] || jobs=1; \\\n"
+        f'    jobs=$(( $(nproc) / {budget.divisor} )); [ "$jobs" -le {budget.cap} ] || jobs={budget.cap}; '
+        f'[ "$jobs" -ge 1 ] || jobs=1; \\\n'
         f"    {_cuda_home(layers, stack)}MAX_JOBS=${{{arg}:-$jobs}} {_cache_env(cache)}{env} \\\n"
         f"    {UV} build --wheel --no-build-isolation --python {VENV}/bin/python --out-dir /wheels/{name} {target}\n"
     )
@@ -321,8 +318,7 @@ def _home(layers: FlavourLayers, stack: Stack) -> str | None:
     if flavour.cuda == "cpu" or not stack.toolchain.nvcc or not layers.sources or wheel_route(stack.rules_in_effect, flavour.cuda):
         return None
     found = base_of(stack, flavour)
-    route = devel_route(stack.rules_in_effect, flavour.cuda, found[1] if found is not None else None,
-                        stack.build.base_cuda.get(flavour.os))
+    route = devel_route(stack.rules_in_effect, flavour.cuda, found[1] if found is not None else None, stack.build.base_cuda.get(flavour.os))
     if route is None or route.home is None:
         return None
     return quote.matching(route.home, grammar.ABSOLUTE_DIR, "rules cuda.devel_image.cuda_home", "an absolute folder")
@@ -335,23 +331,23 @@ def _cuda_home(layers: FlavourLayers, stack: Stack) -> str:
     home = _home(layers, stack)
     if home is None:
         return ""
-    arch = quote.matching(probe_arch(stack.rules_in_effect, list(stack.toolchain.archs), layers.flavour.cuda), re.compile(r"[0-9]{2,3}[af]?"),
-                          "toolchain.archs", "an sm number such as 90")
-    flags = " ".join(nvcc_arch_flags(arch))
-    probe = (
-        f"printf '%s\\n' '{PROBE}' > /tmp/probe.cu \\\n"
-        f"    && {home}/bin/nvcc {flags} -c /tmp/probe.cu -o /tmp/probe.o \\\n"
-        f"    && "
+    arch = quote.matching(
+        probe_arch(stack.rules_in_effect, list(stack.toolchain.archs), layers.flavour.cuda),
+        re.compile(r"[0-9]{2,3}[af]?"),
+        "toolchain.archs",
+        "an sm number such as 90",
     )
+    flags = " ".join(nvcc_arch_flags(arch))
+    probe = f"printf '%s\\n' '{PROBE}' > /tmp/probe.cu \\\n    && {home}/bin/nvcc {flags} -c /tmp/probe.cu -o /tmp/probe.o \\\n    && "
     if home != CUDA_HOME:
         return probe
     return (
         f"mkdir -p {CUDA_HOME}/lib64 \\\n"
         f"    && for d in {VENV}/lib/python*/site-packages/nvidia/*/; do \\\n"
-        f"         for sub in bin include nvvm; do if [ -d \"$d$sub\" ]; then cp -rsn \"$d$sub\" {CUDA_HOME}/; fi; done; \\\n"
-        f"         if [ -d \"${{d}}lib\" ]; then cp -rsn \"${{d}}lib/.\" {CUDA_HOME}/lib64/; fi; \\\n"
+        f'         for sub in bin include nvvm; do if [ -d "$d$sub" ]; then cp -rsn "$d$sub" {CUDA_HOME}/; fi; done; \\\n'
+        f'         if [ -d "${{d}}lib" ]; then cp -rsn "${{d}}lib/." {CUDA_HOME}/lib64/; fi; \\\n'
         f"       done \\\n"
-        f"    && for f in {CUDA_HOME}/lib64/lib*.so.*; do ln -sfn \"$(basename \"$f\")\" \"${{f%%.so.*}}.so\"; done \\\n"
+        f'    && for f in {CUDA_HOME}/lib64/lib*.so.*; do ln -sfn "$(basename "$f")" "${{f%%.so.*}}.so"; done \\\n'
         f"    && {probe}"
     )
 
@@ -391,14 +387,13 @@ def _final(stack: Stack, layers: FlavourLayers) -> str:
             f"RUN --mount=type=bind,from=compile-{name},source=/wheels/{name},target=/tmp/wheels/{name} \\\n"
             f"    {UV} pip install --no-deps --no-cache --python {VENV}/bin/python /tmp/wheels/{name}/*.whl"
         )
-    label = " \\\n      ".join(
-        f"{quote.dockerfile_string(k)}={quote.dockerfile_string(v)}" for k, v in labels(stack, layers).items()
-    )
+    label = " \\\n      ".join(f"{quote.dockerfile_string(k)}={quote.dockerfile_string(v)}" for k, v in labels(stack, layers).items())
     lines.append(f"LABEL {label}")
     if stack.env:  # the stack's [env], in the last layer: changing it rebuilds nothing below
         settings = " \\\n    ".join(
             f"{quote.matching(name, grammar.ENV_NAME, 'env', 'an environment variable name')}="
             f"{quote.dockerfile_string(quote.matching(value, grammar.ENV_VALUE, f'env.{name}', 'printable ASCII'))}"
-            for name, value in stack.env.items())
+            for name, value in stack.env.items()
+        )
         lines.append(f"ENV {settings}")
     return "\n".join(lines) + "\n"

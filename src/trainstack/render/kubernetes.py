@@ -28,8 +28,7 @@ VERSIONS = ("1.30.0", "1.33.0", "1.37.0")  # the Kubernetes versions the manifes
 
 
 def _labels(p: Placement, component: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "trainstack", "app.kubernetes.io/component": component,
-            "trainstack.dev/flavour": p.slug[:63]}
+    return {"app.kubernetes.io/name": "trainstack", "app.kubernetes.io/component": component, "trainstack.dev/flavour": p.slug[:63]}
 
 
 def _meta(p: Placement, name: str, component: str) -> dict:
@@ -44,9 +43,11 @@ def node_check_loop(p: Placement) -> list[str]:
     """The check container's command: the node check (the Slurm prolog's), its exit code and
     reason line kept for the problem detector, again every CHECK_INTERVAL_S seconds."""
     check = " ".join(json.dumps(a) for a in node_check("python", PROLOG_LEVEL))
-    script = (f"while true; do {check} > {STATUS_DIR}/reason.new; echo $? > {STATUS_DIR}/code.new; "
-              f"mv {STATUS_DIR}/reason.new {STATUS_DIR}/reason; mv {STATUS_DIR}/code.new {STATUS_DIR}/code; "
-              f"sleep {CHECK_INTERVAL_S}; done")
+    script = (
+        f"while true; do {check} > {STATUS_DIR}/reason.new; echo $? > {STATUS_DIR}/code.new; "
+        f"mv {STATUS_DIR}/reason.new {STATUS_DIR}/reason; mv {STATUS_DIR}/code.new {STATUS_DIR}/code; "
+        f"sleep {CHECK_INTERVAL_S}; done"
+    )
     return ["/bin/sh", "-c", script]
 
 
@@ -56,8 +57,9 @@ def _npd_config() -> str:
         "pluginConfig": {"invoke_interval": "60s", "timeout": "10s", "max_output_length": 200, "concurrency": 1},
         "source": "trainstack",
         "conditions": [{"type": CONDITION, "reason": "TrainstackHealthy", "message": "trainstack: node check passes"}],
-        "rules": [{"type": "permanent", "condition": CONDITION, "reason": "TrainstackCheckFailed",
-                   "path": "/config/report.sh", "timeout": "10s"}],
+        "rules": [
+            {"type": "permanent", "condition": CONDITION, "reason": "TrainstackCheckFailed", "path": "/config/report.sh", "timeout": "10s"}
+        ],
     }
     return json.dumps(plugin, indent=2)
 
@@ -76,42 +78,70 @@ def node_check_manifests(p: Placement) -> list[dict]:
     name = "trainstack-node-check"
     meta = _meta(p, name, "node-check")
     check = {
-        "name": "check", "image": p.image, "command": node_check_loop(p), "env": _env(p),
+        "name": "check",
+        "image": p.image,
+        "command": node_check_loop(p),
+        "env": _env(p),
         "volumeMounts": [{"name": "status", "mountPath": STATUS_DIR}],
         "resources": {"limits": {"nvidia.com/gpu": p.gpus}} if p.gpus else {},
     }
     detector = {
-        "name": "problem-detector", "image": NPD_IMAGE,
+        "name": "problem-detector",
+        "image": NPD_IMAGE,
         "command": ["/node-problem-detector", "--logtostderr", "--config.custom-plugin-monitor=/config/trainstack.json"],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-        "volumeMounts": [{"name": "status", "mountPath": STATUS_DIR, "readOnly": True},
-                         {"name": "config", "mountPath": "/config", "readOnly": True}],
+        "volumeMounts": [
+            {"name": "status", "mountPath": STATUS_DIR, "readOnly": True},
+            {"name": "config", "mountPath": "/config", "readOnly": True},
+        ],
     }
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": name, "labels": meta["labels"]},
-         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
-                   {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
-                   {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": name, "labels": meta["labels"]},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": meta["namespace"]}]},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
-         "data": {"trainstack.json": _npd_config(), "report.sh": REPORT_SH}},
-        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta,
-         "spec": {"selector": {"matchLabels": _labels(p, "node-check")},
-                  "template": {"metadata": {"labels": _labels(p, "node-check")},
-                               "spec": {"serviceAccountName": name, "containers": [check, detector],
-                                        "volumes": [{"name": "status", "emptyDir": {}},
-                                                    {"name": "config", "configMap": {"name": name, "defaultMode": 0o755}}]}}}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": meta["labels"]},
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+                {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+                {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": meta["labels"]},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": meta["namespace"]}],
+        },
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"trainstack.json": _npd_config(), "report.sh": REPORT_SH}},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": meta,
+            "spec": {
+                "selector": {"matchLabels": _labels(p, "node-check")},
+                "template": {
+                    "metadata": {"labels": _labels(p, "node-check")},
+                    "spec": {
+                        "serviceAccountName": name,
+                        "containers": [check, detector],
+                        "volumes": [
+                            {"name": "status", "emptyDir": {}},
+                            {"name": "config", "configMap": {"name": name, "defaultMode": 0o755}},
+                        ],
+                    },
+                },
+            },
+        },
     ]
 
 
 def _container(p: Placement, name: str, command: list[str], port_name: str) -> dict:
     return {
-        "name": name, "image": p.image, "command": command,
+        "name": name,
+        "image": p.image,
+        "command": command,
         "env": [*_env(p), {"name": "OMP_NUM_THREADS", "value": "1"}],
         "ports": [{"containerPort": p.stack.cluster.port, "name": port_name}],
         "volumeMounts": [{"name": "results", "mountPath": "/results"}, {"name": "shm", "mountPath": "/dev/shm"}],
@@ -120,26 +150,51 @@ def _container(p: Placement, name: str, command: list[str], port_name: str) -> d
 
 
 def _volumes() -> list[dict]:
-    return [{"name": "results", "persistentVolumeClaim": {"claimName": RESULTS_CLAIM}},
-            {"name": "shm", "emptyDir": {"medium": "Memory"}}]
+    return [{"name": "results", "persistentVolumeClaim": {"claimName": RESULTS_CLAIM}}, {"name": "shm", "emptyDir": {"medium": "Memory"}}]
 
 
 def _job(p: Placement, name: str, component: str, module_args: list[str]) -> list[dict]:
     c = p.stack.cluster
     meta = _meta(p, name, component)
-    torchrun = ["python", "-m", "torch.distributed.run", f"--nnodes={c.nodes}", f"--nproc-per-node={p.ranks_per_node}",
-                "--node-rank=$(JOB_COMPLETION_INDEX)", f"--master-addr={name}-0.{name}", f"--master-port={c.port}",
-                *module_args]
+    torchrun = [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={c.nodes}",
+        f"--nproc-per-node={p.ranks_per_node}",
+        "--node-rank=$(JOB_COMPLETION_INDEX)",
+        f"--master-addr={name}-0.{name}",
+        f"--master-port={c.port}",
+        *module_args,
+    ]
     container = _container(p, component, torchrun, "rendezvous")
     return [
-        {"apiVersion": "v1", "kind": "Service", "metadata": meta,
-         "spec": {"clusterIP": "None", "selector": {"job-name": name},
-                  "ports": [{"name": "rendezvous", "port": c.port}], "publishNotReadyAddresses": True}},
-        {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
-         "spec": {"completionMode": "Indexed", "completions": c.nodes, "parallelism": c.nodes, "backoffLimit": 0,
-                  "template": {"metadata": {"labels": _labels(p, component)},
-                               "spec": {"subdomain": name, "restartPolicy": "Never", "containers": [container],
-                                        "volumes": _volumes()}}}},
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta,
+            "spec": {
+                "clusterIP": "None",
+                "selector": {"job-name": name},
+                "ports": [{"name": "rendezvous", "port": c.port}],
+                "publishNotReadyAddresses": True,
+            },
+        },
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": meta,
+            "spec": {
+                "completionMode": "Indexed",
+                "completions": c.nodes,
+                "parallelism": c.nodes,
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"labels": _labels(p, component)},
+                    "spec": {"subdomain": name, "restartPolicy": "Never", "containers": [container], "volumes": _volumes()},
+                },
+            },
+        },
     ]
 
 
@@ -169,19 +224,22 @@ def pytorch_job(p: Placement, name: str, component: str, module_args: list[str])
         restart = "Never"
     else:
         spec["runPolicy"] = {"cleanPodPolicy": "None", "backoffLimit": c.max_restarts}
-        spec["elasticPolicy"] = {"rdzvBackend": "c10d", "minReplicas": c.min_nodes, "maxReplicas": c.nodes,
-                                 "maxRestarts": c.max_restarts}
+        spec["elasticPolicy"] = {"rdzvBackend": "c10d", "minReplicas": c.min_nodes, "maxReplicas": c.nodes, "maxRestarts": c.max_restarts}
         replicas = {"Worker": c.nodes}
         restart = "OnFailure"
-    spec["pytorchReplicaSpecs"] = {role: {"replicas": n, "restartPolicy": restart, "template": template()}
-                                   for role, n in replicas.items() if n}
+    spec["pytorchReplicaSpecs"] = {
+        role: {"replicas": n, "restartPolicy": restart, "template": template()} for role, n in replicas.items() if n
+    }
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": _meta(p, name, component), "spec": spec}
 
 
 def _document(p: Placement, what: str, manifests: list[dict], against: str = "") -> str:
-    head = [f"# {what}", f"# trainstack stack {p.stack.stack.name} {p.stack.stack.release}, flavour {p.slug}; "
-            "rendered by `trainstack render --cluster kubernetes`",
-            f"# validated against {against or 'the schemas'} of Kubernetes {', '.join(VERSIONS)}"]
+    head = [
+        f"# {what}",
+        f"# trainstack stack {p.stack.stack.name} {p.stack.stack.release}, flavour {p.slug}; "
+        "rendered by `trainstack render --cluster kubernetes`",
+        f"# validated against {against or 'the schemas'} of Kubernetes {', '.join(VERSIONS)}",
+    ]
     if not p.pinned:
         head.append(f"# image NOT pinned by digest: {p.unpinned_why}")
     comments = "".join(f"{line.replace(chr(10), ' ')}\n" for line in head)
@@ -191,21 +249,29 @@ def _document(p: Placement, what: str, manifests: list[dict], against: str = "")
 def kubernetes_files(p: Placement) -> dict[str, str]:
     return {
         "kubernetes/node-check.yaml": _document(
-            p, "The node check on every node, its verdict a NodeCondition (node-problem-detector's custom plugin)",
-            node_check_manifests(p)),
+            p, "The node check on every node, its verdict a NodeCondition (node-problem-detector's custom plugin)", node_check_manifests(p)
+        ),
         "kubernetes/allreduce.yaml": _document(
-            p, "All-reduce between nodes: an indexed Job, one pod a node; the sweep lands in the claim "
-               f"'{RESULTS_CLAIM}' as allreduce.json", _job(p, "trainstack-allreduce", "allreduce",
-                                                            [*allreduce_worker(p), "--out=/results/allreduce.json"])),
+            p,
+            f"All-reduce between nodes: an indexed Job, one pod a node; the sweep lands in the claim '{RESULTS_CLAIM}' as allreduce.json",
+            _job(p, "trainstack-allreduce", "allreduce", [*allreduce_worker(p), "--out=/results/allreduce.json"]),
+        ),
         "kubernetes/bench.yaml": _document(
-            p, "The stack's bench across nodes under FSDP2: an indexed Job, one pod a node",
-            _job(p, "trainstack-bench", "bench", [*bench_command(p), "--out", "/results"])),
+            p,
+            "The stack's bench across nodes under FSDP2: an indexed Job, one pod a node",
+            _job(p, "trainstack-bench", "bench", [*bench_command(p), "--out", "/results"]),
+        ),
         "kubernetes/allreduce-pytorchjob.yaml": _document(
-            p, "All-reduce between nodes as a Kubeflow PyTorchJob (training operator, kubeflow.org/v1), one pod a "
-               f"node; the sweep lands in the claim '{RESULTS_CLAIM}' as allreduce.json",
+            p,
+            "All-reduce between nodes as a Kubeflow PyTorchJob (training operator, kubeflow.org/v1), one pod a "
+            f"node; the sweep lands in the claim '{RESULTS_CLAIM}' as allreduce.json",
             [pytorch_job(p, "trainstack-allreduce", "allreduce", [*allreduce_worker(p), "--out=/results/allreduce.json"])],
-            PYTORCHJOB_SCHEMA),
+            PYTORCHJOB_SCHEMA,
+        ),
         "kubernetes/bench-pytorchjob.yaml": _document(
-            p, "The stack's bench across nodes under FSDP2 as a Kubeflow PyTorchJob (training operator, kubeflow.org/v1)",
-            [pytorch_job(p, "trainstack-bench", "bench", [*bench_command(p), "--out", "/results"])], PYTORCHJOB_SCHEMA),
+            p,
+            "The stack's bench across nodes under FSDP2 as a Kubeflow PyTorchJob (training operator, kubeflow.org/v1)",
+            [pytorch_job(p, "trainstack-bench", "bench", [*bench_command(p), "--out", "/results"])],
+            PYTORCHJOB_SCHEMA,
+        ),
     }

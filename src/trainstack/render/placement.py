@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -30,6 +31,8 @@ class BuildRecord(BaseModel):
     flavour: str = Field(max_length=200)
     image: str | None = Field(default=None, max_length=500)
     image_digest: str | None = Field(default=None, pattern=DIGEST.pattern)
+
+
 ENGINES = ("slurm", "kubernetes")
 
 
@@ -46,8 +49,10 @@ def squashfs_path(path: str) -> str:
     """--squashfs: an absolute path on one line (pyxis takes a path that starts with '/' as a file)."""
     quote.one_line(path, "--squashfs")
     if not path.startswith("/") or len(path) > 4096:
-        raise UsageError(f"--squashfs {quote.comment(path)}: accepted: an absolute path on the nodes "
-                         "(/shared/images/stack.sqsh), at most 4096 characters")
+        raise UsageError(
+            f"--squashfs {quote.comment(path)}: accepted: an absolute path on the nodes "
+            "(/shared/images/stack.sqsh), at most 4096 characters"
+        )
     return path
 
 
@@ -61,8 +66,10 @@ def _record(build_dir: Path, slug: str) -> BuildRecord | None:
         raise SpecError(f"{path}: cannot read: {describe_os_error(exc)}") from None
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise SpecError(f"{path}: {'.'.join(str(x) for x in first['loc']) or '(document)'}: {first['msg']} "
-                        "(accepted: the build.json 'trainstack build' writes)") from None
+        raise SpecError(
+            f"{path}: {'.'.join(str(x) for x in first['loc']) or '(document)'}: {first['msg']} "
+            "(accepted: the build.json 'trainstack build' writes)"
+        ) from None
 
 
 def placement(inputs: Inputs, slug: str, options: ClusterOptions) -> Placement:
@@ -71,7 +78,7 @@ def placement(inputs: Inputs, slug: str, options: ClusterOptions) -> Placement:
     quote.one_line(python, "--python")
     tag = inputs.images[slug]
     path = options.build_dir / slug / "build.json"
-    pyxis = {"pyxis": options.image, "squashfs": options.squashfs}
+    pyxis: dict[str, Any] = {"pyxis": options.image, "squashfs": options.squashfs}
     if record is not None and record.image_digest and record.image == tag:
         return Placement(inputs.stack, slug, python, f"{tag}@{record.image_digest}", pinned=True, **pyxis)
     if record is None:
@@ -91,12 +98,10 @@ def cluster_files(inputs: Inputs, options: ClusterOptions) -> dict[str, str]:
         if options.engine == "slurm":
             rendered = slurm_files(p)
             if p.pyxis and not p.squashfs and not p.pinned:
-                print_error(f"{slug}: the sbatch scripts name the image by its tag, not pinned: {p.unpinned_why}",
-                            prefix="warning:")
+                print_error(f"{slug}: the sbatch scripts name the image by its tag, not pinned: {p.unpinned_why}", prefix="warning:")
         else:
             rendered = kubernetes_files(p)
             if not p.pinned:
-                print_error(f"{slug}: the Kubernetes manifests name the image by its tag, not pinned: {p.unpinned_why}",
-                            prefix="warning:")
+                print_error(f"{slug}: the Kubernetes manifests name the image by its tag, not pinned: {p.unpinned_why}", prefix="warning:")
         files.update({f"{slug}/{name}": text for name, text in rendered.items()})
     return files

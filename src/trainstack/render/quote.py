@@ -11,8 +11,8 @@ import json
 import re
 import shlex
 
-from trainstack.errors import SpecError
 from trainstack import grammar
+from trainstack.errors import SpecError
 
 
 def one_line(value: object, what: str) -> str:

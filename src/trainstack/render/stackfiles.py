@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from trainstack.lock.layers import FlavourLayers
 from trainstack.lock.manifest import Manifest
 from trainstack.redact import strip_userinfo
 from trainstack.render import quote
 from trainstack.render.dockerfile import labels
-from trainstack.lock.layers import FlavourLayers
 from trainstack.stackfile.schema import Stack
 
 

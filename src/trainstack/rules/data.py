@@ -134,9 +134,7 @@ def arch_cuda_missing(rules: Rules, torch_version: str, cuda_tag: str, arch: str
 def _cuda(rules: Rules, cuda: str):
     known = rules.cuda
     if cuda not in known.versions:
-        raise RuleViolation(
-            f"CUDA {cuda} is not in the rules data (known: {', '.join(known.versions)})", hint=known.driver.source
-        )
+        raise RuleViolation(f"CUDA {cuda} is not in the rules data (known: {', '.join(known.versions)})", hint=known.driver.source)
     return known.versions[cuda]
 
 
@@ -164,9 +162,7 @@ def python_platform(rules: Rules, os_name: str, arch: str = "x86_64") -> str:
     ('x86_64-manylinux_2_35') with its machine part replaced ('aarch64-manylinux_2_35')."""
     platforms = rules.platforms
     if os_name not in platforms.os:
-        raise RuleViolation(
-            f"OS '{os_name}' is not in the rules data (known: {', '.join(platforms.os)})", hint=platforms.glibc.source
-        )
+        raise RuleViolation(f"OS '{os_name}' is not in the rules data (known: {', '.join(platforms.os)})", hint=platforms.glibc.source)
     platform = platforms.os[os_name].platform
     if arch == "x86_64" or not platform.startswith("x86_64-"):
         return platform

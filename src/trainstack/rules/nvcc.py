@@ -71,8 +71,15 @@ def debian_route(rules: Rules, cuda: str, os_name: str) -> Route | None:
     release = debian_release(rules, os_name)
     if debian is None or release is None or release.cuda != cuda:
         return None
-    text = fill(debian.message, os=os_name, suite=release.suite, cuda=release.cuda, package=debian.package,
-                version=release.version, component=debian.component)
+    text = fill(
+        debian.message,
+        os=os_name,
+        suite=release.suite,
+        cuda=release.cuda,
+        package=debian.package,
+        version=release.version,
+        component=debian.component,
+    )
     return Route("debian", text, release)
 
 
@@ -135,12 +142,13 @@ def no_route(rules: Rules, cuda: str, os_name: str, host: HostNvcc, base: str | 
     debian = rules.cuda.debian
     fixes = [f"CUDA_HOME set to a CUDA {cuda} toolkit (venv builds)"]
     if debian is not None:
-        fixes += [f"os {name} (Debian's {debian.package} {r.version}, OCI builds)"
-                  for name, r in sorted(debian.os.items()) if r.cuda == cuda]
+        fixes += [
+            f"os {name} (Debian's {debian.package} {r.version}, OCI builds)" for name, r in sorted(debian.os.items()) if r.cuda == cuda
+        ]
     devel = rules.cuda.devel_image
     if devel is not None and devel.repositories:
         fixes.append(f"a base image {devel.repositories[0]}:{cuda}.x-...-devel-... (OCI builds)")
-    fixes.append(f"[build] base_cuda = {{ \"{os_name}\" = \"{cuda}\" }} for a base image that is a CUDA {cuda} devel image (OCI builds)")
+    fixes.append(f'[build] base_cuda = {{ "{os_name}" = "{cuda}" }} for a base image that is a CUDA {cuda} devel image (OCI builds)')
     fixes.append(f"[toolchain] nvcc = false on a CUDA {cuda} devel base image (OCI builds)")
     image = f"; the base image {base} is no CUDA {cuda} devel image" if base else ""
     return (
@@ -160,15 +168,16 @@ def no_oci_route(rules: Rules, cuda: str, os_name: str, base: str | None) -> str
     devel = rules.cuda.devel_image
     if devel is not None and devel.repositories:
         fixes.append(f"a base image {devel.repositories[0]}:{cuda}.x-...-devel-...")
-    fixes.append(f"[build] base_cuda = {{ \"{os_name}\" = \"{cuda}\" }} for a base image that is a CUDA {cuda} devel image")
+    fixes.append(f'[build] base_cuda = {{ "{os_name}" = "{cuda}" }} for a base image that is a CUDA {cuda} devel image')
     image = f"the base image {base} is no CUDA {cuda} devel image" if base else "no base image is given for it"
-    return (f"no nvcc of CUDA {cuda} for its extensions in an image build: the PyPI wheels cannot give it ({why}); "
-            f"{os_name} has none in Debian's archive (it packages {debian_offers(rules)}); {image}. "
-            f"Provide it: {', or '.join(fixes)}")
+    return (
+        f"no nvcc of CUDA {cuda} for its extensions in an image build: the PyPI wheels cannot give it ({why}); "
+        f"{os_name} has none in Debian's archive (it packages {debian_offers(rules)}); {image}. "
+        f"Provide it: {', or '.join(fixes)}"
+    )
 
 
-def routes_text(rules: Rules, cuda: str, os_name: str, host: HostNvcc | None, base: str | None = None,
-                declared: str | None = None) -> str:
+def routes_text(rules: Rules, cuda: str, os_name: str, host: HostNvcc | None, base: str | None = None, declared: str | None = None) -> str:
     """Which nvcc each backend's build of the flavour uses: 'oci: ...; venv: ...'."""
     oci = oci_route(rules, cuda, os_name, base, declared)
     venv = venv_route(rules, cuda, host)

@@ -138,9 +138,7 @@ class DebianToolkit(Cited):
     component: Annotated[str, _matching(grammar.DEBIAN_COMPONENT, "a Debian archive component such as non-free")]
     os: dict[str, DebianToolkitRelease]
 
-    _message = field_validator("message")(
-        lambda v: template(v, ("os", "suite", "cuda", "package", "version", "component"))
-    )
+    _message = field_validator("message")(lambda v: template(v, ("os", "suite", "cuda", "package", "version", "component")))
 
 
 class DevelImage(Cited):

@@ -32,8 +32,9 @@ def stack_rules(table: dict[str, Any], text: str, stack_path: Path) -> Rules | N
     from_file: dict[str, Any] = {}
     file_text = ""
     if beside.exists() or beside.is_symlink():
-        file_text = read_text(beside, "rules file", inside=stack_path.parent, folder_name="stack's folder",
-                              hint="expected a rules file in TOML")
+        file_text = read_text(
+            beside, "rules file", inside=stack_path.parent, folder_name="stack's folder", hint="expected a rules file in TOML"
+        )
         try:
             from_file = tomllib.loads(file_text)
         except tomllib.TOMLDecodeError as exc:

@@ -14,7 +14,7 @@ SWITCHES = ("TRAINSTACK_PROFILE_DIR", "TRAINSTACK_PROFILE_STEPS", "TRAINSTACK_OO
 ALLOC_CONFS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
 PLANNED_ALLOCATOR = "expandable_segments:True"  # the allocator memplan's overheads were measured with
 HOME = "TRAINSTACK_RUN_HOME"  # where trainstack is importable from, for a Python without it
-_booted = []
+_booted: list[bool] = []
 
 
 def main():
@@ -63,7 +63,10 @@ def _activate():
     except ImportError:
         home = os.environ.get(HOME)
         if not home or home in sys.path:
-            print("trainstack run: hook off: trainstack is not importable in this Python (install it, or set TRAINSTACK_RUN_HOME)", file=sys.stderr)
+            print(
+                "trainstack run: hook off: trainstack is not importable in this Python (install it, or set TRAINSTACK_RUN_HOME)",
+                file=sys.stderr,
+            )
             return
         sys.path.append(home)  # after the job's own packages
         try:

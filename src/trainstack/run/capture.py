@@ -10,9 +10,9 @@ batch. The patch is removed at that call, so the job's steps run with torch's ow
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-import weakref
 from typing import Any
 
 import torch
@@ -56,7 +56,9 @@ def capture_model(on_model: Callable[[Captured], None]) -> None:
         nn.Module.__call__ = original
         torch.optim.Optimizer.__init__ = original_init
         optimizer = built[-1]() if built else None
-        on_model(Captured(root=self, model=unwrap(self), args=args, kwargs=kwargs, optimizer=optimizer, autocast=_autocast_on(args, kwargs)))
+        on_model(
+            Captured(root=self, model=unwrap(self), args=args, kwargs=kwargs, optimizer=optimizer, autocast=_autocast_on(args, kwargs))
+        )
         return original(self, *args, **kwargs)
 
     def recording_init(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:

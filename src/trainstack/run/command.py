@@ -9,14 +9,22 @@ import typer
 
 def command(
     argv: list[str] = typer.Argument(None, metavar="COMMAND", help="The job: python train.py ... or torchrun ... train.py ..."),
-    out: Path = typer.Option(Path("trainstack-run"), "--out", metavar="DIR", help="Folder for traces, kernel tables, OOM snapshots and the control file."),
+    out: Path = typer.Option(
+        Path("trainstack-run"), "--out", metavar="DIR", help="Folder for traces, kernel tables, OOM snapshots and the control file."
+    ),
     old_out: Path | None = typer.Option(None, "-o", hidden=True, help="Deprecated spelling of --out."),
-    profile_steps: str | None = typer.Option(None, "--profile-steps", help="Profile optimizer steps A to B-1 (A:B, counted from 0, A >= 1) on every rank."),
+    profile_steps: str | None = typer.Option(
+        None, "--profile-steps", help="Profile optimizer steps A to B-1 (A:B, counted from 0, A >= 1) on every rank."
+    ),
     profile_count: int = typer.Option(3, "--profile-count", min=1, help="Steps profiled per signal or touch of the control file."),
     signal_name: str = typer.Option("USR1", "--signal", help="Signal that profiles the next steps: USR1, USR2 or off."),
-    oom_snapshot: bool = typer.Option(False, "--oom-snapshot", help="Record allocator history; on CUDA out-of-memory write a snapshot, an HTML view and a diagnosis."),
+    oom_snapshot: bool = typer.Option(
+        False, "--oom-snapshot", help="Record allocator history; on CUDA out-of-memory write a snapshot, an HTML view and a diagnosis."
+    ),
     oom_entries: int = typer.Option(100_000, "--oom-entries", min=1, help="Allocator events kept in the history ring."),
-    memplan: str | None = typer.Option(None, "--memplan", help="Plan and apply recompute to the job's model for this budget ('20GiB', or '0.8' of the GPU)."),
+    memplan: str | None = typer.Option(
+        None, "--memplan", help="Plan and apply recompute to the job's model for this budget ('20GiB', or '0.8' of the GPU)."
+    ),
     compile_blocks: bool = typer.Option(False, "--compile", help="torch.compile each repeated block of the job's model."),
 ) -> None:
     """Run a training job with on-demand profiling, OOM snapshots and the memory plan, with no
@@ -56,6 +64,8 @@ def command(
     if ignored:
         from trainstack.console import print_error
 
-        print_error(f"{', '.join(ignored)} from the environment not used: trainstack run's options decide "
-                    "(unset them, or give the option instead)", prefix="note:")
+        print_error(
+            f"{', '.join(ignored)} from the environment not used: trainstack run's options decide (unset them, or give the option instead)",
+            prefix="note:",
+        )
     exec_job(request.argv, env)

@@ -8,6 +8,7 @@ into the job: a bad variable is one line on stderr and the job runs as it would 
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import sys
 from dataclasses import replace
@@ -48,7 +49,7 @@ def warn(text: str) -> None:
 
 
 def setup(settings: Settings, this_rank: int) -> None:
-    import torch  # noqa: F401  (the job imports it anyway; the hooks need it now)
+    importlib.import_module("torch")  # the job imports it anyway; the hooks need it now
 
     if settings.profiling:
         from trainstack.run.profiling import StepProfiler
@@ -70,14 +71,14 @@ def setup(settings: Settings, this_rank: int) -> None:
         capture_model(lambda captured: on_model(captured, settings, recorder))
 
 
-def on_model(captured, settings: Settings, recorder) -> None:  # noqa: ANN001 - torch types imported late
+def on_model(captured, settings: Settings, recorder) -> None:  # torch types imported late
     try:
         _on_model(captured, settings, recorder)
     except Exception as exc:  # noqa: BLE001 - the hook never raises into the job
         warn(f"the model hook stopped ({type(exc).__name__}: {exc}); the model runs as the job built it")
 
 
-def _on_model(captured, settings: Settings, recorder) -> None:  # noqa: ANN001
+def _on_model(captured, settings: Settings, recorder) -> None:
     from trainstack.run import planning
 
     if recorder is not None:
@@ -94,7 +95,7 @@ def _on_model(captured, settings: Settings, recorder) -> None:  # noqa: ANN001
     _active["captured"] = captured.model
 
 
-def _plan(captured, settings: Settings, recorder=None):  # noqa: ANN001, ANN202
+def _plan(captured, settings: Settings, recorder=None):
     """Plan and apply; on a CUDA GPU the plan is fitted to the budget by a measured probe
     step (``fitting``). A model memplan cannot plan, or a budget nothing fits, is reported
     and the job runs as it was built (its own OOM then says the rest)."""
@@ -123,7 +124,7 @@ def _plan(captured, settings: Settings, recorder=None):  # noqa: ANN001, ANN202
     return plan
 
 
-def _fit(captured, plan, target: int, settings: Settings, recorder):  # noqa: ANN001, ANN202
+def _fit(captured, plan, target: int, settings: Settings, recorder):
     """(the fitted plan, applied; what the probes measured), or None where no probe runs
     (``plan`` stays applied). A probe that fails for any reason but memory leaves ``plan``."""
     from trainstack.run import fitting, planning
@@ -137,7 +138,7 @@ def _fit(captured, plan, target: int, settings: Settings, recorder):  # noqa: AN
         return None
     batch = planning.batch_of(captured)
 
-    def probe(candidate):  # noqa: ANN001, ANN202
+    def probe(candidate):
         planning.apply_plan(captured.model, candidate)
         return fitting.probe_step(captured, candidate, batch, planning.job_loss)
 
@@ -172,7 +173,7 @@ def _release_planning_cache() -> None:
         torch.cuda.empty_cache()
 
 
-def _meta(tree):  # noqa: ANN001, ANN202
+def _meta(tree):
     """The batch's tensors as meta tensors: shapes for the diagnosis, no memory held."""
     import torch
     from torch.utils._pytree import tree_map

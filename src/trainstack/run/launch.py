@@ -14,9 +14,9 @@ from pathlib import Path
 
 import trainstack
 from trainstack.errors import ToolMissingError, UsageError
+from trainstack.memplan.budget import parse_budget
 from trainstack.run import settings as s
 from trainstack.run.install import write_sitecustomize
-from trainstack.memplan.budget import parse_budget
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,13 @@ def exec_job(argv: list[str], env: dict[str, str]) -> None:
     if program is None:
         raise ToolMissingError(f"'{argv[0]}' is not a program on PATH", hint="give the job as: trainstack run -- python train.py ARGS")
     out = Path(env[s.PROFILE_DIR]).parent
-    signal_hint = f"kill -{env[s.PROFILE_SIGNAL].upper().removeprefix('SIG')} {os.getpid()} or " if s.parse_signal(env[s.PROFILE_SIGNAL]) else ""
-    print(f"trainstack run: profile the next {env[s.PROFILE_COUNT]} steps with {signal_hint}touch {env[s.PROFILE_CONTROL]}/{s.TRIGGER_FILE}; outputs in {out}", file=sys.stderr, flush=True)
+    signal_hint = (
+        f"kill -{env[s.PROFILE_SIGNAL].upper().removeprefix('SIG')} {os.getpid()} or " if s.parse_signal(env[s.PROFILE_SIGNAL]) else ""
+    )
+    print(
+        f"trainstack run: profile the next {env[s.PROFILE_COUNT]} steps with {signal_hint}touch {env[s.PROFILE_CONTROL]}/{s.TRIGGER_FILE}; outputs in {out}",
+        file=sys.stderr,
+        flush=True,
+    )
     sys.stdout.flush()
     os.execve(program, argv, env)

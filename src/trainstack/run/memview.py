@@ -70,7 +70,9 @@ def oom_device(snapshot: dict[str, Any]) -> int:
 
 
 def _live_blocks(snapshot: dict[str, Any], device: int) -> list[dict[str, Any]]:
-    return [b for s in snapshot.get("segments", []) if int(s.get("device", 0)) == device for b in s.get("blocks", []) if b.get("state") in _LIVE]
+    return [
+        b for s in snapshot.get("segments", []) if int(s.get("device", 0)) == device for b in s.get("blocks", []) if b.get("state") in _LIVE
+    ]
 
 
 def _live_bytes(snapshot: dict[str, Any], device: int) -> int:
@@ -104,7 +106,7 @@ def timeline(snapshot: dict[str, Any], device: int, points: int = POINTS) -> lis
         series.append((max(t - t0, 0.0), level))
     if len(series) > points:  # keep each window's highest point, so the peak stays drawn
         width = len(series) / points
-        series = [max(series[int(i * width): int((i + 1) * width)] or [series[-1]], key=lambda p: p[1]) for i in range(points)]
+        series = [max(series[int(i * width) : int((i + 1) * width)] or [series[-1]], key=lambda p: p[1]) for i in range(points)]
     return series
 
 
@@ -133,7 +135,9 @@ def _svg(series: list[tuple[float, int]], width: int = 960, height: int = 280) -
     pad = 48
     top = max((b for _, b in series), default=0) or 1
     span = max(len(series) - 1, 1)
-    pts = " ".join(f"{pad + i * (width - 2 * pad) / span:.1f},{height - pad - b / top * (height - 2 * pad):.1f}" for i, (_, b) in enumerate(series))
+    pts = " ".join(
+        f"{pad + i * (width - 2 * pad) / span:.1f},{height - pad - b / top * (height - 2 * pad):.1f}" for i, (_, b) in enumerate(series)
+    )
     seconds = series[-1][0] if series else 0.0
     return (
         f'<svg id="timeline" viewBox="0 0 {width} {height}" width="100%" role="img" aria-label="allocated memory over the recorded events">'
@@ -152,7 +156,9 @@ def _rows(found: list[Stack]) -> str:
     rows = []
     for i, s in enumerate(found, 1):
         frames = "<br>".join(html.escape(f) for f in s.frames)
-        rows.append(f"<tr><td>{i}</td><td>{html.escape(gib(s.total))}</td><td>{s.count}</td><td>{html.escape(gib(s.largest))}</td><td class=\"stack\">{frames}</td></tr>")
+        rows.append(
+            f'<tr><td>{i}</td><td>{html.escape(gib(s.total))}</td><td>{s.count}</td><td>{html.escape(gib(s.largest))}</td><td class="stack">{frames}</td></tr>'
+        )
     return "\n".join(rows)
 
 

@@ -45,7 +45,7 @@ class OomRecorder:
 
     def _start(self) -> None:
         torch.cuda.memory._record_memory_history(max_entries=self.entries)
-        torch._C._cuda_attach_out_of_memory_observer(self.on_oom)
+        torch._C._cuda_attach_out_of_memory_observer(self.on_oom)  # type: ignore[attr-defined]  # torch's private hook, absent from its stubs
 
     def on_oom(self, device: int, alloc: int, device_alloc: int, device_free: int) -> None:
         """At the failing allocation, before the error is raised: keep the first snapshot."""
@@ -71,7 +71,10 @@ class OomRecorder:
         except OSError as exc:
             print(f"trainstack run: could not write the OOM view to {self.folder}: {exc}", file=sys.stderr)
             return
-        print(f"trainstack run: rank {self.rank}: {text}\ntrainstack run: snapshot and view: {self.stem}.pickle, {self.stem}.html", file=sys.stderr)
+        print(
+            f"trainstack run: rank {self.rank}: {text}\ntrainstack run: snapshot and view: {self.stem}.pickle, {self.stem}.html",
+            file=sys.stderr,
+        )
 
     def diagnose(self) -> str:
         assert self.snapshot is not None
@@ -83,7 +86,9 @@ class OomRecorder:
 
 def diagnose_with(summary: memview.Summary, captured: Captured | None, usable: int | None) -> str:
     if captured is None:
-        return diagnosis.paragraph(summary, usable=usable, batch=None, planned=None, why_not="the job's model was not seen (no module called in training mode)")
+        return diagnosis.paragraph(
+            summary, usable=usable, batch=None, planned=None, why_not="the job's model was not seen (no module called in training mode)"
+        )
     batch = _batch_text(captured)
     if usable is None:
         return diagnosis.paragraph(summary, usable=None, batch=batch, planned=None, why_not="no GPU memory size to plan for")

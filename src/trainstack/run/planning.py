@@ -12,10 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainstack import memplan
 from trainstack.errors import TrainstackError
 from trainstack.memplan import Choice, Plan
-from trainstack.run.capture import Captured
-from trainstack import memplan
 from trainstack.memplan.anymodel import UnplannableModel, find_blocks
 from trainstack.memplan.budget import host_memory_bytes, parse_budget
 from trainstack.memplan.memory import peak_bytes
@@ -26,6 +25,7 @@ from trainstack.memplan.planner import choose
 from trainstack.memplan.wrappers import budget_backend, choice_of
 from trainstack.nn.decoder import Transformer
 from trainstack.nn.hf_check import check_config
+from trainstack.run.capture import Captured
 
 
 class Unplannable(Exception):
@@ -56,7 +56,9 @@ def usable_bytes() -> int | None:
 def memory_fraction(device: Any = None) -> float | None:
     """The process's cap on its GPU's memory (torch.cuda.set_per_process_memory_fraction);
     None where this torch cannot say."""
-    get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None) or getattr(torch.cuda.memory, "get_per_process_memory_fraction", None)
+    get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None) or getattr(
+        torch.cuda.memory, "get_per_process_memory_fraction", None
+    )
     return float(get_fraction(device)) if get_fraction is not None else None
 
 
@@ -67,7 +69,7 @@ def blocks(model: nn.Module) -> list[nn.Module] | None:
         run = find_blocks(model)
     except UnplannableModel:
         return None
-    return list(model.get_submodule(run.path))[run.first : run.first + run.count]
+    return list(model.get_submodule(run.path).children())[run.first : run.first + run.count]
 
 
 def batch_of(captured: Captured) -> Any:
@@ -120,15 +122,31 @@ def plan_model(captured: Captured, budget_bytes: int, *, compiled: bool = False)
         tokens = captured.args[0] if captured.args else None
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
             raise Unplannable("the decoder's first call did not take a (batch, seq) token tensor")
-        return memplan.plan_memory(model.cfg, batch=tokens.shape[0], seq=tokens.shape[1], budget_bytes=budget_bytes, compiled=compiled,
-                                   world_size=layout.world_size, placement=placement)
+        return memplan.plan_memory(
+            model.cfg,
+            batch=tokens.shape[0],
+            seq=tokens.shape[1],
+            budget_bytes=budget_bytes,
+            compiled=compiled,
+            world_size=layout.world_size,
+            placement=placement,
+        )
     check_model_config(model)
     generic = getattr(memplan, "plan", None)
     if not callable(generic):
         raise Unplannable(f"this trainstack's memplan plans its own decoder, not a {type(model).__module__}.{type(model).__qualname__}")
     optimizer = captured.optimizer if captured.optimizer is not None else "adamw"
-    return generic(model, batch_of(captured), budget=budget_bytes, optimizer=optimizer, precision=precision_of(captured), loss_fn=job_loss, compiled=compiled,
-                   world_size=layout.world_size, placement=placement)
+    return generic(
+        model,
+        batch_of(captured),
+        budget=budget_bytes,
+        optimizer=optimizer,
+        precision=precision_of(captured),
+        loss_fn=job_loss,
+        compiled=compiled,
+        world_size=layout.world_size,
+        placement=placement,
+    )
 
 
 def check_model_config(model: nn.Module) -> None:
@@ -151,7 +169,14 @@ def replan(captured: Captured, first: Plan, budget_bytes: int, *, compiled: bool
     if first.compiler_budget is not None:
         return plan_model(captured, budget_bytes, compiled=compiled)
 
-    return choose(first.profile, budget_bytes=budget_bytes, world_size=first.world_size, overheads=default_overheads(), layout=first.layout, accum=first.accum)
+    return choose(
+        first.profile,
+        budget_bytes=budget_bytes,
+        world_size=first.world_size,
+        overheads=default_overheads(),
+        layout=first.layout,
+        accum=first.accum,
+    )
 
 
 def job_loss(output: Any, _batch: Any) -> torch.Tensor:
@@ -177,7 +202,9 @@ def unplanned_peak(plan: Plan) -> int | None:
     """The step's predicted peak with every block kept (what the job needs as it is)."""
     try:
         keep = [Choice.KEEP] * len(plan.choices)
-        return peak_bytes(plan.profile, keep, world_size=plan.world_size, overheads=default_overheads(), layout=plan.layout, accum=plan.accum)
+        return peak_bytes(
+            plan.profile, keep, world_size=plan.world_size, overheads=default_overheads(), layout=plan.layout, accum=plan.accum
+        )
     except (AttributeError, TypeError, ValueError):
         return None
 
@@ -191,7 +218,9 @@ def compile_blocks(model: nn.Module, plan: Plan | None = None) -> int:
     block of a compiled plan under the compiler budget it chose. Returns the blocks compiled."""
     found = blocks(model)
     if found is None:
-        raise Unplannable(f"no repeated blocks found in {type(model).__qualname__} (a ModuleList or Sequential of two or more identical modules)")
+        raise Unplannable(
+            f"no repeated blocks found in {type(model).__qualname__} (a ModuleList or Sequential of two or more identical modules)"
+        )
     budget = plan.compiler_budget if plan is not None else None
     for block in found:
         if budget is not None and budget < 1 and choice_of(block) is Choice.KEEP:

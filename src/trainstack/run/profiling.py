@@ -85,7 +85,10 @@ class StepProfiler:
             self._after_step(optimizer)
         except Exception as exc:  # noqa: BLE001 - the hook never raises into the job
             self.broken = True
-            print(f"trainstack run: profiling off: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}", file=sys.stderr)
+            print(
+                f"trainstack run: profiling off: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                file=sys.stderr,
+            )
 
     def _after_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.optimizer_id is None:
@@ -139,6 +142,7 @@ class StepProfiler:
             torch.cuda.synchronize()
         prof.stop()
         n = self.step - self.started_at
+        assert self.settings.profile_dir is not None  # profiling is armed only with a folder (settings.from_env)
         stem = self.settings.profile_dir / f"steps{self.started_at}-{self.step - 1}-rank{self.rank}"
         try:
             paths = write_profile(prof, n, stem, cuda=cuda)
@@ -146,4 +150,7 @@ class StepProfiler:
             print(f"trainstack run: rank {self.rank}: could not write the profile to {stem}: {exc}", file=sys.stderr)
             return
         self.written.append(paths)
-        print(f"trainstack run: rank {self.rank} (pid {os.getpid()}) profiled steps {self.started_at}-{self.step - 1}: {paths['trace']}", file=sys.stderr)
+        print(
+            f"trainstack run: rank {self.rank} (pid {os.getpid()}) profiled steps {self.started_at}-{self.step - 1}: {paths['trace']}",
+            file=sys.stderr,
+        )

@@ -69,8 +69,10 @@ class Settings:
 def parse_steps(text: str, where: str = PROFILE_STEPS) -> tuple[int, int]:
     m = _STEPS.fullmatch(text)
     if not m or not 1 <= int(m.group(1)) < int(m.group(2)):
-        raise UsageError(f"{where}: {_shown(text)} is not a step range; accepted: A:B with 1 <= A < B (ASCII digits, "
-                         "at most 9 each), optimizer steps A to B-1 counted from 0")
+        raise UsageError(
+            f"{where}: {_shown(text)} is not a step range; accepted: A:B with 1 <= A < B (ASCII digits, "
+            "at most 9 each), optimizer steps A to B-1 counted from 0"
+        )
     return int(m.group(1)), int(m.group(2))
 
 
@@ -111,7 +113,7 @@ def from_env(environ: Mapping[str, str]) -> Settings:
     if steps is not None and profile_dir is None:
         profile_dir = Path("trainstack-profile")
     armed = profile_dir is not None
-    control = environ.get(PROFILE_CONTROL) or (str(profile_dir / "control") if armed else "")
+    control = environ.get(PROFILE_CONTROL) or (str(profile_dir / "control") if profile_dir is not None else "")
     oom = environ.get(OOM_SNAPSHOT, "").strip()
     return Settings(
         profile_dir=profile_dir,

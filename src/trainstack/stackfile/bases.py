@@ -25,16 +25,25 @@ _VALUES = {
     "arch": (re.compile(r"^(x86_64|aarch64)$"), "x86_64 or aarch64"),
     "channel": (re.compile(r"^(release|nightly)$"), "release or nightly"),
 }
-ACCEPTED = ('an OS name ("ubuntu24.04"), or axis=value pairs joined by commas ("cuda=12.6", '
-            f'"os=ubuntu22.04,cuda=12.8"; axes: {", ".join(BASE_AXES)})')
+ACCEPTED = (
+    'an OS name ("ubuntu24.04"), or axis=value pairs joined by commas ("cuda=12.6", '
+    f'"os=ubuntu22.04,cuda=12.8"; axes: {", ".join(BASE_AXES)})'
+)
 
 
 class Cell(Protocol):
-    os: str
-    cuda: str
-    python: str
-    arch: str
-    channel: str
+    """A matrix cell's axes, read only (a Flavour is one)."""
+
+    @property
+    def os(self) -> str: ...
+    @property
+    def cuda(self) -> str: ...
+    @property
+    def python(self) -> str: ...
+    @property
+    def arch(self) -> str: ...
+    @property
+    def channel(self) -> str: ...
 
 
 def parse_key(key: str) -> dict[str, str]:
@@ -62,15 +71,16 @@ def base_key(bases: dict[str, str], flavour: Cell) -> str | None:
     """The key of ``bases`` the flavour takes (the matching one naming the most axes); None when
     none matches. ValueError when two keys as specific give it different images."""
     selectors = {key: parse_key(key) for key in bases}
-    matching = [(len(sel), key) for key, sel in selectors.items()
-                if all(getattr(flavour, axis) == value for axis, value in sel.items())]
+    matching = [(len(sel), key) for key, sel in selectors.items() if all(getattr(flavour, axis) == value for axis, value in sel.items())]
     if not matching:
         return None
     most = max(size for size, _ in matching)
     best = sorted(key for size, key in matching if size == most)
     if len({bases[key] for key in best}) > 1:
-        raise ValueError(f"keys {', '.join(repr(k) for k in best)} all match flavour {flavour_name(flavour)} with "
-                         "different images; add a key naming more axes for it")
+        raise ValueError(
+            f"keys {', '.join(repr(k) for k in best)} all match flavour {flavour_name(flavour)} with "
+            "different images; add a key naming more axes for it"
+        )
     return best[0]
 
 

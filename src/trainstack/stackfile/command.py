@@ -11,9 +11,13 @@ def command(
     stack: Path = typer.Argument(..., metavar="STACK", help="The stack.toml to check.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="Print every finding as JSON on stdout instead of the lines."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write every finding as JSON to this file."),
-    backend: str | None = typer.Option(None, "--backend", show_default=False,
-                                       help="The backend build will use: venv or oci; default: the stack's [build] "
-                                            "backend (venv unless it says). A flavour it cannot compile breaks a rule."),
+    backend: str | None = typer.Option(
+        None,
+        "--backend",
+        show_default=False,
+        help="The backend build will use: venv or oci; default: the stack's [build] "
+        "backend (venv unless it says). A flavour it cannot compile breaks a rule.",
+    ),
 ) -> None:
     """Check each flavour against the rules data (torch CUDA variants and Pythons, driver,
     GPU architectures, flash-attn, DeepSpeed ops, the nvcc of its extensions); exit 3 when
@@ -41,11 +45,11 @@ def command(
     from trainstack.console import out, verbosity
     from trainstack.errors import RuleViolation, UsageError
     from trainstack.fsutil import check_output
+    from trainstack.grammar import shown as one_line
     from trainstack.hostnvcc import find_host_nvcc
     from trainstack.redact import redact
-    from trainstack.stackfile.compat import BACKENDS, check_stack, errors, needs_host_nvcc
     from trainstack.stackfile import expand_flavours, load_stack
-    from trainstack.grammar import shown as one_line
+    from trainstack.stackfile.compat import BACKENDS, check_stack, errors, needs_host_nvcc
     from trainstack.trust import runs_code, what_it_runs
 
     if backend is not None and backend not in BACKENDS:
@@ -67,8 +71,7 @@ def command(
 
         from trainstack.console import emit_json
 
-        document = {"flavours": flavours, "broken": len(broken), "findings": [dataclasses.asdict(f) for f in findings],
-                    "runs": runs}
+        document = {"flavours": flavours, "broken": len(broken), "findings": [dataclasses.asdict(f) for f in findings], "runs": runs}
         emit_json(json.dumps(document, indent=2), to_stdout=json_out, output=output)
     shown = [] if json_out else findings if verbose else broken
     for f in shown:
@@ -78,20 +81,22 @@ def command(
     if not json_out:
         for suite in runs["suites"]:
             how = "pytest" if suite["pytest"] else "not pytest: runs only with verify --trust"
-            out.print(f"runs: verify.suite {suite['name']}: {one_line(suite['command'], 300)} ({how})",
-                      highlight=False, soft_wrap=True)
+            out.print(f"runs: verify.suite {suite['name']}: {one_line(suite['command'], 300)} ({how})", highlight=False, soft_wrap=True)
         for entry in runs["build_env"]:
             reason = runs_code(entry["variable"])
             why = f" (allowed by [build] allow_env: {reason})" if reason is not None else ""
-            out.print(f"runs: components.{entry['component']}.build_env: "
-                      f"{one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}{why}", highlight=False, soft_wrap=True)
+            out.print(
+                f"runs: components.{entry['component']}.build_env: {one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}{why}",
+                highlight=False,
+                soft_wrap=True,
+            )
         for entry in runs["image_env"]:
             setting = f"env {one_line(entry['variable'], 80)}={one_line(entry['value'], 300)}"
             if entry["runs"] is not None:
-                line = f"runs: {setting} (allowed by [env] allow: {entry['runs']}; the image's ENV and the venv's activation)"
+                said = f"runs: {setting} (allowed by [env] allow: {entry['runs']}; the image's ENV and the venv's activation)"
             else:
-                line = f"sets: {setting} (the image's ENV and the venv's activation)"
-            out.print(line, highlight=False, soft_wrap=True)
+                said = f"sets: {setting} (the image's ENV and the venv's activation)"
+            out.print(said, highlight=False, soft_wrap=True)
     if broken:
         raise RuleViolation(f"{stack}: {len(broken)} rule(s) broken across {flavours} flavour(s)")
     if not json_out:

@@ -9,11 +9,11 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from trainstack import grammar
 from trainstack.errors import RuleViolation
 from trainstack.rules import data, nvcc, toolchain
 from trainstack.rules.nvcc import HostNvcc
 from trainstack.rules.schema import fill
-from trainstack import grammar
 from trainstack.stackfile.matrix import Flavour, base_of, components_for, expand_flavours
 from trainstack.stackfile.schema import Component, Stack
 from trainstack.trust import runs_code
@@ -194,11 +194,15 @@ def _vendor_build(stack: Stack, flavour: Flavour, version: str) -> Finding:
     source = stack.rules_in_effect.torch.index.source
     own = [*([stack.index.url] if stack.index.url else []), *stack.index.extra, *stack.index.find_links]
     if not own:
-        text = (f"torch {version} is a vendor's build, which PyTorch's indexes do not serve; name the index "
-                "that does in [index] url, extra or find_links")
+        text = (
+            f"torch {version} is a vendor's build, which PyTorch's indexes do not serve; name the index "
+            "that does in [index] url, extra or find_links"
+        )
         return _finding(flavour, "torch.vendor", "error", text, source)
-    text = (f"torch {version} is a vendor's build: it comes from the stack's own index "
-            f"({grammar.redacted_url(own[0])}), not PyTorch's {flavour.cuda_tag} index")
+    text = (
+        f"torch {version} is a vendor's build: it comes from the stack's own index "
+        f"({grammar.redacted_url(own[0])}), not PyTorch's {flavour.cuda_tag} index"
+    )
     return _finding(flavour, "torch.vendor", "info", text, source)
 
 
@@ -237,8 +241,7 @@ def _flash_attn_archs(stack: Stack, component: Component, names: list[str]) -> l
     own = [arch for env in names for arch in parse_archs(component.build_env.get(env, ""))]
     found = [(f"{component.name}.build_env", own)] if own else []
     if component.is_source_build and stack.toolchain.archs and not all(env in component.build_env for env in names):
-        found.append((f"[toolchain] archs (passed to {component.name}'s build as {' and '.join(names)})",
-                      list(stack.toolchain.archs)))
+        found.append((f"[toolchain] archs (passed to {component.name}'s build as {' and '.join(names)})", list(stack.toolchain.archs)))
     return found
 
 
@@ -301,8 +304,9 @@ def _toolchain(stack: Stack, flavour: Flavour, components: dict[str, Component])
     return found
 
 
-def _nvcc_route(stack: Stack, flavour: Flavour, components: dict[str, Component], host: HostNvcc | None,
-                backend: str | None = None) -> list[Finding]:
+def _nvcc_route(
+    stack: Stack, flavour: Flavour, components: dict[str, Component], host: HostNvcc | None, backend: str | None = None
+) -> list[Finding]:
     """Where the nvcc of a flavour that builds extensions comes from, per backend (toolchain.route);
     none for either backend is an error once the host was looked at (toolchain.nvcc)."""
     rules = stack.rules_in_effect
@@ -330,8 +334,7 @@ def _nvcc_route(stack: Stack, flavour: Flavour, components: dict[str, Component]
     if host is not None and backend is not None and (oci is None) != (venv is None):
         able, unable = ("oci", "venv") if venv is None else ("venv", "oci")
         if backend == unable:
-            found.append(_finding(flavour, "toolchain.backend", "error",
-                                  _backend_text(flavour, components, unable, able), source))
+            found.append(_finding(flavour, "toolchain.backend", "error", _backend_text(flavour, components, unable, able), source))
     if oci is not None or venv is not None:
         return found
     if host is None:  # lock: the host is not looked at, the wheels' refusal says what to do
@@ -345,12 +348,13 @@ def _backend_text(flavour: Flavour, components: dict[str, Component], unable: st
     """One line: which backend builds the flavour and which cannot, and the ways out."""
     sources = ", ".join(sorted(c.key for c in components.values() if c.is_source_build))
     default = " (build's default)" if unable == BACKENDS[0] else ""
-    fixes = [f"build with --backend {able} (check --backend {able} checks that)",
-             f"or build with --skip-sources (leaves out {sources})"]
+    fixes = [f"build with --backend {able} (check --backend {able} checks that)", f"or build with --skip-sources (leaves out {sources})"]
     if unable == "venv":
         fixes.append(f"or set CUDA_HOME to a CUDA {flavour.cuda} toolkit")
-    return (f"builds: {able} can, {unable}{default} cannot: no nvcc of CUDA {flavour.cuda} for {sources} "
-            f"there (see toolchain.route); {', '.join(fixes)}")
+    return (
+        f"builds: {able} can, {unable}{default} cannot: no nvcc of CUDA {flavour.cuda} for {sources} "
+        f"there (see toolchain.route); {', '.join(fixes)}"
+    )
 
 
 _ARCH_TOKEN = re.compile(r"^(?:sm_|compute_)?(\d+)\.?(\d*)([af]?)(?:\+PTX)?$", re.IGNORECASE)
@@ -380,7 +384,9 @@ def _allowed_env(stack: Stack, flavour: Flavour, components: dict[str, Component
     for component in components.values():
         names = sorted(name for name in component.build_env if runs_code(name) is not None)
         if names:
-            text = (f"{component.name}.build_env sets {', '.join(names)}, allowed by [build] allow_env: "
-                    f"every process of its build sees {'it' if len(names) == 1 else 'them'}")
+            text = (
+                f"{component.name}.build_env sets {', '.join(names)}, allowed by [build] allow_env: "
+                f"every process of its build sees {'it' if len(names) == 1 else 'them'}"
+            )
             found.append(_finding(flavour, "build.allow_env", "info", text, LOADER_SOURCE))
     return found

@@ -10,15 +10,15 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ValidationError
 
+from trainstack import grammar
 from trainstack.errors import SpecError
 from trainstack.fsutil import read_text
 from trainstack.rules.data import shipped_rules
 from trainstack.rules.schema import Rules
 from trainstack.rules.stack import stack_rules
-from trainstack import grammar
 from trainstack.stackfile.matrix import base_of, expand_flavours
-from trainstack.stackfile.schema import TAG_AXES, Stack
 from trainstack.stackfile.paths import stack_path
+from trainstack.stackfile.schema import TAG_AXES, Stack
 from trainstack.stackfile.tags import axes_of, flavour_tags, pinned_versions, tag_template
 from trainstack.trust import runs_code
 
@@ -73,15 +73,17 @@ def _rules_in_effect(data: dict[str, Any], text: str, path: Path) -> Rules:
 def _require_known_os(stack: Stack, text: str, path: Path) -> None:
     """Each OS of the matrix is one the rules in effect describe (its glibc decides the wheels)."""
     known = stack.rules_in_effect.platforms.os
-    given = [(("matrix", "os"), name) for name in stack.matrix.os]
+    given: list[tuple[tuple[str, ...], str]] = [(("matrix", "os"), name) for name in stack.matrix.os]
     given += [(("matrix", "include", str(n), "os"), cell.os) for n, cell in enumerate(stack.matrix.include)]
     for loc, name in given:
         if name not in known:
             raise _located(
-                text, path, loc,
+                text,
+                path,
+                loc,
                 f"OS '{grammar.shown(name)}' is not in the rules data (one of: {', '.join(known)}); "
                 f'describe it under [rules.platforms.os."{grammar.shown(name)}"] or pick a known one',
-            )  # fmt: skip
+            )
 
 
 def _located(text: str, path: Path, loc: tuple[str, ...], message: str) -> SpecError:
@@ -123,17 +125,21 @@ def _require_bases(stack: Stack, text: str, path: Path) -> None:
             raise _located(text, path, ("build", "base"), exc.message.removeprefix("build.base: ")) from None
         if found is None:
             raise _located(
-                text, path, ("build", "base"),
+                text,
+                path,
+                ("build", "base"),
                 f"no base image for flavour {flavour.slug} (keys given: {', '.join(sorted(bases))}); "
                 f'add "{flavour.os}" = "debootstrap:SUITE" or an image reference such as "docker.io/library/debian:12", '
                 f'or a key of its other axes such as "cuda={flavour.cuda}"',
-            )  # fmt: skip
+            )
 
 
 def _confine_paths(stack: Stack, text: str, path: Path) -> None:
     """Each path the stack names leads where its field allows (trainstack.stackfile.paths), links followed."""
     folder = path.parent
-    given = [(("components", key, "path"), "components.path", c.path) for key, c in stack.components.items()]
+    given: list[tuple[tuple[str, ...], str, str | None]] = [
+        (("components", key, "path"), "components.path", c.path) for key, c in stack.components.items()
+    ]
     given += [
         (("build", "ca_bundle"), "build.ca_bundle", stack.build.ca_bundle),
         (("build", "compiler_cache", "dir"), "build.compiler_cache.dir", stack.build.compiler_cache.dir),
@@ -158,10 +164,12 @@ def _tag_fields_known(stack: Stack, text: str, path: Path) -> None:
         if field not in TAG_AXES and canonicalize_name(field) not in keys:
             example = sorted(keys)[0].replace("-", "_")
             raise _located(
-                text, path, ("stack", "tag"),
+                text,
+                path,
+                ("stack", "tag"),
                 f"'{{{field}}}' is neither a flavour field nor a component (accepted: {', '.join(TAG_AXES)}, or a "
                 f"component's name with '_' for '-', such as {{{example}}}, for its locked version)",
-            )  # fmt: skip
+            )
     pinned = pinned_versions(stack)
     if pinned is None:
         return  # the lock fills the versions, and checks the tags
@@ -182,18 +190,22 @@ def _trusted_env(stack: Stack, text: str, path: Path) -> None:
             reason = runs_code(name)
             if reason is not None and name not in allowed:
                 raise _located(
-                    text, path, ("components", key, "build_env", name),
+                    text,
+                    path,
+                    ("components", key, "build_env", name),
                     f"'{grammar.shown(name)}' makes the build's processes load or run other code ({reason}); set it "
                     f'only by naming it in [build] allow_env (allow_env = ["{grammar.shown(name)}"]), or leave it out',
-                )  # fmt: skip
+                )
     for name in stack.env:
         reason = runs_code(name)
         if reason is not None and name not in stack.env_allow:
             raise _located(
-                text, path, ("env", name),
+                text,
+                path,
+                ("env", name),
                 f"'{grammar.shown(name)}' makes every program of the image or venv load or run other code ({reason}); "
                 f'set it only by naming it in [env] allow (allow = ["{grammar.shown(name)}"]), or leave it out',
-            )  # fmt: skip
+            )
 
 
 def _describe(exc: ValidationError, text: str, path: Path) -> str:
@@ -213,9 +225,11 @@ def _describe(exc: ValidationError, text: str, path: Path) -> str:
         return f"{where}: {field}: required field is missing"
     dotted = _dotted_key(loc, error.get("input")) if kind in ("string_type", "int_type", "float_type", "bool_type") else None
     if dotted is not None:
-        return (f"{where}: {field}: a table where a value belongs: TOML reads the bare key {grammar.shown(dotted)} as "
-                f"nested keys split at each dot; a key with a dot needs quotes (accepted: "
-                f"\"{grammar.shown(dotted)}\" = \"...\")")
+        return (
+            f"{where}: {field}: a table where a value belongs: TOML reads the bare key {grammar.shown(dotted)} as "
+            f"nested keys split at each dot; a key with a dot needs quotes (accepted: "
+            f'"{grammar.shown(dotted)}" = "...")'
+        )
     message = grammar.shown(str(error["msg"]).removeprefix("Value error, "), 400)
     if kind == "finite_number":
         message += " (a number such as 10; inf and nan are not accepted)"

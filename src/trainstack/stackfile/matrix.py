@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -34,17 +35,14 @@ class Flavour:
         # x86_64 is left out, so the slugs and cache keys of x86_64 flavours stay as they were
         return slug if self.arch == "x86_64" else f"{slug}-{self.arch}"
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, Any]:  # each a str; Any, as the Literal fields it fills (arch) take it
         return {"cuda": self.cuda, "os": self.os, "python": self.python, "channel": self.channel, "arch": self.arch}
 
 
 def expand_flavours(stack: Stack) -> list[Flavour]:
     """Every matrix cell minus the excludes, plus the includes, sorted and unique."""
     m = stack.matrix
-    cells = {
-        Flavour(cuda, os_, py, ch, arch)
-        for cuda, os_, py, ch, arch in itertools.product(m.cuda, m.os, m.python, m.channel, m.arch)
-    }
+    cells = {Flavour(cuda, os_, py, ch, arch) for cuda, os_, py, ch, arch in itertools.product(m.cuda, m.os, m.python, m.channel, m.arch)}
     for rule in m.exclude:
         wanted = rule.model_dump(exclude_none=True)
         cells = {f for f in cells if any(f.as_dict()[k] != v for k, v in wanted.items())}

@@ -9,15 +9,14 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
+from trainstack import grammar
+from trainstack.errors import SpecError, UsageError
 from trainstack.nn.modes import parse_mode
 from trainstack.nn.presets import SHAPES
-from trainstack.errors import SpecError, UsageError
 from trainstack.rules.data import shipped_rules
 from trainstack.rules.schema import Rules
-from trainstack.trust import credential_name, holds_userinfo, is_pytest_command, reserved_name, runs_code
-
-from trainstack import grammar
 from trainstack.stackfile.bases import parse_key as parse_base_key
+from trainstack.trust import credential_name, holds_userinfo, is_pytest_command, reserved_name, runs_code
 
 CUDA_RE = re.compile(r"^(cpu|\d+\.\d+)\Z")
 PYTHON_RE = re.compile(r"^3\.\d+\Z")
@@ -133,6 +132,7 @@ class StackInfo(Strict):
         if v is not None:
             grammar.tag_template_fields(v)
         return v
+
     _registry = field_validator("registry")(lambda v: grammar.oci_registry(v))
 
     @property
@@ -156,7 +156,7 @@ class Indexes(Strict):
         """The variant index ``url`` (one of PyTorch's) as this stack reaches it."""
         if url is None or self.pytorch is None or not url.startswith(PYTORCH_INDEXES + "/"):
             return url
-        return None if self.pytorch is False else self.pytorch.rstrip("/") + url[len(PYTORCH_INDEXES):]
+        return None if self.pytorch is False else self.pytorch.rstrip("/") + url[len(PYTORCH_INDEXES) :]
 
     _urls = _every(grammar.index_url, "extra", "find_links")
 
@@ -317,9 +317,7 @@ class Matrix(Strict):
             for axis, value in cell.model_dump(exclude_none=True).items():
                 allowed = getattr(self, axis)
                 if value not in allowed:
-                    raise ValueError(
-                        f"exclude[{number}]: {axis} '{value}' is not on the matrix (one of: {', '.join(allowed)})"
-                    )
+                    raise ValueError(f"exclude[{number}]: {axis} '{value}' is not on the matrix (one of: {', '.join(allowed)})")
         return self
 
     _cudas = _every(_cuda, "cuda")
@@ -369,8 +367,10 @@ class Build(Strict):
         bases = info.data.get("base") or {}
         undeclared = sorted(set(v) - set(bases))
         if undeclared:
-            raise ValueError(f"'{grammar.shown(undeclared[0])}' has no base image in build.base "
-                             f"(accepted: the OS of a base it describes: {', '.join(sorted(bases)) or 'none given'})")
+            raise ValueError(
+                f"'{grammar.shown(undeclared[0])}' has no base image in build.base "
+                f"(accepted: the OS of a base it describes: {', '.join(sorted(bases)) or 'none given'})"
+            )
         return v
 
     @field_validator("base")
@@ -431,13 +431,11 @@ class Suite(Strict):
     @model_validator(mode="after")
     def _exclusions_need_pytest(self) -> Suite:
         if self.exclude and not is_pytest_command(self.command):
-            raise ValueError("exclude needs a pytest command ('python -m pytest ...'): only pytest's collection "
-                             "can leave a test out")
+            raise ValueError("exclude needs a pytest command ('python -m pytest ...'): only pytest's collection can leave a test out")
         patterns = [item.test for item in self.exclude]
         twice = next((p for n, p in enumerate(patterns) if p in patterns[:n]), None)
         if twice is not None:
-            raise ValueError(f"exclude: test '{grammar.shown(twice)}' is given twice (accepted: each pattern once, "
-                             "with one reason)")
+            raise ValueError(f"exclude: test '{grammar.shown(twice)}' is given twice (accepted: each pattern once, with one reason)")
         return self
 
 
@@ -481,8 +479,10 @@ class Links(Strict):
         for name in v:
             parts = name.split(" needs ")  # required links may name their owner: 'OBJECT needs LIB'
             if len(parts) > 2 or not all(LIBRARY_RE.fullmatch(part) for part in parts):
-                raise ValueError(f"'{grammar.shown(name)}' is not a library file name or pattern (such as "
-                                 "'libcuda.so.1', 'libcudnn*.so.9' or 'libtorch_cuda.so needs libnccl.so.2')")
+                raise ValueError(
+                    f"'{grammar.shown(name)}' is not a library file name or pattern (such as "
+                    "'libcuda.so.1', 'libcudnn*.so.9' or 'libtorch_cuda.so needs libnccl.so.2')"
+                )
         return v
 
 
@@ -557,7 +557,11 @@ class Cluster(Strict):
     port: Annotated[int, Field(ge=1024, le=65535)] = 29500
     # all-reduce message sizes in bytes, as nccl-tests sweeps them
     allreduce_sizes: Annotated[list[Annotated[int, Field(ge=4, le=1 << 36)]], Field(min_length=1, max_length=32)] = [
-        1 << 20, 16 << 20, 256 << 20, 1 << 30]
+        1 << 20,
+        16 << 20,
+        256 << 20,
+        1 << 30,
+    ]
     # the Kubeflow PyTorchJob elastic between min_nodes and nodes (none: a fixed size, one Master and
     # nodes - 1 Workers), restarting its workers at most max_restarts times
     min_nodes: Annotated[int, Field(ge=1, le=4096)] | None = None
@@ -592,8 +596,7 @@ def no_credential(name: str, setting: object, where: str) -> None:
     """ValueError when ``name`` says its value is a credential, or the value holds 'user:password@'."""
     what = credential_name(name)
     if what is not None:
-        raise ValueError(f"{name}: a credential's name ({what}); {where} never holds one: pass it to the job's "
-                         "environment when it runs")
+        raise ValueError(f"{name}: a credential's name ({what}); {where} never holds one: pass it to the job's environment when it runs")
     if isinstance(setting, str) and holds_userinfo(setting):
         raise ValueError(f"{name}: a URL or host with 'user:password@' in it; {where} never holds credentials")
 
@@ -611,7 +614,7 @@ def image_env(value: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"{name}: a name the venv's activation keeps to itself ({reserved})")
         no_credential(name, setting, "an image or a venv")
         if not isinstance(setting, str):
-            raise ValueError(f"{name}: accepted: a string value, such as \"eth0\"")
+            raise ValueError(f'{name}: accepted: a string value, such as "eth0"')
         grammar.env_value(setting)
     return value
 

@@ -50,8 +50,10 @@ def flavour_tags(template: str, flavours: Mapping[str, tuple[Mapping[str, str], 
     for slug, (axes, packages) in flavours.items():
         tag = expand_tag(template, axes, packages)
         if tag in seen:
-            raise ValueError(f"flavours {seen[tag]} and {slug} both get the tag '{tag}' (accepted: a template whose "
-                             "fields tell every flavour apart, such as one with '{slug}')")
+            raise ValueError(
+                f"flavours {seen[tag]} and {slug} both get the tag '{tag}' (accepted: a template whose "
+                "fields tell every flavour apart, such as one with '{slug}')"
+            )
         seen[tag] = slug
         tags[slug] = tag
     return tags

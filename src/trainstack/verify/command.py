@@ -16,28 +16,35 @@ def command(
         [], "--skip", help="Leave out a part: report, files, advisories, ops, linkcheck, smoke, suites (the result is then a partial one)."
     ),
     output: Path | None = typer.Option(
-        None, "--output", "-o",
+        None,
+        "--output",
+        "-o",
         help="Write the result here (default with a stack: BUILD_DIR/<flavour>/verify.json, or verify.partial.json "
         "beside it when a part is skipped).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON instead of the summary."),
     provenance: Path | None = typer.Option(
-        None, "--provenance", metavar="FILE",
+        None,
+        "--provenance",
+        metavar="FILE",
         help="Check this signed provenance (build --signing-key) first: its signature, the environment, SBOM, stack and lock it names.",
     ),
-    public_key: Path | None = typer.Option(None, "--public-key", metavar="KEY", help="The ed25519 public key (PEM) --provenance is checked with."),
-    trust: bool = typer.Option(False, "--trust", help="Run suite commands that are not pytest (they run whatever the stack names; 'trainstack check' shows them)."),
+    public_key: Path | None = typer.Option(
+        None, "--public-key", metavar="KEY", help="The ed25519 public key (PEM) --provenance is checked with."
+    ),
+    trust: bool = typer.Option(
+        False, "--trust", help="Run suite commands that are not pytest (they run whatever the stack names; 'trainstack check' shows them)."
+    ),
 ) -> None:
     """Report, installed files, advisories, op table, link check, smoke checks and test suites, inside the environment.
 
     Example: trainstack verify examples/stacks/cpu-minimal.toml --flavour cpu-debian12-py311-release
     """
-    from trainstack.console import err, out, verbosity
-    from trainstack.console import emit_json
+    from trainstack.console import emit_json, err, out, verbosity
     from trainstack.fsutil import check_output
-    from trainstack.verify.scope import make_scope
     from trainstack.verify.render import render_verify, render_verify_quiet
     from trainstack.verify.run import run_verify
+    from trainstack.verify.scope import make_scope
 
     if output is not None:
         check_output(output, "--output")
@@ -53,13 +60,16 @@ def command(
         if names_image(found):  # an image: its provenance alone; its environment is verified inside it
             from trainstack.verify.scope import flavour_slug
 
-            signed = check_image_provenance(found, provenance, public_key, stack, flavour_slug(stack, flavour))
+            image_signed = check_image_provenance(found, provenance, public_key, stack, flavour_slug(stack, flavour))
             if json_out:
-                print(signed.model_dump_json(indent=2))
+                print(image_signed.model_dump_json(indent=2))
             else:
-                out.print(f"provenance: {', '.join(signed.checked)} as signed", highlight=False)
-                out.print("verify: the image's provenance alone; its environment is verified in a container of the "
-                          "image (trainstack verify --python /opt/venv/bin/python run there)", highlight=False)
+                out.print(f"provenance: {', '.join(image_signed.checked)} as signed", highlight=False)
+                out.print(
+                    "verify: the image's provenance alone; its environment is verified in a container of the "
+                    "image (trainstack verify --python /opt/venv/bin/python run there)",
+                    highlight=False,
+                )
             return
     target, scope, default_output = make_scope(stack, flavour, python, build_dir, skip)
     signed = None

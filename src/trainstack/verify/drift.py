@@ -22,8 +22,7 @@ def same_version(locked: str, installed: str) -> bool:
     return (a.local is None or b.local is None) and a.public == b.public
 
 
-def compute_drift(locked: dict[str, str], installed: dict[str, str], label: str,
-                  also: dict[str, str] | None = None) -> Drift:
+def compute_drift(locked: dict[str, str], installed: dict[str, str], label: str, also: dict[str, str] | None = None) -> Drift:
     """``also``: what the stack installs beyond the lock's packages (its toolchain layer, its
     path and git components), {name: pinned version or ""}: never extra, never missing (an
     image keeps its toolchain in its compile stages), compared where both sides have a version."""

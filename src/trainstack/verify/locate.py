@@ -67,7 +67,7 @@ def stack_installs(stack_path: Path, stack: Stack, slug: str) -> dict[str, str]:
     entry = load_manifest(path).flavours.get(slug) if path.is_file() else None
     if entry is None:
         return {}
-    found = {canonicalize_name(c.name): "" for c in stack.components.values() if c.path is not None or c.git is not None}
+    found: dict[str, str] = {canonicalize_name(c.name): "" for c in stack.components.values() if c.path is not None or c.git is not None}
     found.update({name: "" for name in entry.sources})
     relative = entry.layers.get("toolchain")
     if relative:
@@ -94,8 +94,9 @@ def _the_one_built(stack_path: Path, flavours: list[Flavour], build_dir: Path) -
         return built
     slugs = ", ".join(f.slug for f in (built or flavours))
     what = f"{len(built)} of them are built" if built else "none is built"
-    raise UsageError(f"{stack_path}: stack has {len(flavours)} flavours and {what} under {build_dir}; choose one with --flavour",
-                     hint=slugs)
+    raise UsageError(
+        f"{stack_path}: stack has {len(flavours)} flavours and {what} under {build_dir}; choose one with --flavour", hint=slugs
+    )
 
 
 def built_flavour(stack_path: Path, flavour: str | None, build_dir: Path) -> BuiltFlavour:

@@ -9,8 +9,8 @@ import json
 import re
 import sys
 from functools import lru_cache
-from pathlib import Path
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -64,7 +64,9 @@ def ops_data() -> dict[str, Any]:
 
 
 def op_table(
-    target: Target, wanted: dict[str, dict[str, str]] | None = None, rules: Rules | None = None,
+    target: Target,
+    wanted: dict[str, dict[str, str]] | None = None,
+    rules: Rules | None = None,
     accelerator: str | None = None,
 ) -> OpTable:
     """``wanted``: the source-built extensions of the stack and their build_env (prebuilt_wanted);
@@ -99,7 +101,9 @@ def unbuilt(raw: dict[str, Any], wanted: dict[str, dict[str, str]]) -> list[str]
         if ext.get("version") is None:
             reasons.append(f"{ext['name']}: the stack builds it from source but it is not installed")
         elif not any(m["present"] for m in ext["modules"]):
-            reasons.append(f"{ext['name']} {ext['version']}: installed without its compiled modules ({', '.join(m['module'] for m in ext['modules'])})")
+            reasons.append(
+                f"{ext['name']} {ext['version']}: installed without its compiled modules ({', '.join(m['module'] for m in ext['modules'])})"
+            )
     return reasons
 
 
@@ -142,7 +146,8 @@ def deepspeed_rows(ds: dict[str, Any], torch: dict[str, Any], rules: Rules | Non
     if ds.get("error"):
         return [OpRow(package="deepspeed", name="(op builders)", installed=False, compatible=False, why_not=ds["error"])]
     mismatch = _cuda_mismatch(ds.get("torch_info") or {}, torch)
-    report = ds.get("report") if isinstance(ds.get("report"), dict) and "error" not in ds.get("report", {}) else {}
+    given = ds.get("report")
+    report: dict = given if isinstance(given, dict) and "error" not in given else {}
     rows = []
     for op in ds.get("ops", []):
         why = _ds_rule_reason(rules, op["name"], torch.get("version")) or op["why"]
@@ -159,9 +164,17 @@ def deepspeed_rows(ds: dict[str, Any], torch: dict[str, Any], rules: Rules | Non
         if compatible and _not_run_here(ds, torch):
             compatible = None
             why = "built ahead of time and loads; not run: no GPU" if installed else "JIT dependencies present; not run: no GPU"
-        rows.append(OpRow(package="deepspeed", name=op["name"], installed=installed, compatible=compatible,
-                          why_not="" if compatible else why or "the op builder says it cannot build here",
-                          archs=_archs(op.get("files") or []), load_error=load_error))
+        rows.append(
+            OpRow(
+                package="deepspeed",
+                name=op["name"],
+                installed=installed,
+                compatible=compatible,
+                why_not="" if compatible else why or "the op builder says it cannot build here",
+                archs=_archs(op.get("files") or []),
+                load_error=load_error,
+            )
+        )
     return rows
 
 
@@ -209,23 +222,36 @@ def _ds_rule_reason(rules: Rules, op: str, torch_version: str | None) -> str:
     return "" if inside else f"torch range: needs torch {rule.torch}, found {torch_version} ({rule.source})"
 
 
-def extension_rows(
-    ext: dict[str, Any], spec: dict[str, Any], torch: dict[str, Any], rules: Rules | None = None
-) -> list[OpRow]:
+def extension_rows(ext: dict[str, Any], spec: dict[str, Any], torch: dict[str, Any], rules: Rules | None = None) -> list[OpRow]:
     rules = rules or shipped_rules()
     rows = []
     present = [m for m in ext["modules"] if m["present"]]
     if not present:
-        return [OpRow(package=ext["name"], name=ext["name"], installed=False, compatible=None,
-                      why_not=f"{ext['name']} {ext['version']} has none of its compiled modules")]
+        return [
+            OpRow(
+                package=ext["name"],
+                name=ext["name"],
+                installed=False,
+                compatible=None,
+                why_not=f"{ext['name']} {ext['version']} has none of its compiled modules",
+            )
+        ]
     for module in present:
         why = _import_reason(ANSI_RE.sub("", module["error"])) if module["error"] else ""
         why = why or _hardware_reason(rules, spec, torch)
-        compatible = not why
+        compatible: bool | None = not why
         if why.startswith(("no GPU", "torch not")) and not module["error"]:
             compatible = None  # nothing wrong with the build; it just cannot run on this machine
-        rows.append(OpRow(package=ext["name"], name=module["module"], installed=True, compatible=compatible, why_not=why,
-                          archs=_archs([module.get("file") or ""])))
+        rows.append(
+            OpRow(
+                package=ext["name"],
+                name=module["module"],
+                installed=True,
+                compatible=compatible,
+                why_not=why,
+                archs=_archs([module.get("file") or ""]),
+            )
+        )
     return rows
 
 

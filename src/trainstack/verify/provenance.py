@@ -43,21 +43,26 @@ def names_image(found: dict[str, Any]) -> bool:
     return _parameters(found).get("backend") == "oci" and "venv" not in subjects(found)
 
 
-def check_provenance(envelope: Path, public_key: Path, target: Target, stack_path: Path | None,
-                     flavour: str | None, found: dict[str, Any] | None = None) -> ProvenanceCheck:
+def check_provenance(
+    envelope: Path, public_key: Path, target: Target, stack_path: Path | None, flavour: str | None, found: dict[str, Any] | None = None
+) -> ProvenanceCheck:
     found = found if found is not None else open_signed(envelope, public_key)
     named = subjects(found)
     checked = ["signature"]
     if "venv" not in named:
-        raise UsageError(f"{envelope}: names {', '.join(sorted(named))[:200]}, not a venv: verify checks an environment",
-                         hint="a venv build's provenance (BUILD_DIR/<flavour>/provenance.intoto.json)")
+        raise UsageError(
+            f"{envelope}: names {', '.join(sorted(named))[:200]}, not a venv: verify checks an environment",
+            hint="a venv build's provenance (BUILD_DIR/<flavour>/provenance.intoto.json)",
+        )
     if not target.is_venv:
         raise ProvenanceError(f"{envelope}: names a venv, and {target.python} is not one")
     digest = snapshot(target.prefix).digest()
     if digest != named["venv"]:
-        raise ProvenanceError(f"{target.prefix}: the environment's files differ from those the provenance names "
-                              f"(sha256 {digest[:16]} against {named['venv'][:16]}): changed since the build "
-                              "(verify's files part names which)")
+        raise ProvenanceError(
+            f"{target.prefix}: the environment's files differ from those the provenance names "
+            f"(sha256 {digest[:16]} against {named['venv'][:16]}): changed since the build "
+            "(verify's files part names which)"
+        )
     checked.append("the environment's files")
     sbom = target.prefix / SBOM_NAME
     if SBOM_NAME in named:
@@ -67,8 +72,9 @@ def check_provenance(envelope: Path, public_key: Path, target: Target, stack_pat
     return _inputs(found, envelope, public_key, stack_path, flavour, checked)
 
 
-def check_image_provenance(found: dict[str, Any], envelope: Path, public_key: Path, stack_path: Path | None,
-                           flavour: str | None) -> ProvenanceCheck:
+def check_image_provenance(
+    found: dict[str, Any], envelope: Path, public_key: Path, stack_path: Path | None, flavour: str | None
+) -> ProvenanceCheck:
     """An image build's statement (signature already checked): the image its tag names on this
     machine is the image it names (by image id, which covers every layer and the config with its
     labels), then the stack file and the lock."""
@@ -83,11 +89,15 @@ def check_image_provenance(found: dict[str, Any], envelope: Path, public_key: Pa
     tools = member(found, "predicate", "runDetails", "builder", "version")
     current = _image_id(tag, tools if isinstance(tools, dict) else {})
     if current is None:
-        raise ProvenanceError(f"{tag}: no such image on this machine; the provenance names image id {digest[:16]} "
-                              "(pull or load that image, then verify again)")
+        raise ProvenanceError(
+            f"{tag}: no such image on this machine; the provenance names image id {digest[:16]} "
+            "(pull or load that image, then verify again)"
+        )
     if current != digest:
-        raise ProvenanceError(f"{tag}: is image {current[:16]} here, not the image {digest[:16]} the provenance names "
-                              "(rebuilt, changed or tagged again since the build)")
+        raise ProvenanceError(
+            f"{tag}: is image {current[:16]} here, not the image {digest[:16]} the provenance names "
+            "(rebuilt, changed or tagged again since the build)"
+        )
     return _inputs(found, envelope, public_key, stack_path, flavour, ["signature", "the image"])
 
 
@@ -118,8 +128,9 @@ def _parameters(found: dict[str, Any]) -> dict[str, Any]:
     return parameters if isinstance(parameters, dict) else {}
 
 
-def _inputs(found: dict[str, Any], envelope: Path, public_key: Path, stack_path: Path | None, flavour: str | None,
-            checked: list[str]) -> ProvenanceCheck:
+def _inputs(
+    found: dict[str, Any], envelope: Path, public_key: Path, stack_path: Path | None, flavour: str | None, checked: list[str]
+) -> ProvenanceCheck:
     """The flavour, the stack file and the flavour's lock the statement names, against those here."""
     signed_flavour = _parameters(found).get("flavour")
     if flavour is not None and signed_flavour != flavour:
@@ -131,8 +142,12 @@ def _inputs(found: dict[str, Any], envelope: Path, public_key: Path, stack_path:
         if lock is not None:
             _same(lock_dir(stack_path) / "locks" / Path(lock[0]).name, lock, "the flavour's lock")
             checked.append("the lock")
-    return ProvenanceCheck(envelope=str(envelope), public_key=str(public_key),
-                           flavour=signed_flavour if isinstance(signed_flavour, str) else None, checked=checked)
+    return ProvenanceCheck(
+        envelope=str(envelope),
+        public_key=str(public_key),
+        flavour=signed_flavour if isinstance(signed_flavour, str) else None,
+        checked=checked,
+    )
 
 
 def _same(path: Path, signed: tuple[str, str] | None, what: str) -> None:
@@ -143,5 +158,4 @@ def _same(path: Path, signed: tuple[str, str] | None, what: str) -> None:
     except OSError as exc:
         raise ProvenanceError(f"{path}: {what} the provenance names cannot be read ({exc.strerror})") from None
     if digest != signed[1]:
-        raise ProvenanceError(f"{path}: {what} differs from the one the provenance names "
-                              f"(sha256 {digest[:16]} against {signed[1][:16]})")
+        raise ProvenanceError(f"{path}: {what} differs from the one the provenance names (sha256 {digest[:16]} against {signed[1][:16]})")

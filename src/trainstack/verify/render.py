@@ -8,8 +8,8 @@ from rich.table import Table
 from rich.text import Text
 
 from trainstack.console import styled
-from trainstack.verify.envvars import EnvSetting
 from trainstack.verify.advisories import render_advisories
+from trainstack.verify.envvars import EnvSetting
 from trainstack.verify.filedrift import render_files
 from trainstack.verify.linkcheck.render import render_links
 from trainstack.verify.ops import OpTable, render_value
@@ -19,8 +19,13 @@ from trainstack.verify.smoke import SmokeResult
 from trainstack.verify.suites.schema import GateResult
 
 STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]skip[/]"}
-SUITE = {"passed": "[green]passed[/]", "failed": "[bold red]FAILED[/]", "crashed": "[bold red]CRASHED[/]",
-         "timeout": "[bold red]TIMED OUT[/]", "error": "[bold red]ERROR[/]"}
+SUITE = {
+    "passed": "[green]passed[/]",
+    "failed": "[bold red]FAILED[/]",
+    "crashed": "[bold red]CRASHED[/]",
+    "timeout": "[bold red]TIMED OUT[/]",
+    "error": "[bold red]ERROR[/]",
+}
 
 
 def render_verify(result: VerifyResult, console: Console) -> None:
@@ -70,8 +75,14 @@ def render_ops(table: OpTable, console: Console) -> None:
         for column in ("package", "op", "installed", "compatible", "GPU code", "why not"):
             out.add_column(column, overflow="fold")
         for row in table.rows:
-            out.add_row(row.package, row.name, render_value(row.installed), render_value(row.compatible, "not run"),
-                        " ".join(row.archs), row.why_not)
+            out.add_row(
+                row.package,
+                row.name,
+                render_value(row.installed),
+                render_value(row.compatible, "not run"),
+                " ".join(row.archs),
+                row.why_not,
+            )
         console.print(out)
     for line in table.unbuilt:
         console.print(Text.assemble(("prebuilt op missing:", "red"), f" {line}"), highlight=False)
@@ -93,13 +104,32 @@ def render_gate(gate: GateResult, console: Console) -> None:
     if gate.isolation:
         console.print(Text(f"suites isolation: {gate.isolation}"), highlight=False, soft_wrap=True)
     out = Table(title="test suites")
-    for column in ("suite", "status", "ran", "failing", "collection errors", "flaky", "known", "excluded",
-                   "counts vs pytest's summary", "seconds"):
+    for column in (
+        "suite",
+        "status",
+        "ran",
+        "failing",
+        "collection errors",
+        "flaky",
+        "known",
+        "excluded",
+        "counts vs pytest's summary",
+        "seconds",
+    ):
         out.add_column(column, overflow="fold")
     for suite in gate.suites:
-        out.add_row(Text(suite.name), styled(SUITE[suite.status]), str(suite.ran), f"{suite.remaining} (max {suite.max_failed})",
-                    str(len(suite.collection_errors)), str(len(suite.flaky)), str(len(suite.known)),
-                    str(len(suite.excluded)), Text(suite.cross_check or "-"), f"{suite.seconds:.1f}")
+        out.add_row(
+            Text(suite.name),
+            styled(SUITE[suite.status]),
+            str(suite.ran),
+            f"{suite.remaining} (max {suite.max_failed})",
+            str(len(suite.collection_errors)),
+            str(len(suite.flaky)),
+            str(len(suite.known)),
+            str(len(suite.excluded)),
+            Text(suite.cross_check or "-"),
+            f"{suite.seconds:.1f}",
+        )
     console.print(out)
     render_gate_failures(gate, console, flaky_known_excluded=True)
 
@@ -117,8 +147,9 @@ def render_gate_failures(gate: GateResult, console: Console, *, flaky_known_excl
         if not flaky_known_excluded:
             continue
         for test in suite.flaky:
-            _line(console, ("  flaky", "yellow"), f"   {suite.name}: {test} (failed, then passed on rerun)"
-                                                 f"{_why(suite.failure_reasons, test)}")
+            _line(
+                console, ("  flaky", "yellow"), f"   {suite.name}: {test} (failed, then passed on rerun){_why(suite.failure_reasons, test)}"
+            )
         for hit in suite.known:
             _line(console, ("  known", "dim"), f"   {suite.name}: {hit.test}: {hit.reason} ({hit.link})")
         for item in suite.excluded:
@@ -143,10 +174,11 @@ def render_verdict(result: VerifyResult, console: Console) -> None:
     if result.not_built:
         _line(console, f"not built (build --skip-sources): {', '.join(result.not_built)}: not checked, not failures")
     if result.verdict == "pass":
-        console.print(Panel(Text.assemble(("VERIFY PASSED", "bold green"), f" {where} in {result.seconds:.1f} s{skipped}"),
-                            expand=False))
+        console.print(Panel(Text.assemble(("VERIFY PASSED", "bold green"), f" {where} in {result.seconds:.1f} s{skipped}"), expand=False))
         return
     lines = "\n".join(f"- {reason}" for reason in result.reasons[:30])
     more = f"\n... and {len(result.reasons) - 30} more" if len(result.reasons) > 30 else ""
-    console.print(Panel(Text.assemble(("VERIFY FAILED", "bold red"), f" {where}{skipped}\n{lines}{more}"),
-                        border_style="red", expand=False), highlight=False)
+    console.print(
+        Panel(Text.assemble(("VERIFY FAILED", "bold red"), f" {where}{skipped}\n{lines}{more}"), border_style="red", expand=False),
+        highlight=False,
+    )

@@ -15,6 +15,7 @@ from trainstack import proc
 from trainstack.fsutil import loads_strict, read_regular
 from trainstack.verify.drift import compute_drift, same_version
 from trainstack.verify.gpus import read_gpus
+from trainstack.verify.linkcheck.loaded import missing_dlopens
 from trainstack.verify.probes.report_probe import ALLOC_ENV
 from trainstack.verify.report_schema import (
     NOT_FOUND,
@@ -30,7 +31,6 @@ from trainstack.verify.report_schema import (
     PythonInfo,
     TorchInfo,
 )
-from trainstack.verify.linkcheck.loaded import missing_dlopens
 from trainstack.verify.target import Target, run_probe
 
 COMPILERS = {"cc": ("cc", "gcc", "clang"), "c++": ("c++", "g++", "clang++"), "nvcc": ("nvcc",)}
@@ -52,6 +52,8 @@ def collect_report(
         raw, second = run_probe(target, "report_probe.py", ["--no-torch", f"torch import crashed: {reason}"])
         if raw is None:
             raw = {"errors": {"probe": f"{reason}; without torch: {second}"}}
+    if not isinstance(raw, dict):
+        raw = {"errors": {"probe": f"report_probe.py printed a JSON {type(raw).__name__}, not an object"}}
     report = from_probe(raw, str(target.python), find_compilers(target), gpus if gpus is not None else read_gpus())
     missing = missing_dlopens(_loaded(report))
     if missing:
@@ -185,12 +187,9 @@ def build_facts(record: Path | None, report: EnvReport) -> BuildFacts:
     # the versions may sit at the top level, under "built_against" or among the tools
     sources = [data, data.get("built_against") or {}, data.get("tools") or {}]
     aliases = {"torch": ("torch",), "cuda": ("cuda", "nvcc"), "python": ("python",)}
-    built = {
-        name: next((str(src[key]) for src in sources for key in keys if src.get(key)), None)
-        for name, keys in aliases.items()
-    }
+    built = {name: next((str(src[key]) for src in sources for key in keys if src.get(key)), None) for name, keys in aliases.items()}
     runtime = {"torch": report.torch.version, "cuda": report.torch.cuda, "python": report.python.version}
-    facts = [_fact(name, built[name], runtime[name]) for name in built if built[name]]
+    facts = [_fact(name, value, runtime[name]) for name, value in built.items() if value]
     return BuildFacts(record=str(record), facts=facts)
 
 

@@ -22,7 +22,10 @@ def render_report(report: EnvReport, console: Console) -> None:
         ("libc", f"{report.libc.name} {report.libc.version}"),
         ("Python", f"{report.python.version} {report.python.implementation} at {report.python.executable}"),
     ]
-    rows += [(f"compiler {role}", f"{c.version} ({c.path}, {c.owner}'s)" if c.path != NOT_FOUND else NOT_FOUND) for role, c in report.compilers.items()]
+    rows += [
+        (f"compiler {role}", f"{c.version} ({c.path}, {c.owner}'s)" if c.path != NOT_FOUND else NOT_FOUND)
+        for role, c in report.compilers.items()
+    ]
     arch = " ".join(report.torch.arch_list) if isinstance(report.torch.arch_list, list) else report.torch.arch_list
     rows += [
         ("torch", f"{report.torch.version} (CUDA {report.torch.cuda}, ROCm {report.torch.rocm})"),
@@ -31,7 +34,10 @@ def render_report(report: EnvReport, console: Console) -> None:
         ("cuDNN loaded", _paths(report.cudnn.loaded)),
         ("NCCL", f"compiled {report.nccl.compiled}, runtime {report.nccl.runtime}"),
         ("NCCL loaded", _paths(report.nccl.loaded)),
-        ("driver", f"{report.gpus.driver} (CUDA {report.gpus.cuda_driver})" if not report.gpus.reason else f"{NOT_FOUND}: {report.gpus.reason}"),
+        (
+            "driver",
+            f"{report.gpus.driver} (CUDA {report.gpus.cuda_driver})" if not report.gpus.reason else f"{NOT_FOUND}: {report.gpus.reason}",
+        ),
     ]
     rows += [(f"GPU {g.index}", f"{g.name}, sm {g.capability}, {g.memory_mib} MiB") for g in report.gpus.gpus]
     rows += [(name, value) for name, value in report.allocator_env.items() if value != "not set"]
@@ -57,8 +63,9 @@ def _render_drift(report: EnvReport, console: Console) -> None:
     for name in drift.missing:
         console.print(Text.assemble(("  missing", "red"), f"   {name}"), highlight=False)
     for change in drift.different:
-        console.print(Text.assemble(("  different", "red"), f" {change.name}: locked {change.locked}, installed {change.installed}"),
-                      highlight=False)
+        console.print(
+            Text.assemble(("  different", "red"), f" {change.name}: locked {change.locked}, installed {change.installed}"), highlight=False
+        )
     if drift.extra:
         console.print(Text.assemble(("  extra", "yellow"), f"     {', '.join(drift.extra)}"), highlight=False)
 
@@ -69,5 +76,5 @@ def _render_build(report: EnvReport, console: Console) -> None:
         console.print(f"build record: {report.build.record}{recorded}", highlight=False)
         return
     for fact in report.build.facts:
-        mark = {True: ("same", "green"), False: ("DIFFERENT", "red")}.get(fact.match, "unknown")  # type: ignore[arg-type]
+        mark = {True: ("same", "green"), False: ("DIFFERENT", "red")}.get(fact.match, "unknown")  # type: ignore[arg-type]  # fact.match is True, False or None: None takes the default
         console.print(Text.assemble(f"built with {fact.name} {fact.built}, runs {fact.runtime}: ", mark), highlight=False)

@@ -10,23 +10,23 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from trainstack.stackfile.load import locate
+from trainstack.attest.files import FileDrift
 from trainstack.errors import SpecError
-from trainstack.stackfile.schema import SMOKE_CHECKS, Stack, Verify
+from trainstack.stackfile.load import locate
 from trainstack.stackfile.paths import stack_path
+from trainstack.stackfile.schema import SMOKE_CHECKS, Stack, Verify
+from trainstack.verify.advisories import AdvisoryCheck, check_advisories
+from trainstack.verify.envvars import EnvSetting, check_env
+from trainstack.verify.filedrift import check_files
 from trainstack.verify.linkcheck.check import LinkReport, accept_known, check_paths
 from trainstack.verify.linkcheck.confirm import confirm_in_target
 from trainstack.verify.ops import OpTable, op_table, prebuilt_wanted
+from trainstack.verify.provenance import ProvenanceCheck
 from trainstack.verify.report import collect_report
 from trainstack.verify.report_schema import EnvReport
 from trainstack.verify.smoke import SmokeResult, run_smoke
 from trainstack.verify.suites.gate import refuse_untrusted, run_gate
 from trainstack.verify.suites.known_issues import KnownIssues, load_known_issues
-from trainstack.verify.envvars import EnvSetting, check_env
-from trainstack.verify.advisories import AdvisoryCheck, check_advisories
-from trainstack.verify.filedrift import check_files
-from trainstack.verify.provenance import ProvenanceCheck
-from trainstack.attest.files import FileDrift
 from trainstack.verify.suites.schema import GateResult
 from trainstack.verify.target import Target
 
@@ -92,7 +92,11 @@ def run_verify(target: Target, scope: Scope, *, trust: bool = False) -> VerifyRe
         refuse_untrusted(scope.settings.suite, _where(scope), trust)
     files = check_files(target, scope.build_record) if "files" in wanted else None  # before anything runs in it
     advisories = _advisories(scope) if "advisories" in wanted else None
-    report = collect_report(target, locked=scope.locked, build_record=scope.build_record, also=scope.also_installed) if "report" in wanted else None
+    report = (
+        collect_report(target, locked=scope.locked, build_record=scope.build_record, also=scope.also_installed)
+        if "report" in wanted
+        else None
+    )
     rules = scope.stack.rules_in_effect if scope.stack is not None else None
     ops = op_table(target, prebuilt_wanted(scope.stack, scope.components), rules, scope.accelerator) if "ops" in wanted else None
     links = _links(target, scope) if "linkcheck" in wanted else None
@@ -102,9 +106,12 @@ def run_verify(target: Target, scope: Scope, *, trust: bool = False) -> VerifyRe
     reasons = judge(report, ops, links, smoke, gate)
     reasons += files.reasons if files is not None else []
     reasons += advisories.reasons if advisories is not None else []
-    reasons += [f"env: {e.name} is '{e.declared}' in the stack's [env], the environment's activation sets "
-                f"{repr(e.found) if e.found is not None else 'nothing'} (build the flavour again)"
-                for e in environment if not e.ok]
+    reasons += [
+        f"env: {e.name} is '{e.declared}' in the stack's [env], the environment's activation sets "
+        f"{repr(e.found) if e.found is not None else 'nothing'} (build the flavour again)"
+        for e in environment
+        if not e.ok
+    ]
     return VerifyResult(
         target=str(target.python),
         stack=str(scope.stack_path) if scope.stack_path else None,
@@ -155,8 +162,7 @@ def _where(scope: Scope) -> dict[str, str]:
     if scope.stack_path is None:
         return {}
     text = scope.stack_path.read_text(encoding="utf-8")
-    return {s.name: f"{scope.stack_path}:{locate(text, ('verify', 'suite', 'command')) or ''}".rstrip(":")
-            for s in scope.settings.suite}
+    return {s.name: f"{scope.stack_path}:{locate(text, ('verify', 'suite', 'command')) or ''}".rstrip(":") for s in scope.settings.suite}
 
 
 def _gate(target: Target, scope: Scope, trust: bool = False) -> GateResult | None:
@@ -171,12 +177,21 @@ def _gate(target: Target, scope: Scope, trust: bool = False) -> GateResult | Non
         except ValueError as exc:
             raise SpecError(f"{scope.stack_path or 'verify'}: verify.known_issues: {exc}") from None
         known = load_known_issues(path, base)
-    return run_gate(target, settings.suite, max_failed_tests=settings.max_failed_tests, known=known,
-                    target_name=scope.flavour or "local", cwd=base, where=_where(scope), trust=trust)
+    return run_gate(
+        target,
+        settings.suite,
+        max_failed_tests=settings.max_failed_tests,
+        known=known,
+        target_name=scope.flavour or "local",
+        cwd=base,
+        where=_where(scope),
+        trust=trust,
+    )
 
 
-def judge(report: EnvReport | None, ops: OpTable | None, links: LinkReport | None,
-          smoke: list[SmokeResult], gate: GateResult | None) -> list[str]:
+def judge(
+    report: EnvReport | None, ops: OpTable | None, links: LinkReport | None, smoke: list[SmokeResult], gate: GateResult | None
+) -> list[str]:
     """Every reason the verdict is 'fail', one line each (empty: pass)."""
     reasons: list[str] = []
     if report is not None:
@@ -186,8 +201,12 @@ def judge(report: EnvReport | None, ops: OpTable | None, links: LinkReport | Non
         reasons += [f"build: built with {f.name} {f.built}, runs {f.runtime}" for f in report.build.facts if f.match is False]
         reasons += [f"report: {report.errors['probe']}"] if "probe" in report.errors else []
     if ops is not None:
-        reasons += [f"op {r.package}/{r.name} is recorded as built ahead of time but does not load: {r.load_error}"
-                    if r.load_error else f"op {r.package}/{r.name} is installed but unusable: {r.why_not}" for r in ops.broken]
+        reasons += [
+            f"op {r.package}/{r.name} is recorded as built ahead of time but does not load: {r.load_error}"
+            if r.load_error
+            else f"op {r.package}/{r.name} is installed but unusable: {r.why_not}"
+            for r in ops.broken
+        ]
         reasons += [f"op table: the probe failed: {ops.error}"] if ops.error else []
         reasons += [f"prebuilt op missing: {line}" for line in ops.unbuilt]
     if links is not None:

@@ -26,7 +26,7 @@ def make_scope(
     if stack is None:
         if flavour is not None:
             raise UsageError("--flavour needs a stack file")
-        return open_target(python), Scope(skip=skip), None  # type: ignore[arg-type]
+        return open_target(python), Scope(skip=skip), None  # type: ignore[arg-type]  # python is not None here: stack and python both None was refused above
     if python is not None:
         return _stack_on_python(stack, flavour, python, skip)
     built = built_flavour(stack, flavour, build_dir)
@@ -78,8 +78,14 @@ def _stack_on_python(stack: Path, flavour: str | None, python: Path, skip: list[
     flavours = select_flavour(spec, flavour)
     chosen = flavours[0] if len(flavours) == 1 else None
     components = [c.key for c in (components_for(spec, chosen) if chosen else spec.components.values())]
-    scope = Scope(stack_path=stack, stack=spec, flavour=chosen.slug if chosen else None, components=components, skip=skip,
-                accelerator=accelerator(chosen) if chosen else None)
+    scope = Scope(
+        stack_path=stack,
+        stack=spec,
+        flavour=chosen.slug if chosen else None,
+        components=components,
+        skip=skip,
+        accelerator=accelerator(chosen) if chosen else None,
+    )
     if chosen is not None:
         scope.locked = locked_packages(stack, chosen.slug)
         scope.also_installed = stack_installs(stack, spec, chosen.slug)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
-
 from rich.text import Text
 
 from trainstack import proc
@@ -51,8 +50,7 @@ def run_check(target: Target, check: str, components: list[str], workdir: Path, 
         # the interpreter died or hung: the check fails, it is never dropped
         seconds = round(time.perf_counter() - start, 3)
         return [SmokeResult(name=name or check, status="fail", reason=reason, seconds=seconds)]
-    return [_run_program(target, item) if isinstance(item, dict) and item.get("run") else SmokeResult.model_validate(item)
-            for item in data]  # type: ignore[union-attr]
+    return [_run_program(target, item) if isinstance(item, dict) and item.get("run") else SmokeResult.model_validate(item) for item in data]
 
 
 def _run_program(target: Target, item: dict) -> SmokeResult:

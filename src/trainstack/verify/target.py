@@ -80,12 +80,16 @@ def probe_path(name: str) -> Path:
 
 
 def run_probe(
-    target: Target, script: str, args: list[str] | None = None, *, timeout: float = 600,
+    target: Target,
+    script: str,
+    args: list[str] | None = None,
+    *,
+    timeout: float = 600,
     env: dict[str, str] | None = None,
 ) -> tuple[dict | list | None, str]:
     """Run a probe script in the target, with ``env`` over the target's environment;
     (its JSON or None, a one-line reason when None)."""
-    argv = [target.python, "-I", probe_path(script), *(args or [])]
+    argv = [str(target.python), "-I", str(probe_path(script)), *(args or [])]
     try:
         result = proc.run(argv, echo=False, timeout=timeout, env={**target.env(), **(env or {})})
     except subprocess.TimeoutExpired:

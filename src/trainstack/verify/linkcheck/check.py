@@ -78,8 +78,16 @@ def accept_known(report: LinkReport, acceptances: list[LinkAcceptance]) -> LinkR
         return report
     issues = []
     for issue in report.issues:
-        match = next((a for a in acceptances if issue.severity == "error" and fnmatch(issue.library, a.library)
-                      and (fnmatch(issue.file, a.file) or fnmatch(issue.file, "*/" + a.file))), None)
+        match = next(
+            (
+                a
+                for a in acceptances
+                if issue.severity == "error"
+                and fnmatch(issue.library, a.library)
+                and (fnmatch(issue.file, a.file) or fnmatch(issue.file, "*/" + a.file))
+            ),
+            None,
+        )
         issues.append(issue.model_copy(update={"accepted": match.reason, "accepted_link": match.link}) if match else issue)
     return report.model_copy(update={"issues": issues})
 
@@ -149,7 +157,7 @@ def _read_parallel(files: list[str], workers: int, scan_strings: bool) -> list[E
     if workers <= 1 or len(files) < 8:
         return read_many(files, scan_strings)
     by_size = sorted(files, key=_size, reverse=True)
-    chunks = [by_size[i::workers * 4] for i in range(workers * 4)]
+    chunks = [by_size[i :: workers * 4] for i in range(workers * 4)]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         results = pool.map(read_many, chunks, [scan_strings] * len(chunks))
         infos = [info for chunk in results for info in chunk]
@@ -266,8 +274,13 @@ class _Checker:
         plugin = self.data.is_plugin(os.path.basename(info.path))
         for name in info.needed:
             if "/" in name and _special(os.path.join(os.path.dirname(info.path), name)):
-                self._add("unreadable", "error", info.path, name, "NEEDED names a FIFO, device or socket, not a "
-                          "library file: the loader would block or fail on it")
+                self._add(
+                    "unreadable",
+                    "error",
+                    info.path,
+                    name,
+                    "NEEDED names a FIFO, device or socket, not a library file: the loader would block or fail on it",
+                )
                 continue
             found = self._find(info, name)
             if found is None and self._loaders_find(info, name):
@@ -333,8 +346,8 @@ class _Checker:
                 if "*" in name or "?" in name or "[" in name:
                     hit = self._find_pattern(info, name)
                 else:
-                    hit = self._find(info, name)
-                    hit = hit[0] if hit else None
+                    found = self._find(info, name)
+                    hit = found[0] if found else None
                 if hit is None and rule.own_dir:
                     hit = self._in_own_dir(info, name)
                 if hit is not None:

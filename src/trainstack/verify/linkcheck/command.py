@@ -18,8 +18,14 @@ def command(
     candidates: bool = typer.Option(False, "--candidates", help="List every dlopen candidate and where it was found."),
     strings: bool = typer.Option(True, "--strings/--no-strings", help="Scan read-only data for dlopen candidates."),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse what earlier runs read from unchanged files."),
-    python: Path | None = typer.Option(None, "--python", help="Confirm findings by loading them with this interpreter (default: the venv's own python when PATHS is one venv)."),
-    confirm: bool = typer.Option(True, "--confirm/--no-confirm", help="Confirm unresolved and dlopen-missing findings inside the target interpreter."),
+    python: Path | None = typer.Option(
+        None,
+        "--python",
+        help="Confirm findings by loading them with this interpreter (default: the venv's own python when PATHS is one venv).",
+    ),
+    confirm: bool = typer.Option(
+        True, "--confirm/--no-confirm", help="Confirm unresolved and dlopen-missing findings inside the target interpreter."
+    ),
 ) -> None:
     """Resolve the NEEDED and dlopen'ed libraries of every ELF object, the way ld.so would.
 
@@ -54,7 +60,7 @@ def command(
         raise typer.Exit(1)
 
 
-def _confirmed(report, paths: list[Path], python: Path | None, confirm: bool):  # type: ignore[no-untyped-def]
+def _confirmed(report, paths: list[Path], python: Path | None, confirm: bool):
     from trainstack.verify.linkcheck.confirm import confirm_in_target, unconfirmed, venv_python
     from trainstack.verify.target import open_target
 

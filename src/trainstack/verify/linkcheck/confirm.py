@@ -43,9 +43,13 @@ def confirm(report: LinkReport, python: str, site_dirs: list[Path], run: Runner)
             result, why_not = run(path)
         if isinstance(result, list):
             by_id = {item["id"]: item for item in items}
-            answers = {a["id"]: dict(a, package=by_id[a["id"]]["package"], module=by_id[a["id"]]["module"],
-                                     executable=by_id[a["id"]]["executable"])
-                       for a in result if isinstance(a, dict) and a.get("id") in by_id}
+            answers = {
+                a["id"]: dict(
+                    a, package=by_id[a["id"]]["package"], module=by_id[a["id"]]["module"], executable=by_id[a["id"]]["executable"]
+                )
+                for a in result
+                if isinstance(a, dict) and a.get("id") in by_id
+            }
     present = installed_libraries(providers, site_dirs)
     for n in todo:
         answer = answers.get(n)
@@ -56,10 +60,14 @@ def confirm(report: LinkReport, python: str, site_dirs: list[Path], run: Runner)
         else:
             issues[n] = classify(issues[n], answer, site_dirs, data)
     line = f"{len(todo)} finding(s) confirmed in {python}" if not why_not else f"the probe in {python} failed: {why_not}"
-    return report.model_copy(update={
-        "issues": issues + _not_linked(missing_installed(site_dirs), issues), "confirmed_in": python, "confirmation": line,
-        "confirm_seconds": round(time.perf_counter() - start, 3),
-    })
+    return report.model_copy(
+        update={
+            "issues": issues + _not_linked(missing_installed(site_dirs), issues),
+            "confirmed_in": python,
+            "confirmation": line,
+            "confirm_seconds": round(time.perf_counter() - start, 3),
+        }
+    )
 
 
 def unconfirmed(report: LinkReport, why: str = "no interpreter to load them in (a bare directory)") -> LinkReport:
@@ -68,7 +76,8 @@ def unconfirmed(report: LinkReport, why: str = "no interpreter to load them in (
     data = load_data()
     issues = [
         issue.model_copy(update={"status": "unconfirmed", "reason": why, "provider": provider_for(issue.library, providers, data)})
-        if needs_confirmation(issue) else issue
+        if needs_confirmation(issue)
+        else issue
         for issue in report.issues
     ]
     issues += _not_linked(missing_installed(site_dirs_under([Path(p) for p in report.paths])), issues)
@@ -91,7 +100,7 @@ def owner_of(path: str, site_dirs: list[Path]) -> tuple[str | None, str | None]:
         prefix = str(site).rstrip(os.sep) + os.sep
         if not path.startswith(prefix):
             continue
-        parts = path[len(prefix):].split(os.sep)
+        parts = path[len(prefix) :].split(os.sep)
         top = parts[0][: -len(".libs")] if parts[0].endswith(".libs") else parts[0]
         stem = parts[-1].split(".cpython-")[0].removesuffix(".so").removesuffix(".abi3")
         module = ".".join([*parts[:-1], stem]) if _is_extension(parts[-1]) and stem.isidentifier() else None
@@ -111,8 +120,15 @@ def probe_item(n: int, issue: LinkIssue, site_dirs: list[Path]) -> dict:
     module = owner_of(issue.file, site_dirs)[1]
     base = os.path.basename(issue.file)
     executable = ".so" not in base and os.access(issue.file, os.X_OK)
-    return {"id": n, "package": package, "object": issue.file, "library": issue.library, "kind": issue.kind,
-            "module": module, "executable": executable}
+    return {
+        "id": n,
+        "package": package,
+        "object": issue.file,
+        "library": issue.library,
+        "kind": issue.kind,
+        "module": module,
+        "executable": executable,
+    }
 
 
 def classify(issue: LinkIssue, answer: dict, site_dirs: list[Path], data: DlopenData) -> LinkIssue:
@@ -168,7 +184,7 @@ def short_path(path: str, site_dirs: list[Path]) -> str:
     for site in site_dirs:
         prefix = str(site).rstrip(os.sep) + os.sep
         if path.startswith(prefix):
-            return path[len(prefix):]
+            return path[len(prefix) :]
     return path
 
 
@@ -212,11 +228,18 @@ def missing_installed(site_dirs: list[Path]) -> list[LinkIssue]:
                 if ".so" not in path.rsplit("/", 1)[-1] or (site / path).exists() or os.path.islink(site / path):
                     continue
                 full = os.path.normpath(site / path)
-                found.append(LinkIssue(
-                    kind="missing-file", severity="error", status="broken", file=full, library=os.path.basename(full),
-                    detail=f"listed in {dist} {version}'s RECORD, not on disk",
-                    reason=f"{dist} {version} installed {path} and it is gone", provider=f"{dist}=={version} ({path})",
-                ))
+                found.append(
+                    LinkIssue(
+                        kind="missing-file",
+                        severity="error",
+                        status="broken",
+                        file=full,
+                        library=os.path.basename(full),
+                        detail=f"listed in {dist} {version}'s RECORD, not on disk",
+                        reason=f"{dist} {version} installed {path} and it is gone",
+                        provider=f"{dist}=={version} ({path})",
+                    )
+                )
     return found
 
 
@@ -252,8 +275,9 @@ def venv_python(paths: list[Path]) -> Path | None:
 
 def confirm_in_target(report: LinkReport, target: object) -> LinkReport:
     """Run the confirmation probe with the target's interpreter (a verify.target.Target)."""
+
     def run(items: str) -> tuple[object, str]:
-        return run_probe(target, "link_probe.py", [items], timeout=900)  # type: ignore[arg-type]
+        return run_probe(target, "link_probe.py", [items], timeout=900)  # type: ignore[arg-type]  # target is a verify.target.Target, typed object to keep linkcheck free of verify's imports
 
     sites = list(getattr(target, "site", ())) + site_dirs_under([Path(p) for p in report.paths])
-    return confirm(report, str(target.python), list(dict.fromkeys(sites)), run)  # type: ignore[attr-defined]
+    return confirm(report, str(target.python), list(dict.fromkeys(sites)), run)  # type: ignore[attr-defined]  # target is a verify.target.Target, typed object to keep linkcheck free of verify's imports

@@ -99,8 +99,10 @@ def _check_header(fh, size: int) -> None:
     section0 = None
     if shoff:
         if shentsize != shdr or shoff > size - shdr:
-            raise ValueError(f"the section table at byte {shoff} with entries of {shentsize} bytes (a {shdr}-byte "
-                             f"section header) does not fit a file of {size} bytes")
+            raise ValueError(
+                f"the section table at byte {shoff} with entries of {shentsize} bytes (a {shdr}-byte "
+                f"section header) does not fit a file of {size} bytes"
+            )
         fh.seek(shoff)
         section0 = struct.unpack(order + section, fh.read(shdr))
     if phnum == 0xFFFF:  # PN_XNUM: the real count is section 0's sh_info
@@ -110,8 +112,9 @@ def _check_header(fh, size: int) -> None:
     if shoff and shnum == 0:
         shnum = section0[5]
     if phnum and (phentsize != phdr or phoff > size or phnum > (size - phoff) // phdr):
-        raise ValueError(f"{phnum} program headers of {phentsize} bytes at byte {phoff} (a {phdr}-byte header) "
-                         f"do not fit a file of {size} bytes")
+        raise ValueError(
+            f"{phnum} program headers of {phentsize} bytes at byte {phoff} (a {phdr}-byte header) do not fit a file of {size} bytes"
+        )
     if shoff and shnum > (size - shoff) // shdr:
         raise ValueError(f"{shnum} section headers at byte {shoff} do not fit a file of {size} bytes")
     fh.seek(0)
@@ -152,8 +155,9 @@ def _read_dynamic(elf: ELFFile, info: ElfInfo) -> None:
         text = parse_cstring_from_stream(elf.stream, strtab_offset + value)
         text = (text or b"").decode("utf-8", "replace")
         if any(ord(c) < 0x20 or ord(c) == 0x7F or c == "\ufffd" for c in text) or len(text) > 4096:
-            raise ValueError(f"its {tag} entry is not a file name (control characters, bytes that are not UTF-8 "
-                             f"or over 4096 characters): {text[:80]!r}")
+            raise ValueError(
+                f"its {tag} entry is not a file name (control characters, bytes that are not UTF-8 or over 4096 characters): {text[:80]!r}"
+            )
         if tag == "DT_NEEDED":
             info.needed.append(text)
         elif tag == "DT_SONAME":

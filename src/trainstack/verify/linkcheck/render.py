@@ -11,12 +11,16 @@ from rich.table import Table
 from rich.text import Text
 
 from trainstack.console import styled
-
 from trainstack.verify.linkcheck.check import LinkIssue, LinkReport
 
 STYLE = {"error": "bold red", "warning": "yellow", "note": "dim"}
-STATUS = {"broken": "[bold red]broken[/]", "blocked": "[yellow]blocked[/]", "optional": "[cyan]optional[/]",
-          "resolved-at-run-time": "[green]resolved at run time[/]", "unconfirmed": "[yellow]unconfirmed[/]"}
+STATUS = {
+    "broken": "[bold red]broken[/]",
+    "blocked": "[yellow]blocked[/]",
+    "optional": "[cyan]optional[/]",
+    "resolved-at-run-time": "[green]resolved at run time[/]",
+    "unconfirmed": "[yellow]unconfirmed[/]",
+}
 FIRST = 3  # objects named per row; the rest are counted
 
 
@@ -25,9 +29,9 @@ def short(path: str, report: LinkReport) -> str:
     for root in report.paths:
         prefix = os.path.abspath(root).rstrip(os.sep) + os.sep
         if path.startswith(prefix):
-            rest = path[len(prefix):]
+            rest = path[len(prefix) :]
             site = rest.find("site-packages/")
-            return _no_abi_tag(rest[site + len("site-packages/"):] if site >= 0 else rest)
+            return _no_abi_tag(rest[site + len("site-packages/") :] if site >= 0 else rest)
     return _no_abi_tag(path)
 
 
@@ -81,8 +85,7 @@ def provided_by(cause: Cause) -> str:
 
 
 def render_links(report: LinkReport, console: Console, *, show_notes: bool = False) -> None:
-    shown = [i for i in report.issues
-             if not i.accepted and (show_notes or (i.severity != "note" or i.status) and i.status != "blocked")]
+    shown = [i for i in report.issues if not i.accepted and (show_notes or (i.severity != "note" or i.status) and i.status != "blocked")]
     blocked = [i for i in report.issues if i.status == "blocked" and i not in shown]
     if shown:
         causes = group_by_cause(shown)
@@ -94,16 +97,20 @@ def render_links(report: LinkReport, console: Console, *, show_notes: bool = Fal
             first = cause.issues[0]
             status = styled(STATUS.get(cause.status, f"[{STYLE[cause.severity]}]{escape(cause.status)}[/] {escape(cause.kind)}"))
             chain = [chain_text(first)] if chains else []
-            table.add_row(status, cause.library, needed_by(cause, report), *chain,
-                          provided_by(cause), first.reason or first.detail)
+            table.add_row(status, cause.library, needed_by(cause, report), *chain, provided_by(cause), first.reason or first.detail)
         console.print(table)
     for issue in report.accepted:
         link = f" ({issue.accepted_link})" if issue.accepted_link else ""
-        console.print(Text.assemble(("  accepted", "dim"), f" {short(issue.file, report)} needs {issue.library}: "
-                                    f"{issue.accepted}{link}"), highlight=False)
+        console.print(
+            Text.assemble(("  accepted", "dim"), f" {short(issue.file, report)} needs {issue.library}: {issue.accepted}{link}"),
+            highlight=False,
+        )
     if blocked:
-        console.print(f"linkcheck: {len(blocked)} more finding(s) of installed libraries follow from the broken ones "
-                      "(their package does not import); --notes lists them", highlight=False)
+        console.print(
+            f"linkcheck: {len(blocked)} more finding(s) of installed libraries follow from the broken ones "
+            "(their package does not import); --notes lists them",
+            highlight=False,
+        )
     if report.confirmation:
         console.print(f"linkcheck: {report.confirmation}", highlight=False)
     unresolved = [c for c in report.candidates if c.resolved is None]

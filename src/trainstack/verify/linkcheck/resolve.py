@@ -4,6 +4,7 @@ the ld.so cache, then the default directories (the order of glibc's ld.so(8)).""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,9 +43,9 @@ class Resolver:
     _cache_prefixes: dict[tuple[str, int], str] | None = None
 
     @classmethod
-    def from_environment(cls, env: dict[str, str] | None = None) -> Resolver:
-        env = os.environ if env is None else env
-        paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
+    def from_environment(cls, env: Mapping[str, str] | None = None) -> Resolver:
+        variables = os.environ if env is None else env
+        paths = [p for p in variables.get("LD_LIBRARY_PATH", "").split(":") if p]
         return cls(load_ld_cache(), paths)
 
     def names_in(self, directory: str) -> frozenset[str]:

@@ -84,7 +84,7 @@ def start_forked(fn, arg):
         signal.alarm(LOAD_SECONDS)
         try:
             data = json.dumps(fn(arg))
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - the loaded library's failure, whatever it is, is this probe's answer
             data = json.dumps({"probe_error": one_line(exc)})
         _write_all(write, data.encode())
         os._exit(0)
@@ -94,7 +94,7 @@ def start_forked(fn, arg):
 
 def _write_all(fd, data):
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def finish_forked(pid, read):
@@ -146,7 +146,7 @@ def main():
     packages = sorted(groups)
     width = max(1, min(len(packages), os.cpu_count() or 1))
     for start in range(0, len(packages), width):  # packages side by side, one process each
-        running = [(p, start_forked(package_group, (p, groups[p]))) for p in packages[start:start + width]]
+        running = [(p, start_forked(package_group, (p, groups[p]))) for p in packages[start : start + width]]
         for package, (pid, read) in running:
             answer = finish_forked(pid, read)
             if isinstance(answer, dict):  # the import itself took the process down

@@ -35,7 +35,7 @@ def deepspeed_ops():
     try:
         from deepspeed.git_version_info import compatible_ops, installed_ops, torch_info
         from deepspeed.ops.op_builder.all_ops import ALL_OPS
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - an older or broken DeepSpeed: what it raises is the finding
         out["error"] = _error(exc)
         return out
     out["torch_info"] = dict(torch_info)
@@ -46,20 +46,22 @@ def deepspeed_ops():
             with contextlib.redirect_stdout(captured):
                 compatible = bool(builder.is_compatible(verbose=True))
             why = ANSI.sub("", captured.getvalue()).replace("[WARNING]", "").strip() or getattr(builder, "error_log", None) or ""
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a builder's failed check is the op's reason, in its row
             compatible, why = False, _error(exc)
         why = ANSI.sub("", str(why))
         installed = bool(installed_ops.get(name, False))
-        out["ops"].append({
-            "name": name,
-            "installed": installed,
-            "load_error": load_error(builder) if installed else None,
-            "compatible_at_build": bool(compatible_ops.get(name, False)),
-            "compatible": compatible,
-            "why": " ".join(why.split())[:400],
-            "build_var": getattr(builder, "BUILD_VAR", "") or "",
-            "files": op_files(name),
-        })
+        out["ops"].append(
+            {
+                "name": name,
+                "installed": installed,
+                "load_error": load_error(builder) if installed else None,
+                "compatible_at_build": bool(compatible_ops.get(name, False)),
+                "compatible": compatible,
+                "why": " ".join(why.split())[:400],
+                "build_var": getattr(builder, "BUILD_VAR", "") or "",
+                "files": op_files(name),
+            }
+        )
     out["report"] = ds_report_rows()
     return out
 
@@ -80,7 +82,7 @@ def load_error(builder):
     else why not, one line."""
     try:
         module = builder.absolute_name()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - a builder that cannot name its module: the error is the reason
         return "its module is not named by the op builder (%s)" % _error(exc)
     try:
         importlib.import_module(module)
@@ -101,7 +103,7 @@ def ds_report_rows():
 
         with contextlib.redirect_stdout(captured):
             op_report(verbose=False)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - DeepSpeed's own report failing is the finding
         return {"error": _error(exc)}
     rows = {}
     for line in ANSI.sub("", captured.getvalue()).splitlines():
@@ -141,7 +143,7 @@ def module_probe(module, public=None):
 def torch_facts():
     try:
         import torch
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - a torch that fails to import is the finding
         return {"error": _error(exc)}
     caps = []
     if torch.cuda.is_available():
@@ -160,7 +162,9 @@ def main():
         if version is None:
             extensions.append({"name": ext["name"], "version": None, "modules": []})
             continue
-        extensions.append({"name": ext["name"], "version": version, "modules": [module_probe(m, ext.get("public")) for m in ext["modules"]]})
+        extensions.append(
+            {"name": ext["name"], "version": version, "modules": [module_probe(m, ext.get("public")) for m in ext["modules"]]}
+        )
     print(json.dumps({"torch": torch, "deepspeed": deepspeed_ops(), "extensions": extensions}))
 
 

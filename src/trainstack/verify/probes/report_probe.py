@@ -23,7 +23,7 @@ ALLOC_ENV = (
     "LD_LIBRARY_PATH",
     "CUDA_VISIBLE_DEVICES",
 )
-errors = {}
+errors = {}  # type: dict[str, str]
 
 
 def section(name):
@@ -130,10 +130,8 @@ def torch_info():
         info["device_count"] = torch.cuda.device_count() if info["cuda_available"] else 0
         for index in range(info["device_count"]):
             props = torch.cuda.get_device_properties(index)
-            info["devices"].append(
-                {"name": props.name, "capability": "%d.%d" % (props.major, props.minor), "memory": props.total_memory}
-            )
-    except Exception as exc:  # noqa: BLE001
+            info["devices"].append({"name": props.name, "capability": "%d.%d" % (props.major, props.minor), "memory": props.total_memory})
+    except Exception as exc:  # noqa: BLE001 - a broken CUDA setup is reported, not raised
         errors["torch.cuda"] = "%s: %s" % (type(exc).__name__, exc)
     return info
 

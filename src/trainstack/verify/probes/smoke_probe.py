@@ -30,8 +30,14 @@ def timed(name, fn):
 
 
 # torch's advice lines after the cause of a failed compile, not part of it
-ADVICE = ("Set TORCH_LOGS", "You can suppress", "For even more developer context", "Set TORCHDYNAMO_VERBOSE",
-          "from user code:", "To execute this test")
+ADVICE = (
+    "Set TORCH_LOGS",
+    "You can suppress",
+    "For even more developer context",
+    "Set TORCHDYNAMO_VERBOSE",
+    "from user code:",
+    "To execute this test",
+)
 MAX_REASON = 2000
 
 
@@ -110,8 +116,11 @@ def module_for(dist):
     from importlib import metadata
 
     wanted = dist.lower().replace("-", "_")
-    modules = [m for m, dists in metadata.packages_distributions().items()
-               if any(d.lower().replace("-", "_").replace(".", "_") == wanted for d in dists)]
+    modules = [
+        m
+        for m, dists in metadata.packages_distributions().items()
+        if any(d.lower().replace("-", "_").replace(".", "_") == wanted for d in dists)
+    ]
     if not modules:
         try:
             metadata.version(dist)
@@ -172,7 +181,7 @@ def torch_matmul(device, dtype_name, tol):
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(512, 512, generator=gen)
     b = torch.randn(512, 512, generator=gen)
-    reference = (a.double() @ b.double())
+    reference = a.double() @ b.double()
     got = (a.to(device, getattr(torch, dtype_name)) @ b.to(device, getattr(torch, dtype_name))).double().cpu()
     error = ((got - reference).abs().max() / reference.abs().max()).item()
     if error > tol:

@@ -35,7 +35,7 @@ def _message(report):
         marked = [line[1:].strip() for line in lines if line.startswith("E ")]
         text = marked[-1] if marked else (lines[-1] if lines else "")
     first = " ".join(text.split())
-    return first if len(first) <= MESSAGE_CHARS else first[:MESSAGE_CHARS - 3] + "..."
+    return first if len(first) <= MESSAGE_CHARS else first[: MESSAGE_CHARS - 3] + "..."
 
 
 def _write(record):
@@ -83,8 +83,13 @@ def pytest_collection_finish(session):
 
 def pytest_runtest_logreport(report):
     if report.failed or report.when == "call" or report.skipped:
-        record = {"event": "report", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
-                  "xfail": hasattr(report, "wasxfail")}
+        record = {
+            "event": "report",
+            "nodeid": report.nodeid,
+            "when": report.when,
+            "outcome": report.outcome,
+            "xfail": hasattr(report, "wasxfail"),
+        }
         if report.failed:
             record["message"] = _message(report)
         _write(record)

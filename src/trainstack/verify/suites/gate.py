@@ -10,10 +10,10 @@ from trainstack.console import err
 from trainstack.errors import SpecError, VerifyError
 from trainstack.fsutil import describe_os_error
 from trainstack.stackfile.schema import Suite
-from trainstack.verify.suites.known_issues import KnownIssues
-from trainstack.verify.suites.schema import GateResult, SuiteResult
 from trainstack.trust import is_pytest_command
+from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.runner import NO_ISOLATION, Isolation, run_suite
+from trainstack.verify.suites.schema import GateResult, SuiteResult
 from trainstack.verify.target import Target
 
 
@@ -44,15 +44,25 @@ def run_gate(
             directory = workdir or Path(tmp)
             directory.mkdir(parents=True, exist_ok=True)
             results = [
-                run_suite(target, suite, workdir=directory, cwd=cwd, where=where.get(suite.name, suite.name),
-                          known=known, target_name=target_name, isolation=isolation, writable=writable)
+                run_suite(
+                    target,
+                    suite,
+                    workdir=directory,
+                    cwd=cwd,
+                    where=where.get(suite.name, suite.name),
+                    known=known,
+                    target_name=target_name,
+                    isolation=isolation,
+                    writable=writable,
+                )
                 for suite in suites
             ]
     except OSError as exc:  # the work folder (under $TMPDIR) full, gone or not writable: no suite verdict
         place = exc.filename or workdir or tempfile.gettempdir()
-        raise VerifyError(f"{place}: {describe_os_error(exc)} (while running the suites, their work folder under "
-                          f"{workdir or tempfile.gettempdir()})",
-                          hint="free space there or point TMPDIR at a folder with room; no suite verdict was made") from None
+        raise VerifyError(
+            f"{place}: {describe_os_error(exc)} (while running the suites, their work folder under {workdir or tempfile.gettempdir()})",
+            hint="free space there or point TMPDIR at a folder with room; no suite verdict was made",
+        ) from None
     return judge(results, max_failed_tests, isolation.text)
 
 
@@ -65,7 +75,8 @@ def refuse_untrusted(suites: list[Suite], where: dict[str, str], trust: bool) ->
             raise SpecError(
                 f"{where.get(suite.name, suite.name)}: verify.suite '{suite.name}': command {shlex.quote(suite.command)[:200]} "
                 "is not pytest ('python -m pytest ...' or 'pytest ...'); it would run whatever the stack names, "
-                "so verify runs it only with --trust")
+                "so verify runs it only with --trust"
+            )
 
 
 def judge(results: list[SuiteResult], max_failed_tests: int, isolation: str = "") -> GateResult:
@@ -75,7 +86,17 @@ def judge(results: list[SuiteResult], max_failed_tests: int, isolation: str = ""
     total = sum(r.remaining for r in results)
     if total > max_failed_tests:
         reasons.append(f"{total} failing test(s) in all suites, more than max_failed_tests = {max_failed_tests}")
-    warnings = [f"suite {r.name}: exclude test '{item.test}' matched no test (its reason: {item.reason})"
-                for r in results for item in r.unmatched_exclusions]
-    return GateResult(suites=results, max_failed_tests=max_failed_tests, total_failed=total,
-                      passed=not reasons, reasons=reasons, isolation=isolation, warnings=warnings)
+    warnings = [
+        f"suite {r.name}: exclude test '{item.test}' matched no test (its reason: {item.reason})"
+        for r in results
+        for item in r.unmatched_exclusions
+    ]
+    return GateResult(
+        suites=results,
+        max_failed_tests=max_failed_tests,
+        total_failed=total,
+        passed=not reasons,
+        reasons=reasons,
+        isolation=isolation,
+        warnings=warnings,
+    )

@@ -11,7 +11,7 @@ from xml.etree.ElementTree import ParseError
 
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring as defused_fromstring
-from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Skipped
+from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Skipped, TestCase
 
 from trainstack.fsutil import describe_os_error, loads_strict, read_regular
 
@@ -25,6 +25,7 @@ MESSAGE_CHARS = 500  # a failure's reason, as kept and shown: one line at most t
 
 class JunitUnreadable(ValueError):
     """The suite's JUnit XML is not a report trainstack reads: one line saying why."""
+
 
 SUMMARY_RE = re.compile(r"(\d+) (failed|passed|skipped|errors?|xfailed|xpassed|deselected|rerun)")
 COUNTED = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
@@ -66,11 +67,15 @@ def read_junit(path: Path) -> XmlCounts:
     except DefusedXmlException as exc:
         raise JunitUnreadable(f"{path.name}: refused ({type(exc).__name__}: a DTD or entity; nothing was expanded)") from None
     except (ParseError, JUnitXmlError, ValueError) as exc:
-        raise JunitUnreadable(f"{path.name}: not well-formed JUnit XML ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})") from None
+        raise JunitUnreadable(
+            f"{path.name}: not well-formed JUnit XML ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})"
+        ) from None
     suites = [xml] if xml._tag == "testsuite" else list(xml)
     counts = XmlCounts()
     for suite in suites:
         for case in suite:
+            if not isinstance(case, TestCase):  # only test cases count (a suite holds cases; its iteration is typed wider)
+                continue
             counts.tests += 1
             results = case.result or []
             if any(isinstance(r, Failure) for r in results):
@@ -91,7 +96,7 @@ def read_junit(path: Path) -> XmlCounts:
 def one_line(text: str) -> str:
     """A failure's message as kept: its words on one line, at most MESSAGE_CHARS."""
     words = " ".join(text.split())
-    return words if len(words) <= MESSAGE_CHARS else words[:MESSAGE_CHARS - 3] + "..."
+    return words if len(words) <= MESSAGE_CHARS else words[: MESSAGE_CHARS - 3] + "..."
 
 
 def error_line(output: str) -> str:

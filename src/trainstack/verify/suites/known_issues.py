@@ -26,9 +26,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from trainstack import grammar
 from trainstack.errors import SpecError
 from trainstack.fsutil import read_text
-from trainstack import grammar
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -67,8 +67,7 @@ class KnownIssues(BaseModel):
         the id itself, no pattern (how a module that fails to import may be accepted)."""
         return next((issue for issue in self.known if issue.matches(suite, target, test_ids, exact=exact)), None)
 
-    def accept(self, suite: str, target: str, failures: list[list[str]], *,
-               exact: bool = False) -> list[KnownIssue | None]:
+    def accept(self, suite: str, target: str, failures: list[list[str]], *, exact: bool = False) -> list[KnownIssue | None]:
         """For each failure (its ids), the entry that accepts it, or None: the first matching
         entry whose count is not used up by the failures before it (an entry without a count
         accepts every failure it matches)."""
@@ -77,8 +76,7 @@ class KnownIssues(BaseModel):
         for test_ids in failures:
             found = None
             for number, issue in enumerate(self.known):
-                if issue.matches(suite, target, test_ids, exact=exact) and (
-                        issue.count is None or used.get(number, 0) < issue.count):
+                if issue.matches(suite, target, test_ids, exact=exact) and (issue.count is None or used.get(number, 0) < issue.count):
                     used[number] = used.get(number, 0) + 1
                     found = issue
                     break
@@ -91,15 +89,17 @@ def load_known_issues(path: Path, folder: Path | None = None) -> KnownIssues:
     read inside ``folder`` (the stack's, where it lies in it; else its own): a symbolic link
     may not lead out of it."""
     inside = folder if folder is not None and _within(path, folder) else path.parent
-    text = read_text(path, "known-issues file", inside=inside, missing="no such known-issues file",
-                     hint="expected a known-issues file in TOML")
+    text = read_text(
+        path, "known-issues file", inside=inside, missing="no such known-issues file", hint="expected a known-issues file in TOML"
+    )
     if len(text) > MAX_BYTES:
-        raise SpecError(f"{path}: {len(text)} characters, more than a known-issues file holds "
-                        f"(accepted: at most {MAX_BYTES} characters, {MAX_ENTRIES} [[known]] entries)")
+        raise SpecError(
+            f"{path}: {len(text)} characters, more than a known-issues file holds "
+            f"(accepted: at most {MAX_BYTES} characters, {MAX_ENTRIES} [[known]] entries)"
+        )
     depth = nesting(text)
     if depth > MAX_DEPTH:
-        raise SpecError(f"{path}: arrays or tables nested {depth} deep; accepted: at most {MAX_DEPTH} "
-                        "(a known-issues file needs three)")
+        raise SpecError(f"{path}: arrays or tables nested {depth} deep; accepted: at most {MAX_DEPTH} (a known-issues file needs three)")
     try:
         return _parse(text, path)
     except RecursionError:  # what the count above could not see: still one line

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.status import Status
 from rich.text import Text
 
 from trainstack.console import err
-from trainstack.verify.suites.junit import MAX_EVENT_LINE, MAX_EVENTS_BYTES, parse_event, open_events
+from trainstack.verify.suites.junit import MAX_EVENT_LINE, MAX_EVENTS_BYTES, open_events, parse_event
 
 POLL_SECONDS = 0.25
 FIRST_LINE_SECONDS = 1.0  # a first line by then, even before pytest has collected
@@ -108,13 +109,13 @@ class SuiteProgress:
         self.last_done = 0
         self.announced_total = False
         self.shown_failures = 0
-        self.status = None
+        self.status: Status | None = None
 
     def __enter__(self) -> SuiteProgress:
         self.start = time.monotonic()
         if self.console.is_terminal:
-            self.status = self.console.status(self._status_text())
-            self.status.start()
+            self.status = status = self.console.status(self._status_text())
+            status.start()
         self.thread.start()
         return self
 
@@ -144,8 +145,7 @@ class SuiteProgress:
             failed = self.tally.feed(event)
             if failed and self.shown_failures < FAILURES_SHOWN:
                 self.shown_failures += 1
-                self.console.print(Text.assemble((f"  {self.label}: ", "dim"), ("failed ", "red"), failed),
-                                   highlight=False, soft_wrap=True)
+                self.console.print(Text.assemble((f"  {self.label}: ", "dim"), ("failed ", "red"), failed), highlight=False, soft_wrap=True)
 
     def _line_due(self) -> bool:
         now = self._elapsed()
@@ -168,8 +168,7 @@ class SuiteProgress:
     def _line(self, prefix: str = "") -> None:
         self.last_line, self.last_done = self._elapsed(), self.tally.done
         self.announced_total = self.tally.total is not None
-        self.console.print(Text.assemble((f"  {self.label}: ", "dim"), prefix + self._progress_text()),
-                           highlight=False, soft_wrap=True)
+        self.console.print(Text.assemble((f"  {self.label}: ", "dim"), prefix + self._progress_text()), highlight=False, soft_wrap=True)
 
     def _status_text(self) -> Text:
         text = Text.assemble((f"suite {self.label}", "bold"), " ", self._progress_text())

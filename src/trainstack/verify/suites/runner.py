@@ -13,16 +13,24 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainstack import proc
 from rich.text import Text
 
+from trainstack import proc
 from trainstack.console import err
 from trainstack.errors import SpecError
 from trainstack.fsutil import atomic_write_json
 from trainstack.stackfile.schema import Suite
 from trainstack.trust import is_pytest_command
-from trainstack.verify.suites.junit import (JunitUnreadable, Progress, Summary, XmlCounts, error_line, read_junit,
-                                            read_progress, read_summary)
+from trainstack.verify.suites.junit import (
+    JunitUnreadable,
+    Progress,
+    Summary,
+    XmlCounts,
+    error_line,
+    read_junit,
+    read_progress,
+    read_summary,
+)
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.live import SuiteProgress
 from trainstack.verify.suites.sandbox import MOUNT_POLICY, TIMED_OUT
@@ -31,9 +39,33 @@ from trainstack.verify.target import Target, probe_path
 
 PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
 # pytest options whose value is the next word (a rerun keeps them with it)
-VALUED = ("-p", "-o", "-W", "-c", "-k", "-m", "-r", "-n", "--rootdir", "--confcutdir", "--deselect", "--ignore",
-          "--ignore-glob", "--basetemp", "--durations", "--maxfail", "--tb", "--import-mode", "--timeout", "--dist",
-          "--override-ini", "--capture", "--log-level", "--cov", "--cov-report")
+VALUED = (
+    "-p",
+    "-o",
+    "-W",
+    "-c",
+    "-k",
+    "-m",
+    "-r",
+    "-n",
+    "--rootdir",
+    "--confcutdir",
+    "--deselect",
+    "--ignore",
+    "--ignore-glob",
+    "--basetemp",
+    "--durations",
+    "--maxfail",
+    "--tb",
+    "--import-mode",
+    "--timeout",
+    "--dist",
+    "--override-ini",
+    "--capture",
+    "--log-level",
+    "--cov",
+    "--cov-report",
+)
 
 
 SANDBOX = Path(__file__).with_name("sandbox.py")
@@ -55,17 +87,22 @@ class Isolation:
         except (subprocess.TimeoutExpired, OSError) as exc:
             return cls(False, f"none: the sandbox check failed ({exc}); {UNPROTECTED}")
         if result.ok:
-            return cls(True, f"mount namespace and PID namespace: {MOUNT_POLICY}; $HOME and $TMPDIR in the suite's "
-                             "work folder; the suite sees and signals no process outside, dies with verify whatever "
-                             "ends it, and is killed at its timeout even while verify is stopped")
+            return cls(
+                True,
+                f"mount namespace and PID namespace: {MOUNT_POLICY}; $HOME and $TMPDIR in the suite's "
+                "work folder; the suite sees and signals no process outside, dies with verify whatever "
+                "ends it, and is killed at its timeout even while verify is stopped",
+            )
         why = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1].removeprefix("sandbox: ")
         return cls(False, f"none ({why}): {UNPROTECTED}")
 
 
 # what is off where the machine allows no namespace (not root): said in verify's output and verify.json
-UNPROTECTED = ("protections off: read-only view (suites could write anywhere this user can, /dev/shm and /proc/sys "
-               "included); PID namespace (a suite can signal verify, a daemon it starts can outlive a verify that is "
-               "killed, and a stopped verify holds no timeout)")
+UNPROTECTED = (
+    "protections off: read-only view (suites could write anywhere this user can, /dev/shm and /proc/sys "
+    "included); PID namespace (a suite can signal verify, a daemon it starts can outlive a verify that is "
+    "killed, and a stopped verify holds no timeout)"
+)
 WARDEN_GRACE = 15.0  # verify's own timeout past the sandbox's: the sandbox ends a suite first
 
 
@@ -73,8 +110,16 @@ NO_ISOLATION = Isolation(False, "none: not asked for")
 
 
 class SuiteRun:
-    def __init__(self, target: Target, suite: Suite, workdir: Path, cwd: Path, where: str,
-                 isolation: Isolation = NO_ISOLATION, writable: tuple[Path, ...] = ()):
+    def __init__(
+        self,
+        target: Target,
+        suite: Suite,
+        workdir: Path,
+        cwd: Path,
+        where: str,
+        isolation: Isolation = NO_ISOLATION,
+        writable: tuple[Path, ...] = (),
+    ):
         self.target = target
         self.suite = suite
         self.workdir = workdir / suite.name  # this suite's own: its reports, $HOME and $TMPDIR
@@ -126,8 +171,16 @@ class SuiteRun:
         if not self.isolation.sandboxed:
             return argv
         writable = [str(self.workdir)] + [str(p) for p in self.writable]
-        return [sys.executable, "-I", str(SANDBOX), "--timeout", str(self.suite.timeout),
-                *(w for folder in writable for w in ("--writable", folder)), "--", *argv]
+        return [
+            sys.executable,
+            "-I",
+            str(SANDBOX),
+            "--timeout",
+            str(self.suite.timeout),
+            *(w for folder in writable for w in ("--writable", folder)),
+            "--",
+            *argv,
+        ]
 
     def execute(self, words: list[str], tag: str) -> tuple[proc.Result | None, Path, Path, float]:
         xml = self.workdir / f"{self.suite.name}.{tag}.xml"
@@ -141,33 +194,62 @@ class SuiteRun:
         try:
             with SuiteProgress(label, progress if pytest else None):
                 timeout = self.suite.timeout + (WARDEN_GRACE if self.isolation.sandboxed else 0)
-                result = proc.run(self.contained(argv), cwd=self.cwd, env=self.env(progress), timeout=timeout,
-                                  log=self.log, new_session=True)
+                result = proc.run(
+                    self.contained(argv), cwd=self.cwd, env=self.env(progress), timeout=timeout, log=self.log, new_session=True
+                )
         except subprocess.TimeoutExpired:
             result = None
-        if result is not None and self.isolation.sandboxed and result.returncode == TIMED_OUT \
-                and (result.stderr.strip().splitlines() or [""])[-1].startswith("sandbox: timed out"):
+        if (
+            result is not None
+            and self.isolation.sandboxed
+            and result.returncode == TIMED_OUT
+            and (result.stderr.strip().splitlines() or [""])[-1].startswith("sandbox: timed out")
+        ):
             result = None  # the sandbox's warden ended it at its timeout
         return result, xml, progress, time.perf_counter() - start
 
 
-def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: str,
-              known: KnownIssues, target_name: str, isolation: Isolation = NO_ISOLATION,
-              writable: tuple[Path, ...] = ()) -> SuiteResult:
+def run_suite(
+    target: Target,
+    suite: Suite,
+    *,
+    workdir: Path,
+    cwd: Path,
+    where: str,
+    known: KnownIssues,
+    target_name: str,
+    isolation: Isolation = NO_ISOLATION,
+    writable: tuple[Path, ...] = (),
+) -> SuiteResult:
     run = SuiteRun(target, suite, workdir, cwd, where, isolation, writable)
     words = run.argv()
     err.print(Text(f"suite {suite.name}", style="bold"), highlight=False)
     result, xml, events, seconds = run.execute(words, "run")
     progress = read_progress(events)
-    base = {"name": suite.name, "command": suite.command, "seconds": round(seconds, 2), "max_failed": suite.max_failed,
-            **exclusions(suite, progress)}
+    base = {
+        "name": suite.name,
+        "command": suite.command,
+        "seconds": round(seconds, 2),
+        "max_failed": suite.max_failed,
+        **exclusions(suite, progress),
+    }
     if result is None:
         failed = progress.collect_errors + progress.failed
         failed += [progress.running] if progress.running and progress.running not in failed else []
-        return SuiteResult(status="timeout", exit_code=None, reason=f"timed out after {suite.timeout:.0f} s"
-                           + (f" in {progress.running}" if progress.running else "") + "; its process group was killed",
-                           crashed_in=progress.running, failed=failed, collection_errors=progress.collect_errors,
-                           counts=progress.counts, ran=progress.ran, failure_reasons=failure_reasons(failed, progress), **base)
+        return SuiteResult(
+            status="timeout",
+            exit_code=None,
+            reason=f"timed out after {suite.timeout:.0f} s"
+            + (f" in {progress.running}" if progress.running else "")
+            + "; its process group was killed",
+            crashed_in=progress.running,
+            failed=failed,
+            collection_errors=progress.collect_errors,
+            counts=progress.counts,
+            ran=progress.ran,
+            failure_reasons=failure_reasons(failed, progress),
+            **base,
+        )
     if result.returncode == 125 and run.isolation.sandboxed and result.stderr.startswith("sandbox:"):
         return SuiteResult(status="error", exit_code=125, reason=result.stderr.strip().splitlines()[0][:300], **base)
     if not run.is_pytest(words):
@@ -185,16 +267,23 @@ def run_suite(target: Target, suite: Suite, *, workdir: Path, cwd: Path, where: 
 def exclusions(suite: Suite, progress: Progress) -> dict[str, list[ExcludedTest]]:
     """The tests the suite's exclude list left out, each with its entry's reason, and the
     entries that matched no collected test (known only where the plugin read the list)."""
-    excluded = [ExcludedTest(test=test, reason=suite.exclude[index].reason)
-                for test, index in progress.excluded.items() if 0 <= index < len(suite.exclude)]
+    excluded = [
+        ExcludedTest(test=test, reason=suite.exclude[index].reason)
+        for test, index in progress.excluded.items()
+        if 0 <= index < len(suite.exclude)
+    ]
     used = set(progress.excluded.values())
-    unmatched = [ExcludedTest(test=item.test, reason=item.reason) for number, item in enumerate(suite.exclude)
-                 if number not in used] if progress.exclusions_applied else []
+    unmatched = (
+        [ExcludedTest(test=item.test, reason=item.reason) for number, item in enumerate(suite.exclude) if number not in used]
+        if progress.exclusions_applied
+        else []
+    )
     return {"excluded": excluded, "unmatched_exclusions": unmatched}
 
 
-def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, progress: Progress,
-            known: KnownIssues, target_name: str, base: dict) -> SuiteResult:
+def _judged(
+    run: SuiteRun, words: list[str], result: proc.Result, xml: Path, progress: Progress, known: KnownIssues, target_name: str, base: dict
+) -> SuiteResult:
     """A pytest run that finished: its failing tests rerun once, known ones subtracted, its
     collection errors counted (accepted only by an exact known-issues entry), its counts
     compared with pytest's own summary line."""
@@ -214,13 +303,17 @@ def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, pro
     cross = _cross_check(progress, summary)
     ran = progress.ran
     status = "passed" if len(failed) <= suite.max_failed else "failed"
-    reason = (f"{len(failed)} failing (max {suite.max_failed}), {len(progress.collect_errors)} collection error(s), "
-              f"{len(flaky)} flaky, {len(hits) + len(collect_hits)} known, {len(progress.excluded)} excluded; "
-              f"{ran} test(s) ran")
+    reason = (
+        f"{len(failed)} failing (max {suite.max_failed}), {len(progress.collect_errors)} collection error(s), "
+        f"{len(flaky)} flaky, {len(hits) + len(collect_hits)} known, {len(progress.excluded)} excluded; "
+        f"{ran} test(s) ran"
+    )
     if interrupted:
         why = error_line(result.stderr) or error_line(result.stdout)
-        status, reason = "error", (f"pytest exit {result.returncode}: {PYTEST_EXIT[result.returncode]}"
-                                   + (f" ({why})" if why else "") + f"; {reason}")
+        status, reason = (
+            "error",
+            (f"pytest exit {result.returncode}: {PYTEST_EXIT[result.returncode]}" + (f" ({why})" if why else "") + f"; {reason}"),
+        )
     elif ran == 0 and not suite.allow_no_tests:
         status, reason = "failed", f"no test ran ({reason}); a suite that may run none says allow_no_tests = true"
     if xml_counts.tests < ran:
@@ -229,13 +322,24 @@ def _judged(run: SuiteRun, words: list[str], result: proc.Result, xml: Path, pro
     if cross.startswith("DISAGREE"):
         # one of the two counts lies (a plugin rewriting reports, a truncated run): never pass on it
         status, reason = "failed", f"{reason}; {cross}"
-    return SuiteResult(status=status, exit_code=result.returncode, reason=reason, tests=xml_counts.tests,
-                       xml_failed=xml_counts.failed, summary_failed=summary.failed if summary else None,
-                       summary_line=summary.line if summary else "", cross_check=cross, counts=progress.counts,
-                       ran=ran, collection_errors=progress.collect_errors, failed=failed, flaky=flaky,
-                       known=hits + collect_hits,
-                       failure_reasons=failure_reasons([*failed, *flaky, *(h.test for h in hits + collect_hits)],
-                                                       progress, xml_counts), **base)
+    return SuiteResult(
+        status=status,
+        exit_code=result.returncode,
+        reason=reason,
+        tests=xml_counts.tests,
+        xml_failed=xml_counts.failed,
+        summary_failed=summary.failed if summary else None,
+        summary_line=summary.line if summary else "",
+        cross_check=cross,
+        counts=progress.counts,
+        ran=ran,
+        collection_errors=progress.collect_errors,
+        failed=failed,
+        flaky=flaky,
+        known=hits + collect_hits,
+        failure_reasons=failure_reasons([*failed, *flaky, *(h.test for h in hits + collect_hits)], progress, xml_counts),
+        **base,
+    )
 
 
 def _crashed(result: proc.Result, progress: Progress, base: dict, why: str = "no JUnit XML written") -> SuiteResult:
@@ -247,9 +351,18 @@ def _crashed(result: proc.Result, progress: Progress, base: dict, why: str = "no
     failed += [progress.running] if progress.running and progress.running not in failed else []
     last = (result.stderr.strip().splitlines() or [""])[-1][:200]
     reason = f"crashed ({how}){where}; {why}" + (f": {last}" if last and not where and why == "no JUnit XML written" else "")
-    return SuiteResult(status="crashed", exit_code=result.returncode, reason=reason, crashed_in=progress.running,
-                       failed=failed, collection_errors=progress.collect_errors, counts=progress.counts,
-                       ran=progress.ran, failure_reasons=failure_reasons(failed, progress), **base)
+    return SuiteResult(
+        status="crashed",
+        exit_code=result.returncode,
+        reason=reason,
+        crashed_in=progress.running,
+        failed=failed,
+        collection_errors=progress.collect_errors,
+        counts=progress.counts,
+        ran=progress.ran,
+        failure_reasons=failure_reasons(failed, progress),
+        **base,
+    )
 
 
 def failure_reasons(tests: list[str], progress: Progress, xml: XmlCounts | None = None) -> dict[str, str]:
@@ -298,8 +411,9 @@ def rerun_argv(words: list[str], ids: list[str]) -> list[str]:
     return words[:at] + kept + ids
 
 
-def _subtract_known(still: list[str], progress: Progress, known: KnownIssues,
-                    suite: str, target: str, *, exact: bool = False) -> tuple[list[KnownHit], list[str]]:
+def _subtract_known(
+    still: list[str], progress: Progress, known: KnownIssues, suite: str, target: str, *, exact: bool = False
+) -> tuple[list[KnownHit], list[str]]:
     hits: list[KnownHit] = []
     remaining: list[str] = []
     accepted = known.accept(suite, target, [[test, progress.rerun_ids.get(test, test)] for test in still], exact=exact)

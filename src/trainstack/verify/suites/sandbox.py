@@ -51,9 +51,20 @@ PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
 # set, so that the command runs without it: mounting and tracing (which could undo the mount
 # policy), the machine's clock (CAP_SYS_TIME), its network (CAP_NET_ADMIN, CAP_NET_RAW: reading
 # other processes' traffic), BPF and perf tracing, the kernel log, real-time scheduling, ...
-KEPT_CAPS = {0: "CAP_CHOWN", 1: "CAP_DAC_OVERRIDE", 3: "CAP_FOWNER", 4: "CAP_FSETID", 5: "CAP_KILL",
-             6: "CAP_SETGID", 7: "CAP_SETUID", 8: "CAP_SETPCAP", 10: "CAP_NET_BIND_SERVICE", 18: "CAP_SYS_CHROOT",
-             29: "CAP_AUDIT_WRITE", 31: "CAP_SETFCAP"}
+KEPT_CAPS = {
+    0: "CAP_CHOWN",
+    1: "CAP_DAC_OVERRIDE",
+    3: "CAP_FOWNER",
+    4: "CAP_FSETID",
+    5: "CAP_KILL",
+    6: "CAP_SETGID",
+    7: "CAP_SETUID",
+    8: "CAP_SETPCAP",
+    10: "CAP_NET_BIND_SERVICE",
+    18: "CAP_SYS_CHROOT",
+    29: "CAP_AUDIT_WRITE",
+    31: "CAP_SETFCAP",
+}
 REFUSED, TIMED_OUT = 125, 124
 
 # The mount policy of the suite sandbox, all of it.
@@ -63,13 +74,30 @@ PRIVATE_TMPFS = {"/dev/shm": "mode=1777,size=1g"}  # the suite's own, gone with 
 # The device nodes a suite may use (a GPU's and an RDMA card's among them); every other device node
 # under /dev, every block device (a disk, a loop device) and /dev/kmsg, /dev/watchdog, the consoles,
 # /dev/kvm... is covered by a bind of /dev/null: a root suite can neither write a disk nor a log.
-DEVICES_KEPT = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx",
-                "/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/*", "/dev/infiniband/*", "/dev/kfd")
+DEVICES_KEPT = (
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/nvidia*",
+    "/dev/nvidia-caps/*",
+    "/dev/dri/*",
+    "/dev/infiniband/*",
+    "/dev/kfd",
+)
 MOUNT_POLICY = (
     "read-only: every mount but the suite's own work folder; a fresh /proc of its PID namespace with "
-    + ", ".join(READ_ONLY_PROC) + " read-only; /dev read-only; private tmpfs: " + ", ".join(PRIVATE_TMPFS)
-    + "; device nodes kept: " + ", ".join(DEVICES_KEPT) + " (every other one is /dev/null)"
-    + "; System V IPC of its own; capabilities kept: " + ", ".join(KEPT_CAPS.values())
+    + ", ".join(READ_ONLY_PROC)
+    + " read-only; /dev read-only; private tmpfs: "
+    + ", ".join(PRIVATE_TMPFS)
+    + "; device nodes kept: "
+    + ", ".join(DEVICES_KEPT)
+    + " (every other one is /dev/null)"
+    + "; System V IPC of its own; capabilities kept: "
+    + ", ".join(KEPT_CAPS.values())
 )
 
 
@@ -130,24 +158,27 @@ def isolate(writable: list[str]) -> None:
         seen.add(point)
         if "ro" in options:
             continue
-        _call(f"remounting {point} read-only",
-              libc.mount(b"none", point.encode("utf-8", "surrogateescape"), None, _flags(options), None))
+        _call(f"remounting {point} read-only", libc.mount(b"none", point.encode("utf-8", "surrogateescape"), None, _flags(options), None))
     for folder in folders:
         options = next((o for p, o in reversed(_mount_points()) if p == folder), set())
-        flags = (_flags(options) & ~MS_RDONLY)
+        flags = _flags(options) & ~MS_RDONLY
         _call(f"keeping {folder} writable", libc.mount(b"none", folder.encode(), None, flags, None))
     _call("mounting a /proc of its own", libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None))
     for knob in READ_ONLY_PROC:
         if not os.path.exists(knob):
             continue
         _call(f"binding {knob}", libc.mount(knob.encode(), knob.encode(), None, MS_BIND | MS_REC, None))
-        _call(f"remounting {knob} read-only", libc.mount(b"none", knob.encode(), None,
-                                                         MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None))
+        _call(
+            f"remounting {knob} read-only",
+            libc.mount(b"none", knob.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+        )
     _cover_devices(libc)
-    for place, options in PRIVATE_TMPFS.items():
+    for place, tmpfs_options in PRIVATE_TMPFS.items():
         if os.path.isdir(place):
-            _call(f"mounting a private tmpfs on {place}",
-                  libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()))
+            _call(
+                f"mounting a private tmpfs on {place}",
+                libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options.encode()),
+            )
     _confirm(folders)
     for cap in range(64):
         if cap not in KEPT_CAPS:
@@ -261,8 +292,11 @@ def warden(command: list[str] | None, writable: list[str], timeout: float | None
     if init_code is None:
         os.kill(init, signal.SIGKILL)  # the init's end is the end of every process in its namespace
         os.waitpid(init, 0)
-        print(f"sandbox: timed out after {time.monotonic() - start:.0f} s: every process of the command was killed",
-              file=sys.stderr, flush=True)
+        print(
+            f"sandbox: timed out after {time.monotonic() - start:.0f} s: every process of the command was killed",
+            file=sys.stderr,
+            flush=True,
+        )
         return TIMED_OUT
     reported = os.read(status_read, 64).decode().strip()
     if not reported:
