@@ -97,7 +97,10 @@ def fsdp2(model: torch.nn.Module, mode: Mode, lr: float, device: torch.device, d
     backward); gradients synchronised on the last micro-batch only; with ``offload``,
     CPUOffloadPolicy keeps parameters, gradients and AdamW's state on the host and the
     optimizer steps there."""
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+    try:
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+    except ImportError:  # torch before 2.6 keeps FSDP2 under its composable APIs
+        from torch.distributed._composable.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     policy = (
         MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if device.type == "cuda" else MixedPrecisionPolicy()

@@ -98,7 +98,11 @@ def job_layout(captured: Captured) -> Layout:
     state on the host where the job gave FSDP2 a CPUOffloadPolicy; else whole on each rank
     (one process, or data parallel)."""
     import torch.distributed as dist
-    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule
+
+    try:
+        from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule
+    except ImportError:  # torch before 2.6 keeps FSDP2 under its composable APIs
+        from torch.distributed._composable.fsdp import CPUOffloadPolicy, FSDPModule
 
     world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     sharded = [m for m in (captured.root, *captured.model.modules()) if isinstance(m, FSDPModule)]
