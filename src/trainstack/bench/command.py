@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,48 +159,13 @@ def command(
     from trainstack.bench import api
     from trainstack.bench.device import dist_from_env
 
-    if over is not None and attribute is None:
-        from trainstack.errors import UsageError
-
-        raise UsageError("--over: only with --attribute (the environments it builds see its packages)")
-    if in_envs or attribute is not None:  # the same bench in other environments
-        _across(
-            json_out,
-            output,
-            in_envs,
-            repeats,
-            attribute,
-            order,
-            flavour,
-            over,
-            api.BenchOptions(
-                model=model,
-                hf_config=hf_config,
-                batch=batch,
-                seq=seq,
-                steps=steps if steps is not None else 20,
-                warmup=warmup,
-                modes=defaults.modes(given_modes, ablation=False),
-                ablation=ablation,
-                accum=accum,
-                out=out,
-                device=device,
-                memory_cap_gib=memory_cap_gib,
-                timeout_s=timeout_s,
-                profile=profile,
-                parity=api.parse_parity(parity) if parity else None,
-            ),
-        )
-        return
-
     chosen = defaults.modes(given_modes, ablation=ablation)
-    steps = steps if steps is not None else (300 if parity else 20)
     opts = api.BenchOptions(
         model=model,
         hf_config=hf_config,
         batch=batch,
         seq=seq,
-        steps=steps,
+        steps=steps if steps is not None else (300 if parity else 20),
         warmup=warmup,
         modes=chosen,
         ablation=ablation,
@@ -213,6 +179,17 @@ def command(
         parity_seeds=parity_seeds,
         health=ceilings,
     )
+    if over is not None and attribute is None:
+        from trainstack.errors import UsageError
+
+        raise UsageError("--over: only with --attribute (the environments it builds see its packages)")
+    if in_envs or attribute is not None:  # the same bench in other environments: the modes named, or the default one
+        across = replace(
+            opts, steps=steps if steps is not None else 20, modes=defaults.modes(given_modes, ablation=False), parity_seeds=1, health=None
+        )
+        _across(json_out, output, in_envs, repeats, attribute, order, flavour, over, across)
+        return
+
     with _tables_to_stderr(json_out):
         rows = api.benchmark(opts)
     code = api.exit_code(rows, ablation, parity_rows=2 * parity_seeds if parity is not None else 0)

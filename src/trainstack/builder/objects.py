@@ -28,7 +28,7 @@ import re
 import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -211,10 +211,8 @@ class ObjectRecorder:
             except OSError:
                 continue  # the build is changing the folder: the next poll looks again
         if changed:
-            try:
+            with suppress(OSError):  # unrecorded objects are only compiled again; the build itself goes on
                 atomic_write_json(self.folder / OBJECTS, self.record.model_dump())
-            except OSError:
-                pass  # unrecorded objects are only compiled again; the build itself goes on
 
     def _poll_folder(self, folder: str) -> bool:
         ninja, _ = _file_digest(self.source, f"{folder}/{NINJA_FILE}")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,10 +72,8 @@ def stack_installs(stack_path: Path, stack: Stack, slug: str) -> dict[str, str]:
     found.update({name: "" for name in entry.sources})
     relative = entry.layers.get("toolchain")
     if relative:
-        try:
+        with suppress(FileNotFoundError):  # verify's report names the lock it compared; a missing layer file is lock's to refuse
             found.update({e.name: e.version or "" for e in parse_lock(read_lock_text(lock_dir(stack_path), relative)).entries})
-        except FileNotFoundError:
-            pass  # verify's report names the lock it compared; a missing layer file is lock's to refuse
     return found
 
 
