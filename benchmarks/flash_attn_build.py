@@ -212,7 +212,7 @@ def run_build(args: argparse.Namespace, sdist: Path, planned: dict, start: float
             print(f"deadline: interrupting the build {args.deadline_s - (now - start):.0f} s before --deadline-s", flush=True)
             os.killpg(child.pid, signal.SIGINT)  # ninja stops its compilers; finished units stay logged
             interrupted = True
-        if interrupted and now >= stop_at + GRACE_S - 5:
+        if interrupted and now >= stop_at + max(GRACE_S - 5, GRACE_S / 2):  # the worker's last object poll has run
             os.killpg(child.pid, signal.SIGKILL)
         if now - last_print >= PROGRESS_S:
             units = ninja_units(kept_source)
