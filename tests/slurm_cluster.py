@@ -351,3 +351,48 @@ def _sweep(namespaces: set[str]) -> None:
             except ProcessLookupError:
                 pass
         time.sleep(0.2)
+
+
+def cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def use_prolog(c: Cluster, script: Path) -> None:
+    """slurm.conf's Prolog: the rendered script, its node JSON kept in node-out (slurmd reads the file each job)."""
+    use_script(c.prolog, script, c.base / "node-out")
+
+
+def use_script(place: Path, script: Path, node_out: Path) -> None:
+    """``place`` (named in slurm.conf) runs the rendered ``script`` with TRAINSTACK_NODE_OUT set."""
+    shim = f"#!/bin/sh\nTRAINSTACK_NODE_OUT={node_out}\nexport TRAINSTACK_NODE_OUT\nexec /bin/sh {script}\n"
+    tmp = place.with_suffix(".new")
+    tmp.write_text(shim)
+    tmp.chmod(0o755)
+    tmp.replace(place)
+
+
+def wait_for(what: str, predicate, timeout: float = 60):  # noqa: ANN001, ANN201 - a test helper
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def job_state(c: Cluster, job: str) -> str:
+    done = c.client(["scontrol", "show", "job", job, "-o"], check=False)
+    fields = dict(f.split("=", 1) for f in done.stdout.split() if "=" in f)
+    return fields.get("JobState", "")
+
+
+def run_batch(c: Cluster, script: Path, *args: str, timeout: float = 150) -> tuple[str, str]:
+    """(the job's end state, its output) of ``sbatch script args``."""
+    job = c.client(["sbatch", "--parsable", f"--chdir={c.base}", script, *args]).stdout.strip().split(";")[0]
+    state = wait_for(f"job {job}", lambda: (s := job_state(c, job)) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+                                                                         "NODE_FAIL") and s, timeout)
+    return state, "\n".join(p.read_text(errors="replace")[-4000:] for p in c.base.glob(f"*-{job}.out"))

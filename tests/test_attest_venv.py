@@ -17,8 +17,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
+from tests.build_fixtures import copy_example, make_lock
 from tests.clirun import assert_no_traceback
-from tests.test_build_fixtures import copy_example, make_lock
+from tests.signing import write_key
 from trainstack.attest.sbom import make_sbom, validate_sbom
 from trainstack.cli import main
 
@@ -27,11 +28,6 @@ ONLY_FILES = ["--skip", "report,advisories,ops,linkcheck,smoke,suites"]
 NOTHING = ["--skip", "report,files,advisories,ops,linkcheck,smoke,suites"]
 
 
-def write_key(path: Path, key) -> Path:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
-    path.chmod(0o600)
-    return path
 
 
 @pytest.fixture(scope="module")

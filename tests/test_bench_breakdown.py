@@ -10,19 +10,30 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import assert_no_traceback
+from tests.recorded import recorded_kernels
 from trainstack.bench.ceilings import ceilings, read_health, with_rates
+from trainstack.bench.device import Dist
 from trainstack.bench.kernels import (
-    ATTN_BWD, ATTN_FWD, CLASSES, COMM, ELEMENTWISE, GEMM, OPTIMIZER, OTHER, RECOMPUTE, Kernel, breakdown, class_of,
+    ATTN_BWD,
+    ATTN_FWD,
+    CLASSES,
+    COMM,
+    ELEMENTWISE,
+    GEMM,
+    OPTIMIZER,
+    OTHER,
+    RECOMPUTE,
+    Kernel,
+    breakdown,
+    class_of,
 )
 from trainstack.bench.mfu import class_work
 from trainstack.bench.peaks import peak_for
 from trainstack.bench.runner import Measured, RunSpec, summarise
-from trainstack.bench.device import Dist
-from trainstack.nn.modes import parse_mode
 from trainstack.errors import SpecError
+from trainstack.nn.modes import parse_mode
 from trainstack.nn.presets import preset
-from tests.clirun import assert_no_traceback
-from tests.test_bench_kernels import recorded_kernels
 
 RESULTS = Path(__file__).resolve().parent / "data" / "recorded"  # copies of benchmarks/results/ files
 HEALTH = RESULTS / "health_h200" / "health_h200_level2.json"

@@ -9,12 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.benchrun import bench
 from trainstack.bench.host_optimizer import HOST_RUNGS, HostAdamW, block_parameters, chunks_of, to_bf16_with_host_state
 from trainstack.bench.precision import to_bf16_with_master
 from trainstack.nn.decoder import Transformer
 from trainstack.nn.presets import PRESETS
-
-from tests.test_bench_frameworks import bench
 
 STEPS, ACCUM = 8, 2
 

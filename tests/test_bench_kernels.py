@@ -4,29 +4,10 @@ and the idle time between kernels on intervals built to overlap."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 
+from tests.recorded import recorded_kernels
 from trainstack.bench.kernels import OTHER, Breakdown, Kernel, breakdown, kind_of, text
-
-PROFILES = Path(__file__).resolve().parent / "data" / "recorded" / "fp8_shapes" / "breakdown" / "profiles"
-UNIT_US = {"us": 1.0, "ms": 1e3, "s": 1e6}
-
-
-def recorded_kernels(name: str) -> list[Kernel]:
-    """The device kernels of a recorded profile table (rows with no CPU time of their own),
-    each with its summed device time, laid end to end."""
-    kernels, start = [], 0.0
-    for line in (PROFILES / name).read_text().splitlines():
-        cols = re.split(r"\s{2,}", line.strip())
-        if len(cols) != 11 or cols[1] != "0.00%":
-            continue
-        value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", cols[6]).groups()
-        kernels.append(Kernel(cols[0], start, float(value) * UNIT_US[unit]))
-        start += kernels[-1].duration_us
-    return kernels
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.recorded import recorded_kernels
 from trainstack.bench.ceilings import ceilings, read_health, with_rates
 from trainstack.bench.mfu import class_work
 from trainstack.bench.peaks import peak_for
 from trainstack.nn.presets import preset
-from tests.test_bench_kernels import recorded_kernels
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "tests" / "data" / "recorded"  # copies of benchmarks/results/ files

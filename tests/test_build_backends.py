@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.test_nvcc_routes import write
+from tests.stacks import nvcc_stack
 from trainstack.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ def test_check_fails_a_flavour_the_default_backend_cannot_build_and_says_which_c
     empty.mkdir()
     monkeypatch.setenv("CUDA_HOME", str(empty))
     monkeypatch.setenv("COLUMNS", "400")
-    stack = write(tmp_path, "12.4", "debian13", "3.13")
+    stack = nvcc_stack(tmp_path, "12.4", "debian13", "3.13")
 
     def check(*args: str) -> tuple[int, str, str]:
         capsys.readouterr()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_build_fixtures import copy_example, make_lock
+from tests.build_fixtures import copy_example, make_lock
 from trainstack.cli import main
 from trainstack.verify.ops import op_table
 from trainstack.verify.run import judge

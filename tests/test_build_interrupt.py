@@ -11,73 +11,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.loopback import serve
-from tests.test_kill_writes import index_handler, wheel
+from tests.stalling_index import STACK, Stall, stalling_index  # noqa: F401 (stalling_index: a fixture)
 
 REPO = Path(__file__).resolve().parent.parent
 SLUG = "cpu-debian12-py311-release"
-STACK = """\
-[stack]
-name = "stall"
-release = "1"
-image = "trainstack/stall"
-
-[index]
-url = "{index}"
-
-[components]
-tinypkg = "==1.0"
-
-[matrix]
-cuda = ["cpu"]
-os = ["debian12"]
-python = ["3.11"]
-
-[toolchain]
-packages = ["tinytool"]
-
-[build]
-retries = 1
-"""
-
-
-class Stall:
-    """While ``on``, a wheel's download is held back (its request seen, its answer delayed)."""
-
-    def __init__(self) -> None:
-        self.on = threading.Event()
-        self.asked = threading.Event()
-        self.release = threading.Event()
-
-
-@pytest.fixture(scope="module")
-def stalling_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Stall]]:
-    wheels = tmp_path_factory.mktemp("wheels")
-    wheel(wheels, "tinypkg", "1.0")
-    wheel(wheels, "tinytool", "1.0")
-    stall = Stall()
-    base = index_handler(wheels)
-
-    class Held(base):  # type: ignore[misc, valid-type]
-        def do_GET(self, head: bool = False) -> None:  # noqa: N802 (http.server's name)
-            if stall.on.is_set() and self.path.startswith("/files/"):
-                stall.asked.set()
-                stall.release.wait(60)
-            try:
-                super().do_GET(head)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # uv was killed while waiting for it
-
-    with serve(Held) as url:
-        yield url, stall
-    stall.release.set()
 
 
 def session_processes(sid: int) -> list[str]:

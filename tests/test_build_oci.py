@@ -8,9 +8,9 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import tarfile
 import time
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +19,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from tests.build_fixtures import copy_example, git, git_package, make_lock
+from tests.signing import write_key
 from tests.stacks import CPU_FLAVOUR
-from tests.test_attest_venv import write_key
-from tests.test_build_fixtures import copy_example, git, git_package, make_lock
 from trainstack.attest.sbom import SBOM_LABEL, SBOM_PATH_IN_IMAGE, validate_sbom
 from trainstack.builder.oci import BuildahBackend
 from trainstack.cli import main

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.build_fixtures import copy_example, make_lock
 from tests.clirun import assert_no_traceback
-from tests.test_build_fixtures import copy_example, make_lock
 from trainstack.builder.oci import secret_option
 from trainstack.cli import main
 from trainstack.errors import SpecError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_build_fixtures import copy_example, make_lock
+from tests.build_fixtures import copy_example, make_lock
 from trainstack.cli import main
 
 FLAVOUR = "cu130-ubuntu2404-py311-release"  # PyPI serves it; the cu128 flavours need PyTorch's own index

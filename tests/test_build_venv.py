@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.build_fixtures import copy_example, drop_commit, make_lock, source_stack
 from tests.clirun import assert_no_traceback
 from tests.mounts import tmpfs
-from tests.test_build_fixtures import copy_example, drop_commit, make_lock, source_stack
 from trainstack.builder.cpu import effective_cpus
 from trainstack.cli import main
 

@@ -302,7 +302,7 @@ def test_memplan_defaults_run_on_a_cpu_and_a_fraction_is_taken_as_run_takes_it()
 def test_the_log_paths_a_build_prints_exist_after_it_succeeds(tmp_path: Path) -> None:
     """Steps log into a staging folder renamed into place at the end: the paths printed are
     the ones that hold the logs afterwards."""
-    from tests.test_build_fixtures import make_lock, source_stack
+    from tests.build_fixtures import make_lock, source_stack
 
     stack, _, _ = source_stack(tmp_path)
     make_lock(stack)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.test_build_interrupt import STACK, stalling_index  # noqa: F401 (a fixture)
+from tests.stalling_index import STACK, stalling_index  # noqa: F401 (a fixture)
 from trainstack.cli import main
 
 REPO = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_image_env import index, stack_text  # noqa: F401 (the loopback index fixture)
+from tests.env_index import index, stack_text  # noqa: F401 (the loopback index fixture)
 from trainstack.cli import main
 from trainstack.render.kubernetes import VERSIONS
 

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.env_index import Index
 from tests.loopback import serve
-from tests.slurm_cluster import Cluster, HostState, missing_tools
+from tests.slurm_cluster import Cluster, HostState, cmdline, missing_tools, run_batch, use_prolog, use_script
 from tests.stacks import demo_stack
-from tests.test_cluster_slurm import SLUG, _cmdline, run_batch, use_prolog, use_script
-from tests.test_image_env import Index
 from trainstack.cli import main
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or bool(missing_tools()),
                                 reason=f"needs root and Slurm's programs (missing: {', '.join(missing_tools())})")
 
+SLUG = "cpu-debian12-py311-release"
 NODES = ["n1", "n2", "n3"]
 TAIL = """
 [verify]
@@ -72,7 +72,7 @@ def cluster(rendered: Path) -> Iterator[Cluster]:
     finally:
         c.stop()
         after = HostState.take()
-        leftover = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).startswith(str(base))]
+        leftover = [p for p in os.listdir("/proc") if p.isdigit() and cmdline(p).startswith(str(base))]
         shutil.rmtree(base, ignore_errors=True)
         assert after == before, "the cluster changed the host"
         assert not leftover

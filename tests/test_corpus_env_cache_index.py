@@ -27,11 +27,11 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.build_fixtures import git_package
 from tests.clirun import assert_no_traceback
 from tests.loopback import WheelIndex, serve
 from tests.stacks import demo_stack
 from tests.wheels import demo_wheel, wheel
-from tests.test_build_fixtures import git_package
 from trainstack.builder.activation import activation_block
 from trainstack.cli import main
 from trainstack.errors import SpecError

@@ -8,23 +8,22 @@ in the build's probe step with ptxas's own error.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.build_fixtures import copy_example, make_lock
 from tests.clirun import assert_no_traceback
-from tests.test_build_fixtures import copy_example, make_lock
 from trainstack.builder.extensions import cuda_home, probe_compile
 from trainstack.builder.steps import Steps
 from trainstack.cli import main
 from trainstack.errors import BuildError, LockError
 from trainstack.lock import lock_dir, parse_pins
 from trainstack.lock.requests import flavour_requests, require_one_release
-from trainstack.stackfile.compat import check_flavour, errors
 from trainstack.stackfile import Flavour
+from trainstack.stackfile.compat import check_flavour, errors
 from trainstack.stackfile.load import parse_stack
 from trainstack.verify.fatbin import fatbin_archs
 

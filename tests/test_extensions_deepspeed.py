@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_build_fixtures import copy_example, make_lock
+from tests.build_fixtures import copy_example, make_lock
 from trainstack.cli import main
 from trainstack.verify.fatbin import fatbin_archs
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.test_build_fixtures import copy_example, make_lock
-from tests.test_render_files import hadolint_errors
+from tests.build_fixtures import copy_example, hadolint_errors, make_lock
 from trainstack.cli import main
 
 SLUG = "cu130-ubuntu2404-py311-release"

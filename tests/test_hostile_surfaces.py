@@ -307,7 +307,7 @@ def test_verify_output_on_a_full_disk_is_one_line_and_nothing_half_written(mount
 
 
 def test_build_into_a_read_only_build_dir_is_one_line(mounts, tmp_path: Path) -> None:
-    from tests.test_build_fixtures import copy_example, make_lock
+    from tests.build_fixtures import copy_example, make_lock
 
     _, readonly = mounts
     stack = copy_example("cpu-minimal", tmp_path)

@@ -8,47 +8,16 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.loopback import WheelIndex, serve
-from tests.stacks import demo_stack
-from tests.wheels import demo_wheel
+from tests.env_index import ENV, index, stack_text  # noqa: F401 (index: the loopback index fixture)
 from trainstack.cli import main
 from trainstack.lock.manifest import manifest_path
 
-WHEELS = dict([demo_wheel("1.0")])
-
-ENV = """[env]
-NCCL_SOCKET_IFNAME = "{ifname}"
-CUDA_MODULE_LOADING = "LAZY"
-TRAINSTACK_TEST_QUOTING = "it's \\"$HOME\\" \\\\ $(id) `id`"
-"""
 QUOTING = "it's \"$HOME\" \\ $(id) `id`"
 SLUG = "cpu-debian12-py311-release"
-
-
-class Index(WheelIndex):
-    """A PEP 503 simple index of WHEELS on loopback."""
-
-    project = "demo-pkg"
-    wheels = WHEELS
-
-
-@pytest.fixture()
-def index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
-    for var in ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX"):
-        monkeypatch.delenv(var, raising=False)
-    with serve(Index) as url:
-        yield url
-
-
-def stack_text(url: str = "http://127.0.0.1:1/simple", *, release: str = "1.0", env: str = ENV.format(ifname="eth0"),
-               build_extra: str = "") -> str:
-    return demo_stack("envs", url, release=release, build_extra=build_extra, tail=f"\n[verify]\nsmoke = []\n\n{env}")
 
 
 @pytest.mark.parametrize(

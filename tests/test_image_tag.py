@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_image_env import index, stack_text  # noqa: F401 (the loopback index fixture)
+from tests.env_index import index, stack_text  # noqa: F401 (the loopback index fixture)
 from trainstack.cli import main
 from trainstack.lock.manifest import lock_dir
 

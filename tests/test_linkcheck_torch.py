@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_verify_fixtures import cuda_venv, damaged_copy, site_packages  # noqa: F401 - fixture
+from tests.verify_fixtures import cuda_venv, damaged_copy, site_packages  # noqa: F401 - fixture
 from trainstack.cli import main
 from trainstack.verify.linkcheck.check import check_paths
 from trainstack.verify.linkcheck.elf import read_elf

@@ -15,14 +15,14 @@ import hashlib
 import json
 import re
 import shutil
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
+from tests.build_fixtures import copy_example, make_lock
 from tests.clirun import assert_no_traceback
-from tests.test_build_fixtures import copy_example, make_lock
 from trainstack.cli import main
 
 CORPUS = Path(__file__).resolve().parent / "data" / "corpus" / "lockdirs"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.build_fixtures import copy_example, make_lock
 from tests.clirun import assert_no_traceback
-from tests.test_build_fixtures import copy_example, make_lock
 from trainstack.cli import main
 
 SLUG = "cpu-debian12-py311-release"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.stacks import nvcc_stack
 from trainstack.builder.extensions import host_cuda_home, probe_compile
 from trainstack.builder.steps import Steps
 from trainstack.errors import BuildError
@@ -32,37 +33,8 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "stacks" / "deepspeed-cuda12-debian.toml"
 HOST_CUDA = Path("/usr/local/cuda-13.0")  # a real CUDA toolkit where the machine has one
 
-STACK = """\
-[stack]
-name = "routes"
-release = "1"
-image = "trainstack/routes"
-
-[components]
-torch = {{ version = "==2.5.1", group = "torch" }}
-deepspeed = {{ version = "==0.15.4", source = "sdist", build_env = {{ DS_BUILD_FUSED_ADAM = "1" }}, requires = ["torch"] }}
-
-[matrix]
-cuda = ["{cuda}"]
-os = ["{os}"]
-python = ["{python}"]
-
-[build]
-base = {{ "{os}" = "docker.io/library/debian:trixie" }}
-
-[toolchain]
-packages = ["ninja"]
-archs = ["90"]
-{rules}"""
-
 # CUDA 13's wheels taken away: the host's nvcc 13.0 is then the only route of a cu130 flavour
 NO_CUDA13_WHEEL = "\n[rules.cuda.nvcc]\ncompiles = []\n"
-
-
-def write(tmp_path: Path, cuda: str, os_name: str, python: str = "3.11", rules: str = "") -> Path:
-    path = tmp_path / f"{cuda}-{os_name}.toml"
-    path.write_text(STACK.format(cuda=cuda, os=os_name, python=python, rules=rules), encoding="utf-8")
-    return path
 
 
 def check(path: Path, cuda_home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -79,13 +51,13 @@ def route_line(out: str) -> str:
 def test_debian_bases_take_the_toolkit_their_archive_packages(tmp_path: Path) -> None:
     empty = tmp_path / "no-cuda"
     empty.mkdir()
-    trixie = check(write(tmp_path, "12.4", "debian13", "3.13"), empty, "--backend", "oci")
+    trixie = check(nvcc_stack(tmp_path, "12.4", "debian13", "3.13"), empty, "--backend", "oci")
     assert trixie.returncode == 0, trixie.stdout + trixie.stderr
     line = route_line(trixie.stdout)
     assert "oci builds: debian13 (trixie) packages nvcc of CUDA 12.4 as nvidia-cuda-toolkit=12.4.131~12.4.1-2" in line
     assert f"venv builds: none (needs nvcc 12.4; the host has no nvcc at CUDA_HOME/bin/nvcc (CUDA_HOME={empty}))" in line
     assert line.endswith("<https://packages.debian.org/trixie/nvidia-cuda-toolkit>")
-    bookworm = check(write(tmp_path, "11.8", "debian12"), empty, "--backend", "oci")
+    bookworm = check(nvcc_stack(tmp_path, "11.8", "debian12"), empty, "--backend", "oci")
     assert bookworm.returncode == 0, bookworm.stdout + bookworm.stderr
     assert "nvidia-cuda-toolkit=11.8.89~11.8.0-5~deb12u1 in its non-free archive" in route_line(bookworm.stdout)
 
@@ -96,7 +68,7 @@ def test_a_flavour_with_no_route_is_refused_in_one_line_naming_what_would_do(tmp
     for cuda, os_name, why in [("12.1", "ubuntu22.04", "nvidia-cuda-nvcc-cu12 holds only ptxas"),
                                ("12.4", "debian12", "nvidia-cuda-nvcc-cu12 holds only ptxas"),
                                ("11.8", "debian13", "no nvcc wheel is known for CUDA 11")]:
-        done = check(write(tmp_path, cuda, os_name, "3.11"), empty)
+        done = check(nvcc_stack(tmp_path, cuda, os_name, "3.11"), empty)
         assert done.returncode == 3, done.stdout + done.stderr
         errors = [line for line in done.stdout.splitlines() if line.startswith("error ")]
         assert len(errors) == 1 and " toolchain.nvcc: " in errors[0]
@@ -114,7 +86,7 @@ def test_a_flavour_with_no_route_is_refused_in_one_line_naming_what_would_do(tmp
 def test_the_hosts_nvcc_of_the_flavours_release_is_the_venv_route_and_compiles(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    stack = write(tmp_path, "13.0", "ubuntu24.04", "3.12", NO_CUDA13_WHEEL).read_text()
+    stack = nvcc_stack(tmp_path, "13.0", "ubuntu24.04", "3.12", NO_CUDA13_WHEEL).read_text()
     path = tmp_path / "host.toml"
     path.write_text(stack.replace("==2.5.1", "==2.11.0"), encoding="utf-8")
     done = check(path, HOST_CUDA)
@@ -162,7 +134,7 @@ def test_lock_plans_no_nvcc_wheel_where_the_wheels_hold_none(tmp_path: Path) -> 
     """CUDA 11.8 was refused at lock ('no nvcc wheel is known for CUDA 11'); CUDA 12's toolchain
     layer locked nvcc wheels that hold only ptxas. Both now lock the build tools alone."""
     for cuda, os_name in [("11.8", "debian12"), ("12.4", "debian13")]:
-        spec = load_stack(write(tmp_path, cuda, os_name, "3.11" if cuda == "11.8" else "3.13"))
+        spec = load_stack(nvcc_stack(tmp_path, cuda, os_name, "3.11" if cuda == "11.8" else "3.13"))
         (flavour,) = expand_flavours(spec)
         assert flavour_requests(spec, flavour).layers["toolchain"].requirements == ("ninja",)
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import tarfile
 import shutil
 import subprocess
-import uuid
+import tarfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -21,33 +20,18 @@ import pytest
 
 from tests.clirun import assert_no_traceback
 from tests.loopback import WheelIndex, serve
+from tests.private_index import PASSWORD, USER, authorized, credentials_env, leaks
 from tests.stacks import demo_stack
 from tests.wheels import demo_wheel
 from trainstack.builder.download import Fetcher, download_sdist, index_auth
 from trainstack.builder.oci import BuildahBackend
-from trainstack.errors import BuildError
 from trainstack.cli import main
-from trainstack.indexauth import name_indexes
+from trainstack.errors import BuildError
 
-USER = "trainstack-ci"
-PASSWORD = f"pw-{uuid.uuid4().hex}"
 WHEELS = dict([demo_wheel("1.0")])  # demo-pkg 1.0: one module, one real wheel
 
 pytestmark = pytest.mark.timeout(900)  # the OCI build takes minutes when it builds its own base; the others seconds
 
-
-def authorized(handler: BaseHTTPRequestHandler) -> bool:
-    """Basic auth with USER:PASSWORD, counted on the handler's class; a 401 otherwise."""
-    expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-    if handler.headers.get("Authorization") != expected:
-        type(handler).refused += 1
-        handler.send_response(401)
-        handler.send_header("WWW-Authenticate", 'Basic realm="private"')
-        handler.send_header("Content-Length", "0")
-        handler.end_headers()
-        return False
-    type(handler).authorized += 1
-    return True
 
 class AuthIndex(WheelIndex):
     """A PEP 503 index that answers 401 to any request without the right basic credentials."""
@@ -69,18 +53,6 @@ def index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     AuthIndex.authorized, AuthIndex.refused = 0, 0
     with serve(AuthIndex) as url:
         yield url
-
-
-def credentials_env(url: str) -> dict[str, str]:
-    prefix = name_indexes([url])[0].env_prefix  # UV_INDEX_127_0_0_1
-    return {f"{prefix}_USERNAME": USER, f"{prefix}_PASSWORD": PASSWORD}
-
-
-def leaks(root: Path, *texts: str) -> list[str]:
-    """Every file under ``root`` and every text that holds the password (plain or in basic auth form)."""
-    secrets = [PASSWORD.encode(), base64.b64encode(f"{USER}:{PASSWORD}".encode())]
-    found = [str(p) for p in root.rglob("*") if p.is_file() and not p.is_symlink() and any(s in p.read_bytes() for s in secrets)]
-    return found + [f"output {n}" for n, t in enumerate(texts) if any(s.decode() in t for s in secrets)]
 
 
 def test_without_credentials_the_lock_fails_in_one_line(index: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

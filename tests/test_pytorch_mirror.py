@@ -7,7 +7,6 @@ local wheel folder; the torch wheel is a small installable one named as the CPU 
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import subprocess
@@ -17,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.kill_harness import index_handler, wheel
 from tests.loopback import serve
-from tests.test_kill_writes import index_handler, wheel
 
 STACK = """\
 [stack]

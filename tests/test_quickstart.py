@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_build_fixtures import copy_example, make_lock
+from tests.build_fixtures import copy_example, make_lock
 from trainstack.builder.api import _with_installed_python
 from trainstack.cli import main
 from trainstack.errors import ToolMissingError

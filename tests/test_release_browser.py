@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.browser import browser  # noqa: F401 (browser: fixture)
 from tests.release_pair import release, slug_of
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 SIZES = {"laptop": (1366, 900), "phone": (390, 844)}
 
 # Rendering fixtures for the page (not measurements), in the shape `trainstack bench --out` writes.
@@ -29,25 +27,6 @@ def _jsonl(path: Path, records: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-@pytest.fixture
-def browser(tmp_path: Path):
-    for program in (CHROMIUM, CHROMEDRIVER):
-        if not Path(program).exists() and shutil.which(Path(program).name) is None:
-            pytest.fail(f"{program} is missing: apt-get install chromium chromium-driver")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver_path = CHROMEDRIVER if Path(CHROMEDRIVER).exists() else shutil.which("chromedriver")
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    yield driver
-    driver.quit()
 
 
 @pytest.mark.slow

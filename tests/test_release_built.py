@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.test_build_interrupt import STACK, stalling_index  # noqa: F401 (a fixture)
+from tests.stalling_index import STACK, stalling_index  # noqa: F401 (a fixture)
 
 SLUG = "cpu-debian12-py311-release"
 

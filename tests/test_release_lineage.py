@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_release_seed import seed  # noqa: F401  (the fixture: the CoreWeave pair with current hashes)
+from tests.release_seed import seed  # noqa: F401  (the fixture: the CoreWeave pair with current hashes)
 from trainstack.cli import main
 from trainstack.lock.manifest import LockedFlavour, Manifest, load_manifest
 from trainstack.release.diff import diff_manifests, match_flavours
@@ -115,7 +115,7 @@ def test_a_verify_result_of_this_stack_and_lock_is_taken(seed: Path, tmp_path: P
 
 
 def test_verify_records_what_it_verified_and_release_shows_not_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.test_build_fixtures import make_lock, source_stack
+    from tests.build_fixtures import make_lock, source_stack
     from trainstack.lock.manifest import manifest_path
     from trainstack.stackfile import load_stack
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_release_seed import SEVEN
+from tests.release_seed import SEVEN
 from trainstack.cli import main
 
 SEEDS = Path(__file__).resolve().parent.parent / "examples" / "seeds"

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.build_fixtures import copy_example, git_package, hadolint_errors, make_lock
 from tests.clirun import assert_no_traceback
-from tests.test_build_fixtures import copy_example, git_package, make_lock
 from trainstack.cli import main
 from trainstack.render import render_stack
 
 SLUG = "cpu-debian12-py311-release"
 TORCH_SLUG = "cu130-ubuntu2404-py311-release"
 
-
-def hadolint_errors(dockerfile: Path) -> list[str]:
-    """hadolint's findings at its default threshold (every level); DL3008 is ignored inline, see README."""
-    result = subprocess.run(["hadolint", "--no-color", str(dockerfile)], capture_output=True, text=True)
-    return result.stdout.splitlines() + ([result.stderr] if result.returncode not in (0, 1) else [])
 
 
 @pytest.fixture(scope="module")

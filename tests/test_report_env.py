@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import assert_no_traceback
-from tests.test_verify_fixtures import cuda_venv, numpy_python, planted_torch  # noqa: F401 - fixture
+from tests.verify_fixtures import cuda_venv, numpy_python, planted_torch  # noqa: F401 - fixture
 from trainstack.cli import main
 from trainstack.errors import UsageError
 from trainstack.verify.report import collect_report

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import assert_no_traceback
+from tests.kill_harness import PY311, PY312, cli_ok, index, leftovers, old_lock, tree  # noqa: F401 (fixtures)
 from tests.mounts import tmpfs
-from tests.test_kill_writes import PY311, PY312, cli_ok, index, leftovers, old_lock, tree  # noqa: F401 (fixtures)
 
 HANG = 60  # seconds: a command still running by then is a hang
 

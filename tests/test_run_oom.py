@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_release_browser import browser  # noqa: F401  (a fixture)
+from tests.browser import browser  # noqa: F401  (a fixture)
 from trainstack.run import diagnosis, memview
 from trainstack.run.oom import diagnose_with
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_verify_fixtures import make_venv, numpy_python, planted_torch  # noqa: F401 - fixture
+from tests.verify_fixtures import make_venv, numpy_python, planted_torch  # noqa: F401 - fixture
 from trainstack.stackfile.schema import SMOKE_CHECKS
 from trainstack.verify.smoke import run_smoke
 from trainstack.verify.target import open_target

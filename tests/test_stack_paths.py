@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.build_fixtures import copy_example
 from tests.clirun import assert_no_traceback
-from tests.test_build_fixtures import copy_example
 from trainstack.buildenv import cache_dir, compiler_cache_env
 from trainstack.cli import main
 from trainstack.errors import SpecError
 from trainstack.rules.schema import fill
 from trainstack.stackfile import load_stack
-from trainstack.stackfile.schema import CompilerCache
 from trainstack.stackfile.paths import stack_path
+from trainstack.stackfile.schema import CompilerCache
 
 
 @pytest.fixture()

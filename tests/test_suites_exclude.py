@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import assert_no_traceback
-from tests.test_release_core import COMPONENTS, R128, two_releases
-from tests.test_suites_gate import PLANTED, gate, pytest_suite
+from tests.release_manifests import COMPONENTS, R128, two_releases
+from tests.suite_gate import PLANTED, gate, pytest_suite
 from trainstack.cli import main
 from trainstack.release.html import render_html
 from trainstack.release.markdown import render_markdown

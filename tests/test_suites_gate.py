@@ -3,38 +3,17 @@ a timeout, known issues. numpy's own linalg tests run in test_verify_cli (the RE
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.suite_gate import PLANTED, gate, pytest_suite
 from trainstack.errors import SpecError
 from trainstack.stackfile.schema import Suite
-from trainstack.verify.suites.gate import judge, run_gate
+from trainstack.verify.suites.gate import judge
 from trainstack.verify.suites.junit import read_summary
-from trainstack.verify.suites.known_issues import KnownIssues, load_known_issues
-from trainstack.verify.target import open_target
-
-PLANTED = '''
-import os
-import pathlib
-
-def test_ok():
-    assert 1 + 1 == 2
-
-def test_fails():
-    assert 1 == 2
-
-def test_flaky():
-    marker = pathlib.Path(os.environ["FLAKY_MARKER"])
-    if not marker.exists():
-        marker.write_text("failed once")
-        assert False, "fails on the first run only"
-
-def test_setup_error(no_such_fixture):
-    pass
-'''
+from trainstack.verify.suites.known_issues import load_known_issues
 
 CRASH = '''
 import os
@@ -64,16 +43,6 @@ def suites_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FLAKY_MARKER", str(tmp_path / "flaky.marker"))
     return tmp_path
 
-
-def gate(path: Path, *suites: Suite, known: KnownIssues | None = None, max_failed_tests: int = 0, trust: bool = False):
-    # the flaky test keeps its marker in the suite's folder: left writable in the sandbox
-    return run_gate(open_target(Path(sys.executable)), list(suites), max_failed_tests=max_failed_tests,
-                    known=known or KnownIssues(), target_name="cpu-debian12-py311-release", cwd=path, trust=trust,
-                    writable=(path,))
-
-
-def pytest_suite(name: str, target: str, **kw) -> Suite:
-    return Suite(name=name, command=f"python -m pytest -p no:cacheprovider {target}", **kw)
 
 
 def test_failures_flaky_and_setup_errors_are_counted(suites_dir: Path) -> None:

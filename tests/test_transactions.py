@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_kill_writes import KILLER, REPO
-from trainstack import fsutil
+from tests.kill_harness import KILLER, REPO
 from trainstack.fsutil import dump_json, loads_strict, read_tree, recover_tree, replace_tree
 
 OLD = {"stack.lock.json": b'{"old": 1}\n', "locks/a.txt": b"a==1\n", "locks/gone.txt": b"x\n"}

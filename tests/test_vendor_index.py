@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.loopback import WheelIndex, serve
-from tests.test_private_index import authorized, credentials_env, leaks
+from tests.private_index import authorized, credentials_env, leaks
 from tests.wheels import wheel
 from trainstack.cli import main
 

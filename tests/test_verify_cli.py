@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import assert_no_traceback
-from tests.test_verify_fixtures import REPO, numpy_python  # noqa: F401 - fixture
+from tests.verify_fixtures import REPO, numpy_python  # noqa: F401 - fixture
 from trainstack.cli import main
 
 FLAVOUR = "cpu-debian12-py311-release"

@@ -8,7 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.test_build_fixtures import git_package, make_lock, source_stack
+from tests.build_fixtures import git_package, make_lock, source_stack
 from trainstack.cli import main
 
 SLUG = "cpu-debian12-py311-release"

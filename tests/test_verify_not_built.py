@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_build_fixtures import make_lock, source_stack
+from tests.build_fixtures import make_lock, source_stack
 from trainstack.cli import main
 
 SLUG = "cpu-debian12-py311-release"

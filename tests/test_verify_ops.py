@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_verify_fixtures import deepspeed_python, numpy_python  # noqa: F401 - fixture
+from tests.verify_fixtures import deepspeed_python, numpy_python  # noqa: F401 - fixture
 from trainstack.verify.ops import build_table, op_table
 from trainstack.verify.target import last_json, open_target
 

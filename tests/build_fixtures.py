@@ -97,3 +97,9 @@ def source_stack(root: Path, min_free: float = 1) -> tuple[Path, str, str]:
     path = root / "cpu-src.toml"
     path.write_text(CPU_WITH_SOURCE.format(url=url, sha=sha, min_free=min_free), encoding="utf-8")
     return path, url, sha
+
+
+def hadolint_errors(dockerfile: Path) -> list[str]:
+    """hadolint's findings at its default threshold (every level); DL3008 is ignored inline, see README."""
+    result = subprocess.run(["hadolint", "--no-color", str(dockerfile)], capture_output=True, text=True)
+    return result.stdout.splitlines() + ([result.stderr] if result.returncode not in (0, 1) else [])
