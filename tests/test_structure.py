@@ -129,3 +129,15 @@ def test_the_layers_docs_structure_names_hold_every_unit_once_and_none_imports_u
     edges = import_graph().graph("trainstack")
     assert sorted(level) == sorted(edges) and sum(map(len, layers)) == len(level)
     assert [(a, b) for a in edges for b in edges[a] if level[b] > level[a]] == []
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in helper modules beside them (tests/*.py not named test_*), never in a
+    test module that another imports: a test file is read, moved and deleted alone."""
+    tests = ROOT / "tests"
+    found = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.name}:{node.lineno} imports {name}" for name in names if re.match(r"tests\.test_", name)]
+    assert found == []
