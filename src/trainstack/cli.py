@@ -17,6 +17,7 @@ import inspect
 import sys
 import textwrap
 from collections.abc import Callable, Iterable
+from typing import Any, Protocol, cast
 
 import typer
 
@@ -60,6 +61,33 @@ SUMMARIES: dict[str, str] = {
 }
 
 PROG = "trainstack"
+
+
+# What this module reads and replaces on click's objects. typer carries its own copy of click (older typer
+# uses click itself), so there is no one class to name: these protocols name the attributes used.
+class _Documented(Protocol):
+    help: str | None
+
+
+class _Argument(Protocol):
+    name: str | None
+    metavar: str | None
+    nargs: int
+    required: bool
+    display_type_rich: Callable[[Any], str | None]
+    _rich_display_name: Callable[[], str]
+    _usage_display_name: Callable[[], str]
+    get_usage_pieces: Callable[[Any], list[str]]
+
+
+class _Option(Protocol):
+    name: str | None
+    help: str | None
+    process_value: Callable[[Any, Any], Any]
+
+
+class _ClickError(Protocol):
+    def format_message(self) -> str: ...
 
 
 def _version(value: bool) -> None:
@@ -119,7 +147,7 @@ def _context_settings() -> dict[str, object]:
     return settings
 
 
-def _set_verbosity(ctx: object, param: object, value: int) -> int:
+def _set_verbosity(ctx: object, param: _Option, value: int) -> int:
     """-q and -v count against each other: -q is -1, -v 1, -vv 2."""
     store = getattr(ctx, "meta", {})
     store[param.name] = value or 0
@@ -222,12 +250,13 @@ def _app_for(argv: list[str]) -> typer.Typer:
     return build_app([verb])
 
 
-def _plain_help(command: object) -> None:
+def _plain_help(command: _Documented) -> None:
     """Help that reads as words: NAME placeholders instead of '<int range>', ranges spelt out."""
     for sub in getattr(command, "commands", {}).values():
         _plain_help(sub)
-    if getattr(command, "help", None):
-        command.help = _keep_examples(command.help)
+    text = getattr(command, "help", None)
+    if text:
+        command.help = _keep_examples(text)
     for param in getattr(command, "params", []):
         if param.param_type_name == "argument":
             _plain_argument(param)
@@ -248,7 +277,7 @@ def _keep_examples(text: str) -> str:
     return "\n\n".join(f"\b\n{p}" if p.startswith("Example") else p for p in paragraphs)
 
 
-def _plain_argument(param: object) -> None:
+def _plain_argument(param: _Argument) -> None:
     """An argument shows as its NAME (with '...' when it takes several), without a type label."""
     name = param.metavar or (param.name or "").upper()
     many = "..." if param.nargs != 1 else ""
@@ -266,7 +295,7 @@ def _holds_text(param: object) -> bool:
     return getattr(getattr(param, "type", None), "name", "") == "text"
 
 
-def _accept_commas(param: object) -> None:
+def _accept_commas(param: _Option) -> None:
     """A repeatable text option also takes comma lists: '--skip a,b' is '--skip a --skip b'."""
     process = param.process_value
 
@@ -343,7 +372,7 @@ def _main(args: list[str]) -> int:
         print_error("aborted")
         return 1
     except _click_errors() as exc:
-        return _bad_input(_usage_error(exc), args)
+        return _bad_input(_usage_error(cast(_ClickError, exc)), args)  # one of _click_errors(): a ClickException
     except BrokenPipeError:
         return 0
 
@@ -354,7 +383,7 @@ def _bad_input(code: int, args: list[str]) -> int:
     return bad_input_code(verb) if code == UsageError.exit_code and verb in EXIT_TABLE else code
 
 
-def _usage_error(exc: Exception) -> int:
+def _usage_error(exc: _ClickError) -> int:
     """A click usage error as 'error: ...' and one line saying where the help is."""
     if type(exc).__name__ == "NoArgsIsHelpError":  # 'trainstack' alone: the help, as click would
         sys.stdout.write(exc.format_message() + "\n")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover
+else:  # pragma: no cover - Python 3.10 only: tomllib is in the standard library from 3.11
     import tomli as tomllib
 
 PYTHON_FLAGS = ("-I", "-B", "-u", "-E", "-s", "-S", "-O", "-OO", "-b", "-bb", "-q", "-v")  # may stand before -m pytest

@@ -4,6 +4,7 @@ blocks), ``forward(tokens, targets) -> loss`` with the chunked loss, ``compile_l
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -12,9 +13,14 @@ from torch import nn
 from trainstack.errors import SpecError
 from trainstack.nn.decoder import chunked_cross_entropy, softmax_xent_grad
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 
 class HfCausalLM(nn.Module):
-    def __init__(self, hf_model: nn.Module, path: object = "config") -> None:
+    _layers: nn.ModuleList  # set in __init__ with object.__setattr__, outside the module tree
+
+    def __init__(self, hf_model: PreTrainedModel, path: object = "config") -> None:
         super().__init__()
         self.hf = hf_model
         self.loss_chunk_fn: Callable | None = None  # None: the in-place eager chunk

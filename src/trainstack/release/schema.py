@@ -191,7 +191,7 @@ class Attribution(Frozen):
     steps: list[AttributionStep]
     unresolved: list[str] = []  # finer steps uv could not resolve, with its reason
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's computed_field over a property, as pydantic documents it
     @property
     def headline(self) -> str:
         """'training throughput +6.1% (torch 2.5.1 → 2.7.0: +5.2%; transformers ...: +0.9%, within noise)'."""

@@ -17,7 +17,7 @@ from trainstack.rules.schema import Rules
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover
+else:  # pragma: no cover - Python 3.10 only: tomllib is in the standard library from 3.11
     import tomli as tomllib
 
 

@@ -16,7 +16,7 @@ from trainstack.rules.schema import Cited, Data, fill
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover
+else:  # pragma: no cover - Python 3.10 only: tomllib is in the standard library from 3.11
     import tomli as tomllib
 
 ARCH_RE = re.compile(r"^\d{2,3}[af]?$")

@@ -53,8 +53,8 @@ def capture_model(on_model: Callable[[Captured], None]) -> None:
     def first_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         if not _trains(self):
             return original(self, *args, **kwargs)
-        nn.Module.__call__ = original
-        torch.optim.Optimizer.__init__ = original_init
+        nn.Module.__call__ = original  # type: ignore[method-assign]  # the patch taken off: torch's own __call__ back
+        torch.optim.Optimizer.__init__ = original_init  # type: ignore[method-assign]  # the patch taken off: torch's own __init__ back
         optimizer = built[-1]() if built else None
         on_model(
             Captured(root=self, model=unwrap(self), args=args, kwargs=kwargs, optimizer=optimizer, autocast=_autocast_on(args, kwargs))
@@ -65,8 +65,8 @@ def capture_model(on_model: Callable[[Captured], None]) -> None:
         original_init(self, *args, **kwargs)
         built.append(weakref.ref(self))
 
-    nn.Module.__call__ = first_call
-    torch.optim.Optimizer.__init__ = recording_init
+    nn.Module.__call__ = first_call  # type: ignore[method-assign]  # patching torch's class is how the model is found without its code
+    torch.optim.Optimizer.__init__ = recording_init  # type: ignore[method-assign]  # patching torch's class is how the optimizer is found
 
 
 def _autocast_on(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

@@ -18,7 +18,7 @@ from trainstack.stackfile.matrix import Flavour, base_of, components_for, expand
 from trainstack.stackfile.schema import Component, Stack
 from trainstack.trust import runs_code
 
-Level = Literal["error", "info"]
+Level = Literal["error", "warning", "info"]
 
 
 @dataclass(frozen=True)
@@ -318,8 +318,8 @@ def _nvcc_route(
     if not stack.toolchain.nvcc:
         text = "[toolchain] nvcc = false: the base image's nvcc (oci builds) or the host's (venv builds) compiles, unchecked"
         return [_finding(flavour, "toolchain.route", "info", text, cuda_rules.nvcc.source)]
-    found = base_of(stack, flavour)
-    base = found[1] if found is not None else None
+    based = base_of(stack, flavour)
+    base = based[1] if based is not None else None
     declared = stack.build.base_cuda.get(flavour.os)
     oci = nvcc.oci_route(rules, flavour.cuda, flavour.os, base, declared)
     if oci is not None and oci.debian is not None:

@@ -11,9 +11,10 @@ def read_gpus(nvml: Any | None = None) -> GpuInfo:
     """Query NVML; ``nvml`` is the pynvml module (a stand-in in tests on machines without NVML)."""
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
         except ImportError:
             return GpuInfo(reason="nvidia-ml-py is not installed")
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception as exc:  # noqa: BLE001 - NVMLError subclasses are generated at run time

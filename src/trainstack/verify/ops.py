@@ -26,7 +26,7 @@ from trainstack.verify.target import Target, run_probe
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover
+else:  # pragma: no cover - Python 3.10 only: tomllib is in the standard library from 3.11
     import tomli as tomllib
 
 # terminal colour and cursor codes some tools print (DeepSpeed's [WARNING] and [OKAY] lines)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover
+else:  # pragma: no cover - Python 3.10 only: tomllib is in the standard library from 3.11
     import tomli as tomllib
 
 

@@ -109,7 +109,7 @@ def _check_header(fh, size: int) -> None:
         if section0 is None:
             raise ValueError("e_phnum is PN_XNUM but there is no section 0 to hold the count")
         phnum = section0[7]
-    if shoff and shnum == 0:
+    if section0 is not None and shnum == 0:  # section 0 is read whenever there is a section table
         shnum = section0[5]
     if phnum and (phentsize != phdr or phoff > size or phnum > (size - phoff) // phdr):
         raise ValueError(
@@ -152,8 +152,8 @@ def _read_dynamic(elf: ELFFile, info: ElfInfo) -> None:
     for tag, value in entries:
         if tag not in _STRING_TAGS:
             continue
-        text = parse_cstring_from_stream(elf.stream, strtab_offset + value)
-        text = (text or b"").decode("utf-8", "replace")
+        raw = parse_cstring_from_stream(elf.stream, strtab_offset + value)
+        text = (raw or b"").decode("utf-8", "replace")
         if any(ord(c) < 0x20 or ord(c) == 0x7F or c == "\ufffd" for c in text) or len(text) > 4096:
             raise ValueError(
                 f"its {tag} entry is not a file name (control characters, bytes that are not UTF-8 or over 4096 characters): {text[:80]!r}"

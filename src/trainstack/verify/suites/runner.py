@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from rich.text import Text
 
@@ -34,7 +35,7 @@ from trainstack.verify.suites.junit import (
 from trainstack.verify.suites.known_issues import KnownIssues
 from trainstack.verify.suites.live import SuiteProgress
 from trainstack.verify.suites.sandbox import MOUNT_POLICY, TIMED_OUT
-from trainstack.verify.suites.schema import ExcludedTest, KnownHit, SuiteResult
+from trainstack.verify.suites.schema import ExcludedTest, KnownHit, SuiteResult, SuiteStatus
 from trainstack.verify.target import Target, probe_path
 
 PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
@@ -209,6 +210,20 @@ class SuiteRun:
         return result, xml, progress, time.perf_counter() - start
 
 
+class Exclusions(TypedDict):
+    excluded: list[ExcludedTest]
+    unmatched_exclusions: list[ExcludedTest]
+
+
+class _Shared(Exclusions):
+    """The fields of a SuiteResult that one run gives whatever its status."""
+
+    name: str
+    command: str
+    seconds: float
+    max_failed: int
+
+
 def run_suite(
     target: Target,
     suite: Suite,
@@ -226,7 +241,7 @@ def run_suite(
     err.print(Text(f"suite {suite.name}", style="bold"), highlight=False)
     result, xml, events, seconds = run.execute(words, "run")
     progress = read_progress(events)
-    base = {
+    base: _Shared = {
         "name": suite.name,
         "command": suite.command,
         "seconds": round(seconds, 2),
@@ -254,7 +269,7 @@ def run_suite(
         return SuiteResult(status="error", exit_code=125, reason=result.stderr.strip().splitlines()[0][:300], **base)
     if not run.is_pytest(words):
         # no test count to read: it passes on its exit status only where the stack allows a run of no counted test
-        status = "passed" if result.ok and suite.allow_no_tests else "failed"
+        status: SuiteStatus = "passed" if result.ok and suite.allow_no_tests else "failed"
         reason = f"exit {result.returncode} (not a pytest command: no test counted, judged by its exit status)"
         if result.ok and not suite.allow_no_tests:
             reason += "; a suite that runs no counted test passes only with allow_no_tests = true"
@@ -264,7 +279,7 @@ def run_suite(
     return _judged(run, words, result, xml, progress, known, target_name, base)
 
 
-def exclusions(suite: Suite, progress: Progress) -> dict[str, list[ExcludedTest]]:
+def exclusions(suite: Suite, progress: Progress) -> Exclusions:
     """The tests the suite's exclude list left out, each with its entry's reason, and the
     entries that matched no collected test (known only where the plugin read the list)."""
     excluded = [
@@ -282,7 +297,7 @@ def exclusions(suite: Suite, progress: Progress) -> dict[str, list[ExcludedTest]
 
 
 def _judged(
-    run: SuiteRun, words: list[str], result: proc.Result, xml: Path, progress: Progress, known: KnownIssues, target_name: str, base: dict
+    run: SuiteRun, words: list[str], result: proc.Result, xml: Path, progress: Progress, known: KnownIssues, target_name: str, base: _Shared
 ) -> SuiteResult:
     """A pytest run that finished: its failing tests rerun once, known ones subtracted, its
     collection errors counted (accepted only by an exact known-issues entry), its counts
@@ -302,7 +317,7 @@ def _judged(
     failed = collect_left + remaining
     cross = _cross_check(progress, summary)
     ran = progress.ran
-    status = "passed" if len(failed) <= suite.max_failed else "failed"
+    status: SuiteStatus = "passed" if len(failed) <= suite.max_failed else "failed"
     reason = (
         f"{len(failed)} failing (max {suite.max_failed}), {len(progress.collect_errors)} collection error(s), "
         f"{len(flaky)} flaky, {len(hits) + len(collect_hits)} known, {len(progress.excluded)} excluded; "
@@ -342,7 +357,7 @@ def _judged(
     )
 
 
-def _crashed(result: proc.Result, progress: Progress, base: dict, why: str = "no JUnit XML written") -> SuiteResult:
+def _crashed(result: proc.Result, progress: Progress, base: _Shared, why: str = "no JUnit XML written") -> SuiteResult:
     """No XML (the runner died before writing it), or XML that could not be read. Count what
     the events saw, plus the crash."""
     how = f"killed by signal {-result.returncode}" if result.returncode < 0 else f"exit {result.returncode}"
