@@ -79,26 +79,16 @@ def test_usage_errors_use_the_one_error_prefix_and_name_the_help():
         assert_no_traceback(proc.stderr)
 
 
-def test_root_help_imports_no_verb_and_is_fast():
+def test_root_help_imports_no_verb():
+    """`trainstack --help` reads no verb's module (nor torch): what keeps it quick, which
+    benchmarks/cli_speed.py measures beside typer and rich alone."""
     code = (
-        "import sys, time; t = time.perf_counter(); from trainstack.cli import main; main(['--help']); "
-        "print(time.perf_counter() - t, file=sys.stderr); "
+        "import sys; from trainstack.cli import main; main(['--help']); "
         "assert not [m for m in sys.modules if m.startswith(('trainstack.bench', 'trainstack.lock', 'trainstack.verify', "
         "'trainstack.builder', 'trainstack.release', 'torch'))], 'a verb was imported'"
     )
-    best = min(_wall(sys.executable, "-c", code) for _ in range(5))
-    # typer and rich are the floor; on a loaded machine everything slows, the floor too
-    floor = min(_wall(sys.executable, "-c", "import typer, rich.console") for _ in range(5))
-    assert best < 0.3 or best < 1.5 * floor, f"trainstack --help took {best:.2f} s (typer and rich alone {floor:.2f} s)"
-
-
-def _wall(*argv: str) -> float:
-    import time
-
-    start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    return time.perf_counter() - start
 
 
 HELP_NOISE = ("<bool>", "<int", "<str>", "<path>", "<list[", "x>=", "[default: ]")
