@@ -380,8 +380,8 @@ def _host_zeros(numel: int, pin: bool) -> torch.Tensor:
 
 
 def _announced_grad(param: nn.Parameter) -> torch.Tensor:
-    """An announced parameter's gradient: announced once it has one (step()) or once it was
-    accumulated (the post-accumulate-grad hook)."""
+    """The gradient of a parameter on the queue: step() puts those that have one, the
+    post-accumulate-grad hook those whose gradient it was just called for."""
     if param.grad is None:
         raise RuntimeError("a parameter without a gradient was announced to the host optimizer")
     return param.grad

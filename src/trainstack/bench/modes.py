@@ -3,7 +3,6 @@ per block (the modes' grammar is trainstack.nn.modes)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from trainstack.errors import TrainstackError
@@ -14,6 +13,8 @@ from trainstack.memplan.wrappers import compile_block, wrap
 from trainstack.nn.modes import Mode
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from torch import nn
 
 
