@@ -9,6 +9,7 @@ import resource
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -45,7 +46,7 @@ def pick_device(requested: str, dist: Dist) -> torch.device:
 def init_process_group(dist: Dist, device: torch.device) -> None:
     if dist.enabled and not torch.distributed.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
-        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
         torch.distributed.init_process_group(backend, **kwargs)
 
 

@@ -126,7 +126,7 @@ def too_small(recipe: str, k: int, n: int) -> str | None:
     return None
 
 
-def why_kept(module: nn.Module, heads: set[int], recipe: str = "tensorwise") -> str | None:
+def why_kept(module: nn.Linear, heads: set[int], recipe: str = "tensorwise") -> str | None:
     """None when ``module`` converts to float8; else why it stays in higher precision."""
     if id(module) in heads:
         return "output projection"
@@ -177,9 +177,10 @@ def swap_linears(model: nn.Module, recipe: str, selected: Callable[[str], bool],
         model, config=float8_config(recipe, emulate=emulate), module_filter_fn=lambda module, fqn: selected(fqn)
     )
     torchao_linear = float8.float8_linear.Float8Linear
+    flat_input = _flat_input_linear(torchao_linear)
     for module in model.modules():
         if type(module) is torchao_linear:
-            module.__class__ = _flat_input_linear(torchao_linear)
+            module.__class__ = flat_input
 
 
 @functools.cache

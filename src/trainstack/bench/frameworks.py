@@ -11,14 +11,17 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from trainstack.bench import device as dev
-from trainstack.bench.modes import ModeUnavailable
+from trainstack.bench.modes import ModeUnavailable, blocks
 from trainstack.memplan.placement import KINDS, Layout
 from trainstack.nn.modes import Mode
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
 
 
 @dataclass
@@ -105,17 +108,19 @@ def fsdp2(model: torch.nn.Module, mode: Mode, lr: float, device: torch.device, d
     policy = (
         MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if device.type == "cuda" else MixedPrecisionPolicy()
     )
-    extra = {"offload_policy": CPUOffloadPolicy(pin_memory=device.type == "cuda")} if mode.offload else {}
-    last = len(model.layers) - 1
-    for i, block in enumerate(model.layers):
+    extra: dict[str, Any] = {"offload_policy": CPUOffloadPolicy(pin_memory=device.type == "cuda")} if mode.offload else {}
+    layers = blocks(model)
+    last = len(layers) - 1
+    for i, block in enumerate(layers):
         fully_shard(block, mp_policy=policy, reshard_after_forward=i < last, **extra)
     fully_shard(model, mp_policy=policy, **extra)
+    sharded = cast("FSDPModule", model)  # fully_shard gave the model FSDPModule's methods in place (its class swapped)
     on_gpu = device.type == "cuda" and not mode.offload
     opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=on_gpu or None, foreach=None if on_gpu else False)
 
     def before(last_micro: bool) -> None:
         if accum > 1:
-            model.set_requires_gradient_sync(last_micro)
+            sharded.set_requires_gradient_sync(last_micro)
 
     def backward(loss: torch.Tensor, last_micro: bool) -> None:
         (loss / accum if accum > 1 else loss).backward()

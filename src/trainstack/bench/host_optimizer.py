@@ -148,22 +148,21 @@ class HostAdamW:
 
     @torch.no_grad()
     def step(self) -> None:
-        if self._worker is None:
-            self._start()
+        worker = self._worker if self._worker is not None else self._start()
         ready = _event(self.cuda)
         for i, p in enumerate(self.params):
             if i not in self._announced and p.grad is not None:
                 self._queue.put((i, ready, False))
         self._queue.put(_STOP)
         start = time.perf_counter()
-        self._worker.join()
+        worker.join()
         self.stats.wait_seconds = time.perf_counter() - start
         self._worker, self._armed = None, False
         self._announced.clear()
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-        if self.cuda:  # the next forward reads the weights the copy streams wrote
+        if self._streams is not None:  # on a GPU: the next forward reads the weights the copy streams wrote
             for s in self._streams:
                 torch.cuda.current_stream(self.device).wait_stream(s)
         self.history.append(self.stats)
@@ -186,11 +185,12 @@ class HostAdamW:
 
         return hook
 
-    def _start(self) -> None:
+    def _start(self) -> threading.Thread:
         self.step_count += 1
         lr = float(self.param_groups[0]["lr"])
         self._worker = threading.Thread(target=self._run, args=(lr,), name="trainstack-host-adamw", daemon=True)
         self._worker.start()
+        return self._worker
 
     def _run(self, lr: float) -> None:
         try:
@@ -244,12 +244,12 @@ class HostAdamW:
     def _down(self, chunk: Chunk, slot: int, ready):
         """The chunk's bf16 gradient to the host's staging buffer (the optimizer rung: a view,
         the device steps it where it is); with the event the copy records (None on the CPU)."""
-        grad = self.params[chunk.index].grad.reshape(-1)[chunk.start : chunk.stop]
+        grad = _announced_grad(self.params[chunk.index]).reshape(-1)[chunk.start : chunk.stop]
         if not self.on_cpu:
             return grad
-        buf = self._staging.down[slot][: chunk.stop - chunk.start]
+        buf = self._staged().down[slot][: chunk.stop - chunk.start]
         self.stats.d2h_bytes += buf.numel() * buf.element_size()
-        if not self.cuda:
+        if self._streams is None:  # on the CPU
             buf.copy_(grad)
             return (buf, None)
         down = self._streams[0]
@@ -265,17 +265,19 @@ class HostAdamW:
         grad, done = down
         if done is not None:
             done.synchronize()
-        event = self._staging.up_done[slot]
+        staging = self._staged()
+        event = staging.up_done[slot]
         if event is not None:
             event.synchronize()  # the upload that last read this buffer is done
-        out = self._staging.up[slot][: chunk.stop - chunk.start]
+        out = staging.up[slot][: chunk.stop - chunk.start]
         start = time.perf_counter()
         m = self.exp_avgs[chunk.index][chunk.start : chunk.stop]
         v = self.exp_avg_sqs[chunk.index][chunk.start : chunk.stop]
-        self._adamw(out, grad, self.masters[chunk.index][chunk.start : chunk.stop], m, v, lr, self._g32[slot])
+        scratch = self._g32[slot] if self._g32 is not None else None  # made wherever the step runs on the CPU
+        self._adamw(out, grad, self.masters[chunk.index][chunk.start : chunk.stop], m, v, lr, scratch)
         self.stats.cpu_seconds += time.perf_counter() - start
         self.stats.h2d_bytes += out.numel() * out.element_size()
-        if not self.cuda:
+        if self._streams is None:  # on the CPU
             param.copy_(out)
             return
         up = self._streams[1]
@@ -283,7 +285,7 @@ class HostAdamW:
             param.copy_(out, non_blocking=True)
             event = torch.cuda.Event()
             event.record(up)
-        self._staging.up_done[slot] = event
+        staging.up_done[slot] = event
 
     def _update_on_device(self, chunk: Chunk, grad: torch.Tensor, ready, lr: float) -> None:
         """The optimizer rung: the moments come up, are updated with the device's master
@@ -296,7 +298,7 @@ class HostAdamW:
         moved = 2 * m_home.numel() * m_home.element_size()
         self.stats.h2d_bytes += moved
         self.stats.d2h_bytes += moved
-        if not self.cuda:
+        if self._streams is None:  # on the CPU
             m, v = m_home.clone(), v_home.clone()
             self._adamw(param, grad, master, m, v, lr)
             m_home.copy_(m)
@@ -347,6 +349,12 @@ class HostAdamW:
         )
         out.copy_(master)
 
+    def _staged(self) -> _Staging:
+        """The staging buffers, made wherever a chunk goes through the host (the step on its CPU)."""
+        if self._staging is None:
+            raise RuntimeError("no staging buffers: the step runs on the device, or there is no parameter to step")
+        return self._staging
+
     def _make_staging(self, largest: int) -> _Staging | None:
         if not self.on_cpu or largest == 0:
             return None
@@ -369,6 +377,14 @@ class HostAdamW:
 
 def _host_zeros(numel: int, pin: bool) -> torch.Tensor:
     return torch.zeros(numel, dtype=torch.float32, pin_memory=pin)
+
+
+def _announced_grad(param: nn.Parameter) -> torch.Tensor:
+    """The gradient of a parameter on the queue: step() puts those that have one, the
+    post-accumulate-grad hook those whose gradient it was just called for."""
+    if param.grad is None:
+        raise RuntimeError("a parameter without a gradient was announced to the host optimizer")
+    return param.grad
 
 
 def _event(cuda: bool):

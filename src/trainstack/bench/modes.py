@@ -3,7 +3,7 @@ per block (the modes' grammar is trainstack.nn.modes)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from trainstack.errors import TrainstackError
 from trainstack.memplan import apply, plan_memory
@@ -13,6 +13,8 @@ from trainstack.memplan.wrappers import compile_block, wrap
 from trainstack.nn.modes import Mode
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from torch import nn
 
 
@@ -20,10 +22,16 @@ class ModeUnavailable(Exception):
     """The mode cannot run in this environment (its row says why)."""
 
 
+def blocks(model: nn.Module) -> nn.ModuleList:
+    """``model.layers``, the blocks of the bench decoder and of HfCausalLM (nn.Module's
+    attribute lookup types a submodule ``Tensor | Module``)."""
+    return cast("nn.ModuleList", model.layers)
+
+
 def apply_checkpointing(model: nn.Module, mode: Mode) -> None:
     """Wrap ``model.layers`` in place according to ``mode.ac`` (none, full, every, selective),
     as memplan wraps the blocks of a plan."""
-    for i, block in enumerate(model.layers):
+    for i, block in enumerate(blocks(model)):
         if mode.ac in ("full", "selective") or (mode.ac == "every" and i % mode.every == 0):
             wrap(block, Choice.SELECTIVE if mode.ac == "selective" else Choice.FULL)
 
@@ -44,10 +52,11 @@ def apply_planned(
     ``compiled``; ``precision`` as memplan names the mode's weights, gradients and optimizer
     state); returns (model, plan)."""
     try:
-        if hasattr(model, "example_batch"):  # a Hugging Face model: planned from the model itself
+        example_batch = getattr(model, "example_batch", None)
+        if example_batch is not None:  # a Hugging Face model: planned from the model itself
             plan = plan_model(
                 model,
-                model.example_batch(batch, seq),
+                example_batch(batch, seq),
                 budget=budget_bytes,
                 world_size=world_size,
                 precision=precision,
@@ -77,6 +86,7 @@ def apply_compile(model: nn.Module, keep_budget: float | None = None) -> None:
     Each block is replaced by its compiled wrapper rather than compiled in place, so that
     FSDP2's hooks, registered later on the wrapper, run outside the compiled graph.
     """
-    for i, block in enumerate(model.layers):
-        model.layers[i] = compile_block(block, keep_budget)
-    model.compile_loss()
+    layers = blocks(model)
+    for i, block in enumerate(layers):
+        layers[i] = compile_block(block, keep_budget)
+    cast("Callable[[], None]", model.compile_loss)()  # the bench decoder's and HfCausalLM's method

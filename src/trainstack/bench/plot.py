@@ -26,7 +26,7 @@ def write_chart(path: Path, rows: list[dict], title: str, parity: dict | None = 
         wide = any(isinstance(r.get("breakdown"), dict) for r in rows)
         fig = Figure(figsize=(16 if wide else 11, bars + (4 if parity else 0)), layout="constrained")
         if parity:
-            top, bottom = fig.subfigures(2, 1, height_ratios=[bars, 4])
+            top, bottom = fig.subfigures(2, 1, squeeze=False, height_ratios=[bars, 4])[:, 0]
             _bars(top, rows)
             _parity(bottom, parity)
         else:

@@ -16,6 +16,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
+from typing import cast
 
 import torch
 from torch.profiler import record_function
@@ -26,7 +27,7 @@ from trainstack.bench.ceilings import ceilings, with_rates
 from trainstack.bench.frameworks import Trainer, deepspeed_engine, ensure_group, fsdp2, needs_group, plain
 from trainstack.bench.host_optimizer import HOST_RUNGS, HostAdamW, to_bf16_with_host_state
 from trainstack.bench.mfu import class_work, flops_per_token, flops_per_token_causal, mfu, mfu_causal, mfu_fp8
-from trainstack.bench.modes import ModeUnavailable, apply_checkpointing, apply_compile, apply_planned
+from trainstack.bench.modes import ModeUnavailable, apply_checkpointing, apply_compile, apply_planned, blocks
 from trainstack.bench.parity import lr_factor, markov_tokens
 from trainstack.bench.peaks import peak_for
 from trainstack.bench.precision import to_bf16_with_master
@@ -411,8 +412,9 @@ def shard(model: torch.nn.Module, device: torch.device) -> None:
     policy = (
         MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if device.type == "cuda" else MixedPrecisionPolicy()
     )
-    last = len(model.layers) - 1
-    for i, block in enumerate(model.layers):
+    layers = blocks(model)
+    last = len(layers) - 1
+    for i, block in enumerate(layers):
         fully_shard(block, mp_policy=policy, reshard_after_forward=i < last)
     fully_shard(model, mp_policy=policy)
 
@@ -425,13 +427,14 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
     deciles = statistics.quantiles(seconds, n=10, method="inclusive") if len(seconds) > 1 else [median] * 9
     per_gpu = spec.batch * spec.accum * spec.seq / median
     peak = peak_for(row["device_name"]) if row["device_type"] == "cuda" else None
-    fraction = mfu(per_gpu, spec.cfg, spec.seq, peak)
-    fp8_basis = {"mfu_fp8": mfu_fp8(per_gpu, spec.cfg, spec.seq, peak), "peak_fp8_tflops": peak.fp8_tflops if peak else None}
+    shape = _counted_shape(spec)
+    fraction = mfu(per_gpu, shape, spec.seq, peak)
+    fp8_basis = {"mfu_fp8": mfu_fp8(per_gpu, shape, spec.seq, peak), "peak_fp8_tflops": peak.fp8_tflops if peak else None}
     final = m.losses[-1]
     extra = dict(m.extra)
     if "breakdown" in extra:
         # a profiled step is one optimizer step: all its micro-batches
-        work = class_work(spec.cfg, batch=spec.batch * spec.accum, seq=spec.seq, params=extra.get("params_per_rank") or row["params"])
+        work = class_work(shape, batch=spec.batch * spec.accum, seq=spec.seq, params=extra.get("params_per_rank") or row["params"])
         health = spec.health if row["device_type"] == "cuda" else None  # a GPU's ceilings are no CPU's
         extra["breakdown"] = with_rates(extra["breakdown"], work, ceilings(peak, health, fp8=bool(spec.mode.fp8)))
     return {
@@ -441,7 +444,7 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
         "tokens_per_s_total": per_gpu * dist.world_size,
         "nodes": _nodes(dist),
         "mfu": fraction,
-        "mfu_causal": mfu_causal(per_gpu, spec.cfg, spec.seq, peak),
+        "mfu_causal": mfu_causal(per_gpu, shape, spec.seq, peak),
         "peak_tflops": peak.bf16_tflops if peak else None,
         "peak_source": peak.source if peak else None,
         **(fp8_basis if spec.mode.fp8 else {}),
@@ -462,6 +465,12 @@ def summarise(spec: RunSpec, m: Measured, row: dict, dist: dev.Dist) -> dict:
     }
 
 
+def _counted_shape(spec: RunSpec) -> ModelConfig:
+    """The model's shape as bench.mfu counts its FLOPs: an HfShape has what those counts read
+    (n_layers, dim, non_embedding_params()) as a ModelConfig has."""
+    return cast(ModelConfig, spec.cfg)
+
+
 def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
     cfg = spec.cfg
     return {
@@ -475,8 +484,8 @@ def _base_row(spec: RunSpec, device: torch.device, dist: dev.Dist) -> dict:
         "precision": _precision(device, dist, spec.mode),
         "params": cfg.total_params(),
         "non_embedding_params": cfg.non_embedding_params(),
-        "flops_per_token": flops_per_token(cfg, spec.seq),
-        "flops_per_token_causal": flops_per_token_causal(cfg, spec.seq),
+        "flops_per_token": flops_per_token(_counted_shape(spec), spec.seq),
+        "flops_per_token_causal": flops_per_token_causal(_counted_shape(spec), spec.seq),
         "steps": spec.steps,
         "warmup_steps": spec.warmup,
         "seed": spec.seed,
