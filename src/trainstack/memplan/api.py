@@ -15,10 +15,12 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from trainstack.errors import BudgetError
-from trainstack.memplan.anymodel import batch_rows, calibrate_model, default_loss, find_blocks
+from trainstack.memplan.blocks import find_blocks
 from trainstack.memplan.budget import gpu_memory_bytes, parse_budget
+from trainstack.memplan.calibration import calibrate_model
 from trainstack.memplan.costs import Choice, Overheads, Plan, Profile
 from trainstack.memplan.memory import with_measured_memory, with_measured_times
+from trainstack.memplan.model_step import batch_rows, default_loss
 from trainstack.memplan.offload import Placement, choose_with_offload
 from trainstack.memplan.optim import optimizer_spec, precision_spec
 from trainstack.memplan.overheads import default_overheads
@@ -30,7 +32,7 @@ from trainstack.nn.versions import check_model_libraries
 if TYPE_CHECKING:
     from torch import nn
 
-    from trainstack.memplan.anymodel import BlockRun
+    from trainstack.memplan.blocks import BlockRun
     from trainstack.memplan.optim import PrecisionSpec
 
 # The activation memory budgets a compiled plan may give its kept blocks: torch.compile's
