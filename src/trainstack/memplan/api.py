@@ -30,6 +30,7 @@ from trainstack.memplan.wrappers import reset_compiler
 from trainstack.nn.versions import check_model_libraries
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from trainstack.memplan.blocks import BlockRun
@@ -46,7 +47,7 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def calibrate_any(model: nn.Module, example_batch: object, **options: object) -> Profile:
+def calibrate_any(model: nn.Module, example_batch: object, **options: Any) -> Profile:
     """The calibration ``plan`` composes: fake tensors, then real blocks where ``measure``.
     ``options``: those of ``calibrate_any_compiled`` but ``compiled`` (optimizer, precision,
     blocks, loss_fn, device, measure, label, measure_on)."""
@@ -62,7 +63,7 @@ def calibrate_any_compiled(
     precision: str | PrecisionSpec = "autocast-bf16",
     blocks: str | None = None,
     loss_fn: Callable | None = None,
-    device: object = None,
+    device: str | torch.device | None = None,
     measure: bool | None = None,
     label: str = "",
     measure_on: tuple[nn.Module, object] | None = None,
@@ -229,7 +230,7 @@ def plan(
     world_size: int = 1,
     blocks: str | None = None,
     loss_fn: Callable | None = None,
-    device: object = None,
+    device: str | torch.device | None = None,
     measure: bool | None = None,
     overheads: Overheads | None = None,
     label: str = "",
