@@ -398,6 +398,9 @@ def _joined(hidden: Any, others: list[Any]) -> Any:
     return Join.apply(hidden, *others) if others else hidden
 
 
+# -- the parameters' bytes: from their shapes, dtypes and requires_grad, with the optimizer and precision
+
+
 @dataclass(frozen=True)
 class _Bytes:
     params: int

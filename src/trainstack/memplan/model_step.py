@@ -78,6 +78,7 @@ def no_kv_cache(model: Any) -> Iterator[None]:
 
 
 def autocast_for(device: Any, precision: PrecisionSpec) -> Any:
+    """``torch.autocast`` to bf16 on ``device``'s type where ``precision`` autocasts, else a context that does nothing."""
     from contextlib import nullcontext
 
     import torch
