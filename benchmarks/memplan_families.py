@@ -47,7 +47,7 @@ from trainstack import memplan
 from trainstack.fsutil import atomic_write_text
 from trainstack.memplan.memory import breakdown
 from trainstack.memplan.costs import Choice, Overheads
-from trainstack.memplan.anymodel import default_loss
+from trainstack.memplan.model_step import default_loss
 from trainstack.memplan.reference import autograd_saved_bytes, fake_step_peak
 
 K, S, F = Choice.KEEP, Choice.SELECTIVE, Choice.FULL

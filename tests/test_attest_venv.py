@@ -199,7 +199,7 @@ def test_an_image_sbom_names_its_cuda_toolkit_route_base_image_and_sdist_hashes(
     from trainstack.builder.backend import BuildJob
     from trainstack.builder.evidence import sbom_inputs
     from trainstack.lock.lockfile import hashes
-    from trainstack.render.inputs import load_inputs
+    from trainstack.lock.inputs import load_inputs
 
     example = Path(__file__).resolve().parent.parent / "examples" / "stacks" / "deepspeed-cuda12-debian.toml"
     inputs = load_inputs(example)

@@ -35,7 +35,7 @@ from trainstack.lock.manifest import LockedFlavour, Manifest
 from trainstack.lock.requests import flavour_requests
 from trainstack.lock.resolve import check_request, compile_request
 from trainstack.render.api import stack_files
-from trainstack.render.inputs import Inputs
+from trainstack.lock.inputs import Inputs
 from trainstack.lock.layers import FlavourLayers, SourceBuild, needs_build
 from trainstack.lock.lockfile import LockFile, parse_lock
 from trainstack.stackfile import expand_flavours, load_stack

@@ -21,10 +21,11 @@ from torch import nn  # noqa: E402
 
 from trainstack import memplan  # noqa: E402
 from trainstack.memplan import reference  # noqa: E402
-from trainstack.memplan.anymodel import UnplannableModel, find_blocks, no_kv_cache  # noqa: E402
-from trainstack.memplan.memory import breakdown  # noqa: E402
-from trainstack.memplan.optim import OPTIMIZERS, optimizer_spec  # noqa: E402
+from trainstack.memplan.blocks import UnplannableModel, find_blocks  # noqa: E402
 from trainstack.memplan.costs import Choice, Overheads  # noqa: E402
+from trainstack.memplan.memory import breakdown  # noqa: E402
+from trainstack.memplan.model_step import no_kv_cache  # noqa: E402
+from trainstack.memplan.optim import OPTIMIZERS, optimizer_spec  # noqa: E402
 
 K, S, F = Choice.KEEP, Choice.SELECTIVE, Choice.FULL
 VOCAB, BATCH, SEQ = 256, 2, 48

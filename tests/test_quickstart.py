@@ -15,7 +15,7 @@ from tests.build_fixtures import copy_example, make_lock
 from trainstack.builder.api import _with_installed_python
 from trainstack.cli import main
 from trainstack.errors import ToolMissingError
-from trainstack.render.inputs import load_inputs
+from trainstack.lock.inputs import load_inputs
 from trainstack.verify.run import PARTS
 
 

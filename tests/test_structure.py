@@ -4,8 +4,8 @@ their public faces."""
 from __future__ import annotations
 
 import ast
-import re
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,7 +59,7 @@ def test_write_puts_the_graph_between_the_markers(tmp_path) -> None:
     subprocess.run([sys.executable, str(SCRIPT), "--write", str(target)], check=True, timeout=60)
     assert check(target).returncode == 0
     text = target.read_text(encoding="utf-8")
-    assert text.startswith("# intro\n") and text.endswith("\n\ntail\n") and "| `decoder` | `anymodel`, `api`," in text
+    assert text.startswith("# intro\n") and text.endswith("\n\ntail\n") and "| `decoder` | `api`, `block_call`," in text
 
 
 def test_no_module_imports_another_ones_private_name() -> None:
@@ -81,7 +81,7 @@ def test_no_memplan_module_imports_another_ones_private_name_or_is_imported_back
                 private += [f"{path.stem}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert private == []
     assert [(a, b) for a in imports for b in imports[a] if a in imports.get(b, set())] == []
-    assert imports["anymodel"] >= {"tracking"} and "decoder" not in imports["api"]
+    assert imports["calibration"] >= {"tracking"} and "decoder" not in imports["api"]
 
 
 def test_no_module_of_trainstack_imports_itself_back_through_others() -> None:

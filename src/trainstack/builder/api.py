@@ -31,9 +31,9 @@ from trainstack.builder.venv import VenvBackend, python_installed
 from trainstack.console import err
 from trainstack.errors import BuildError, BusyError, DiskSpaceError, OutputError, SpecError, ToolMissingError, TrainstackError, UsageError
 from trainstack.fsutil import atomic_write_json, describe_os_error
+from trainstack.lock.inputs import Inputs, load_inputs
 from trainstack.lock.layers import FlavourLayers
 from trainstack.proc import no_interrupt
-from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.stackfile.matrix import Flavour
 from trainstack.stackfile.paths import stack_path
 

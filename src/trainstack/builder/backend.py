@@ -8,8 +8,8 @@ from typing import Protocol
 
 from trainstack.builder.record import ExtensionRecord
 from trainstack.builder.steps import Steps
+from trainstack.lock.inputs import Inputs
 from trainstack.lock.layers import FlavourLayers
-from trainstack.render.inputs import Inputs
 
 
 @dataclass(frozen=True)

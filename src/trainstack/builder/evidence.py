@@ -19,10 +19,10 @@ from trainstack.builder.backend import BuildJob
 from trainstack.builder.record import BuildRecord, ExtensionRecord
 from trainstack.fsutil import atomic_write_json, atomic_write_text
 from trainstack.hostnvcc import find_host_nvcc
+from trainstack.lock.inputs import Inputs
 from trainstack.lock.layers import FlavourLayers
 from trainstack.lock.lockfile import hashes, parse_lock
 from trainstack.lock.manifest import manifest_path
-from trainstack.render.inputs import Inputs
 from trainstack.rules.nvcc import oci_route, venv_route
 from trainstack.stackfile.matrix import Flavour, base_of
 from trainstack.stackfile.schema import Stack

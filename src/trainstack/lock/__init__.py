@@ -1,4 +1,5 @@
-"""Lock: uv resolution per flavour, the lock manifest, cache keys, and the lock files' text split into image layers."""
+"""Lock: uv resolution per flavour, the lock manifest, cache keys, the lock files' text split into image layers,
+and the locked stack that render and build start from (``lock.inputs``)."""
 
 from trainstack.lock.keys import TEMPLATE_VERSION, cache_key, flavour_cache_key
 from trainstack.lock.lock import check_lock_current, lock_stack, parse_pins

@@ -38,9 +38,11 @@ known: ``memplan.decoder``) and can also plan compiled blocks. torch is imported
 these are called.
 
 The modules, from the entry point down: ``api`` (plan, and the calibration it
-composes), ``decoder`` (the bench decoder handed to it), ``anymodel`` (blocks found, the
-block's call recorded, block and head measured on fake tensors), ``realblock`` (one real
-block per choice, its bytes and time), ``tracking`` (the live-bytes tracker and roofline),
+composes), ``decoder`` (the bench decoder handed to it), ``calibration`` (block and head
+measured on fake tensors) over ``blocks`` (the repeated blocks found), ``block_call`` (the
+first block's call recorded), ``fake`` (the model copied and run on fake tensors) and
+``model_step`` (the model called on a batch, its loss), ``realblock`` (one real block per
+choice, its bytes and time), ``tracking`` (the live-bytes tracker and roofline),
 ``planner`` and ``memory`` (the choice and the memory model, pure arithmetic), ``costs``
 (the data they exchange), ``optim``, ``wrappers``, ``budget``, ``reference``, ``report``.
 This module only names what the others define.
@@ -48,8 +50,8 @@ This module only names what the others define.
 
 from __future__ import annotations
 
-from trainstack.memplan.anymodel import UnplannableModel
 from trainstack.memplan.api import COMPILER_BUDGETS, calibrate_any, calibrate_any_compiled, plan
+from trainstack.memplan.blocks import UnplannableModel
 from trainstack.memplan.costs import Breakdown, Choice, Overheads, Plan, Profile
 from trainstack.memplan.decoder import MASTER_UPDATE_TEMPORARIES, measure_compiled_blocks, measure_real_block, plan_memory, stored_as
 from trainstack.memplan.wrappers import apply

@@ -15,10 +15,12 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from trainstack.errors import BudgetError
-from trainstack.memplan.anymodel import batch_rows, calibrate_model, default_loss, find_blocks
+from trainstack.memplan.blocks import find_blocks
 from trainstack.memplan.budget import gpu_memory_bytes, parse_budget
+from trainstack.memplan.calibration import calibrate_model
 from trainstack.memplan.costs import Choice, Overheads, Plan, Profile
 from trainstack.memplan.memory import with_measured_memory, with_measured_times
+from trainstack.memplan.model_step import batch_rows, default_loss
 from trainstack.memplan.offload import Placement, choose_with_offload
 from trainstack.memplan.optim import optimizer_spec, precision_spec
 from trainstack.memplan.overheads import default_overheads
@@ -28,9 +30,10 @@ from trainstack.memplan.wrappers import reset_compiler
 from trainstack.nn.versions import check_model_libraries
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
-    from trainstack.memplan.anymodel import BlockRun
+    from trainstack.memplan.blocks import BlockRun
     from trainstack.memplan.optim import PrecisionSpec
 
 # The activation memory budgets a compiled plan may give its kept blocks: torch.compile's
@@ -44,7 +47,7 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def calibrate_any(model: nn.Module, example_batch: object, **options: object) -> Profile:
+def calibrate_any(model: nn.Module, example_batch: object, **options: Any) -> Profile:
     """The calibration ``plan`` composes: fake tensors, then real blocks where ``measure``.
     ``options``: those of ``calibrate_any_compiled`` but ``compiled`` (optimizer, precision,
     blocks, loss_fn, device, measure, label, measure_on)."""
@@ -60,7 +63,7 @@ def calibrate_any_compiled(
     precision: str | PrecisionSpec = "autocast-bf16",
     blocks: str | None = None,
     loss_fn: Callable | None = None,
-    device: object = None,
+    device: str | torch.device | None = None,
     measure: bool | None = None,
     label: str = "",
     measure_on: tuple[nn.Module, object] | None = None,
@@ -227,7 +230,7 @@ def plan(
     world_size: int = 1,
     blocks: str | None = None,
     loss_fn: Callable | None = None,
-    device: object = None,
+    device: str | torch.device | None = None,
     measure: bool | None = None,
     overheads: Overheads | None = None,
     label: str = "",

@@ -208,7 +208,7 @@ def _plan_any_model(
     placement=None,
 ) -> None:
     from trainstack.memplan import plan as plan_model
-    from trainstack.memplan.anymodel import UnplannableModel
+    from trainstack.memplan.blocks import UnplannableModel
     from trainstack.memplan.report import to_json
     from trainstack.memplan.sources import from_factory, from_hf_config
 

@@ -1,6 +1,6 @@
 """The bench decoder as one more model to plan: its blocks are known (``layers``), so it is
 built on the meta device at any size and calibrated by the calibration of any model
-(``anymodel``), its blocks measured for real by ``realblock`` on a copy of one block.
+(``calibration``), its blocks measured for real by ``realblock`` on a copy of one block.
 
 ``plan_memory(cfg, batch=, seq=, budget_bytes=)`` plans a ``ModelConfig`` through
 ``api.calibrate_any_compiled`` and ``api.choose_plan``, as ``plan`` plans any model; what
@@ -13,18 +13,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from trainstack.memplan.anymodel import (
-    autocast_for,
-    calibrate_model,
-    default_loss,
-    fake_copy,
-    fake_like,
-    find_blocks,
-    measure_block,
-    record_call,
-)
 from trainstack.memplan.api import COMPILER_BUDGETS, calibrate_any_compiled, choose_plan, cuda_available, measured_profiles
+from trainstack.memplan.block_call import record_call
+from trainstack.memplan.blocks import find_blocks
+from trainstack.memplan.calibration import calibrate_model, measure_block
 from trainstack.memplan.costs import Choice, Overheads, Plan, Profile
+from trainstack.memplan.fake import fake_copy, fake_like
+from trainstack.memplan.model_step import autocast_for, default_loss
 from trainstack.memplan.offload import Placement
 from trainstack.memplan.optim import OptimizerSpec, PrecisionSpec, optimizer_spec, precision_spec
 from trainstack.memplan.realblock import measure_real

@@ -11,8 +11,11 @@ import time
 import warnings
 from typing import Any
 
-from trainstack.memplan.anymodel import BlockRun, autocast_for, backward_from, hidden_of, no_kv_cache, record_call
+from trainstack.memplan.block_call import hidden_of, record_call
+from trainstack.memplan.blocks import BlockRun
+from trainstack.memplan.calibration import backward_from
 from trainstack.memplan.costs import BlockCost, Choice
+from trainstack.memplan.model_step import autocast_for, no_kv_cache
 from trainstack.memplan.optim import PrecisionSpec
 from trainstack.memplan.wrappers import compile_block, library_checkpointing_off, wrap
 
@@ -67,7 +70,7 @@ def measure_real(
             torch.cuda.synchronize(device)
 
     def once(block: Any) -> BlockCost:
-        # the input is a copy of a leaf, as the last block's output is (anymodel.measure_block
+        # the input is a copy of a leaf, as the last block's output is (calibration.measure_block
         # says why); the leaf stands for what came before the block and is not counted
         leaf = torch.randn(x0.shape, dtype=x0.dtype, device=device, requires_grad=True)
         torch.cuda.synchronize(device)
@@ -82,12 +85,12 @@ def measure_real(
             y = hidden_of(out)
             del out, args, kwargs
             y_bytes = y.untyped_storage().nbytes()
-            # what the block leaves behind while the forward goes on (anymodel.measure_block)
+            # what the block leaves behind while the forward goes on (calibration.measure_block)
             held = allocated(device) - base - y_bytes
         saved = allocated(device) - base - y_bytes
         saved_input = 0 if x_ref.expired() else x_bytes  # the block saves its input
         fwd_peak = peak(device) - base
-        y = backward_from(y)  # as anymodel.measure_block: the gradient made and freed by autograd
+        y = backward_from(y)  # as calibration.measure_block: the gradient made and freed by autograd
         torch.cuda.reset_peak_memory_stats(device)
         y.backward()
         bwd_peak = peak(device) - base - y_bytes  # the gradient reaching the block: the head's

@@ -11,19 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainstack.memplan.anymodel import (
-    as_eager,
-    call_model,
-    default_loss,
-    fake_as_real,
-    fake_copy,
-    fake_like,
-    find_blocks,
-    hidden_of,
-    no_kv_cache,
-    record_call,
-)
+from trainstack.memplan.block_call import hidden_of, record_call
+from trainstack.memplan.blocks import find_blocks
 from trainstack.memplan.costs import Choice
+from trainstack.memplan.fake import as_eager, fake_as_real, fake_copy, fake_like
+from trainstack.memplan.model_step import call_model, default_loss, no_kv_cache
 from trainstack.memplan.optim import precision_spec
 from trainstack.memplan.tracking import Roofline, tracker
 from trainstack.memplan.wrappers import apply_choices

@@ -5,7 +5,7 @@ shapes, dtypes, autocast casts and attention kernel choice. ``tracker`` follows 
 storage an op creates until it is freed, which gives the bytes live at any point (what a
 block saves is what is still alive after its forward), the peaks of forward and backward,
 and per-op FLOPs and bytes, turned into times by a ``Roofline``, for the recompute cost.
-Calibration (``anymodel``) and the references (``reference``) measure with it.
+Calibration (``calibration``) and the references (``reference``) measure with it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache, partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from trainstack.memplan.attention_flops import grouped_query_flops
 from trainstack.memplan.costs import Choice, Plan
@@ -93,7 +93,7 @@ def wrap(block: nn.Module, choice: Choice) -> nn.Module:
     unwrap(block)
     if choice is not Choice.KEEP:
         block.forward = _checkpointed(block.forward, choice)
-        block._memplan_choice = choice
+        block.__dict__["_memplan_choice"] = choice
     return block
 
 
@@ -109,9 +109,10 @@ def choice_of(block: nn.Module) -> Choice:
     return block.__dict__.get("_memplan_choice", Choice.KEEP)
 
 
-def block_list(model: nn.Module, blocks: str | None = None) -> nn.Module:
+def block_list(model: nn.Module, blocks: str | None = None) -> nn.ModuleList | nn.Sequential:
     """The list of blocks: the module named ``blocks`` (dotted; "" is the model itself), or ``model.layers``."""
-    return model.layers if blocks is None else model.get_submodule(blocks)
+    found = model.layers if blocks is None else model.get_submodule(blocks)
+    return cast("nn.ModuleList | nn.Sequential", found)  # a plan's blocks are such a list (blocks.find_blocks)
 
 
 def library_checkpointing_off(module: nn.Module) -> None:
@@ -121,7 +122,7 @@ def library_checkpointing_off(module: nn.Module) -> None:
     would recompute where the plan says keep."""
     for m in module.modules():
         if m.__dict__.get("gradient_checkpointing") is True:
-            m.gradient_checkpointing = False
+            m.__dict__["gradient_checkpointing"] = False
 
 
 def apply_choices(model: nn.Module, choices: tuple[Choice, ...] | list[Choice], blocks: str | None = None, first: int = 0) -> nn.Module:
@@ -166,9 +167,10 @@ def compile_block(block: nn.Module, budget: float | None = None) -> nn.Module:
     activation memory budget (for this block alone, not the process)."""
     import torch
 
+    # torch.compile of a module is a module (an OptimizedModule); its annotation says only a callable
     if budget is None or budget >= 1 or choice_of(block) is not Choice.KEEP:
-        return torch.compile(block)
-    return torch.compile(block, backend=budget_backend(budget))
+        return cast("nn.Module", torch.compile(block))
+    return cast("nn.Module", torch.compile(block, backend=budget_backend(budget)))
 
 
 @cache

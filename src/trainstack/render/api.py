@@ -8,10 +8,10 @@ from pathlib import Path
 
 from trainstack.errors import RuleViolation, UsageError
 from trainstack.fsutil import replace_tree
+from trainstack.lock.inputs import Inputs, load_inputs
 from trainstack.lock.layers import FlavourLayers
 from trainstack.render import quote
 from trainstack.render.dockerfile import render_dockerfile, source_file
-from trainstack.render.inputs import Inputs, load_inputs
 from trainstack.render.placement import ClusterOptions, cluster_files
 from trainstack.render.stackfiles import render_bake, render_environment, render_workflow
 from trainstack.stackfile.compat import oci_refusal

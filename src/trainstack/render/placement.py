@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trainstack.console import print_error
 from trainstack.errors import SpecError, UsageError
 from trainstack.fsutil import describe_os_error, read_regular
+from trainstack.lock.inputs import Inputs
 from trainstack.render import quote
 from trainstack.render.cluster import Placement
-from trainstack.render.inputs import Inputs
 from trainstack.render.kubernetes import kubernetes_files
 from trainstack.render.slurm import slurm_files
 

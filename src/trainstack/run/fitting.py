@@ -22,7 +22,7 @@ from typing import Any
 
 from trainstack.errors import BudgetError
 from trainstack.memplan import Plan
-from trainstack.memplan.anymodel import call_model
+from trainstack.memplan.model_step import call_model
 from trainstack.run.capture import Captured
 from trainstack.run.memview import gib
 from trainstack.run.planning import memory_fraction

@@ -15,7 +15,7 @@ from torch import nn
 from trainstack import memplan
 from trainstack.errors import TrainstackError
 from trainstack.memplan import Choice, Plan
-from trainstack.memplan.anymodel import UnplannableModel, find_blocks
+from trainstack.memplan.blocks import UnplannableModel, find_blocks
 from trainstack.memplan.budget import host_memory_bytes, parse_budget
 from trainstack.memplan.memory import peak_bytes
 from trainstack.memplan.offload import Placement

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainstack.errors import LockError
-from trainstack.lock import Manifest, check_lock_current, lock_dir, manifest_path
 from trainstack.lock.layers import FlavourLayers, split_layers
-from trainstack.lock.lock import declared_indexes
+from trainstack.lock.lock import check_lock_current, declared_indexes
+from trainstack.lock.manifest import Manifest, lock_dir, manifest_path
 from trainstack.lock.requests import flavour_requests
 from trainstack.lock.tags import stack_image_refs
 from trainstack.stackfile import Stack, load_stack, select_flavour
