@@ -144,6 +144,25 @@ def finished(kept: Path) -> set[str]:
     return names
 
 
+def group_gone(pgid: int, timeout: float = 30) -> None:
+    """Wait until no live process of group ``pgid`` is left (SIGKILL lands when each is next
+    scheduled; a zombie no longer runs, whoever reaps it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        live = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                live.append(stat.parent.name)
+        if not live:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process group {pgid} still has processes {live} {timeout:g} s after SIGKILL")
+
+
 @needs_tools
 @pytest.mark.timeout(240)
 def test_a_build_killed_half_way_resumes_with_only_the_objects_it_recorded(tmp_path: Path) -> None:
@@ -184,6 +203,7 @@ def test_a_build_killed_half_way_resumes_with_only_the_objects_it_recorded(tmp_p
     assert child.poll() is None, f"the first build ended before it could be killed: {child.communicate()[1][-3000:]}"
     os.killpg(child.pid, signal.SIGKILL)  # the whole build: uv, setuptools, ninja, the compilers
     child.communicate()
+    group_gone(child.pid)  # ninja is a grandchild: until it is gone it may still log a unit it saw finish
     [kept] = kept_folders
     recorded, done_before = recorded_objects(kept), finished(kept)
     objects = {f"unit{i}.o" for i in range(UNITS)} | {"module.o"}
