@@ -14,9 +14,7 @@ import pytest
 
 from tests.session_cache import made_once
 
-TESTS = Path(__file__).resolve().parent
-EXAMPLES = TESTS.parent / "examples" / "stacks"
-SLOW_FILE_S = 60.0  # what a file with a test marked slow counts for where tests/durations.json does not name it
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "stacks"
 
 # pytest-xdist's workers get COLUMNS=80 and LINES=24 from execnet: trainstack honours an explicit
 # COLUMNS, so the suite would see wrapped tables under -n that it never sees run serially or in CI logs
@@ -35,31 +33,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="skip: no GPU"))
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
     if workers > 1:
-        # the longest files first (tests/durations.json; a file not in it counts as SLOW_FILE_S when
-        # it holds a test marked slow, else as nothing), so that they start at once and the
-        # workers end together on short ones; the README's command keeps this order
-        # (--no-loadscope-reorder: pytest-xdist would otherwise put the files of most tests first)
-        seconds = _file_seconds()
+        # files with slow tests first, so that the longest files start at once and the workers end together
         slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-
-        def cost(item: pytest.Item) -> float:
-            name = item.path.relative_to(TESTS.parent).as_posix() if item.path.is_relative_to(TESTS.parent) else ""
-            return seconds.get(name, SLOW_FILE_S if item.path in slow_files else 0.0)
-
-        items.sort(key=lambda item: -cost(item))
+        items.sort(key=lambda item: item.path not in slow_files)
         for item in items:
             mark = item.get_closest_marker("timeout")
             if mark is not None and mark.args and isinstance(mark.args[0], (int, float)):
                 item.add_marker(pytest.mark.timeout(mark.args[0] * workers), append=False)
-
-
-def _file_seconds() -> dict[str, float]:
-    """tests/durations.json (tools/test_durations.py writes it); empty where it is missing or unreadable."""
-    try:
-        data = json.loads((TESTS / "durations.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {k: float(v) for k, v in data.items() if isinstance(k, str) and isinstance(v, (int, float))} if isinstance(data, dict) else {}
 
 
 def _cuda_available() -> bool:
