@@ -6,20 +6,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.rank_launch import free_port
+
 COMMON = ["--preset", "tiny", "--seq", "64", "--steps", "20", "--warmup", "1", "--accum", "2", "--device", "cpu", "--json"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bench(tmp_path: Path, *args: str, ranks: int = 1, env: dict | None = None) -> list[dict]:
@@ -27,7 +22,7 @@ def bench(tmp_path: Path, *args: str, ranks: int = 1, env: dict | None = None) -
     if ranks > 1:
         torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
         launcher = [torchrun, "--nnodes", "1", "--nproc-per-node", str(ranks), "--master-addr", "127.0.0.1",
-                    "--master-port", str(_free_port()), "-m", "trainstack.cli"]
+                    "--master-port", str(free_port()), "-m", "trainstack.cli"]
     done = subprocess.run([*launcher, "bench", *COMMON, *args], capture_output=True, text=True, timeout=1200, cwd=tmp_path,
                           env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
     assert done.returncode == 0, done.stderr[-3000:]

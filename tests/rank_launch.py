@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -15,10 +16,31 @@ import pytest
 WORKER = Path(__file__).with_name("rank_memory_worker.py")
 
 
+SPAN = 16  # bench's modes meet on MASTER_PORT + 1 + their index: the ports after it free too
+LOWEST = 20000
+
+
 def free_port() -> int:
+    """A --master-port for torchrun whose next SPAN ports are free as well, below the kernel's
+    ephemeral range: a port in that range may be given to any outgoing connection on the
+    machine at any moment, and a mode's rank 0 then cannot serve its store while the other
+    ranks wait on it."""
+    first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    top = max(LOWEST + 1000, first_ephemeral) - SPAN - 1
+    for _ in range(500):
+        base = random.randrange(LOWEST, top)
+        if all(_bindable(port) for port in range(base, base + SPAN + 1)):
+            return base
+    raise AssertionError(f"no {SPAN + 1} free ports in a row between {LOWEST} and {top}")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def launch(out: Path, ranks: int, *args: str, worker: Path = WORKER, env: dict | None = None) -> list[dict]:

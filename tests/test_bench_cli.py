@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.clirun import assert_no_traceback
+from tests.rank_launch import free_port
 from trainstack.bench.ablation import run_ablation  # noqa: E402
 from trainstack.nn.modes import parse_mode  # noqa: E402
 from trainstack.nn.presets import PRESETS  # noqa: E402
@@ -165,17 +165,11 @@ def test_hf_config_maps_a_llama_config(tmp_path):
     assert cfg.rope_theta == 500000.0 and cfg.max_seq == 131072
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_fsdp2_under_torchrun_shards_and_reports_totals(tmp_path):
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
     argv = [
-        torchrun, "--nproc-per-node", "2", "--master-port", str(_free_port()),
+        torchrun, "--nproc-per-node", "2", "--master-port", str(free_port()),
         "-m", "trainstack.cli", "bench", *TINY, "--modes", "eager", "--out", str(tmp_path),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
