@@ -30,7 +30,7 @@ from trainstack.lock import lock_stack  # noqa: E402
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 SLUG = f"cpu-debian12-py{sys.version_info.major}{sys.version_info.minor}-release"
-TINY = ["--preset", "tiny", "--seq", "64", "--steps", "8", "--warmup", "1", "--modes", "eager", "--device", "cpu"]
+TINY = ["--preset", "tiny", "--seq", "64", "--steps", "32", "--warmup", "2", "--modes", "eager", "--device", "cpu"]
 
 PLAIN = "def autoload():\n    pass\n"
 # the newer tinykernels: every linear product checked against float64 products at AUDITS perturbations
@@ -38,7 +38,7 @@ AUDITED = '''import torch
 import torch.nn.functional as F
 
 _linear = F.linear
-AUDITS = 24
+AUDITS = 48
 
 
 def audited_linear(input, weight, bias=None):
