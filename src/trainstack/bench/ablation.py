@@ -6,6 +6,7 @@ meet on a port of their own, so no process group outlives its mode.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -16,11 +17,13 @@ from pathlib import Path
 
 from trainstack import proc
 from trainstack.bench import runtime
-from trainstack.bench.device import dist_from_env
+from trainstack.bench.device import MEETING, dist_from_env
 from trainstack.bench.runner import RunSpec
 from trainstack.fsutil import atomic_write_json
 
 SOURCE = str(Path(__file__).resolve().parents[2])  # the folder that holds this trainstack package
+# every rank starts the same workers in the same order: the n-th launch of each rank meet
+_LAUNCHES = itertools.count()
 
 
 def run_ablation(
@@ -46,7 +49,7 @@ def run_mode(spec: RunSpec, index: int, timeout_s: float | None, python: str | N
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         atomic_write_json(spec_path, spec.to_json())
         argv = [python or sys.executable, "-m", "trainstack.bench.worker", str(spec_path), str(result_path)]
-        env = _worker_env(index) | ({"PYTHONPATH": SOURCE, runtime.VARIABLE: runtime.site_folders()} if python else {})
+        env = _worker_env(index, next(_LAUNCHES)) | ({"PYTHONPATH": SOURCE, runtime.VARIABLE: runtime.site_folders()} if python else {})
         try:
             result = proc.run(argv, env=env, timeout=timeout_s, echo=dist_from_env().rank == 0)
         except subprocess.TimeoutExpired:
@@ -56,12 +59,15 @@ def run_mode(spec: RunSpec, index: int, timeout_s: float | None, python: str | N
         return _failed(spec, _status_of(result), _last_line(result.stderr) or f"worker exited {result.returncode}")
 
 
-def _worker_env(index: int) -> dict[str, str]:
+def _worker_env(index: int, launch: int) -> dict[str, str]:
     env = {"PYTHONUNBUFFERED": "1"}
-    if "MASTER_PORT" in os.environ:
-        # a rendezvous of its own: rank 0's worker serves the store, not torchrun's agent
+    if "MASTER_PORT" not in os.environ:
+        return env
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        env[MEETING] = str(launch)  # the workers meet through torchrun's store (device.init_process_group)
+    else:
+        # torchrun's store is not to be shared: a store of the launch's own, on a port after torchrun's
         env["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1 + index)
-        env["TORCHELASTIC_USE_AGENT_STORE"] = "False"
     return env
 
 

@@ -9,6 +9,7 @@ import resource
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -43,11 +44,53 @@ def pick_device(requested: str, dist: Dist) -> torch.device:
     return torch.device(requested)
 
 
+# Under torchrun each bench worker is a process torchrun does not know; the workers of one launch
+# (one mode, one environment) meet through a store of their own: rank 0's worker serves it on a port
+# the kernel gives it and publishes that port in torchrun's store under the launch's key, where the
+# other ranks' workers read it. No port is guessed, and a rank whose peers never come gives up.
+MEETING = "TRAINSTACK_BENCH_MEETING"  # the launch's key, set by the parent for each worker
+MEETING_TIMEOUT = "TRAINSTACK_BENCH_MEETING_TIMEOUT_S"
+MEETING_TIMEOUT_S = 300.0
+
+
+class MeetingError(RuntimeError):
+    """The workers of one launch did not meet (rank 0's never published its store)."""
+
+
 def init_process_group(dist: Dist, device: torch.device) -> None:
     if dist.enabled and not torch.distributed.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
+        store = launch_store(dist)
+        if store is not None:
+            kwargs |= {"store": store, "rank": dist.rank, "world_size": dist.world_size}
         torch.distributed.init_process_group(backend, **kwargs)
+
+
+def launch_store(dist: Dist) -> torch.distributed.Store | None:
+    """This launch's own store, met through torchrun's; None where torchrun's store cannot be
+    shared (its workers then meet as the environment says)."""
+    env = os.environ
+    key = env.get(MEETING)
+    if key is None or env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    seconds = float(env.get(MEETING_TIMEOUT, MEETING_TIMEOUT_S))
+    timeout = timedelta(seconds=seconds)
+    host = env["MASTER_ADDR"]
+    agents = torch.distributed.TCPStore(host, int(env["MASTER_PORT"]), is_master=False, timeout=timeout)
+    name = f"trainstack/bench/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/{key}"
+    if dist.rank == 0:
+        own = torch.distributed.TCPStore(host, 0, dist.world_size, is_master=True, timeout=timeout, wait_for_workers=False)
+        agents.set(name, str(own.port))
+        return own
+    try:
+        port = int(agents.get(name))  # waits for rank 0's worker, at most the timeout
+    except RuntimeError as exc:  # torch's DistStoreError on a timeout
+        raise MeetingError(
+            f"rank {dist.rank}: rank 0's bench worker did not publish its store within {seconds:.0f} s "
+            f"(it failed before meeting, or is slower than {MEETING_TIMEOUT}): {str(exc).splitlines()[0]}"
+        ) from exc
+    return torch.distributed.TCPStore(host, port, dist.world_size, is_master=False, timeout=timeout)
 
 
 def close_process_group() -> None:

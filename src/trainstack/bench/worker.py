@@ -18,10 +18,14 @@ from trainstack.fsutil import atomic_write_json
 def main(argv: list[str]) -> int:
     spec_path, result_path = (Path(a) for a in argv)
     runtime.install()  # started in another environment (bench --in): trainstack's own helpers from the one that started it
-    from trainstack.bench.device import close_process_group
+    from trainstack.bench.device import MeetingError, close_process_group
     from trainstack.bench.runner import RunSpec, run
 
-    row = run(RunSpec.from_json(json.loads(spec_path.read_text(encoding="utf-8"))))
+    try:
+        row = run(RunSpec.from_json(json.loads(spec_path.read_text(encoding="utf-8"))))
+    except MeetingError as exc:  # the parent reports the last line as the row's error
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     row["environment"] = imported_versions()  # what this process ran on, so that the row can be rebuilt
     # a diverged run's NaN loss goes back to the parent, which reports it
     atomic_write_json(result_path, row, allow_nan=True)
