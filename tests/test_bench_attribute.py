@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from trainstack.bench.between import build_steps, releases  # noqa: E402
 from trainstack.cli import main  # noqa: E402
 from trainstack.lock import lock_stack  # noqa: E402
 
+TORCH_DIST = importlib.metadata.version("torch")
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 SLUG = f"cpu-debian12-py{sys.version_info.major}{sys.version_info.minor}-release"
 TINY = ["--preset", "tiny", "--seq", "64", "--steps", "32", "--warmup", "2", "--modes", "eager", "--device", "cpu"]
@@ -145,11 +147,12 @@ def test_every_row_carries_the_versions_of_its_environment(attributed) -> None:
         env = row["environment"]
         packages = env["packages"]
         assert (packages["tinykernels"], packages["tinyutil"], packages["tinyextra"]) == expected[env["label"]]
-        assert env["torch"] == torch.__version__ and packages["torch"] == torch.__version__ and env["python"].startswith(PY)
+        # torch.__version__ against the distribution's own version: PyPI's CUDA build says 2.13.0+cu130 and 2.13.0
+        assert env["torch"] == torch.__version__ and packages["torch"] == TORCH_DIST and env["python"].startswith(PY)
         assert Path(env["executable"]).parent.parent.parent.name == SLUG  # each step in its own venv
         assert not list(Path(env["executable"]).parent.parent.glob("lib/python*/site-packages/torch"))  # torch is --over's
     for step in document["steps"]:
-        assert step["environment"]["packages"]["torch"] == torch.__version__
+        assert step["environment"]["packages"]["torch"] == TORCH_DIST
     written = {p.name for p in out.iterdir()}
     assert "bench-tiny-b1-s64-2026.1.0-2026.2.0.jsonl" in written and "bench-tiny-b1-s64-2026.1.0-2026.2.0.attribution.json" in written
 
