@@ -77,10 +77,10 @@ def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
 @contextlib.contextmanager
 def mounted(root: Path, find_links: Path | None) -> Iterator[None]:
     """The new root bound onto itself (as on a machine, its / is a mount point, which the suites'
-    isolation and buildah need), /proc, /sys and /dev of the host in it (a chroot needs them),
-    unmounted after."""
+    isolation and buildah need), /proc, /sys (with the host's cgroups, which systemd mounts on a
+    machine) and /dev of the host in it (a chroot needs them), unmounted after."""
     points = [("root", root, ["--bind", str(root)]), ("proc", root / "proc", ["-t", "proc", "proc"]), ("sys", root / "sys", ["-t", "sysfs", "sysfs"]),
-              ("dev", root / "dev", ["--rbind", "/dev"])]
+              ("cgroup", root / "sys" / "fs" / "cgroup", ["--rbind", "/sys/fs/cgroup"]), ("dev", root / "dev", ["--rbind", "/dev"])]
     if find_links is not None:
         points.append(("wheels", root / "mnt" / "wheels", ["--bind", str(find_links)]))
     done = []

@@ -28,6 +28,13 @@ SUBNET = "10.231.77"  # private; exists only inside the namespaces made here
 TOOLS = ("slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "munged", "unshare", "nsenter", "ip", "tc")
 
 
+def slurm_version() -> tuple[int, int]:
+    """slurmd's release as (year, month): 'slurm 24.11.5' or 'slurm-wlm 22.05.8'."""
+    said = subprocess.run(["slurmd", "-V"], capture_output=True, text=True, check=True).stdout.split()[-1]
+    year, month = said.split(".")[:2]
+    return int(year), int(month)
+
+
 def missing_tools() -> list[str]:
     return [t for t in TOOLS if shutil.which(t) is None]
 
@@ -86,7 +93,7 @@ class Node:
     def argv(self, command: Sequence[str]) -> list[str]:
         if not self.isolated():
             raise RuntimeError(f"namespace of {self.name} is not isolated from the host: refusing to enter it")
-        return ["nsenter", "-t", str(self.pid), "-n", "-u", "-m", "--", *command]
+        return ["nsenter", "-t", str(self.pid), "-n", "-u", "-m", "-r", "-w", "--", *command]
 
     def run(self, command: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 60,
             check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -207,6 +214,10 @@ class Cluster:
         self._wire()
         node_lines = "\n".join(f"NodeName={n.name} NodeAddr={n.address} CPUs={self.cpus} State=UNKNOWN"
                                for n in self.nodes.values())
+        if slurm_version() >= (24, 5):
+            # Slurm 24.05 and newer set cgroups up in every slurmd, and refuse a host with cgroup v1
+            # and v2 both mounted; nothing here needs them (proctrack/linuxproc, task/none)
+            (self.base / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
         self.conf.write_text(SLURM_CONF.format(subnet=SUBNET, base=self.base, prolog=self.prolog, epilog=self.epilog, nodes=node_lines,
                                                names=",".join(self.node_names)))
         self.ctl.start(["slurmctld", "-D", "-i", "-f", str(self.conf)], self.base / "slurmctld.out", self.env)
