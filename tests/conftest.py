@@ -31,6 +31,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if gpu and not _cuda_available():
         for item in gpu:
             item.add_marker(pytest.mark.skip(reason="skip: no GPU"))
+    lacking: dict[str, str | None] = {}
+    for item in items:
+        mark = item.get_closest_marker("python")
+        if mark is None:
+            continue
+        version = mark.args[0]
+        if version not in lacking:
+            lacking[version] = _python_missing(version)
+        if lacking[version]:
+            item.add_marker(pytest.mark.skip(reason=f"skip: {lacking[version]}"))
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
     if workers > 1:
         # files with slow tests first, so that the longest files start at once and the workers end together
@@ -40,6 +50,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             mark = item.get_closest_marker("timeout")
             if mark is not None and mark.args and isinstance(mark.args[0], (int, float)):
                 item.add_marker(pytest.mark.timeout(mark.args[0] * workers), append=False)
+
+
+def _python_missing(version: str) -> str | None:
+    """Why a venv of Python ``version`` cannot be built here (None when it can): the machine has
+    no such Python and uv cannot fetch its own build (a machine that does not reach the host uv
+    downloads from, as a Debian 13 or Ubuntu 24.04 without Python 3.11 may be)."""
+    if subprocess.run(["uv", "python", "find", "--no-python-downloads", version], capture_output=True).returncode == 0:
+        return None
+    done = subprocess.run(["uv", "python", "install", version], capture_output=True, text=True, timeout=600)
+    if done.returncode == 0:
+        return None
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    return f"no Python {version} on this machine and uv could not fetch one ({lines[-1][:200] if lines else f'exit {done.returncode}'})"
 
 
 def _cuda_available() -> bool:

@@ -30,6 +30,9 @@ NOTHING = ["--skip", "report,files,advisories,ops,linkcheck,smoke,suites"]
 
 
 
+pytestmark = pytest.mark.python("3.11")  # every test builds a py311 flavour
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(stack, build folder, public key): the example locked and built once, its provenance signed."""

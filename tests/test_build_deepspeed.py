@@ -22,7 +22,7 @@ from trainstack.verify.target import open_target
 FLAVOUR = "cu130-ubuntu2404-py311-release"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.python("3.11")]  # a py311 flavour
 
 
 def test_deepspeed_cpu_adam_built_ahead_of_time(tmp_path: Path) -> None:

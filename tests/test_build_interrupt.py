@@ -43,6 +43,7 @@ def cli(project: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[str]
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 @pytest.mark.parametrize("whom", ["trainstack", "group"])
 def test_ctrl_c_ends_every_child_and_removes_the_staging_folder(
     stalling_index: tuple[str, Stall], tmp_path: Path, whom: str

@@ -23,7 +23,7 @@ from tests.build_fixtures import copy_example, git, git_package, make_lock
 from tests.signing import write_key
 from tests.stacks import CPU_FLAVOUR
 from trainstack.attest.sbom import SBOM_LABEL, SBOM_PATH_IN_IMAGE, validate_sbom
-from trainstack.builder.oci import BuildahBackend
+from trainstack.builder.oci import BuildahBackend, ulimit_options
 from trainstack.cli import main
 
 SLUG = "cpu-debian12-py311-release"
@@ -45,6 +45,8 @@ def storage(containers_store: Path) -> Path:
 
 def buildah(*args: str, check: bool = True) -> str:
     driver = BuildahBackend().driver
+    if args and args[0] in ("from", "build"):  # RUN steps' limits this process may set
+        args = (args[0], *ulimit_options(), *args[1:])
     result = subprocess.run(["buildah", "--storage-driver", driver, *args], capture_output=True, text=True)
     if check:
         assert result.returncode == 0, result.stderr

@@ -17,7 +17,7 @@ import pytest
 
 from tests.build_fixtures import copy_example, make_lock
 from tests.clirun import assert_no_traceback
-from trainstack.builder.oci import secret_option
+from trainstack.builder.oci import ulimit_options, secret_option
 from trainstack.cli import main
 from trainstack.errors import SpecError
 
@@ -61,9 +61,9 @@ class Buildah:
         context = self.root / tag
         context.mkdir()
         (context / "Dockerfile").write_text(DOCKERFILE)
-        built = self("build", "--isolation", "chroot", "--quiet", *secret, "-t", f"localhost/{tag}", str(context))
+        built = self("build", "--isolation", "chroot", *ulimit_options(), "--quiet", *secret, "-t", f"localhost/{tag}", str(context))
         assert built.returncode == 0, built.stderr
-        container = self("from", "--quiet", f"localhost/{tag}").stdout.strip()
+        container = self("from", "--quiet", *ulimit_options(), f"localhost/{tag}").stdout.strip()
         result = self("run", "--isolation", "chroot", container, "/bin/dash", "-c", "read -r l < /seen; echo $l")
         self("rm", container)
         return result.stdout.strip()

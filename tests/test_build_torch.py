@@ -16,6 +16,7 @@ FLAVOUR = "cu130-ubuntu2404-py311-release"  # PyPI serves it; the cu128 flavours
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_torch_flavour_wheels_only_venv(tmp_path: Path) -> None:
     stack = copy_example("torch-cuda", tmp_path)
     manifest = make_lock(stack, FLAVOUR)

@@ -53,6 +53,7 @@ def src_stack(tmp_path: Path) -> tuple[Path, str, str]:
     return stack, url, sha
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_cpu_minimal_venv_build(cpu_stack: Path, tmp_path: Path) -> None:
     build = tmp_path / "build"
     assert main(["build", str(cpu_stack), "--build-dir", str(build)]) == 0
@@ -72,6 +73,7 @@ def test_cpu_minimal_venv_build(cpu_stack: Path, tmp_path: Path) -> None:
     assert not [p.name for p in build.iterdir() if "staging" in p.name]
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_unchanged_lock_is_up_to_date(cpu_stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     build = tmp_path / "build"
     assert main(["build", str(cpu_stack), "--build-dir", str(build)]) == 0
@@ -81,6 +83,7 @@ def test_unchanged_lock_is_up_to_date(cpu_stack: Path, tmp_path: Path, capsys: p
     assert (build / SLUG / "build.json").read_text() == first
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_git_source_built_with_its_env_and_job_budget(src_stack: tuple[Path, str, str], tmp_path: Path) -> None:
     stack, url, sha = src_stack
     build = tmp_path / "build"
@@ -103,6 +106,7 @@ def test_git_source_built_with_its_env_and_job_budget(src_stack: tuple[Path, str
     assert properties["trainstack:compiled-wheel"] == record["extensions"]["tsdemo"]["wheel"]
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_skip_sources_is_recorded(src_stack: tuple[Path, str, str], tmp_path: Path) -> None:
     stack, _, _ = src_stack
     build = tmp_path / "build"
@@ -115,6 +119,7 @@ def test_skip_sources_is_recorded(src_stack: tuple[Path, str, str], tmp_path: Pa
     assert subprocess.run([build / SLUG / "venv" / "bin" / "python", "-c", "import tsdemo"]).returncode != 0
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_sigkill_midway_leaves_the_old_build_working(src_stack: tuple[Path, str, str], tmp_path: Path) -> None:
     stack, _, _ = src_stack
     build = tmp_path / "build"
@@ -170,6 +175,7 @@ def test_oci_without_buildah_or_docker(
     assert len(lines) == 1 and "apt-get install buildah" in lines[0]
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_below_min_free_disk_is_refused_with_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stack, _, _ = source_stack(tmp_path, min_free=1_000_000)
     make_lock(stack)
@@ -181,6 +187,7 @@ def test_below_min_free_disk_is_refused_with_numbers(tmp_path: Path, capsys: pyt
     assert_no_build_but_failure_logs(build)
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_full_disk_fails_cleanly(cpu_stack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with tmpfs(tmp_path / "small", "size=4m") as small:
         code = main(["build", str(cpu_stack), "--build-dir", str(small / "build")])
@@ -189,6 +196,7 @@ def test_full_disk_fails_cleanly(cpu_stack: Path, tmp_path: Path, capsys: pytest
         assert_no_build_but_failure_logs(small / "build")
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_git_commit_that_does_not_exist(src_stack: tuple[Path, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stack, url, sha = src_stack
     drop_commit(url, sha)

@@ -299,6 +299,7 @@ def test_memplan_defaults_run_on_a_cpu_and_a_fraction_is_taken_as_run_takes_it()
     assert parse("0.9", "--memplan") == plan["budget_bytes"]  # run --memplan takes a fraction the same way
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_the_log_paths_a_build_prints_exist_after_it_succeeds(tmp_path: Path) -> None:
     """Steps log into a staging folder renamed into place at the end: the paths printed are
     the ones that hold the logs afterwards."""

@@ -358,6 +358,7 @@ def _listing(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): (p.lstat().st_size if not p.is_dir() else -1) for p in folder.rglob("*")}
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 @pytest.mark.parametrize("case", CACHE_CASES, ids=lambda p: p.stem)
 def test_cache_case(case: Path, cache_bench: CacheBench) -> None:
     import tomllib
@@ -440,6 +441,7 @@ def index_env(case: str, url: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if line)
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_index_password_at_sign(index: str, tmp_path: Path) -> None:
     note(CORPUS / "index_password_at_sign.env")
     stack = tmp_path / "private.toml"
@@ -491,6 +493,8 @@ BASE = "localhost/trainstack-corpus-sh:latest"
 
 
 def _base_image(work: Path, buildah: list[str]) -> None:
+    from trainstack.builder.oci import ulimit_options
+
     root = work / "rootfs"
     programs = [shutil.which("bash"), shutil.which("sleep")]
     libs = subprocess.run(["ldd", *programs], capture_output=True, text=True, check=True).stdout.split()
@@ -505,7 +509,7 @@ def _base_image(work: Path, buildah: list[str]) -> None:
     (root / "usr/bin/apt-get").write_text(APT_GET.format(bash=shutil.which("bash")))
     (root / "usr/bin/apt-get").chmod(0o755)
     (root / "root").mkdir()
-    container = subprocess.run([*buildah, "from", "scratch"], capture_output=True, text=True, check=True).stdout.strip()
+    container = subprocess.run([*buildah, "from", *ulimit_options(), "scratch"], capture_output=True, text=True, check=True).stdout.strip()
     try:
         subprocess.run([*buildah, "copy", container, str(root), "/"], capture_output=True, check=True)
         subprocess.run([*buildah, "commit", "-q", container, BASE], capture_output=True, check=True)

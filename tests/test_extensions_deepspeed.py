@@ -38,6 +38,7 @@ def deepspeed_stack(tmp_path: Path) -> Path:
     )
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_deepspeed_fused_adam_built_for_sm90_and_reused_from_the_cache(tmp_path: Path) -> None:
     stack = deepspeed_stack(tmp_path)
     make_lock(stack, FLAVOUR)

@@ -67,13 +67,13 @@ def test_a_loader_variable_named_in_allow_env_is_accepted_and_check_shows_every_
 
 def image_env(instruction: str, context: Path, store: Path) -> dict[str, str]:
     """The environment of an image built by buildah from scratch with ``instruction``."""
-    from trainstack.builder.oci import BuildahBackend
+    from trainstack.builder.oci import BuildahBackend, ulimit_options
 
     context.mkdir()
     (context / "Containerfile").write_text(f"FROM scratch\n{instruction}")
     buildah = ["buildah", "--storage-driver", BuildahBackend().driver]
     tag = "localhost/trainstack-env-test:latest"
-    subprocess.run([*buildah, "build", "--isolation", "chroot", "-t", tag, "-f", context / "Containerfile", context],
+    subprocess.run([*buildah, "build", "--isolation", "chroot", *ulimit_options(), "-t", tag, "-f", context / "Containerfile", context],
                    capture_output=True, check=True)
     try:
         config = json.loads(subprocess.run([*buildah, "inspect", "--type", "image", tag], capture_output=True,
@@ -83,6 +83,7 @@ def image_env(instruction: str, context: Path, store: Path) -> dict[str, str]:
     return dict(item.split("=", 1) for item in config.get("Env", []) if not item.startswith("PATH="))
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_env_lock_render_build_activation_verify_and_release(index: str, tmp_path: Path, containers_store: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     old = tmp_path / "old" / "envs.toml"

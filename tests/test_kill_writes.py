@@ -139,6 +139,7 @@ def test_kill_at_every_write_of_release(project_copy: Path) -> None:
     assert all(states.new[name] != states.old[name] for name in states.old)
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 @pytest.mark.timeout(300)
 def test_kill_at_every_write_of_build(project_copy: Path) -> None:
     project = project_copy

@@ -138,6 +138,7 @@ def test_lock_offline_never_asks_the_index_and_names_what_the_cache_lacks(tmp_pa
     assert not (tmp_path / "stack.lock").exists()
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 @pytest.mark.slow
 def test_build_offline_with_an_empty_cache_names_the_package_it_lacks(tmp_path):
     stack = _stack(tmp_path, "3.11")

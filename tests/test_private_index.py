@@ -24,7 +24,7 @@ from tests.private_index import PASSWORD, USER, authorized, credentials_env, lea
 from tests.stacks import demo_stack
 from tests.wheels import demo_wheel
 from trainstack.builder.download import Fetcher, download_sdist, index_auth
-from trainstack.builder.oci import BuildahBackend
+from trainstack.builder.oci import BuildahBackend, ulimit_options
 from trainstack.cli import main
 from trainstack.errors import BuildError
 
@@ -67,6 +67,7 @@ def test_without_credentials_the_lock_fails_in_one_line(index: str, tmp_path: Pa
     assert "asks for credentials: set UV_INDEX_127_0_0_1_USERNAME and UV_INDEX_127_0_0_1_PASSWORD" in err
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_credentials_from_the_environment_lock_render_and_build(
     index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -144,7 +145,7 @@ def test_oci_image_gets_the_credentials_as_a_build_secret_only(
     buildah = ["buildah", "--storage-driver", BuildahBackend().driver]
     try:
         assert main(["build", str(stack), "--backend", "oci", "--build-dir", str(tmp_path / "build")]) == 0
-        container = subprocess.run([*buildah, "from", "--quiet", tag], capture_output=True, text=True, check=True).stdout.strip()
+        container = subprocess.run([*buildah, "from", "--quiet", *ulimit_options(), tag], capture_output=True, text=True, check=True).stdout.strip()
         probe = [*buildah, "run", "--isolation", "chroot", container, "--", "python", "-c", "import demo_pkg; print(demo_pkg.VERSION)"]
         assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip() == "1.0"
         subprocess.run([*buildah, "rm", container], capture_output=True, check=True)

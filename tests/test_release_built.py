@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.stalling_index import STACK, stalling_index  # noqa: F401 (a fixture)
@@ -27,6 +28,7 @@ def cli(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300)
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_notes_of_a_venv_build_show_no_image_and_the_folder_keeps_the_manifest(stalling_index, tmp_path: Path) -> None:
     url, _ = stalling_index
     project = tmp_path / "project"

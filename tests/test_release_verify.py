@@ -16,6 +16,7 @@ from trainstack.release.publish import make_release
 SUITE = "python -m pytest --pyargs numpy.linalg.tests.test_regression -q -p no:cacheprovider"
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_verification_comes_from_the_verify_json_that_verify_writes(tmp_path, monkeypatch):

@@ -92,6 +92,7 @@ def index(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_a_vendor_build_locks_builds_and_reports_its_local_version(
         index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     for key, value in credentials_env(index).items():

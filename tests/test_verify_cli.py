@@ -29,6 +29,7 @@ def built_cpu_minimal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return stack
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 @pytest.mark.slow
 def test_readme_job_lock_build_verify(built_cpu_minimal: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", str(built_cpu_minimal), "--flavour", FLAVOUR]) == 0
@@ -46,6 +47,7 @@ def test_readme_job_lock_build_verify(built_cpu_minimal: Path, capsys: pytest.Ca
     assert result["links"]["files_checked"] > 0
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_drift_after_an_uninstall_fails_the_verdict(built_cpu_minimal: Path, capsys: pytest.CaptureFixture[str]) -> None:
     venv = built_cpu_minimal.parent / "build" / FLAVOUR / "venv"
     subprocess.run(["uv", "pip", "uninstall", "-q", "--python", venv / "bin/python", "hypothesis"], check=True)

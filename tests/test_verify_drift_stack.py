@@ -8,12 +8,15 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.build_fixtures import git_package, make_lock, source_stack
 from trainstack.cli import main
 
 SLUG = "cpu-debian12-py311-release"
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_what_the_stack_installs_is_never_extra(tmp_path: Path) -> None:
     stack, _, _ = source_stack(tmp_path)
     git_package(tmp_path, "tspath")  # a folder beside the stack: a path component

@@ -14,6 +14,7 @@ from trainstack.cli import main
 SLUG = "cpu-debian12-py311-release"
 
 
+@pytest.mark.python("3.11")  # builds a py311 flavour
 def test_components_skipped_on_purpose_are_not_built_not_failures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stack, _, _ = source_stack(tmp_path)
     make_lock(stack)

@@ -11,9 +11,11 @@ included), and it is in no layer.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
+import resource
 import shutil
 from pathlib import Path
 
@@ -122,6 +124,33 @@ def platform_option(arch: str) -> list[str]:
     return ["--platform", OCI_PLATFORMS[arch]] if arch in OCI_PLATFORMS else []
 
 
+# what buildah (1.39 and newer) raises a RUN step's open-files and process limits to unless told otherwise
+BUILDAH_LIMIT = 1048576
+# buildah 1.28 sets the process limit of a RUN step itself, and fails where it is asked for another
+NPROC_FROM = (1, 39)
+
+
+def ulimit_options() -> list[str]:
+    """['--ulimit', 'nofile=H:H', ...] for each limit this process may not raise to buildah's own
+    (a build inside a container: no CAP_SYS_RESOURCE and a hard limit below it, where every RUN
+    step would fail with 'setting "RLIMIT_NOFILE" ... operation not permitted'); [] elsewhere."""
+    limits = {"nofile": resource.RLIMIT_NOFILE, **({"nproc": resource.RLIMIT_NPROC} if buildah_version() >= NPROC_FROM else {})}
+    options = []
+    for name, kind in limits.items():
+        _, hard = resource.getrlimit(kind)
+        if hard != resource.RLIM_INFINITY and hard < BUILDAH_LIMIT:
+            options += ["--ulimit", f"{name}={hard}:{hard}"]
+    return options
+
+
+@functools.cache
+def buildah_version() -> tuple[int, ...]:
+    """buildah's version as numbers ('buildah version 1.39.3 (image-spec ...)': (1, 39, 3)); () if unread."""
+    words = proc.run(["buildah", "--version"], echo=False).stdout.split()
+    numbers = words[2].split(".") if len(words) > 2 else []
+    return tuple(int(n) for n in numbers if n.isdigit())
+
+
 class BuildahBackend:
     name = "oci"
 
@@ -142,7 +171,7 @@ class BuildahBackend:
             self._import_base(steps, base, job.staging / "base")
         context = write_context(job)
         tag = job.inputs.images[job.layers.flavour.slug]
-        argv: list[str | Path] = self._cmd("build", "--layers", "--isolation", "chroot", "--target", "final", "-t", tag)
+        argv: list[str | Path] = self._cmd("build", "--layers", "--isolation", "chroot", *ulimit_options(), "--target", "final", "-t", tag)
         argv += platform_option(job.layers.flavour.arch)
         argv += secrets
         for key, value in build_args(job).items():
@@ -156,7 +185,7 @@ class BuildahBackend:
         """The image's SBOM at SBOM_PATH_IN_IMAGE and its sha256 in the SBOM_LABEL label: the
         distributions listed by the image's own Python, its Debian packages from its dpkg database,
         the rest from the lock and the build."""
-        container = self._must(self._cmd("from", "--quiet", tag), "open the image").strip()
+        container = self._must(self._cmd("from", "--quiet", *ulimit_options(), tag), "open the image").strip()
         try:
             listed = self._must(
                 self._cmd("run", "--isolation", "chroot", container, "--", "python", "-I", "-c", LIST_DISTRIBUTIONS),
