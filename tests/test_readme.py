@@ -19,8 +19,8 @@ README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))  # the verbs in full and the figures: their commands too
 
 # Run in this order in one sandbox (a copy of examples/): later ones use what earlier ones made.
-# the README's commands that build (or run) cpu-minimal's one flavour, of Python 3.11
-PY311_BUILD = re.compile(r"^trainstack build examples/stacks/cpu-minimal|py311-release/venv")
+# the README's commands that build cpu-minimal's one flavour, of Python 3.11, or use what it built
+PY311_BUILD = re.compile(r"^trainstack (build|release) examples/stacks/cpu-minimal|py311-release/venv")
 RUN = [
     "trainstack check examples/stacks/torch-cuda.toml --verbose",
     "trainstack lock examples/stacks/cpu-minimal.toml --upgrade-package numpy",
