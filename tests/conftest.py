@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,13 @@ import pytest
 from tests.session_cache import made_once
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "stacks"
+
+# A shell that starts this suite in the background without job control (`bash .ci/run &` in a
+# script, nohup) hands it SIGINT ignored, and every program the tests start would inherit that: the
+# tests that press Ctrl-C on trainstack would see nothing happen. Handled here, it is the default again
+# in each program they start.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # pytest-xdist's workers get COLUMNS=80 and LINES=24 from execnet: trainstack honours an explicit
 # COLUMNS, so the suite would see wrapped tables under -n that it never sees run serially or in CI logs
