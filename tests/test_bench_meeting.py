@@ -51,3 +51,11 @@ def test_without_a_shareable_torchrun_store_the_environment_decides(torchrun_sto
     monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
     monkeypatch.delenv(device.MEETING)
     assert device.launch_store(Dist(rank=1, world_size=2)) is None
+
+
+@pytest.mark.parametrize("given", ["soon", "0", "-5", "inf", "1e9"])
+def test_a_meeting_timeout_that_is_not_seconds_is_refused_in_one_line(torchrun_store, monkeypatch: pytest.MonkeyPatch, given: str) -> None:
+    monkeypatch.setenv(device.MEETING_TIMEOUT, given)
+    with pytest.raises(MeetingError) as info:
+        device.launch_store(Dist(rank=1, world_size=2))
+    assert str(info.value) == f"{device.MEETING_TIMEOUT}={given!r}: accepted: seconds from 1 to 86400"

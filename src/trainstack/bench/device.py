@@ -74,7 +74,7 @@ def launch_store(dist: Dist) -> torch.distributed.Store | None:
     key = env.get(MEETING)
     if key is None or env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
-    seconds = float(env.get(MEETING_TIMEOUT, MEETING_TIMEOUT_S))
+    seconds = _meeting_seconds(env.get(MEETING_TIMEOUT))
     timeout = timedelta(seconds=seconds)
     host = env["MASTER_ADDR"]
     agents = torch.distributed.TCPStore(host, int(env["MASTER_PORT"]), is_master=False, timeout=timeout)
@@ -91,6 +91,19 @@ def launch_store(dist: Dist) -> torch.distributed.Store | None:
             f"(it failed before meeting, or is slower than {MEETING_TIMEOUT}): {str(exc).splitlines()[0]}"
         ) from exc
     return torch.distributed.TCPStore(host, port, dist.world_size, is_master=False, timeout=timeout)
+
+
+def _meeting_seconds(given: str | None) -> float:
+    """MEETING_TIMEOUT's seconds (MEETING_TIMEOUT_S unset); anything but 1 to 86400 seconds is refused in one line."""
+    if given is None:
+        return MEETING_TIMEOUT_S
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = 0.0
+    if not 1 <= seconds <= 86400:
+        raise MeetingError(f"{MEETING_TIMEOUT}={given[:40]!r}: accepted: seconds from 1 to 86400")
+    return seconds
 
 
 def close_process_group() -> None:

@@ -144,11 +144,15 @@ def ulimit_options() -> list[str]:
 
 
 @functools.cache
-def buildah_version() -> tuple[int, ...]:
-    """buildah's version as numbers ('buildah version 1.39.3 (image-spec ...)': (1, 39, 3)); () if unread."""
+def buildah_version_text() -> str:
+    """buildah's version as it says it ('buildah version 1.39.3 (image-spec ...)': '1.39.3'); '' if unread."""
     words = proc.run(["buildah", "--version"], echo=False).stdout.split()
-    numbers = words[2].split(".") if len(words) > 2 else []
-    return tuple(int(n) for n in numbers if n.isdigit())
+    return words[2] if len(words) > 2 else ""
+
+
+def buildah_version() -> tuple[int, ...]:
+    """buildah's version as numbers: (1, 39, 3); () if unread."""
+    return tuple(int(n) for n in buildah_version_text().split(".") if n.isdigit())
 
 
 class BuildahBackend:
@@ -161,8 +165,7 @@ class BuildahBackend:
         return ["buildah", "--storage-driver", self.driver, *args]
 
     def tools(self) -> dict[str, str]:
-        version = proc.run(["buildah", "--version"], echo=False).stdout.split()
-        return {"buildah": version[2] if len(version) > 2 else "unknown", "storage-driver": self.driver}
+        return {"buildah": buildah_version_text() or "unknown", "storage-driver": self.driver}
 
     def build(self, job: BuildJob, steps: Steps) -> BuildOutput:
         secrets = secret_option("ca", job.ca_bundle) if job.ca_bundle else []  # refused before anything runs
